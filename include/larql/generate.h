@@ -1,0 +1,74 @@
+/* Streaming generation over a session: prefill the prompt, then sample/decode until a stop
+ * condition. Text is delivered in UTF-8-complete pieces. A stop string may span tokens: text
+ * that could be the start of a stop string is held back until it is known not to be one,
+ * and the stop string itself is never emitted. */
+#ifndef LARQL_GENERATE_H
+#define LARQL_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/model.h"
+#include "larql/sampler.h"
+#include "larql/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum lq_finish {
+    LQ_FINISH_NONE = 0,
+    LQ_FINISH_LENGTH = 1,   /* max_tokens reached (or context full) */
+    LQ_FINISH_EOS = 2,      /* an end-of-sequence id was sampled (not emitted) */
+    LQ_FINISH_STOP = 3,     /* a stop string matched (not emitted) */
+    LQ_FINISH_CANCELED = 4, /* the callback asked to stop */
+} lq_finish;
+
+/* Called for each generated token. text/len: the newly emittable text (may be empty while
+ * text is held back). logprob: log-probability of id under the sampling distribution
+ * before truncation (temperature-scaled softmax of the penalised logits); logits: the
+ * penalised logits the token was drawn from (n_vocab floats, valid only during the call).
+ * Return non-zero to stop (finish = LQ_FINISH_CANCELED). */
+typedef int (*lq_token_cb)(void *user, int32_t id, const char *text, size_t len,
+                           float logprob, const float *logits);
+
+typedef struct lq_generate_params {
+    int max_tokens;            /* >= 0; clamped to the context left */
+    lq_sampler_params sampling;
+    const char *const *stop;   /* stop strings (may be NULL) */
+    size_t n_stop;
+    const int32_t *eos_ids;    /* NULL: the model's EOS and EOT ids */
+    size_t n_eos;
+    int ignore_eos;
+} lq_generate_params;
+
+typedef struct lq_generate_result {
+    int n_prompt, n_generated;
+    int finish;                /* lq_finish */
+    double prefill_ms, decode_ms;
+} lq_generate_result;
+
+void lq_generate_defaults(lq_generate_params *p);
+
+/* Appends prompt (n_prompt >= 1 ids) to the session at its current position and generates.
+ * Empty prompt -> LQ_EINVAL; prompt that does not fit the context -> LQ_ECONTEXT. */
+int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
+                const lq_generate_params *p, lq_token_cb cb, void *user,
+                lq_generate_result *res, lq_err *err);
+
+/* Stop-string matcher used by lq_generate (exposed for the server and tests). Feed text
+ * pieces; it returns how many bytes are now safe to emit and whether a stop string matched
+ * (in which case the text before the match is emitted and nothing after). */
+typedef struct lq_stopper lq_stopper;
+int lq_stopper_create(const char *const *stop, size_t n_stop, lq_stopper **out, lq_err *err);
+void lq_stopper_free(lq_stopper *st);
+/* Appends piece; writes emittable bytes to *out (pointer into the stopper's buffer, valid
+ * until the next call) and *out_len. Returns 1 if a stop string matched, else 0. */
+int lq_stopper_push(lq_stopper *st, const char *piece, size_t len, const char **out, size_t *out_len);
+/* End of stream: everything held back is emittable. */
+void lq_stopper_flush(lq_stopper *st, const char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

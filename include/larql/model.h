@@ -1,0 +1,88 @@
+/* Models and sessions: the inference engine's public API.
+ *
+ * A model is opened once, immutable afterwards, and shared read-only by every session and
+ * thread (weights stay in the read-only file mapping). A session holds per-request state:
+ * KV cache bounded by its context length, scratch buffers, position. Nothing allocates in
+ * the token loop.
+ *
+ * Architectures: "bitnet-b1.58" (microsoft 2B-4T: relu² FFN), "bitnet" (1bitLLM family:
+ * SiLU-gated FFN), "llama". The GGUF key prefix is the architecture string. */
+#ifndef LARQL_MODEL_H
+#define LARQL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/status.h"
+#include "larql/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lq_model lq_model;
+typedef struct lq_session lq_session;
+
+typedef enum lq_arch {
+    LQ_ARCH_BITNET_B158 = 1, /* relu²(gate) * up */
+    LQ_ARCH_BITNET = 2,      /* silu(gate) * up, same block otherwise */
+    LQ_ARCH_LLAMA = 3,
+} lq_arch;
+
+typedef enum lq_act_mode {
+    LQ_ACT_INT8 = 0, /* per-token absmax int8 activations into BitLinear (W1.58A8, default) */
+    LQ_ACT_F32 = 1,  /* f32 activations (LARQL's numerics) */
+} lq_act_mode;
+
+typedef struct lq_model_opts {
+    int n_threads;    /* 0 = number of cores */
+    int act_mode;     /* lq_act_mode */
+    const char *kernels; /* NULL = best for this CPU; "scalar", "avx2", "avx512" */
+} lq_model_opts;
+
+typedef struct lq_model_info {
+    const char *arch_name; /* the GGUF general.architecture string */
+    int arch;              /* lq_arch */
+    const char *name;      /* general.name or "" */
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
+    double rope_theta, norm_eps;
+    int tied_embeddings;   /* lm_head is token_embd */
+    int embd_type, lm_head_type, proj_type; /* lq_ggml_type of token_embd, lm_head, q_proj */
+    uint64_t n_params;
+    uint64_t weight_bytes;       /* bytes of tensor data mapped */
+    uint64_t bytes_per_token;    /* weight bytes read per decoded token */
+    const char *kernels;         /* kernel set in use ("avx512", ...) */
+    int n_threads;
+    double load_ms;
+} lq_model_info;
+
+/* path: a GGUF file (a vindex directory arrives with the vindex module). */
+int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err);
+void lq_model_close(lq_model *m);
+const lq_model_info *lq_model_get_info(const lq_model *m);
+const lq_tokenizer *lq_model_tokenizer(const lq_model *m);
+/* The GGUF the model was loaded from (metadata access: chat template, ...). */
+const struct lq_gguf *lq_model_gguf(const lq_model *m);
+
+/* Sessions. n_ctx = 0 uses min(model's training context, 4096). */
+int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err);
+void lq_session_free(lq_session *s);
+void lq_session_reset(lq_session *s);  /* forget the KV cache: position back to 0 */
+int lq_session_pos(const lq_session *s);
+int lq_session_n_ctx(const lq_session *s);
+lq_model *lq_session_model(const lq_session *s);
+
+/* Run n tokens at the current position (prefill, batched over positions). logits: NULL, or
+ * n_vocab floats receiving the next-token logits after the last id; all_logits: NULL, or
+ * n * n_vocab floats receiving the logits after every position. Token ids out of range ->
+ * LQ_ERANGE; pos + n > n_ctx -> LQ_ECONTEXT (nothing is changed). */
+int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
+                    float *all_logits, lq_err *err);
+
+/* One decode step (n = 1): the same as lq_session_eval(s, &id, 1, logits, NULL, err). */
+int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,58 @@
+/* larql: entry point and subcommand table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+/* Subcommands are linked in from their own files; while a module is being brought up its
+ * command may be absent from a build, in which case the table reports it as unavailable. */
+#pragma weak lq_cli_info
+#pragma weak lq_cli_logits
+#pragma weak lq_cli_run
+#pragma weak lq_cli_chat
+#pragma weak lq_cli_tokenize
+#pragma weak lq_cli_detokenize
+#pragma weak lq_cli_make_model
+
+static const struct {
+    const char *name;
+    lq_cli_fn fn;
+    const char *help;
+} commands[] = {
+    {"info", lq_cli_info, "MODEL                      architecture, shapes, tensor types, memory"},
+    {"logits", lq_cli_logits, "MODEL --ids 1,2,3 [--top K] next-token logits per position (JSON lines)"},
+    {"run", lq_cli_run, "MODEL --prompt TEXT [-n N]   stream a continuation"},
+    {"chat", lq_cli_chat, "MODEL                      interactive chat with the model's template"},
+    {"tokenize", lq_cli_tokenize, "SOURCE TEXT [--special]  text -> ids (JSON)"},
+    {"detokenize", lq_cli_detokenize, "SOURCE 1,2,3            ids -> text (JSON)"},
+    {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|2b] random BitNet GGUF fixture"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: larql <command> [args]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].fn)
+            fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'larql <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            if (!commands[i].fn) {
+                fprintf(stderr, "larql: command '%s' is not available in this build\n", argv[1]);
+                return 2;
+            }
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "larql: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

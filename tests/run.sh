@@ -1,0 +1,39 @@
+#!/bin/sh
+# Runs every test binary under $BUILD/tests and every tests/cli/*.sh script, then prints
+# the closing line "N passed, N failed, N skipped" that CI reads.
+BUILD=${BUILD:-build}
+export LARQL="$PWD/$BUILD/larql"
+passed=0; failed=0; skipped=0; failing=""
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/larql-run.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+tally() { # name, logfile, exit status
+    p=$(sed -n 's/^# totals: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1/p' "$2" | tail -n 1)
+    f=$(sed -n 's/^# totals: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\2/p' "$2" | tail -n 1)
+    s=$(sed -n 's/^# totals: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\3/p' "$2" | tail -n 1)
+    if [ -z "$p" ]; then  # crashed before its summary: count the binary as one failure
+        p=0; f=1; s=0
+    elif [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    if [ "$f" -ne 0 ]; then failing="$failing $1"; fi
+    printf '%-44s %4s passed %3s failed %3s skipped\n' "$1" "$p" "$f" "$s"
+}
+
+for t in $(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
+    name=${t#"$BUILD"/tests/}
+    log="$tmp/$(echo "$name" | tr / _).log"
+    "$t" >"$log" 2>&1; rc=$?
+    tally "$name" "$log" "$rc"
+    if [ -n "$VERBOSE" ] || grep -q '^not ok' "$log" || [ "$rc" -gt 1 ]; then sed 's/^/    /' "$log"; fi
+done
+for t in $(ls tests/cli/*.sh 2>/dev/null | sort); do
+    log="$tmp/$(basename "$t").log"
+    sh "$t" >"$log" 2>&1; rc=$?
+    tally "$t" "$log" "$rc"
+    if [ -n "$VERBOSE" ] || grep -q '^not ok' "$log" || [ "$rc" -gt 1 ]; then sed 's/^/    /' "$log"; fi
+done
+[ -n "$failing" ] && echo "failing:$failing"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
