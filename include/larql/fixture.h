@@ -1,0 +1,38 @@
+/* Fixture generator: writes a random BitNet b1.58 GGUF of any shape in microsoft's real
+ * I2_S layout, with an embedded byte-level BPE tokenizer trained on a small corpus,
+ * deterministic from a seed. Used by the tests, the README demo and the benchmarks
+ * (the 2B-4T-shaped model is generated on demand, never committed). */
+#ifndef LARQL_FIXTURE_H
+#define LARQL_FIXTURE_H
+
+#include <stdint.h>
+
+#include "larql/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lq_fixture_opts {
+    const char *arch;   /* "bitnet-b1.58" (default), "bitnet" or "llama" (f32 weights) */
+    const char *name;   /* general.name */
+    int dim, ffn, layers, heads, kv_heads, vocab, ctx;
+    double rope_theta, eps;
+    int emb_type;       /* LQ_GGML_F32 or LQ_GGML_F16 */
+    uint64_t seed;
+    double wscale;      /* I2_S scale = wscale * U(1,1.5) / sqrt(fan_in) */
+    const char *corpus; /* BPE training text; NULL = built-in */
+} lq_fixture_opts;
+
+/* preset: "tiny" (dim 128, 2 layers, vocab 320), "demo" (dim 256, 4 layers, vocab 512),
+ * "2b" (2B-4T shape: 30 layers, 2560, 6912, heads 20/5, vocab 128256, F16 embedding).
+ * Unknown preset -> LQ_EINVAL. */
+int lq_fixture_preset(lq_fixture_opts *o, const char *preset, lq_err *err);
+/* Checks the shape (dim % 128, ffn % 128, head_dim % 2, heads % kv_heads, vocab >= 259 ...). */
+int lq_fixture_check(const lq_fixture_opts *o, lq_err *err);
+int lq_fixture_write(const lq_fixture_opts *o, const char *path, lq_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
