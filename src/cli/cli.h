@@ -5,6 +5,7 @@
 #define LQ_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef int (*lq_cli_fn)(int argc, char **argv);
@@ -31,5 +32,26 @@ int lq_parse_double(const char *s, double lo, double hi, double *out);
 int lq_parse_ids(const char *s, int32_t **ids, size_t *n);
 /* Reads all of stdin or a file into a malloc'd NUL-terminated buffer. */
 int lq_read_file(const char *path, char **out, size_t *len);
+
+
+/* Options every model-loading command shares (common.c). */
+struct lq_model;
+typedef struct lq_cli_model_args {
+    int threads;         /* --threads N (0 = cores) */
+    int act;             /* --act ms|float -> lq_act_mode */
+    const char *kernels; /* --kernels scalar|avx2|avx512 */
+    int ctx;             /* --ctx N (0 = model default) */
+} lq_cli_model_args;
+
+void lq_cli_model_args_init(lq_cli_model_args *a);
+/* If argv[*i] is one of the shared options, consumes it (and its value, advancing *i) and
+ * returns 1; returns 0 if it is not; returns -1 after printing a usage error. */
+int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, int *i,
+                     lq_cli_model_args *a);
+/* Opens a model, printing "larql <cmd>: <error>" on failure. Returns 0 or 1. */
+int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a,
+                      struct lq_model **m);
+/* Writes s as a JSON string literal (quotes included) to f. */
+void lq_cli_json_str(FILE *f, const char *s, size_t len);
 
 #endif

@@ -1,0 +1,102 @@
+/* larql info: architecture, shapes, tensor types, tokenizer and memory of a model. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "larql/gguf.h"
+#include "larql/model.h"
+
+static const char *USAGE = "larql info MODEL [--json]";
+
+int lq_cli_info(int argc, char **argv)
+{
+    const char *C = "info", *path = NULL;
+    int json = 0;
+    lq_cli_model_args ma;
+    lq_cli_model_args_init(&ma);
+    for (int i = 1; i < argc; i++) {
+        int r = lq_cli_model_opt(C, USAGE, argc, argv, &i, &ma);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s\n", USAGE);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-' || path) {
+            return lq_cli_usage(C, USAGE, "unexpected argument '%s'", argv[i]);
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path)
+        return lq_cli_usage(C, USAGE, "MODEL is required");
+    lq_model *m = NULL;
+    if (lq_cli_open_model(C, path, &ma, &m))
+        return 1;
+    const lq_model_info *in = lq_model_get_info(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    const lq_gguf *g = lq_model_gguf(m);
+    /* tensor type histogram */
+    int counts[64] = {0};
+    int64_t nt = g ? lq_gguf_n_tensors(g) : 0;
+    for (int64_t i = 0; i < nt; i++) {
+        int t = lq_gguf_tensor_at(g, i)->type;
+        if (t >= 0 && t < 64)
+            counts[t]++;
+    }
+    const char *tk = tok ? (lq_tokenizer_kind(tok) == LQ_TOK_SPM ? "spm" : "bpe") : "none";
+    double kv_per_tok = 2.0 * in->n_layer * in->n_head_kv * in->head_dim * 4.0;
+    if (json) {
+        printf("{\"architecture\": \"%s\", \"name\": ", in->arch_name);
+        lq_cli_json_str(stdout, in->name, strlen(in->name));
+        printf(", \"n_layer\": %d, \"n_embd\": %d, \"n_ff\": %d, \"n_head\": %d, \"n_head_kv\": %d, "
+               "\"head_dim\": %d, \"n_vocab\": %d, \"n_ctx_train\": %d, \"rope_theta\": %g, "
+               "\"norm_eps\": %g, \"tied_embeddings\": %s, \"n_params\": %llu, \"weight_bytes\": %llu, "
+               "\"bytes_per_token\": %llu, \"kv_bytes_per_token\": %.0f, \"tokenizer\": \"%s\", "
+               "\"kernels\": \"%s\", \"threads\": %d, \"tensor_types\": {",
+               in->n_layer, in->n_embd, in->n_ff, in->n_head, in->n_head_kv, in->head_dim, in->n_vocab,
+               in->n_ctx_train, in->rope_theta, in->norm_eps, in->tied_embeddings ? "true" : "false",
+               (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
+               (unsigned long long)in->bytes_per_token, kv_per_tok, tk, in->kernels, in->n_threads);
+        int first = 1;
+        for (int t = 0; t < 64; t++)
+            if (counts[t]) {
+                printf("%s\"%s\": %d", first ? "" : ", ", lq_ggml_type_name(t), counts[t]);
+                first = 0;
+            }
+        printf("}}\n");
+    } else {
+        printf("file:            %s\n", path);
+        printf("architecture:    %s\n", in->arch_name);
+        printf("name:            %s\n", in->name);
+        printf("layers:          %d\n", in->n_layer);
+        printf("embedding:       %d\n", in->n_embd);
+        printf("feed-forward:    %d\n", in->n_ff);
+        printf("heads:           %d (kv %d, head_dim %d)\n", in->n_head, in->n_head_kv, in->head_dim);
+        printf("vocab:           %d (%s tokenizer", in->n_vocab, tk);
+        if (tok)
+            printf(", bos %d, eos %d, eot %d", lq_tokenizer_bos(tok), lq_tokenizer_eos(tok), lq_tokenizer_eot(tok));
+        printf(")\n");
+        printf("context (train): %d\n", in->n_ctx_train);
+        printf("rope theta:      %g\n", in->rope_theta);
+        printf("rms eps:         %g\n", in->norm_eps);
+        printf("lm_head:         %s (%s)\n", in->tied_embeddings ? "tied to token_embd" : "output.weight",
+               lq_ggml_type_name(in->lm_head_type));
+        printf("tensor types:   ");
+        for (int t = 0; t < 64; t++)
+            if (counts[t])
+                printf(" %s x%d", lq_ggml_type_name(t), counts[t]);
+        printf("\n");
+        printf("parameters:      %.1f M\n", (double)in->n_params / 1e6);
+        printf("weights mapped:  %.1f MiB (read-only mmap, shared)\n", (double)in->weight_bytes / 1048576.0);
+        printf("read per token:  %.1f MiB\n", (double)in->bytes_per_token / 1048576.0);
+        printf("KV cache:        %.1f KiB per token of context (f32)\n", kv_per_tok / 1024.0);
+        printf("kernels:         %s, %d thread(s)\n", in->kernels, in->n_threads);
+        printf("load time:       %.1f ms\n", in->load_ms);
+    }
+    lq_model_close(m);
+    return 0;
+}

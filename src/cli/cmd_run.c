@@ -1,0 +1,423 @@
+/* larql run (one prompt, streamed continuation) and larql chat (interactive, with the
+ * model's chat template). Both are thin loops over lq_generate. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "larql/chat.h"
+#include "larql/generate.h"
+#include "larql/model.h"
+
+typedef struct gen_args {
+    lq_cli_model_args model;
+    lq_generate_params gen;
+    const char *stops[16];
+    int n_stops;
+    const char *tmpl; /* --template plain|llama3|bitnet */
+    const char *system;
+} gen_args;
+
+/* Parses the sampling/generation options shared by run and chat. Returns 1 if argv[*i] was
+ * one of them, 0 if not, -1 after a usage error. */
+static int gen_opt(const char *C, const char *U, int argc, char **argv, int *i, gen_args *g)
+{
+    int r = lq_cli_model_opt(C, U, argc, argv, i, &g->model);
+    if (r)
+        return r;
+    const char *o = argv[*i];
+    static const char *const with_value[] = {"-n", "--max-tokens", "--temp", "--top-k", "--top-p",
+                                             "--min-p", "--seed", "--repeat-penalty",
+                                             "--frequency-penalty", "--presence-penalty", "--stop",
+                                             "--template", "--system"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+        known |= !strcmp(o, with_value[k]);
+    if (!known)
+        return 0;
+    if (*i + 1 >= argc) {
+        lq_cli_usage(C, U, "option '%s' needs a value", o);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long n;
+    double x;
+    lq_sampler_params *sp = &g->gen.sampling;
+    if (!strcmp(o, "-n") || !strcmp(o, "--max-tokens")) {
+        if (lq_parse_long(v, 0, 1 << 20, &n))
+            goto bad_int;
+        g->gen.max_tokens = (int)n;
+    } else if (!strcmp(o, "--top-k")) {
+        if (lq_parse_long(v, 0, 1 << 24, &n))
+            goto bad_int;
+        sp->top_k = (int)n;
+    } else if (!strcmp(o, "--seed")) {
+        if (lq_parse_long(v, 0, 0x7fffffffffffffffL, &n))
+            goto bad_int;
+        sp->seed = (uint64_t)n;
+        sp->has_seed = 1;
+    } else if (!strcmp(o, "--stop")) {
+        if (g->n_stops >= 16) {
+            lq_cli_usage(C, U, "at most 16 --stop strings");
+            return -1;
+        }
+        g->stops[g->n_stops++] = v;
+    } else if (!strcmp(o, "--template")) {
+        if (lq_chat_template_from_name(v) < 0) {
+            lq_cli_usage(C, U, "--template: '%s' (expected plain, llama3 or bitnet)", v);
+            return -1;
+        }
+        g->tmpl = v;
+    } else if (!strcmp(o, "--system")) {
+        g->system = v;
+    } else {
+        if (lq_parse_double(v, -1e9, 1e9, &x)) {
+            lq_cli_usage(C, U, "%s: '%s' is not a number", o, v);
+            return -1;
+        }
+        if (!strcmp(o, "--temp")) sp->temperature = (float)x;
+        else if (!strcmp(o, "--top-p")) sp->top_p = (float)x;
+        else if (!strcmp(o, "--min-p")) sp->min_p = (float)x;
+        else if (!strcmp(o, "--repeat-penalty")) sp->repeat_penalty = (float)x;
+        else if (!strcmp(o, "--frequency-penalty")) sp->frequency_penalty = (float)x;
+        else sp->presence_penalty = (float)x;
+    }
+    return 1;
+bad_int:
+    lq_cli_usage(C, U, "%s: '%s' is not a non-negative integer", o, v);
+    return -1;
+}
+
+static void gen_args_init(gen_args *g)
+{
+    memset(g, 0, sizeof *g);
+    lq_cli_model_args_init(&g->model);
+    lq_generate_defaults(&g->gen);
+    g->gen.max_tokens = 128;
+}
+
+/* Finishes option parsing: validates sampling values, attaches stop strings. */
+static int gen_args_finish(const char *C, gen_args *g)
+{
+    lq_err err = {0};
+    if (lq_sampler_params_check(&g->gen.sampling, &err))
+        return lq_cli_error(C, "%s", err.msg);
+    g->gen.stop = g->n_stops ? g->stops : NULL;
+    g->gen.n_stop = (size_t)g->n_stops;
+    return 0;
+}
+
+typedef struct out_state {
+    int ids_out;
+    int32_t *ids;
+    size_t n, cap;
+} out_state;
+
+static int on_token(void *user, int32_t id, const char *text, size_t len, float logprob, const float *logits)
+{
+    (void)logprob;
+    (void)logits;
+    out_state *o = user;
+    if (o->ids_out) {
+        if (o->n == o->cap) {
+            size_t nc = o->cap ? o->cap * 2 : 64;
+            int32_t *ni = realloc(o->ids, nc * sizeof *ni);
+            if (!ni)
+                return 1;
+            o->ids = ni;
+            o->cap = nc;
+        }
+        o->ids[o->n++] = id;
+    } else if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static void print_speed(const lq_generate_result *r)
+{
+    double pf = r->prefill_ms > 0 ? r->n_prompt * 1000.0 / r->prefill_ms : 0;
+    /* the first generated token comes from the prefill logits: decode timed the rest */
+    int nd = r->n_generated > 0 ? r->n_generated - 1 : 0;
+    double dc = r->decode_ms > 0 ? nd * 1000.0 / r->decode_ms : 0;
+    fprintf(stderr, "prefill %d tok %.1f tok/s, decode %d tok %.1f tok/s\n", r->n_prompt, pf, nd, dc);
+}
+
+static const char *RUN_USAGE =
+    "larql run MODEL (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+    "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
+    "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--chat [--template T] [--system S]]\n"
+    "       [--ids-out]";
+
+int lq_cli_run(int argc, char **argv)
+{
+    const char *C = "run", *path = NULL, *prompt = NULL, *ids_arg = NULL;
+    int chat = 0;
+    out_state os = {0};
+    gen_args g;
+    gen_args_init(&g);
+    for (int i = 1; i < argc; i++) {
+        int r = gen_opt(C, RUN_USAGE, argc, argv, &i, &g);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: %s\n", RUN_USAGE);
+            return 0;
+        } else if (!strcmp(a, "--prompt") && i + 1 < argc) {
+            prompt = argv[++i];
+        } else if (!strcmp(a, "--ids") && i + 1 < argc) {
+            ids_arg = argv[++i];
+        } else if (!strcmp(a, "--chat")) {
+            chat = 1;
+        } else if (!strcmp(a, "--ids-out")) {
+            os.ids_out = 1;
+        } else if (a[0] == '-') {
+            return lq_cli_usage(C, RUN_USAGE, "unknown option or missing value: '%s'", a);
+        } else if (!path) {
+            path = a;
+        } else {
+            return lq_cli_usage(C, RUN_USAGE, "unexpected argument '%s'", a);
+        }
+    }
+    if (!path)
+        return lq_cli_usage(C, RUN_USAGE, "MODEL is required");
+    if (!prompt == !ids_arg)
+        return lq_cli_usage(C, RUN_USAGE, "give exactly one of --prompt or --ids");
+    if (chat && ids_arg)
+        return lq_cli_usage(C, RUN_USAGE, "--chat needs --prompt text");
+    if (gen_args_finish(C, &g))
+        return 1;
+
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (ids_arg && lq_parse_ids(ids_arg, &ids, &n))
+        return lq_cli_usage(C, RUN_USAGE, "--ids: '%s' is not a comma-separated list of token ids", ids_arg);
+    if (prompt && !*prompt)
+        return lq_cli_error(C, "empty prompt");
+
+    lq_model *m = NULL;
+    lq_session *s = NULL;
+    char *rendered = NULL;
+    int rc = 1;
+    lq_err err = {0};
+    if (lq_cli_open_model(C, path, &g.model, &m))
+        goto out;
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    if (prompt) {
+        const char *text = prompt;
+        unsigned fl = lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0;
+        if (chat) {
+            int t = g.tmpl ? lq_chat_template_from_name(g.tmpl) : lq_chat_template_for_model(m);
+            lq_chat_msg msgs[2];
+            size_t nm = 0;
+            if (g.system)
+                msgs[nm++] = (lq_chat_msg){"system", g.system};
+            msgs[nm++] = (lq_chat_msg){"user", prompt};
+            if (lq_chat_render(t, msgs, nm, 1, &rendered, &err)) {
+                lq_cli_error(C, "%s", err.msg);
+                goto out;
+            }
+            text = rendered;
+            fl |= LQ_TOK_PARSE_SPECIAL;
+        }
+        if (lq_tokenizer_encode(tok, text, strlen(text), fl, &ids, &n, &err)) {
+            lq_cli_error(C, "%s", err.msg);
+            goto out;
+        }
+    }
+    if (lq_session_create(m, g.model.ctx, &s, &err)) {
+        lq_cli_error(C, "%s", err.msg);
+        goto out;
+    }
+    lq_generate_result res = {0};
+    if (lq_generate(s, ids, n, &g.gen, on_token, &os, &res, &err)) {
+        lq_cli_error(C, "%s", err.msg);
+        goto out;
+    }
+    if (os.ids_out) {
+        for (size_t k = 0; k < os.n; k++)
+            printf("%s%d", k ? "," : "", os.ids[k]);
+    }
+    printf("\n");
+    fflush(stdout);
+    print_speed(&res);
+    rc = 0;
+out:
+    free(os.ids);
+    free(ids);
+    free(rendered);
+    lq_session_free(s);
+    lq_model_close(m);
+    return rc;
+}
+
+/* ---- chat ---- */
+
+static const char *CHAT_USAGE =
+    "larql chat MODEL [--system TEXT] [--template plain|llama3|bitnet] [-n N] [--temp T]\n"
+    "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
+    "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
+
+typedef struct chat_reply {
+    char *text;
+    size_t len, cap;
+} chat_reply;
+
+static int on_chat_token(void *user, int32_t id, const char *text, size_t len, float logprob, const float *logits)
+{
+    (void)id;
+    (void)logprob;
+    (void)logits;
+    chat_reply *r = user;
+    if (!len)
+        return 0;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (r->len + len + 1 > r->cap) {
+        size_t nc = (r->len + len + 1) * 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt)
+            return 1;
+        r->text = nt;
+        r->cap = nc;
+    }
+    memcpy(r->text + r->len, text, len);
+    r->len += len;
+    r->text[r->len] = 0;
+    return 0;
+}
+
+int lq_cli_chat(int argc, char **argv)
+{
+    const char *C = "chat", *path = NULL;
+    gen_args g;
+    gen_args_init(&g);
+    g.gen.max_tokens = 512;
+    for (int i = 1; i < argc; i++) {
+        int r = gen_opt(C, CHAT_USAGE, argc, argv, &i, &g);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s\n", CHAT_USAGE);
+            return 0;
+        } else if (argv[i][0] == '-' || path) {
+            return lq_cli_usage(C, CHAT_USAGE, "unexpected argument '%s'", argv[i]);
+        }
+        path = argv[i];
+    }
+    if (!path)
+        return lq_cli_usage(C, CHAT_USAGE, "MODEL is required");
+    if (gen_args_finish(C, &g))
+        return 1;
+
+    lq_model *m = NULL;
+    lq_session *s = NULL;
+    lq_err err = {0};
+    int rc = 1, tty = isatty(0);
+    lq_chat_msg *msgs = NULL;
+    size_t nm = 0, cap = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    if (lq_cli_open_model(C, path, &g.model, &m))
+        goto out;
+    if (lq_session_create(m, g.model.ctx, &s, &err)) {
+        lq_cli_error(C, "%s", err.msg);
+        goto out;
+    }
+    int tmpl = g.tmpl ? lq_chat_template_from_name(g.tmpl) : lq_chat_template_for_model(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    if (tty)
+        fprintf(stderr, "larql chat: %s template, /reset to start over, /quit to leave\n",
+                lq_chat_template_name(tmpl));
+    for (;;) {
+        if (tty) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        ssize_t got = getline(&line, &line_cap, stdin);
+        if (got < 0)
+            break;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+            line[--got] = 0;
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
+            break;
+        if (!strcmp(line, "/reset") || nm == 0) {
+            for (size_t k = 0; k < nm; k++)
+                free((char *)msgs[k].content);
+            nm = 0;
+            if (g.system) {
+                if (nm == cap) {
+                    lq_chat_msg *nmsgs = realloc(msgs, (cap = cap ? cap * 2 : 8) * sizeof *msgs);
+                    if (!nmsgs)
+                        goto oom;
+                    msgs = nmsgs;
+                }
+                msgs[nm++] = (lq_chat_msg){"system", strdup(g.system)};
+            }
+            if (!strcmp(line, "/reset"))
+                continue;
+        }
+        if (!*line)
+            continue;
+        if (nm + 2 > cap) {
+            lq_chat_msg *nmsgs = realloc(msgs, (cap = cap ? cap * 2 : 8) * sizeof *msgs);
+            if (!nmsgs)
+                goto oom;
+            msgs = nmsgs;
+        }
+        msgs[nm++] = (lq_chat_msg){"user", strdup(line)};
+        /* Re-render the whole conversation and run it from a clean session: simple and always
+         * consistent with the template (the KV cache is rebuilt each turn). */
+        char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        unsigned fl = (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0) | LQ_TOK_PARSE_SPECIAL;
+        if (lq_chat_render(tmpl, msgs, nm, 1, &text, &err) ||
+            lq_tokenizer_encode(tok, text, strlen(text), fl, &ids, &n, &err)) {
+            free(text);
+            lq_cli_error(C, "%s", err.msg);
+            nm--;
+            free((char *)msgs[nm].content);
+            continue;
+        }
+        free(text);
+        lq_session_reset(s);
+        chat_reply reply = {0};
+        lq_generate_result res = {0};
+        int grc = lq_generate(s, ids, n, &g.gen, on_chat_token, &reply, &res, &err);
+        free(ids);
+        fputc('\n', stdout);
+        fflush(stdout);
+        if (grc) {
+            lq_cli_error(C, "%s", err.msg);
+            free(reply.text);
+            nm--;
+            free((char *)msgs[nm].content);
+            if (grc == LQ_ECONTEXT)
+                fprintf(stderr, "larql chat: the conversation no longer fits the context; /reset to start over\n");
+            continue;
+        }
+        msgs[nm++] = (lq_chat_msg){"assistant", reply.text ? reply.text : strdup("")};
+        if (tty)
+            print_speed(&res);
+    }
+    rc = 0;
+    goto out;
+oom:
+    lq_cli_error(C, "out of memory");
+out:
+    for (size_t k = 0; k < nm; k++)
+        free((char *)msgs[k].content);
+    free(msgs);
+    free(line);
+    lq_session_free(s);
+    lq_model_close(m);
+    return rc;
+}

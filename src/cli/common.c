@@ -1,0 +1,85 @@
+/* Option parsing and model opening shared by the model commands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "larql/model.h"
+
+void lq_cli_model_args_init(lq_cli_model_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->act = LQ_ACT_INT8;
+}
+
+int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, int *i,
+                     lq_cli_model_args *a)
+{
+    const char *o = argv[*i];
+    int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
+                !strcmp(o, "--ctx");
+    if (!known)
+        return 0;
+    if (*i + 1 >= argc) {
+        lq_cli_usage(cmd, usage, "option '%s' needs a value", o);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long n;
+    if (!strcmp(o, "--threads")) {
+        if (lq_parse_long(v, 1, 256, &n)) {
+            lq_cli_usage(cmd, usage, "--threads: '%s' is not an integer in [1, 256]", v);
+            return -1;
+        }
+        a->threads = (int)n;
+    } else if (!strcmp(o, "--ctx")) {
+        if (lq_parse_long(v, 1, 1 << 20, &n)) {
+            lq_cli_usage(cmd, usage, "--ctx: '%s' is not an integer in [1, 1048576]", v);
+            return -1;
+        }
+        a->ctx = (int)n;
+    } else if (!strcmp(o, "--act")) {
+        if (!strcmp(v, "ms") || !strcmp(v, "int8"))
+            a->act = LQ_ACT_INT8;
+        else if (!strcmp(v, "float") || !strcmp(v, "f32"))
+            a->act = LQ_ACT_F32;
+        else {
+            lq_cli_usage(cmd, usage, "--act: '%s' (expected ms or float)", v);
+            return -1;
+        }
+    } else {
+        a->kernels = v;
+    }
+    return 1;
+}
+
+int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a, lq_model **m)
+{
+    lq_model_opts o = {.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels};
+    lq_err err = {0};
+    if (lq_model_open(path, &o, m, &err)) {
+        lq_cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+void lq_cli_json_str(FILE *f, const char *s, size_t len)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c < 0x20)
+                fprintf(f, "\\u%04x", c);
+            else
+                fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
