@@ -1,0 +1,22 @@
+#!/bin/sh
+# make bench: builds the 2B-4T-shaped random BitNet GGUF on first use (about 1.2 GB, never
+# committed) and prints the engine and kernel figures with the roofline they answer to.
+set -e
+BUILD=${BUILD:-build}
+MODEL=${LQ_BENCH_MODEL:-$BUILD/models/bench-2b4t.gguf}
+mkdir -p "$(dirname "$MODEL")"
+if [ ! -f "$MODEL" ]; then
+    echo "generating $MODEL (2B-4T shape: 30 layers, 2560, 6912, heads 20/5, vocab 128256)"
+    "$BUILD/larql" make-model --preset 2b --out "$MODEL"
+fi
+echo "## machine"
+grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /cpu: /'
+echo "cores: $(nproc), memory: $(free -g | awk '/Mem:/{print $2}') GiB"
+echo
+if [ -x "$BUILD/bench/bench_kernels" ]; then
+    echo "## kernels"
+    "$BUILD/bench/bench_kernels"
+    echo
+fi
+echo "## engine (decode and prefill on $MODEL)"
+"$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}"
