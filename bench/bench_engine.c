@@ -107,14 +107,14 @@ int main(int argc, char **argv)
             lq_session_reset(s);
             lq_session_eval(s, ids, 8, logits, NULL, &err);
             int32_t tok;
-            lq_top_k(logits, V, 1, &tok, logits + 0 /* scratch: overwritten below */);
+            float best;
+            lq_top_k(logits, V, 1, &tok, &best);
             a = now_ms();
             for (int k = 0; k < n_decode; k++) {
                 if (lq_session_decode(s, tok, logits, &err)) {
                     fprintf(stderr, "bench_engine: %s\n", err.msg);
                     return 1;
                 }
-                float best;
                 lq_top_k(logits, V, 1, &tok, &best);
             }
             dc[r] = n_decode * 1000.0 / (now_ms() - a);
