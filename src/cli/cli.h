@@ -17,6 +17,21 @@ int lq_cli_chat(int argc, char **argv);
 int lq_cli_tokenize(int argc, char **argv);
 int lq_cli_detokenize(int argc, char **argv);
 int lq_cli_make_model(int argc, char **argv);
+/* vindex commands (src/cli/cmd_vindex*.c) */
+int lq_cli_convert(int argc, char **argv);   /* convert gguf-to-vindex IN --output DIR ... */
+int lq_cli_describe(int argc, char **argv);
+int lq_cli_walk(int argc, char **argv);
+int lq_cli_select(int argc, char **argv);
+int lq_cli_relations(int argc, char **argv);
+int lq_cli_nearest(int argc, char **argv);
+int lq_cli_similar(int argc, char **argv);
+int lq_cli_stats(int argc, char **argv);
+int lq_cli_show(int argc, char **argv);
+int lq_cli_infer(int argc, char **argv);
+/* server (src/cli/cmd_serve.c) */
+int lq_cli_serve(int argc, char **argv);
+/* benchmarks of a model (src/cli/cmd_bench.c) */
+int lq_cli_bench(int argc, char **argv);
 
 /* Helpers shared by the subcommands (args.c). */
 

@@ -13,6 +13,18 @@
 #pragma weak lq_cli_tokenize
 #pragma weak lq_cli_detokenize
 #pragma weak lq_cli_make_model
+#pragma weak lq_cli_convert
+#pragma weak lq_cli_describe
+#pragma weak lq_cli_walk
+#pragma weak lq_cli_select
+#pragma weak lq_cli_relations
+#pragma weak lq_cli_nearest
+#pragma weak lq_cli_similar
+#pragma weak lq_cli_stats
+#pragma weak lq_cli_show
+#pragma weak lq_cli_infer
+#pragma weak lq_cli_serve
+#pragma weak lq_cli_bench
 
 static const struct {
     const char *name;
@@ -25,7 +37,19 @@ static const struct {
     {"chat", lq_cli_chat, "MODEL                      interactive chat with the model's template"},
     {"tokenize", lq_cli_tokenize, "SOURCE TEXT [--special]  text -> ids (JSON)"},
     {"detokenize", lq_cli_detokenize, "SOURCE 1,2,3            ids -> text (JSON)"},
-    {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|2b] random BitNet GGUF fixture"},
+    {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|demo|2b] random BitNet GGUF fixture"},
+    {"convert", lq_cli_convert, "gguf-to-vindex IN.gguf --output DIR [--level ...] build a vindex"},
+    {"describe", lq_cli_describe, "DIR ENTITY [--band B] [--limit N] what the model knows about ENTITY"},
+    {"walk", lq_cli_walk, "DIR PROMPT [--top N] [--layers a-b] FFN features a prompt fires"},
+    {"select", lq_cli_select, "DIR [--entity E] [--relation R] [--layer L] query feature edges"},
+    {"relations", lq_cli_relations, "DIR                        relation labels and counts"},
+    {"nearest", lq_cli_nearest, "DIR ENTITY --layer L       nearest gate features of an entity"},
+    {"similar", lq_cli_similar, "DIR A B                     similarity of two entities"},
+    {"stats", lq_cli_stats, "DIR                        vindex statistics"},
+    {"show", lq_cli_show, "DIR layers|features         vindex layout"},
+    {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
+    {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
+    {"bench", lq_cli_bench, "MODEL                      decode/prefill speed of a model"},
 };
 
 static void usage(FILE *f)
