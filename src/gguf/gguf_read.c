@@ -352,8 +352,12 @@ static int place_tensors(lq_gguf *g, lq_err *err)
                               "tensor '%s': offset %" PRIu64 " is not a multiple of alignment %" PRIu32,
                               t->name, t->offset, g->alignment);
         uint64_t room = g->size >= g->data_start ? g->size - g->data_start : 0;
-        if (t->offset > room || t->n_bytes > room - t->offset) {
-            if (t->type == LQ_GGML_I2_S && t->offset <= room && t->n_bytes - 4 <= room - t->offset)
+        if (t->offset > room)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "tensor '%s': offset %" PRIu64 " is past end of file (data section "
+                              "holds %" PRIu64 " bytes)", t->name, t->offset, room);
+        if (t->n_bytes > room - t->offset) {
+            if (t->type == LQ_GGML_I2_S && t->n_bytes - 4 <= room - t->offset)
                 return lq_err_set(err, LQ_EFORMAT,
                                   "tensor '%s': I2_S scale at %" PRIu64 " (4 bytes) lies past end "
                                   "of file (%" PRIu64 ")", t->name,
@@ -361,9 +365,7 @@ static int place_tensors(lq_gguf *g, lq_err *err)
             return lq_err_set(err, LQ_EFORMAT,
                               "tensor '%s': data [%" PRIu64 "..%" PRIu64 ") ends past end of file "
                               "(%" PRIu64 ")", t->name, g->data_start + t->offset,
-                              t->offset > UINT64_MAX - g->data_start - t->n_bytes
-                                  ? UINT64_MAX : g->data_start + t->offset + t->n_bytes,
-                              g->size);
+                              g->data_start + t->offset + t->n_bytes, g->size);
         }
         t->data = g->buf + g->data_start + t->offset;
     }
