@@ -17,12 +17,6 @@
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
 
-/* TEMPORARY until the GGUF reader (branch wip/gguf) is merged: weak references keep the
- * command linkable without it; GGUF sources then report that they are unavailable. */
-#pragma weak lq_gguf_open
-#pragma weak lq_gguf_close
-#pragma weak lq_tokenizer_from_gguf
-
 static const char TOK_USAGE[] = "larql tokenize SOURCE TEXT [--special] [--bos|--no-bos]\n"
                                 "  SOURCE: a .gguf file or a tokenizer.json\n"
                                 "  --special  match special-token text such as <|eot_id|>\n"
@@ -55,10 +49,6 @@ static lq_tokenizer *load_source(const char *cmd, const char *path)
     lq_err err = {0};
     int rc;
     if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        if (!lq_gguf_open || !lq_tokenizer_from_gguf) {
-            lq_cli_error(cmd, "GGUF support is not in this build");
-            return NULL;
-        }
         lq_gguf *g = NULL;
         rc = lq_gguf_open(path, &g, &err);
         if (rc == 0) {

@@ -24,12 +24,7 @@ check_fails "detokenize bad id list" "comma-separated" "$LARQL" detokenize "$T_T
 
 # a GGUF whose tokenizer is BERT's WordPiece
 { printf 'GGUF'; le 3 4; le 0 8; le 1 8; gstr tokenizer.ggml.model; le 8 4; gstr bert; } >"$T_TMP/bert.gguf"
-"$LARQL" tokenize "$T_TMP/bert.gguf" hi >"$T_TMP/out" 2>"$T_TMP/err"
-if grep -q "GGUF support is not in this build" "$T_TMP/err"; then
-    skip "unsupported GGUF tokenizer model" "GGUF reader not in this build"
-else
-    check_fails "unsupported GGUF tokenizer model" "unsupported tokenizer model 'bert'" "$LARQL" tokenize "$T_TMP/bert.gguf" hi
-fi
+check_fails "unsupported GGUF tokenizer model" "unsupported tokenizer model 'bert'" "$LARQL" tokenize "$T_TMP/bert.gguf" hi
 
 # a tiny byte-level BPE tokenizer.json made here: bytes a, b, space and the merge "a b"
 cat >"$T_TMP/tiny.json" <<'EOF'
@@ -52,7 +47,7 @@ check_fails "tokenize invalid UTF-8" "invalid UTF-8 at byte offset 1" "$LARQL" t
 conf=$(conformance_dir)
 if [ -z "$conf" ]; then
     for n in "llama3 json default BOS" "llama3 json --no-bos" "llama3 json --special" \
-        "llama3 detokenize" "llama3 gguf" "llama spm gguf"; do
+        "llama3 detokenize" "llama3 gguf" "llama spm gguf" "gpt-2 gguf" "llama spm detokenize"; do
         skip "$n" "../shared/conformance absent"
     done
 else
@@ -65,14 +60,13 @@ else
     out_has "llama3 json --special output" '"ids":[128000,6151,128009]'
     check "llama3 detokenize" "$LARQL" detokenize "$J" 128000,9906,1917,0
     out_has "llama3 detokenize output" '{"text":"<|begin_of_text|>Hello world!"}'
-    "$LARQL" tokenize "$conf/tokenizer/llama3-vocab.gguf" "Hello world!" >"$T_TMP/out" 2>"$T_TMP/err"
-    if grep -q "GGUF support is not in this build" "$T_TMP/err"; then
-        skip "llama3 gguf" "GGUF reader not in this build"
-        skip "llama spm gguf" "GGUF reader not in this build"
-    else
-        out_has "llama3 gguf" '"ids":[128000,9906,1917,0]'
-        check "llama spm gguf" "$LARQL" tokenize "$conf/tokenizer/ggml-vocab-llama-spm.gguf" "Hello world"
-        out_has "llama spm gguf output" '{"ids":[1,15043,3186],"tokens":["<s>","▁Hello","▁world"],"count":3}'
-    fi
+    check "llama3 gguf" "$LARQL" tokenize "$conf/tokenizer/llama3-vocab.gguf" "Hello world!"
+    out_has "llama3 gguf output" '"ids":[128000,9906,1917,0]'
+    check "llama spm gguf" "$LARQL" tokenize "$conf/tokenizer/ggml-vocab-llama-spm.gguf" "Hello world"
+    out_has "llama spm gguf output" '{"ids":[1,15043,3186],"tokens":["<s>","▁Hello","▁world"],"count":3}'
+    check "gpt-2 gguf (no BOS by default)" "$LARQL" tokenize "$conf/tokenizer/ggml-vocab-gpt-2.gguf" "Hello world"
+    out_has "gpt-2 gguf output" '"ids":[15496,995]'
+    check "llama spm detokenize strips the dummy-prefix space" "$LARQL" detokenize "$conf/tokenizer/ggml-vocab-llama-spm.gguf" 1,15043,3186 --skip-special
+    out_has "llama spm detokenize output" '{"text":"Hello world"}'
 fi
 done_tests
