@@ -485,8 +485,9 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
      * rotate_half layout and every BitNet runtime (the ggml fork, bitnet.c) uses NEOX.
      * llama: llama.cpp's rope type NORM (adjacent pairs (2i, 2i+1)); its converters permute
      * HF q/k rows so that NORM is right, and llama2.c-trained models (stories260K) were
-     * trained with adjacent pairs. Checked against stories260K's golden logits (NEOX gives
-     * different tokens; see tests/conformance/test_llama_conformance.c). */
+     * trained with adjacent pairs. Checked against stories260K's golden logits: NORM matches
+     * llama2.c to 6e-6, NEOX is off by up to 3.3 and its greedy text diverges at position 10
+     * (tests/conformance/test_llama_conformance.c). */
     m->rope_neox = m->arch != LQ_ARCH_LLAMA;
 
     if (lq_gguf_find_key(m->gguf, "general.name") >= 0 &&
