@@ -237,5 +237,6 @@ int main(void)
     RUN(test_unknown_kernels);
     RUN(test_missing_file);
     RUN(test_session_errors);
+    tg_cleanup_dir(harness_tmpdir());
     return harness_done();
 }

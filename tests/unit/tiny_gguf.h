@@ -4,8 +4,10 @@
 #ifndef LQ_TEST_TINY_GGUF_H
 #define LQ_TEST_TINY_GGUF_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +207,27 @@ static inline int tg_write(const tg_opts *o, const char *path, lq_err *err)
     free(emb);
     free(norm);
     return rc;
+}
+
+/* Removes the *.gguf files this test wrote, then the directory (if now empty). */
+static inline void tg_cleanup_dir(const char *dir)
+{
+    if (!dir || !*dir)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[4400];
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && strcmp(e->d_name + n - 5, ".gguf") == 0) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 #endif
