@@ -37,6 +37,10 @@ static void run_case(const char *model, const char *mode, int act_mode, const ch
     }
     const lq_model_info *info = lq_model_get_info(m);
     int V = info->n_vocab;
+    /* the GGUF carries a byte-level BPE tokenizer: the model builds it */
+    CHECK(lq_model_tokenizer(m) != NULL);
+    if (lq_model_tokenizer(m))
+        CHECK_EQ_INT(lq_tokenizer_n_vocab(lq_model_tokenizer(m)), V);
     json_t *jids = json_object_get(root, "ids");
     json_t *jmode = json_object_get(json_object_get(root, "modes"), mode);
     json_t *positions = json_object_get(jmode, "positions");

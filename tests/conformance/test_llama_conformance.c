@@ -71,6 +71,7 @@ static void run_golden(const char *tag, const char *kernels)
     const lq_model_info *in = lq_model_get_info(m);
     CHECK_EQ_INT(in->arch, LQ_ARCH_LLAMA);
     CHECK_EQ_INT(in->n_vocab, 512);
+    CHECK(lq_model_tokenizer(m) != NULL && lq_tokenizer_kind(lq_model_tokenizer(m)) == LQ_TOK_SPM);
     int32_t prompt[MAXIDS], next[MAXIDS];
     char pfx[64];
     snprintf(pfx, sizeof pfx, "[%s] prompt", tag);
