@@ -8,12 +8,13 @@
  *
  * Greedy is the argmax with ties to the lower id (NaN logits never win). top-p keeps the
  * smallest best-first prefix whose probability reaches top_p (the best token always stays);
- * min-p keeps tokens with p >= min_p * p_max. Neither sorts the whole vocabulary: top-k uses
- * a bounded heap, top-p / min-p sort only the candidates above a probability threshold.
+ * min-p keeps tokens with p >= min_p * p_max. Nothing sorts the whole vocabulary: top-k uses
+ * a bounded heap, top-p a mass histogram plus a sort of the one bucket holding the cut,
+ * min-p is a threshold.
  *
  * RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; one uniform double in
- * [0, 1) (53 bits) per draw, inverse-CDF over the kept tokens (best first; when no top-k /
- * top-p / min-p truncation applies, over the whole vocabulary in id order). The same seed,
+ * [0, 1) (53 bits) per draw, inverse-CDF over the kept tokens (best first with top-k, else
+ * in id order). The same seed,
  * parameters, logits and accepted history give the same tokens on every machine that
  * computes the same floats.
  *

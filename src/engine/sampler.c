@@ -2,10 +2,10 @@
  *
  * The hot path never sorts the whole vocabulary (128256 for Llama 3 / BitNet 2B-4T):
  *  - top-k: a bounded min-heap over the logits, O(n log k), then a sort of k entries;
- *  - top-p / min-p without top-k: the unnormalised weights exp((l - max) / T) are computed
- *    once; only the tokens above a weight threshold are gathered and sorted. The threshold
- *    starts at min_p (everything below is dropped by min-p anyway) or 2^-10 and is lowered
- *    until the gathered mass reaches top_p, so typically a few hundred tokens get sorted;
+ *  - top-p without top-k: the unnormalised weights exp((l - max) / T) are computed once and
+ *    their mass histogrammed by -log w (1/32-nat buckets); only the bucket where the
+ *    cumulative mass crosses top_p is sorted (typically tens to hundreds of tokens);
+ *  - min-p is a plain threshold on the weights (no sort);
  *  - no truncation at all: inverse-CDF over the vocabulary in id order, no sort.
  * Every buffer is allocated in lq_sampler_create: nothing allocates per token. */
 #include "larql/sampler.h"
@@ -31,7 +31,19 @@ struct lq_sampler {
     int32_t *cand_id;         /* [n_vocab] candidate ids */
     float *cand_val;          /* [n_vocab] candidate logits (penalised, unscaled) */
     float *weight;            /* [n_vocab] exp((l - max) / T) */
+    double bmass[4096];       /* [SAMPLER_NB] top-p mass histogram by bucket of -log w */
 };
+
+/* top-p histogram: bucket = floor(-log(w) * 32), 4096 buckets cover 128 nats; beyond that
+ * a weight is < e^-128, i.e. 0 in float, and such tokens are never kept. */
+#define SAMPLER_NB 4096
+#define BUCKETS_PER_NAT 32.0f
+
+static inline int32_t bucket_of(float l, float mx, float inv_t)
+{
+    float d = (mx - l) * inv_t * BUCKETS_PER_NAT;
+    return d < (float)(SAMPLER_NB - 1) ? (int32_t)d : SAMPLER_NB - 1;
+}
 
 void lq_sampler_defaults(lq_sampler_params *p)
 {
@@ -431,29 +443,56 @@ int32_t lq_sampler_sample(lq_sampler *s, float *logits)
         return best;
     }
 
-    /* Gather the tokens above a weight threshold; lower it until they hold top_p of the
-     * mass (or min-p cuts below it anyway), then sort only those. */
-    float thr = p->min_p > 0.0f ? p->min_p : 0x1.0p-10f;
-    double target = (double)p->top_p * total;
-    for (;;) {
-        int32_t m = 0;
-        double mass = 0.0;
+    /* top-p without sorting the vocabulary: histogram the mass by bucket of -log w (width
+     * 1/BUCKETS_PER_NAT), walk the buckets best first to the one where the cumulative mass
+     * reaches top_p, and sort only that bucket's tokens to find the exact cut-off token. */
+    int32_t cut_b = SAMPLER_NB; /* buckets < cut_b are kept whole; cut_b itself up to cut */
+    float cut_l = 0.0f;
+    int32_t cut_id = -1;
+    if (p->top_p < 1.0f) {
+        double target = (double)p->top_p * total, cum = 0.0;
+        memset(s->bmass, 0, sizeof s->bmass);
         for (int32_t i = 0; i < n; i++)
-            if (w[i] >= thr && w[i] > 0.0f) {
-                ci[m] = i;
-                cv[m] = logits[i];
-                mass += w[i];
-                m++;
-            }
-        if (p->min_p > 0.0f || mass >= target || thr == 0.0f) {
+            if (w[i] > 0.0f)
+                s->bmass[bucket_of(logits[i], mx, inv_t)] += w[i];
+        int32_t b = 0;
+        while (b < SAMPLER_NB && cum + s->bmass[b] < target)
+            cum += s->bmass[b++];
+        if (b < SAMPLER_NB) {
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (w[i] > 0.0f && bucket_of(logits[i], mx, inv_t) == b) {
+                    ci[m] = i;
+                    cv[m] = logits[i];
+                    m++;
+                }
             cand_sort(ci, cv, m);
-            /* weights in candidate order (reuse cv slots after reading them) */
-            for (int32_t i = 0; i < m; i++)
-                cv[i] = w[ci[i]];
-            double kept;
-            int32_t keep = truncate_p(p, cv, m, total, &kept);
-            return draw(s, ci, cv, keep, kept);
+            int32_t c = 0;
+            while (c < m - 1 && (cum += w[ci[c]]) < target)
+                c++;
+            cut_b = b;
+            cut_l = cv[c];
+            cut_id = ci[c];
         }
-        thr = thr < 0x1.0p-100f ? 0.0f : thr * 0x1.0p-10f;
     }
+    /* Kept: above the top-p cut and w >= min_p (w of the best token is 1). Both sets are
+     * prefixes of the same best-first order, so their intersection is the shorter one. */
+    int32_t m = 0;
+    double mass = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!(w[i] > 0.0f) || w[i] < p->min_p)
+            continue;
+        if (cut_b < SAMPLER_NB) {
+            int32_t b = bucket_of(logits[i], mx, inv_t);
+            if (b > cut_b || (b == cut_b && better(cut_l, cut_id, logits[i], i)))
+                continue;
+        }
+        ci[m] = i;
+        cv[m] = w[i];
+        mass += w[i];
+        m++;
+    }
+    if (m == 0)
+        return best;
+    return draw(s, ci, cv, m, mass);
 }
