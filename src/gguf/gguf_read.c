@@ -225,7 +225,7 @@ static int skip_arr_elems(cursor *c, const char *key, int depth, uint32_t et, ui
     return LQ_OK;
 }
 
-static int parse_kv_value(lq_gguf *g, cursor *c, kv_entry *kv)
+static int parse_kv_value(cursor *c, kv_entry *kv)
 {
     int rc;
     kv->val_off = c->pos;
@@ -267,7 +267,6 @@ static int parse_kv_value(lq_gguf *g, cursor *c, kv_entry *kv)
         c->pos += sz;
     }
     kv->val_end = c->pos;
-    (void)g;
     return LQ_OK;
 }
 
@@ -464,7 +463,7 @@ static int parse(lq_gguf *g, lq_err *err)
         if (type > LQ_GGUF_F64)
             return lq_err_set(err, LQ_EFORMAT, "key '%s': unknown value type %" PRIu32, kv->key, type);
         kv->type = (int)type;
-        if ((rc = parse_kv_value(g, &c, kv)) != 0)
+        if ((rc = parse_kv_value(&c, kv)) != 0)
             return rc;
     }
 
