@@ -113,6 +113,28 @@ static int check_case(const lq_tokenizer *t, const char *what, const char *s, si
             ok = 0;
         }
         free(back);
+        /* the streaming decoder, one id at a time, gives the same text */
+        lq_detok *d = NULL;
+        char *acc = malloc(n + 8), piece[256];
+        size_t na = 0, np = 0;
+        int sok = acc && lq_detok_create(t, 0, &d, NULL) == 0;
+        for (size_t i = 0; sok && i < nids; i++) {
+            sok = lq_detok_push(d, ids[i], piece, sizeof piece, &np, NULL) == 0 && na + np <= n;
+            if (sok) {
+                memcpy(acc + na, piece, np);
+                na += np;
+            }
+        }
+        if (sok && lq_detok_flush(d, piece, sizeof piece, &np) == 0)
+            sok = np == 0;
+        if (!sok || na != n || memcmp(acc, s, n)) {
+            printf("#   %s: streaming decode differs for ", what);
+            print_escaped(s, n);
+            putchar('\n');
+            ok = 0;
+        }
+        lq_detok_free(d);
+        free(acc);
     }
     free(ids);
     return ok;
