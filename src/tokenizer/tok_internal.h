@@ -87,6 +87,11 @@ struct lq_tokenizer {
     int32_t bos, eos, eot, unk;
     int add_bos;
     int add_space_prefix; /* SPM dummy prefix */
+    int prefix_first_only; /* SPM: the dummy prefix only at the start of the text (HF "first") */
+    /* SPM from a HuggingFace tokenizer.json (Llama 2 style: BPE model with byte_fallback):
+     * pairs merge by merge rank instead of by piece score */
+    int spm_merges;
+    int spm_split; /* Metaspace split=true: merging never crosses a "▁" word start */
 
     /* tokens matched in the text with LQ_TOK_PARSE_SPECIAL, longest first */
     int32_t *special;

@@ -1,10 +1,13 @@
-/* HuggingFace tokenizer.json loader (byte-level BPE: GPT-2, Llama 3).
+/* HuggingFace tokenizer.json loader.
  *
- * Reads model.vocab (piece -> id), model.merges ("a b" strings or [a, b] pairs),
- * model.ignore_merges, added_tokens (special=true -> control token, otherwise user-defined),
- * pre_tokenizer (ByteLevel, Split with a Regex, or a Sequence of those), and the
- * post_processor's TemplateProcessing for BOS. SentencePiece-style tokenizer.json files
- * (byte_fallback, Metaspace) are reported as unsupported. */
+ * Byte-level BPE (GPT-2, Llama 3): model.vocab (piece -> id), model.merges ("a b" strings or
+ * [a, b] pairs), model.ignore_merges, added_tokens (special=true -> control token, otherwise
+ * user-defined), pre_tokenizer (ByteLevel, Split with a Regex, or a Sequence of those), and
+ * the post_processor's TemplateProcessing for BOS.
+ *
+ * SentencePiece-style BPE (Llama 2, TinyLlama: BPE with byte_fallback, spaces as U+2581 via
+ * a Replace/Prepend normalizer or a Metaspace pre-tokenizer) loads as LQ_TOK_SPM with
+ * rank-ordered merges and <0xXX> byte fallback. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +123,85 @@ static int template_bos(const lq_tokenizer *t, json_t *pp, int depth, int32_t *b
     return 1;
 }
 
+/* One normalizer of a SentencePiece-style file: Prepend("▁") or Replace(" " -> "▁"). */
+static int spm_normalizer(lq_tokenizer *t, json_t *n, int depth, int *replaced, lq_err *err)
+{
+    if (!n || json_is_null(n))
+        return LQ_OK;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (type && !strcmp(type, "Sequence") && depth < 4) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(n, "normalizers"), i, e)
+        {
+            int rc = spm_normalizer(t, e, depth + 1, replaced, err);
+            if (rc)
+                return rc;
+        }
+        return LQ_OK;
+    }
+    if (type && !strcmp(type, "Prepend")) {
+        const char *p = json_string_value(json_object_get(n, "prepend"));
+        if (p && !strcmp(p, "\xE2\x96\x81")) {
+            t->add_space_prefix = 1;
+            return LQ_OK;
+        }
+    } else if (type && !strcmp(type, "Replace")) {
+        const char *from = json_string_value(json_object_get(json_object_get(n, "pattern"), "String"));
+        const char *to = json_string_value(json_object_get(n, "content"));
+        if (from && to && !strcmp(from, " ") && !strcmp(to, "\xE2\x96\x81")) {
+            *replaced = 1;
+            return LQ_OK;
+        }
+    }
+    return lq_err_set(err, LQ_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported",
+                      type ? type : "?");
+}
+
+/* SentencePiece-style settings: the space escape, the dummy prefix, byte and unk tokens. */
+static int spm_config(lq_tokenizer *t, json_t *model, json_t *norm, json_t *pretok, lq_err *err)
+{
+    int replaced = 0, rc;
+    if ((rc = spm_normalizer(t, norm, 0, &replaced, err)))
+        return rc;
+    if (pretok && !json_is_null(pretok)) {
+        const char *type = json_string_value(json_object_get(pretok, "type"));
+        const char *rep = json_string_value(json_object_get(pretok, "replacement"));
+        if (!type || strcmp(type, "Metaspace") || !rep || strcmp(rep, "\xE2\x96\x81"))
+            return lq_err_set(err, LQ_EUNSUPPORTED,
+                              "tokenizer.json: pre_tokenizer '%s' with a SentencePiece-style model",
+                              type ? type : "?");
+        replaced = 1;
+        const char *scheme = json_string_value(json_object_get(pretok, "prepend_scheme"));
+        json_t *aps = json_object_get(pretok, "add_prefix_space");
+        if (scheme)
+            t->add_space_prefix = strcmp(scheme, "never") != 0;
+        else
+            t->add_space_prefix = !aps || json_is_true(aps);
+        t->prefix_first_only = scheme && !strcmp(scheme, "first");
+        json_t *split = json_object_get(pretok, "split");
+        t->spm_split = !split || json_is_true(split);
+    }
+    if (!replaced)
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "tokenizer.json: SentencePiece-style model without the ' ' -> U+2581 "
+                          "normalizer or a Metaspace pre-tokenizer");
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const char *p = t->blob + t->off[i];
+        unsigned hx;
+        if (t->len[i] == 6 && t->type[i] == TOK_T_NORMAL && !memcmp(p, "<0x", 3) && p[5] == '>' &&
+            sscanf(p, "<0x%2X>", &hx) == 1)
+            t->type[i] = TOK_T_BYTE;
+    }
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    if (unk) {
+        t->unk = tok_find(t, unk, strlen(unk));
+        if (t->unk >= 0)
+            t->type[t->unk] = TOK_T_UNKNOWN;
+    }
+    return LQ_OK;
+}
+
 static int32_t find_first(const lq_tokenizer *t, const char *const *names)
 {
     for (; *names; names++) {
@@ -142,10 +224,16 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
     if (!mtype || strcmp(mtype, "BPE"))
         return lq_err_set(err, LQ_EUNSUPPORTED, "unsupported tokenizer model '%s'",
                           mtype ? mtype : "(none)");
-    if (json_is_true(json_object_get(model, "byte_fallback")))
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "tokenizer.json: BPE with byte_fallback (SentencePiece-style) is not "
-                          "supported; use the model's GGUF");
+    json_t *norm = json_object_get(root, "normalizer");
+    json_t *pretok = json_object_get(root, "pre_tokenizer");
+    const char *pretype = json_string_value(json_object_get(pretok, "type"));
+    int spm = json_is_true(json_object_get(model, "byte_fallback")) ||
+              (norm && !json_is_null(norm)) || (pretype && !strcmp(pretype, "Metaspace"));
+    if (spm) {
+        t->kind = LQ_TOK_SPM;
+        t->spm_merges = 1;
+        t->add_space_prefix = 0;
+    }
     json_t *vocab = json_object_get(model, "vocab");
     json_t *added = json_object_get(root, "added_tokens");
     if (!json_is_object(vocab))
@@ -248,13 +336,12 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
     }
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
 
-    if ((rc = add_pretok(t, json_object_get(root, "pre_tokenizer"), 0, err)))
+    if (spm) {
+        if ((rc = spm_config(t, model, norm, pretok, err)))
+            return rc;
+    } else if ((rc = add_pretok(t, pretok, 0, err))) {
         return rc;
-    json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm))
-        return lq_err_set(err, LQ_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported",
-                          json_string_value(json_object_get(norm, "type")) ?
-                              json_string_value(json_object_get(norm, "type")) : "?");
+    }
 
     static const char *const bos_names[] = {"<|begin_of_text|>", "<s>", "<|endoftext|>", NULL};
     static const char *const eos_names[] = {"<|end_of_text|>", "</s>", "<|endoftext|>", NULL};

@@ -2,7 +2,11 @@
  * llama.cpp's llm_tokenizer_spm: spaces become U+2581, an optional dummy prefix "▁" goes in
  * front, the text starts as one symbol per UTF-8 character, and adjacent pairs whose
  * concatenation is a vocabulary piece are merged best score first (ties: leftmost) until no
- * pair is left. A final symbol that is not a piece falls back to its bytes (<0xXX>). */
+ * pair is left. A final symbol that is not a piece falls back to its bytes (<0xXX>).
+ *
+ * The same vocabulary as a HuggingFace tokenizer.json (Llama 2 style: BPE model with
+ * byte_fallback) carries merges instead of scores; then pairs merge lowest merge rank first
+ * (spm_merges), as HF's BPE model does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +23,7 @@ static int mergeable(const lq_tokenizer *t, int32_t id)
 typedef struct spm_sym {
     size_t start, n; /* bytes of the escaped text; n = 0 once merged away */
     int32_t prev, next;
+    int32_t id;      /* merge-rank mode: the symbol's token id, -1 if not a piece */
 } spm_sym;
 
 static int add_pair(const lq_tokenizer *t, const char *s, spm_sym *sy, tok_heap *h, int32_t l,
@@ -26,6 +31,16 @@ static int add_pair(const lq_tokenizer *t, const char *s, spm_sym *sy, tok_heap 
 {
     if (l < 0 || r < 0)
         return LQ_OK;
+    /* symbols are whole characters, so a symbol starting with U+2581 has >= 3 bytes */
+    if (t->spm_split && sy[r].n >= 3 && !memcmp(s + sy[r].start, "\xE2\x96\x81", 3))
+        return LQ_OK; /* r starts a word */
+    if (t->spm_merges) {
+        int32_t rank, res;
+        if (!tok_merge_lookup(t, sy[l].id, sy[r].id, &rank, &res) || !mergeable(t, res))
+            return LQ_OK;
+        tok_bigram e = {(float)rank, l, r, sy[l].id, sy[r].id, res};
+        return tok_heap_push(h, &e);
+    }
     size_t size = sy[l].n + sy[r].n;
     int32_t id = tok_find(t, s + sy[l].start, size);
     if (id < 0 || !mergeable(t, id))
@@ -69,7 +84,11 @@ int tok_spm_encode(const lq_tokenizer *t, const char *text, size_t len, int add_
         int k = tok_utf8_seq((const unsigned char *)s + i, n - i, NULL);
         if (k == 0)
             k = 1; /* cannot happen: the text was validated */
-        sy[ns] = (spm_sym){i, (size_t)k, ns - 1, -1};
+        sy[ns] = (spm_sym){i, (size_t)k, ns - 1, -1, -1};
+        if (t->spm_merges) {
+            int32_t id = tok_find(t, s + i, (size_t)k);
+            sy[ns].id = id >= 0 && mergeable(t, id) ? id : -1;
+        }
         if (ns > 0)
             sy[ns - 1].next = ns;
         ns++;
@@ -81,8 +100,15 @@ int tok_spm_encode(const lq_tokenizer *t, const char *text, size_t len, int add_
     tok_bigram e;
     while (tok_heap_pop(&h, &e)) {
         spm_sym *l = &sy[e.left], *r = &sy[e.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != (size_t)e.a)
+        if (l->n == 0 || r->n == 0)
+            continue; /* stale: merged away */
+        if (t->spm_merges) {
+            if (l->id != e.a || r->id != e.b)
+                continue; /* stale: a side changed since the pair was queued */
+            l->id = e.res;
+        } else if (l->n + r->n != (size_t)e.a) {
             continue; /* stale */
+        }
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
@@ -93,7 +119,7 @@ int tok_spm_encode(const lq_tokenizer *t, const char *text, size_t len, int add_
             goto oom;
     }
     for (int32_t i = 0; i >= 0; i = sy[i].next) {
-        int32_t id = tok_find(t, s + sy[i].start, sy[i].n);
+        int32_t id = t->spm_merges ? sy[i].id : tok_find(t, s + sy[i].start, sy[i].n);
         if (id >= 0 && mergeable(t, id)) {
             if ((rc = tok_ids_push(out, id)))
                 goto oom;

@@ -652,8 +652,8 @@ int lq_tokenizer_encode(const lq_tokenizer *t, const char *text, size_t len, uns
         } else if (t->kind == LQ_TOK_BPE) {
             rc = tok_bpe_encode(t, text + f.off, f.len, &out, err);
         } else {
-            rc = tok_spm_encode(t, text + f.off, f.len, t->add_space_prefix && prev_special,
-                                &out, err);
+            int prefix = t->add_space_prefix && prev_special && (!t->prefix_first_only || f.off == 0);
+            rc = tok_spm_encode(t, text + f.off, f.len, prefix, &out, err);
             prev_special = 0;
         }
         if (rc)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "harness.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -111,6 +113,28 @@ static int check_case(const lq_tokenizer *t, const char *what, const char *s, si
             ok = 0;
         }
         free(back);
+        /* the streaming decoder, one id at a time, gives the same text */
+        lq_detok *d = NULL;
+        char *acc = malloc(n + 8), piece[256];
+        size_t na = 0, np = 0;
+        int sok = acc && lq_detok_create(t, 0, &d, NULL) == 0;
+        for (size_t i = 0; sok && i < nids; i++) {
+            sok = lq_detok_push(d, ids[i], piece, sizeof piece, &np, NULL) == 0 && na + np <= n;
+            if (sok) {
+                memcpy(acc + na, piece, np);
+                na += np;
+            }
+        }
+        if (sok && lq_detok_flush(d, piece, sizeof piece, &np) == 0)
+            sok = np == 0;
+        if (!sok || na != n || memcmp(acc, s, n)) {
+            printf("#   %s: streaming decode differs for ", what);
+            print_escaped(s, n);
+            putchar('\n');
+            ok = 0;
+        }
+        lq_detok_free(d);
+        free(acc);
     }
     free(ids);
     return ok;
@@ -312,6 +336,117 @@ static void test_gpt2_gguf(void)
     lq_tokenizer_free(t);
 }
 
+typedef struct conv_merge {
+    float score;
+    int32_t merged, l, r;
+} conv_merge;
+
+static int conv_cmp(const void *x, const void *y)
+{
+    const conv_merge *a = x, *b = y;
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    if (a->merged != b->merged)
+        return a->merged < b->merged ? -1 : 1;
+    if (a->l != b->l)
+        return a->l < b->l ? -1 : 1;
+    return (a->r > b->r) - (a->r < b->r);
+}
+
+/* Writes the Llama 2 SentencePiece vocabulary (from its GGUF) as a HuggingFace-style
+ * tokenizer.json the way HF's converter does: BPE with byte_fallback, merges = every split
+ * of a normal piece into two pieces, ordered by the merged piece's score; Prepend + Replace
+ * normalizers; <s> template. */
+static char *spm_as_hf_json(const char *gguf_path)
+{
+    lq_gguf *g = NULL;
+    lq_tokenizer *t = NULL;
+    if (lq_gguf_open(gguf_path, &g, NULL) || lq_tokenizer_from_gguf(g, &t, NULL)) {
+        lq_gguf_close(g);
+        return NULL;
+    }
+    int64_t kt = lq_gguf_find_key(g, "tokenizer.ggml.token_type");
+    int64_t ks = lq_gguf_find_key(g, "tokenizer.ggml.scores");
+    int32_t n = lq_tokenizer_n_vocab(t);
+    json_t *vocab = json_object(), *added = json_array();
+    conv_merge *m = NULL;
+    size_t nm = 0, cap = 0;
+    for (int32_t id = 0; id < n; id++) {
+        size_t len;
+        const char *p = lq_tokenizer_piece(t, id, &len);
+        int64_t ty = 1;
+        double sc = 0;
+        lq_gguf_arr_i64(g, kt, (uint64_t)id, &ty);
+        lq_gguf_arr_f64(g, ks, (uint64_t)id, &sc);
+        json_object_setn_new(vocab, p, len, json_integer(id));
+        if (ty == 2 || ty == 3)
+            json_array_append_new(added, json_pack("{s:i,s:s%,s:b}", "id", id, "content", p, len, "special", 1));
+        if (ty != 1)
+            continue;
+        for (size_t k = 1; k < len; k++) {
+            if (((unsigned char)p[k] & 0xC0) == 0x80)
+                continue; /* split at character boundaries only */
+            int32_t l = lq_tokenizer_find(t, p, k), r = lq_tokenizer_find(t, p + k, len - k);
+            if (l < 0 || r < 0)
+                continue;
+            if (nm == cap) {
+                cap = cap ? cap * 2 : 1024;
+                m = realloc(m, cap * sizeof *m);
+            }
+            m[nm++] = (conv_merge){(float)sc, id, l, r};
+        }
+    }
+    qsort(m, nm, sizeof *m, conv_cmp);
+    json_t *merges = json_array();
+    for (size_t i = 0; i < nm; i++) {
+        size_t ll, rl;
+        const char *lp = lq_tokenizer_piece(t, m[i].l, &ll), *rp = lq_tokenizer_piece(t, m[i].r, &rl);
+        json_array_append_new(merges, json_pack("[s%,s%]", lp, ll, rp, rl));
+    }
+    free(m);
+    json_t *root = json_pack(
+        "{s:o,s:o,s:{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]},s:n,"
+        "s:{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}}}",
+        "model", json_pack("{s:s,s:b,s:s,s:o,s:o}", "type", "BPE", "byte_fallback", 1, "unk_token", "<unk>",
+                           "vocab", vocab, "merges", merges),
+        "added_tokens", added, "normalizer", "type", "Sequence", "normalizers", "type", "Prepend",
+        "prepend", "\xE2\x96\x81", "type", "Replace", "pattern", "String", " ", "content", "\xE2\x96\x81",
+        "pre_tokenizer", "post_processor", "type", "TemplateProcessing", "single", "SpecialToken", "id",
+        "<s>", "type_id", 0, "Sequence", "id", "A", "type_id", 0, "special_tokens", "<s>", "id", "<s>",
+        "ids", 1, "tokens", "<s>");
+    char *js = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    lq_tokenizer_free(t);
+    lq_gguf_close(g);
+    return js;
+}
+
+/* A Llama 2 style tokenizer.json (BPE + byte_fallback) gives the SentencePiece answers. */
+static void test_spm_hf_json(void)
+{
+    const char *dir = harness_conformance_dir();
+    if (!dir)
+        SKIP("../shared/conformance absent");
+    char p[4096];
+    snprintf(p, sizeof p, "%s/tokenizer/ggml-vocab-llama-spm.gguf", dir);
+    char *js = spm_as_hf_json(p);
+    CHECK(js != NULL);
+    if (!js)
+        return;
+    lq_tokenizer *t = NULL;
+    lq_err e = {0};
+    int rc = lq_tokenizer_from_json(js, strlen(js), &t, &e);
+    free(js);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (!t)
+        return;
+    CHECK_EQ_INT(lq_tokenizer_kind(t), LQ_TOK_SPM);
+    CHECK_EQ_INT(lq_tokenizer_bos(t), 1);
+    CHECK_EQ_INT(lq_tokenizer_add_bos(t), 1);
+    run_vectors(t, dir, "ggml-vocab-llama-spm.gguf", "llama spm as HF tokenizer.json");
+    lq_tokenizer_free(t);
+}
+
 /* Deterministic random strings from an alphabet of awkward pieces (contractions, digit runs,
  * CR/LF, tabs, non-breaking and ideographic spaces, combining marks, CJK, emoji). */
 static size_t random_text(uint32_t *seed, char *out, size_t cap)
@@ -347,8 +482,8 @@ static int roundtrip(const lq_tokenizer *t, const char *s, size_t n, int32_t **i
     return ok;
 }
 
-/* The GGUF and tokenizer.json Llama 3 tokenizers agree on random text, and every tokenizer
- * gives the text back. */
+/* The GGUF and tokenizer.json loaders agree on random text (Llama 3; Llama 2 SPM scores vs
+ * the HF-style merges), and every tokenizer gives the text back. */
 static void test_random_agreement(void)
 {
     const char *dir = harness_conformance_dir();
@@ -358,17 +493,25 @@ static void test_random_agreement(void)
     lq_tokenizer *tg = load_gguf(dir, "llama3-vocab.gguf");
     lq_tokenizer *ts = load_gguf(dir, "ggml-vocab-llama-spm.gguf");
     lq_tokenizer *t2 = load_gguf(dir, "ggml-vocab-gpt-2.gguf");
-    if (tj && tg && ts && t2) {
+    lq_tokenizer *tsj = NULL; /* the SPM vocabulary as a HF tokenizer.json */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/tokenizer/ggml-vocab-llama-spm.gguf", dir);
+    char *js = spm_as_hf_json(p);
+    if (js)
+        CHECK_EQ_INT(lq_tokenizer_from_json(js, strlen(js), &tsj, NULL), 0);
+    free(js);
+    if (tj && tg && ts && t2 && tsj) {
         uint32_t seed = 12345;
         int bad = 0;
         for (int i = 0; i < 2000 && bad < 5; i++) {
             char s[512];
             size_t n = random_text(&seed, s, sizeof s);
-            int32_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
-            size_t na = 0, nb = 0, nc = 0, nd = 0;
+            int32_t *a = NULL, *b = NULL, *c = NULL, *d = NULL, *f = NULL;
+            size_t na = 0, nb = 0, nc = 0, nd = 0, nf = 0;
             int ok = roundtrip(tj, s, n, &a, &na) && roundtrip(tg, s, n, &b, &nb) &&
-                     roundtrip(ts, s, n, &c, &nc) && roundtrip(t2, s, n, &d, &nd) && na == nb &&
-                     !memcmp(a, b, na * sizeof *a);
+                     roundtrip(ts, s, n, &c, &nc) && roundtrip(t2, s, n, &d, &nd) &&
+                     roundtrip(tsj, s, n, &f, &nf) && na == nb && !memcmp(a, b, na * sizeof *a) &&
+                     nc == nf && !memcmp(c, f, nc * sizeof *c);
             if (!ok) {
                 bad++;
                 printf("#   random case %d failed: ", i);
@@ -376,11 +519,14 @@ static void test_random_agreement(void)
                 putchar('\n');
                 print_ids("json", a, na);
                 print_ids("gguf", b, nb);
+                print_ids("spm gguf", c, nc);
+                print_ids("spm json", f, nf);
             }
             free(a);
             free(b);
             free(c);
             free(d);
+            free(f);
         }
         CHECK_EQ_INT(bad, 0);
     }
@@ -388,6 +534,7 @@ static void test_random_agreement(void)
     lq_tokenizer_free(tg);
     lq_tokenizer_free(ts);
     lq_tokenizer_free(t2);
+    lq_tokenizer_free(tsj);
 }
 
 int main(void)
@@ -396,6 +543,7 @@ int main(void)
     RUN(test_llama3_gguf);
     RUN(test_spm_gguf);
     RUN(test_gpt2_gguf);
+    RUN(test_spm_hf_json);
     RUN(test_random_agreement);
     return harness_done();
 }

@@ -655,6 +655,72 @@ static void test_bpe_gguf(void)
     CHECK(bpe_gguf("gpt2", 0, LQ_ENOTFOUND, "merges") == NULL);
 }
 
+/* ------------------------------------------------------------ SPM-style tokenizer.json */
+
+static lq_tokenizer *hf_spm(const char *scheme, int split)
+{
+    char js[1024];
+    snprintf(js, sizeof js,
+             "{\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\","
+             "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"\u2581\":3,\"a\":4,\"b\":5,"
+             "\"\u2581a\":6,\"\u2581b\":7,\"ab\":8,\"<0xC3>\":9,\"<0xA9>\":10,\"a\u2581\":11},"
+             "\"merges\":[\"a \u2581\",\"\u2581 a\",\"\u2581 b\",\"a b\"]},"
+             "\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+             "{\"id\":1,\"content\":\"<s>\",\"special\":true},{\"id\":2,\"content\":\"</s>\",\"special\":true}],"
+             "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\u2581\","
+             "\"prepend_scheme\":\"%s\",\"split\":%s}}",
+             scheme, split ? "true" : "false");
+    lq_tokenizer *t = NULL;
+    lq_err e = {0};
+    int rc = lq_tokenizer_from_json(js, strlen(js), &t, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    return t;
+}
+
+static void test_spm_json(void)
+{
+    lq_tokenizer *t = hf_spm("first", 0);
+    if (!t)
+        return;
+    CHECK_EQ_INT(lq_tokenizer_kind(t), LQ_TOK_SPM);
+    CHECK_EQ_INT(lq_tokenizer_bos(t), 1); /* found by name: no template here */
+    CHECK_EQ_INT(lq_tokenizer_add_bos(t), 0);
+    /* rank order: "▁ a" (rank 1) before "a b" (rank 3) */
+    CHECK(encode_eq(t, "ab", 0, (int32_t[]){6, 5}, 2));
+    CHECK(encode_eq(t, "b", 0, (int32_t[]){7}, 1));
+    /* byte fallback for é (C3 A9) */
+    CHECK(encode_eq(t, "\xC3\xA9", 0, (int32_t[]){3, 9, 10}, 3));
+    /* prepend_scheme "first": no dummy prefix after a special token */
+    CHECK(encode_eq(t, "<s>a", LQ_TOK_PARSE_SPECIAL, (int32_t[]){1, 4}, 2));
+    /* no split: "a ▁" (rank 0) merges across the word boundary */
+    CHECK(encode_eq(t, "a b", 0, (int32_t[]){3, 11, 5}, 3));
+    char *s = decode_str(t, (int32_t[]){6, 5, 3, 9, 10}, 5, 0);
+    CHECK(s && !strcmp(s, "ab \xC3\xA9"));
+    free(s);
+    lq_tokenizer_free(t);
+
+    t = hf_spm("always", 1);
+    if (!t)
+        return;
+    CHECK(encode_eq(t, "<s>a", LQ_TOK_PARSE_SPECIAL, (int32_t[]){1, 6}, 2));
+    /* split=true: "▁a▁b" is two words, so "a ▁" cannot merge across them */
+    CHECK(encode_eq(t, "a b", 0, (int32_t[]){6, 7}, 2));
+    CHECK(encode_eq(t, "a  b", 0, (int32_t[]){6, 3, 7}, 3));
+    lq_tokenizer_free(t);
+
+    t = hf_spm("never", 0);
+    if (t) {
+        CHECK(encode_eq(t, "ab", 0, (int32_t[]){8}, 1));
+        lq_tokenizer_free(t);
+    }
+    /* a SentencePiece-style model without any space handling is refused */
+    static const char bad[] = "{\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{\"a\":0}},"
+                              "\"pre_tokenizer\":{\"type\":\"Whitespace\"}}";
+    lq_err e = {0};
+    CHECK_EQ_INT(lq_tokenizer_from_json(bad, strlen(bad), &t, &e), LQ_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(e.msg, "Whitespace");
+}
+
 /* ------------------------------------------------------------ threads */
 
 #define TH_TEXT "hello world hello,world ell \xF0\x9F\xA6\x99 xyz"
@@ -717,6 +783,7 @@ int main(void)
     RUN(test_spm_decode);
     RUN(test_gguf_options_and_errors);
     RUN(test_bpe_gguf);
+    RUN(test_spm_json);
     RUN(test_threads_share_tokenizer);
     return harness_done();
 }
