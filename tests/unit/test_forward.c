@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "unit/tiny_gguf.h"
 
+#include "larql/fixture.h"
 #include "larql/model.h"
 
 #define NIDS 100
@@ -418,6 +419,52 @@ static void test_concurrent_sessions(void)
     lq_model_close(m);
 }
 
+/* The project's own fixture generator ("tiny" preset, with a BPE tokenizer) loads and runs:
+ * its tokenizer is built, and one eval over a prompt equals token-by-token decoding. */
+static void test_fixture_tiny_preset(void)
+{
+    lq_fixture_opts fo;
+    lq_err err = {0};
+    CHECK(lq_fixture_preset(&fo, "tiny", &err) == 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/fixture_tiny.gguf", harness_tmpdir());
+    CHECK_MSG(lq_fixture_write(&fo, path, &err) == 0, "%s", err.msg);
+    lq_model *m = open_model(path, 2, LQ_ACT_INT8, NULL);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *in = lq_model_get_info(m);
+    CHECK_EQ_INT(in->arch, LQ_ARCH_BITNET_B158);
+    CHECK_EQ_INT(in->n_embd, fo.dim);
+    CHECK_EQ_INT(in->n_layer, fo.layers);
+    CHECK_EQ_INT(in->n_vocab, fo.vocab);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    CHECK(tok != NULL);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tok)
+        CHECK(lq_tokenizer_encode(tok, "The capital of France is", 24, LQ_TOK_ADD_BOS, &ids, &n,
+                                  &err) == 0);
+    CHECK(n >= 2);
+    if (n >= 2) {
+        int V = in->n_vocab;
+        float *all = eval_all(m, ids, (int)n);
+        float *one = malloc((size_t)V * sizeof(float));
+        lq_session *s = NULL;
+        CHECK(lq_session_create(m, 0, &s, &err) == 0);
+        for (size_t i = 0; i < n; i++)
+            CHECK(lq_session_decode(s, ids[i], one, &err) == 0);
+        CHECK(all != NULL);
+        if (all)
+            CHECK_NEAR(max_diff(all + (n - 1) * (size_t)V, one, V), 0, 1e-4);
+        lq_session_free(s);
+        free(all);
+        free(one);
+    }
+    free(ids);
+    lq_model_close(m);
+}
+
 int main(void)
 {
     uint64_t r = 7;
@@ -434,6 +481,7 @@ int main(void)
     RUN(test_llama_f16_untied);
     RUN(test_decode_batch_equals_separate);
     RUN(test_concurrent_sessions);
+    RUN(test_fixture_tiny_preset);
     tg_cleanup_dir(harness_tmpdir());
     return harness_done();
 }
