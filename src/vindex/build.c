@@ -23,6 +23,8 @@
 
 #define LQ_VX_WRITER_VERSION "larql-c 0.1.0"
 
+static json_t *real_f32(double v);
+
 void lq_vindex_build_opts_init(lq_vindex_build_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -511,11 +513,11 @@ static int write_bitnet(bctx *c, json_t **layout_out)
     json_t *lay = json_object();
     json_object_set_new(lay, "tensors", tensors);
     json_object_set_new(lay, "total_scale_count", json_integer((json_int_t)scale_off));
-    json_object_set_new(lay, "rms_eps", json_real((double)(float)meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
+    json_object_set_new(lay, "rms_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
     json_object_set_new(lay, "head_dim", json_integer((json_int_t)meta_f64(c->g, c->arch, "rope.dimension_count", 128)));
     json_object_set_new(lay, "n_q_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count", 20)));
     json_object_set_new(lay, "n_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 5)));
-    json_object_set_new(lay, "rope_base", json_real((double)(float)meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
+    json_object_set_new(lay, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
     lq_sb sb = {0};
     lq_sb_json_pretty(&sb, lay, 0);
     char *text;
@@ -610,6 +612,20 @@ static int copy_side_file(bctx *c, const char *gguf_path, const char *name)
     }
     free(src);
     return LQ_OK;
+}
+
+/* A JSON real holding the double nearest to the shortest decimal of an f32, so that it prints
+ * as Rust prints the f32 ("1e-5" -> 0.00001, not 9.99999974e-6). */
+static json_t *real_f32(double v)
+{
+    char tmp[32];
+    float f = (float)v;
+    for (int p = 1; p <= 9; p++) {
+        snprintf(tmp, sizeof tmp, "%.*g", p, (double)f);
+        if (strtof(tmp, NULL) == f)
+            break;
+    }
+    return json_real(strtod(tmp, NULL));
 }
 
 static int validate_shapes(bctx *c)
@@ -707,9 +723,9 @@ static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int le
     json_object_set_new(mc, "head_dim", json_integer((json_int_t)meta_f64(c->g, c->arch, "rope.dimension_count", 128)));
     json_object_set_new(mc, "num_q_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count", 0)));
     json_object_set_new(mc, "num_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 0)));
-    json_object_set_new(mc, "rope_base", json_real(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
+    json_object_set_new(mc, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
     json_object_set_new(mc, "sliding_window", json_null());
-    json_object_set_new(mc, "norm_eps", json_real((double)(float)meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
+    json_object_set_new(mc, "norm_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
     json_object_set_new(ix, "model_config", mc);
     if (bitnet_layout)
         json_object_set(ix, "bitnet_layout", bitnet_layout);

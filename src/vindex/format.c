@@ -380,6 +380,38 @@ static int load_labels(lq_vindex *v, lq_err *err)
     return LQ_OK;
 }
 
+/* Appends s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (what HF's decode
+ * gives for a lone byte token), so token texts are always valid JSON strings. */
+static void put_utf8_lossy(lq_sb *b, const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = (s[i + k] & 0xc0) == 0x80;
+        if (ok && len == 2 && c < 0xc2)
+            ok = 0; /* overlong */
+        if (ok && len == 3) {
+            unsigned cp = (c & 0x0f) << 12 | (s[i + 1] & 0x3f) << 6 | (s[i + 2] & 0x3f);
+            ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (ok && len == 4) {
+            unsigned cp = (c & 0x07) << 18 | (s[i + 1] & 0x3f) << 12 | (s[i + 2] & 0x3f) << 6 | (s[i + 3] & 0x3f);
+            ok = cp >= 0x10000 && cp <= 0x10ffff;
+        }
+        if (ok) {
+            lq_sb_put(b, str + i, len);
+            i += len;
+        } else {
+            lq_sb_put(b, "\xef\xbf\xbd", 3);
+            i++;
+        }
+    }
+}
+
 static int build_token_texts(lq_vindex *v, lq_err *err)
 {
     int V = v->info.vocab_size;
@@ -399,7 +431,7 @@ static int build_token_texts(lq_vindex *v, lq_err *err)
                 s++, len--;
             while (len && isspace((unsigned char)s[len - 1]))
                 len--;
-            lq_sb_put(&sb, s, len);
+            put_utf8_lossy(&sb, s, len);
         } else {
             lq_sb_printf(&sb, "T%d", id);
         }

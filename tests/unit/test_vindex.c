@@ -443,6 +443,59 @@ static void test_planted_queries(void)
     }
 }
 
+static void test_checksum_mismatch_and_llama(void)
+{
+    if (!fixture_ok)
+        SKIP("fixture failed");
+    lq_err err = {0};
+    char out[600], path[700];
+    snprintf(out, sizeof out, "%s/ck", harness_tmpdir());
+    lq_vindex *v = NULL;
+    CHECK(lq_vindex_open(dir32, NULL, &v, &err) == 0);
+    if (!v)
+        return;
+    CHECK(lq_vindex_rewrite(v, out, &err) == 0);
+    lq_vindex_close(v);
+    snprintf(path, sizeof path, "%s/gate_vectors.bin", out);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, 100, SEEK_SET);
+        fputc(0x7f, f);
+        fclose(f);
+    }
+    lq_vindex_open_opts oo = {.verify_checksums = 1};
+    CHECK(lq_vindex_open(out, &oo, &v, &err) == LQ_EFORMAT);
+    CHECK_STR_CONTAINS(err.msg, "sha256");
+    /* a llama (f32 weights) GGUF converts too, with the llama band family */
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.arch = "llama";
+    o.layers = 8;
+    char g[600], d[600];
+    snprintf(g, sizeof g, "%s/llama.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/vllama", harness_tmpdir());
+    CHECK(lq_fixture_write(&o, g, &err) == 0);
+    lq_vindex_build_opts bo;
+    lq_vindex_build_opts_init(&bo);
+    bo.keep_quant = 1; /* ignored on llama, as LARQL does */
+    bo.level = LQ_VLEVEL_INFERENCE;
+    CHECK_MSG(lq_vindex_build(g, d, &bo, &err) == 0, "%s", err.msg);
+    CHECK(bo.keep_quant_ignored == 1);
+    CHECK(lq_vindex_open(d, NULL, &v, &err) == 0);
+    if (v) {
+        const lq_vindex_info *in = lq_vindex_get_info(v);
+        CHECK(!strcmp(in->family, "llama") && in->has_bands && in->bands[1].start == 3 && in->bands[1].end == 5);
+        CHECK(in->has_model_weights && !in->has_bitnet);
+        lq_vindex_close(v);
+    }
+    /* output under a missing parent: error, nothing created */
+    snprintf(d, sizeof d, "%s/no/such/dir", harness_tmpdir());
+    CHECK(lq_vindex_build(g, d, &bo, &err) != 0);
+    struct stat st;
+    CHECK(stat(d, &st) != 0);
+}
+
 int main(void)
 {
     RUN(test_sha256_vectors);
@@ -455,5 +508,6 @@ int main(void)
     RUN(test_open_and_round_trip);
     RUN(test_knn_handle);
     RUN(test_planted_queries);
+    RUN(test_checksum_mismatch_and_llama);
     return harness_done();
 }
