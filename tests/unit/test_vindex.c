@@ -151,7 +151,7 @@ static const char corpus[] =
     "Japan Tokyo Japan Tokyo Japan Tokyo Italy Rome Italy Rome Italy Rome "
     "the model reads the text and the model knows the capital . ";
 
-static char gguf[512], dir32[512], dir16[512];
+static char gguf[4200], dir32[4200], dir16[4200];
 static int fixture_ok;
 
 static void make_fixture(void)
@@ -276,13 +276,13 @@ static void test_open_and_round_trip(void)
         int nf;
         CHECK(lq_vindex_gate_layer(v, 1, &rows, &nf, &err) == 0 && nf == 512);
         CHECK(lq_vindex_gate_layer(v, 4, &rows, &nf, &err) == LQ_ERANGE);
-        char out[600];
+        char out[4400];
         snprintf(out, sizeof out, "%s/rt%d", harness_tmpdir(), k);
         CHECK(lq_vindex_rewrite(v, out, &err) == 0);
         static const char *files[] = {"index.json", "gate_vectors.bin", "embeddings.bin", "down_meta.bin",
                                       "tokenizer.json"};
         for (size_t i = 0; i < 5; i++) {
-            char a[700], b[700];
+            char a[4500], b[4500];
             snprintf(a, sizeof a, "%s/%s", dirs[k], files[i]);
             snprintf(b, sizeof b, "%s/%s", out, files[i]);
             CHECK_MSG(files_equal(a, b), "%s differs after rewrite", files[i]);
@@ -448,7 +448,7 @@ static void test_checksum_mismatch_and_llama(void)
     if (!fixture_ok)
         SKIP("fixture failed");
     lq_err err = {0};
-    char out[600], path[700];
+    char out[4400], path[4500];
     snprintf(out, sizeof out, "%s/ck", harness_tmpdir());
     lq_vindex *v = NULL;
     CHECK(lq_vindex_open(dir32, NULL, &v, &err) == 0);
@@ -472,7 +472,7 @@ static void test_checksum_mismatch_and_llama(void)
     lq_fixture_preset(&o, "tiny", &err);
     o.arch = "llama";
     o.layers = 8;
-    char g[600], d[600];
+    char g[4400], d[4400];
     snprintf(g, sizeof g, "%s/llama.gguf", harness_tmpdir());
     snprintf(d, sizeof d, "%s/vllama", harness_tmpdir());
     CHECK(lq_fixture_write(&o, g, &err) == 0);
