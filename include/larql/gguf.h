@@ -76,6 +76,8 @@ uint32_t lq_gguf_version(const lq_gguf *g);
 uint32_t lq_gguf_alignment(const lq_gguf *g);
 const char *lq_gguf_path(const lq_gguf *g);   /* "" for buffers */
 uint64_t lq_gguf_file_size(const lq_gguf *g);
+/* File offset where the tensor data section starts (tensor offsets are relative to it). */
+uint64_t lq_gguf_data_offset(const lq_gguf *g);
 
 /* Metadata, by index 0..n_kv-1 or by key. lq_gguf_find_key returns the index or -1. */
 int64_t lq_gguf_n_kv(const lq_gguf *g);
@@ -84,6 +86,9 @@ const char *lq_gguf_key(const lq_gguf *g, int64_t idx);
 int lq_gguf_kv_type(const lq_gguf *g, int64_t idx);          /* lq_gguf_vtype */
 int lq_gguf_arr_type(const lq_gguf *g, int64_t idx);         /* element type, or -1 if not array */
 uint64_t lq_gguf_arr_len(const lq_gguf *g, int64_t idx);     /* 0 if not array */
+/* The raw encoded value of entry idx (the bytes after its type field, as in the file:
+ * strings with their u64 length, arrays with element type and count). For copying. */
+int lq_gguf_kv_raw(const lq_gguf *g, int64_t idx, const uint8_t **val, uint64_t *len);
 
 /* Typed getters by key. Missing key -> LQ_ENOTFOUND (err message names the key).
  * Numeric getters accept ANY numeric value type (u8..u64, i8..i64, f32, f64, bool for the
@@ -154,6 +159,9 @@ int lq_gguf_writer_add_arr_str(lq_gguf_writer *w, const char *key, const char *c
 /* Numeric array: elem_type is a numeric lq_gguf_vtype; data holds n packed LE elements. */
 int lq_gguf_writer_add_arr(lq_gguf_writer *w, const char *key, int elem_type, const void *data, uint64_t n);
 /* ne[0] fastest. nbytes must equal lq_ggml_nbytes (I2_S: n/4 + 32, scale at n/4). */
+/* Copies entry idx of an open file verbatim (any type, nested arrays included). Copying
+ * general.alignment also sets the writer's alignment. */
+int lq_gguf_writer_copy_kv(lq_gguf_writer *w, const lq_gguf *g, int64_t idx);
 int lq_gguf_writer_add_tensor(lq_gguf_writer *w, const char *name, uint32_t n_dims,
                               const uint64_t *ne, int type, const void *data, uint64_t nbytes);
 int lq_gguf_writer_write(lq_gguf_writer *w, const char *path, lq_err *err);

@@ -82,6 +82,15 @@ int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
 /* One decode step (n = 1): the same as lq_session_eval(s, &id, 1, logits, NULL, err). */
 int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err);
 
+/* One decode step for B sessions of the same model at once (the server's batching): ids[b]
+ * is fed to ss[b] at its own position, and every weight is read once for the whole batch
+ * (attention stays per session). logits: NULL, or B pointers (each NULL or n_vocab floats).
+ * Equivalent to B calls of lq_session_decode. All checks (NULL/duplicate sessions, another
+ * model, ids out of range, a full context) happen before anything changes. The sessions
+ * must not be used by other threads during the call. */
+int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
+                            float *const *logits, lq_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,7 @@
 #define LQ_CORE_CPU_H
 
 typedef struct lq_cpu_features {
-    int avx2, fma, f16c;
+    int avx2, fma, f16c, bmi2; /* bmi2: the *_avx2.c files are compiled with -mbmi2 */
     int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
     int avxvnni;
 } lq_cpu_features;

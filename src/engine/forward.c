@@ -1,0 +1,445 @@
+/* The forward pass over a batch of rows (prefill chunk or batched decode).
+ *
+ * Each projection is one kernel call over all T rows (each weight byte is read once per
+ * batch), its output rows split across the model's thread pool. BitNet blocks quantise the
+ * activations entering a BitLinear once per vector (shared by q/k/v and by gate/up).
+ * Numerics follow DESIGN.md "Numerics" and tools/ref_forward.py. Nothing here allocates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "model/model_internal.h"
+
+/* ---- scratch ---- */
+
+static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+int lq_scratch_init(lq_scratch *sc, const lq_model *m, int n_ctx)
+{
+    memset(sc, 0, sizeof *sc);
+    size_t B = LQ_MAX_BATCH;
+    size_t max_in = (size_t)max3(m->n_embd, m->q_dim, m->n_ff);
+    sc->n_threads = lq_pool_threads(m->pool);
+    (void)n_ctx;
+    sc->x = malloc(B * (size_t)m->n_embd * sizeof(float));
+    sc->h = malloc(B * max_in * sizeof(float));
+    sc->q = malloc(B * (size_t)m->q_dim * sizeof(float));
+    sc->k = malloc(B * (size_t)m->kv_dim * sizeof(float));
+    sc->v = malloc(B * (size_t)m->kv_dim * sizeof(float));
+    sc->att = malloc(B * (size_t)m->q_dim * sizeof(float));
+    sc->g = malloc(B * (size_t)m->n_ff * sizeof(float));
+    sc->u = malloc(B * (size_t)m->n_ff * sizeof(float));
+    sc->tmp = malloc(B * (size_t)m->n_embd * sizeof(float));
+    sc->xdq = malloc(B * max_in * sizeof(float));
+    sc->xq = malloc(B * max_in);
+    sc->xinv = malloc(B * sizeof(float));
+    sc->xsum = malloc(B * sizeof(int32_t));
+    sc->lm_tile = malloc((size_t)sc->n_threads * B * LQ_LM_TILE * sizeof(float));
+    if (!sc->x || !sc->h || !sc->q || !sc->k || !sc->v || !sc->att || !sc->g || !sc->u ||
+        !sc->tmp || !sc->xdq || !sc->xq || !sc->xinv || !sc->xsum || !sc->lm_tile) {
+        lq_scratch_free(sc);
+        return LQ_ENOMEM;
+    }
+    return LQ_OK;
+}
+
+void lq_scratch_free(lq_scratch *sc)
+{
+    if (!sc)
+        return;
+    free(sc->x);
+    free(sc->h);
+    free(sc->q);
+    free(sc->k);
+    free(sc->v);
+    free(sc->att);
+    free(sc->g);
+    free(sc->u);
+    free(sc->tmp);
+    free(sc->xdq);
+    free(sc->xq);
+    free(sc->xinv);
+    free(sc->xsum);
+    free(sc->lm_tile);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* ---- elementwise pieces ---- */
+
+/* out = x / sqrt(mean(x²) + eps) * w, x and out [n]. The sum of squares is accumulated in
+ * double over f32 squares and the scale rounded to f32, as tools/ref_forward.py does, so
+ * that the int8 activation quantiser sees the same inputs (a flipped rounding would move a
+ * logit by a quantum). out may alias x. */
+static void rmsnorm(const float *x, const float *w, int n, float eps, float *out)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (float)(x[i] * x[i]);
+    float mean = (float)(ss / n);
+    float sc = (float)(1.0 / sqrt((double)(float)(mean + eps)));
+    for (int i = 0; i < n; i++)
+        out[i] = (x[i] * sc) * w[i];
+}
+
+static void embed_row(const lq_model *m, int32_t id, float *out)
+{
+    size_t n = (size_t)m->n_embd;
+    const uint8_t *base = m->embd.data;
+    switch (m->embd.type) {
+    case LQ_GGML_F16: {
+        const uint8_t *r = base + (size_t)id * n * 2;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, r + 2 * i, 2);
+            out[i] = lq_f16_to_f32(h);
+        }
+        break;
+    }
+    case LQ_GGML_BF16: {
+        const uint8_t *r = base + (size_t)id * n * 2;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, r + 2 * i, 2);
+            out[i] = lq_bf16_to_f32(h);
+        }
+        break;
+    }
+    default: /* F32 */
+        memcpy(out, base + (size_t)id * n * 4, n * sizeof(float));
+        break;
+    }
+}
+
+/* RoPE on nh heads of one row v [nh*head_dim] at the position whose table row is cs
+ * [n_rot/2, 2] (cos, sin). */
+static void rope_row(const lq_model *m, float *v, int nh, const float *cs)
+{
+    int hd = m->head_dim, half = m->n_rot / 2;
+    for (int h = 0; h < nh; h++) {
+        float *b = v + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            int i0 = m->rope_neox ? i : 2 * i;
+            int i1 = m->rope_neox ? i + half : 2 * i + 1;
+            float v0 = b[i0], v1 = b[i1];
+            b[i0] = v0 * c - v1 * s;
+            b[i1] = v0 * s + v1 * c;
+        }
+    }
+}
+
+/* ---- projections ---- */
+
+enum { IN_F32 = 0, IN_I8 = 1 };
+
+/* Up to three matrices sharing one input, run as one pool loop over their stacked rows. */
+typedef struct mm_job {
+    const lq_kernels *kern;
+    int n;
+    const lq_wmat *w[3];
+    float *y[3];      /* [T, w->rows] each */
+    int64_t off[4];   /* row offsets of each matrix in the stacked range */
+    int in_mode;
+    const float *x;   /* [T, cols] f32 input (IN_F32), or the dequantised int8 (IN_I8) */
+    const int8_t *xq; /* [T, cols] */
+    const float *xinv;
+    const int32_t *xsum;
+    size_t ldx;
+    int T;
+} mm_job;
+
+static void mm_part(const mm_job *j, int p, int64_t r0, int64_t r1)
+{
+    const lq_wmat *w = j->w[p];
+    size_t ldy = (size_t)w->rows;
+    if (w->kind == LQ_WK_I2S) {
+        if (j->in_mode == IN_I8)
+            j->kern->i2s_i8(&w->i2s, j->xq, j->ldx, j->xinv, j->xsum, j->T, j->y[p], ldy, r0, r1);
+        else
+            j->kern->i2s_f32(&w->i2s, j->x, j->ldx, j->T, j->y[p], ldy, r0, r1);
+    } else {
+        j->kern->dense(&w->dense, j->x, j->ldx, j->T, j->y[p], ldy, r0, r1);
+    }
+}
+
+static void mm_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    (void)tid;
+    const mm_job *j = ctx;
+    for (int p = 0; p < j->n; p++) {
+        int64_t lo = start > j->off[p] ? start : j->off[p];
+        int64_t hi = end < j->off[p + 1] ? end : j->off[p + 1];
+        if (lo < hi)
+            mm_part(j, p, lo - j->off[p], hi - j->off[p]);
+    }
+}
+
+/* Prepares the input x [T, cols] of a projection: for a BitLinear in INT8 mode, quantise each
+ * row once (the result is shared by every matrix of this input); dense weights under INT8
+ * mode get the dequantised values q * inv_scale, which is the same product. */
+static void mm_prepare(const lq_model *m, lq_scratch *sc, mm_job *j, const float *x, int cols,
+                       int T, int bitlinear, int any_dense)
+{
+    memset(j, 0, sizeof *j);
+    j->kern = m->kern;
+    j->T = T;
+    j->ldx = (size_t)cols;
+    j->x = x;
+    j->in_mode = IN_F32;
+    if (!bitlinear || m->act_mode != LQ_ACT_INT8)
+        return;
+    j->in_mode = IN_I8;
+    for (int t = 0; t < T; t++)
+        m->kern->quant_i8(x + (size_t)t * cols, cols, sc->xq + (size_t)t * cols, &sc->xinv[t],
+                          &sc->xsum[t]);
+    j->xq = sc->xq;
+    j->xinv = sc->xinv;
+    j->xsum = sc->xsum;
+    if (any_dense) {
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < cols; c++)
+                sc->xdq[(size_t)t * cols + c] = sc->xq[(size_t)t * cols + c] * sc->xinv[t];
+        j->x = sc->xdq;
+    }
+}
+
+static void mm_run(const lq_model *m, mm_job *j)
+{
+    j->off[0] = 0;
+    for (int p = 0; p < j->n; p++)
+        j->off[p + 1] = j->off[p] + j->w[p]->rows;
+    lq_pool_for(m->pool, j->off[j->n], 16, mm_fn, j);
+}
+
+/* y_i = W_i · x for up to three matrices with the same input x [T, cols]. */
+static void project(const lq_model *m, lq_scratch *sc, const float *x, int cols, int T,
+                    int n, const lq_wmat *const *w, float *const *y)
+{
+    int bitlinear = m->arch != LQ_ARCH_LLAMA;
+    int any_dense = 0;
+    for (int p = 0; p < n; p++)
+        any_dense |= w[p]->kind == LQ_WK_DENSE;
+    mm_job j;
+    mm_prepare(m, sc, &j, x, cols, T, bitlinear, any_dense);
+    j.n = n;
+    for (int p = 0; p < n; p++) {
+        j.w[p] = w[p];
+        j.y[p] = y[p];
+    }
+    mm_run(m, &j);
+}
+
+/* ---- attention ---- */
+
+typedef struct att_job {
+    const lq_model *m;
+    const lq_fwd_row *rows;
+    int layer, T;
+    const float *q; /* [T, q_dim] after RoPE */
+    float *out;     /* [T, q_dim] */
+} att_job;
+
+#define ATT_BLOCK 64
+
+/* Items are (head, row) pairs, head-major, so that each thread's contiguous chunk mixes
+ * early and late rows (causal rows have unequal work). Softmax is max-subtracted, computed
+ * block by block (online rescaling) so that no per-context buffer is needed. */
+static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    (void)tid;
+    const att_job *j = ctx;
+    const lq_model *m = j->m;
+    int hd = m->head_dim, group = m->n_head / m->n_head_kv;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float acc[LQ_MODEL_MAX_HEAD_DIM];
+    float s[ATT_BLOCK];
+    for (int64_t it = start; it < end; it++) {
+        int h = (int)(it / j->T), t = (int)(it % j->T);
+        int kvh = h / group;
+        lq_session *sess = j->rows[t].s;
+        int npos = j->rows[t].pos + 1;
+        const float *kc = lq_session_kcache(sess, j->layer) + (size_t)kvh * hd;
+        const float *vc = lq_session_vcache(sess, j->layer) + (size_t)kvh * hd;
+        const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
+        size_t ld = (size_t)m->kv_dim;
+        float mx = -INFINITY, sum = 0;
+        for (int i = 0; i < hd; i++)
+            acc[i] = 0;
+        for (int p0 = 0; p0 < npos; p0 += ATT_BLOCK) {
+            int nb = npos - p0 < ATT_BLOCK ? npos - p0 : ATT_BLOCK;
+            float bm = -INFINITY;
+            for (int b = 0; b < nb; b++) {
+                const float *k = kc + (size_t)(p0 + b) * ld;
+                float d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += q[i] * k[i];
+                s[b] = d * scale;
+                if (s[b] > bm)
+                    bm = s[b];
+            }
+            if (bm > mx) {
+                float r = expf(mx - bm); /* 0 on the first block (mx = -inf) */
+                sum *= r;
+                for (int i = 0; i < hd; i++)
+                    acc[i] *= r;
+                mx = bm;
+            }
+            for (int b = 0; b < nb; b++) {
+                const float *v = vc + (size_t)(p0 + b) * ld;
+                float e = expf(s[b] - mx);
+                sum += e;
+                for (int i = 0; i < hd; i++)
+                    acc[i] += e * v[i];
+            }
+        }
+        float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++)
+            o[i] = acc[i] * inv;
+    }
+}
+
+/* ---- lm_head ---- */
+
+typedef struct lm_job {
+    const lq_model *m;
+    lq_scratch *sc;
+    const float *x;     /* [nl, n_embd] final-normed rows */
+    float *const *out;  /* nl pointers to n_vocab floats */
+    int nl;
+} lm_job;
+
+/* Vocabulary tiles of LQ_LM_TILE rows: each tile is one kernel call over all nl rows into a
+ * per-thread buffer, scattered to the callers' logits (which need not be contiguous: batched
+ * decode writes one buffer per session). */
+static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    const lm_job *j = ctx;
+    const lq_model *m = j->m;
+    const lq_wmat *w = &m->lm_head;
+    float *buf = j->sc->lm_tile + (size_t)tid * LQ_MAX_BATCH * LQ_LM_TILE;
+    for (int64_t tile = start; tile < end; tile++) {
+        int64_t r0 = tile * LQ_LM_TILE;
+        int64_t r1 = r0 + LQ_LM_TILE < w->rows ? r0 + LQ_LM_TILE : w->rows;
+        int64_t n = r1 - r0;
+        /* Sub-matrix view of rows [r0, r1): rows are contiguous in both layouts. */
+        if (w->kind == LQ_WK_I2S) {
+            lq_i2s_mat sub = w->i2s;
+            sub.data += (size_t)r0 * (size_t)w->cols / 4;
+            sub.rows = n;
+            m->kern->i2s_f32(&sub, j->x, (size_t)m->n_embd, j->nl, buf, (size_t)n, 0, n);
+        } else {
+            lq_dense_mat sub = w->dense;
+            size_t es = sub.type == LQ_GGML_F32 ? 4 : 2;
+            sub.data = (const uint8_t *)sub.data + (size_t)r0 * (size_t)w->cols * es;
+            sub.rows = n;
+            m->kern->dense(&sub, j->x, (size_t)m->n_embd, j->nl, buf, (size_t)n, 0, n);
+        }
+        for (int t = 0; t < j->nl; t++)
+            memcpy(j->out[t] + r0, buf + (size_t)t * n, (size_t)n * sizeof(float));
+    }
+}
+
+/* ---- the block ---- */
+
+void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+                int T, float *const *out)
+{
+    const int D = m->n_embd, F = m->n_ff, QD = m->q_dim, KVD = m->kv_dim;
+    float *x = sc->x; /* [T, D] */
+    for (int t = 0; t < T; t++)
+        embed_row(m, ids[t], x + (size_t)t * D);
+
+    for (int l = 0; l < m->n_layer; l++) {
+        const lq_layer *L = &m->layers[l];
+
+        /* attention */
+        for (int t = 0; t < T; t++)
+            rmsnorm(x + (size_t)t * D, L->attn_norm, D, m->eps, sc->h + (size_t)t * D);
+        {
+            const lq_wmat *w[3] = {&L->q, &L->k, &L->v};
+            float *y[3] = {sc->q, sc->k, sc->v};
+            project(m, sc, sc->h, D, T, 3, w, y);
+        }
+        for (int t = 0; t < T; t++) {
+            const float *cs = lq_session_rope(rows[t].s) + (size_t)rows[t].pos * m->n_rot;
+            rope_row(m, sc->q + (size_t)t * QD, m->n_head, cs);
+            rope_row(m, sc->k + (size_t)t * KVD, m->n_head_kv, cs);
+            /* K (after RoPE) and V go to the row's cache before attention, so that rows
+             * of the same session in this batch see each other causally. */
+            memcpy(lq_session_kcache(rows[t].s, l) + (size_t)rows[t].pos * KVD,
+                   sc->k + (size_t)t * KVD, (size_t)KVD * sizeof(float));
+            memcpy(lq_session_vcache(rows[t].s, l) + (size_t)rows[t].pos * KVD,
+                   sc->v + (size_t)t * KVD, (size_t)KVD * sizeof(float));
+        }
+        att_job aj = {m, rows, l, T, sc->q, sc->att};
+        lq_pool_for(m->pool, (int64_t)T * m->n_head, 1, att_fn, &aj);
+        const float *oin = sc->att;
+        if (L->attn_sub_norm) {
+            for (int t = 0; t < T; t++)
+                rmsnorm(sc->att + (size_t)t * QD, L->attn_sub_norm, QD, m->eps,
+                        sc->h + (size_t)t * QD);
+            oin = sc->h;
+        }
+        {
+            const lq_wmat *w[1] = {&L->o};
+            float *y[1] = {sc->tmp};
+            project(m, sc, oin, QD, T, 1, w, y);
+        }
+        for (size_t i = 0; i < (size_t)T * D; i++)
+            x[i] += sc->tmp[i];
+
+        /* feed-forward */
+        for (int t = 0; t < T; t++)
+            rmsnorm(x + (size_t)t * D, L->ffn_norm, D, m->eps, sc->h + (size_t)t * D);
+        {
+            const lq_wmat *w[2] = {&L->gate, &L->up};
+            float *y[2] = {sc->g, sc->u};
+            project(m, sc, sc->h, D, T, 2, w, y);
+        }
+        size_t nf = (size_t)T * F;
+        if (m->arch == LQ_ARCH_BITNET_B158) {
+            for (size_t i = 0; i < nf; i++) {
+                float g = sc->g[i] > 0 ? sc->g[i] : 0;
+                sc->g[i] = g * g * sc->u[i];
+            }
+        } else {
+            for (size_t i = 0; i < nf; i++) {
+                float g = sc->g[i];
+                sc->g[i] = g / (1.0f + expf(-g)) * sc->u[i];
+            }
+        }
+        const float *din = sc->g;
+        if (L->ffn_sub_norm) {
+            for (int t = 0; t < T; t++)
+                rmsnorm(sc->g + (size_t)t * F, L->ffn_sub_norm, F, m->eps,
+                        sc->h + (size_t)t * F);
+            din = sc->h;
+        }
+        {
+            const lq_wmat *w[1] = {&L->down};
+            float *y[1] = {sc->tmp};
+            project(m, sc, din, F, T, 1, w, y);
+        }
+        for (size_t i = 0; i < (size_t)T * D; i++)
+            x[i] += sc->tmp[i];
+    }
+
+    if (!out)
+        return;
+    /* Final norm only for the rows that want logits, gathered contiguously for the head. */
+    float *lout[LQ_MAX_BATCH];
+    int nl = 0;
+    for (int t = 0; t < T; t++) {
+        if (!out[t])
+            continue;
+        rmsnorm(x + (size_t)t * D, m->output_norm, D, m->eps, sc->h + (size_t)nl * D);
+        lout[nl++] = out[t];
+    }
+    if (nl == 0)
+        return;
+    lm_job lj = {m, sc, sc->h, lout, nl};
+    int64_t ntiles = (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
+    lq_pool_for(m->pool, ntiles, 1, lm_fn, &lj);
+}

@@ -1,0 +1,185 @@
+/* Sessions: per-request state over a shared, read-only model.
+ *
+ * A session owns its f32 KV cache (per layer K and V, [n_ctx, n_head_kv*head_dim], K after
+ * RoPE), a RoPE table for its context, and scratch for one forward batch. Everything is
+ * allocated at create; eval and decode only compute. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+struct lq_session {
+    lq_model *m;
+    int n_ctx, pos;
+    float *kv;   /* [n_layer, 2, n_ctx, kv_dim]: K then V of each layer */
+    float *rope; /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
+    lq_scratch sc;
+};
+
+float *lq_session_kcache(lq_session *s, int layer)
+{
+    return s->kv + (size_t)layer * 2 * (size_t)s->n_ctx * (size_t)s->m->kv_dim;
+}
+
+float *lq_session_vcache(lq_session *s, int layer)
+{
+    return lq_session_kcache(s, layer) + (size_t)s->n_ctx * (size_t)s->m->kv_dim;
+}
+
+const float *lq_session_rope(const lq_session *s) { return s->rope; }
+
+int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
+{
+    if (!m || !out)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_create: model and out are required");
+    *out = NULL;
+    int limit = m->n_ctx_train;
+    if (n_ctx == 0)
+        n_ctx = limit < 4096 ? limit : 4096;
+    if (n_ctx < 1 || n_ctx > limit)
+        return lq_err_set(err, LQ_ERANGE, "context length %d outside [1, %d] (%s.context_length)",
+                          n_ctx, limit, m->arch_name);
+    lq_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return lq_err_set(err, LQ_ENOMEM, "cannot allocate a session");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    size_t kv_floats = (size_t)m->n_layer * 2 * (size_t)n_ctx * (size_t)m->kv_dim;
+    int half = m->n_rot / 2;
+    /* The KV cache is not cleared: a position is always written before it is read. */
+    s->kv = malloc(kv_floats * sizeof(float));
+    s->rope = malloc((size_t)n_ctx * (size_t)m->n_rot * sizeof(float));
+    if (!s->kv || !s->rope || lq_scratch_init(&s->sc, m, n_ctx) != 0) {
+        lq_session_free(s);
+        return lq_err_set(err, LQ_ENOMEM,
+                          "cannot allocate a session with n_ctx %d (KV cache %zu bytes)", n_ctx,
+                          kv_floats * sizeof(float));
+    }
+    /* Angles in double (pos * theta^(-2i/n_rot)), rounded once: no pow/sin/cos per token. */
+    for (int i = 0; i < half; i++) {
+        double inv_freq = pow(m->rope_theta, -2.0 * i / m->n_rot);
+        for (int p = 0; p < n_ctx; p++) {
+            double a = p * inv_freq;
+            s->rope[(size_t)p * m->n_rot + 2 * i] = (float)cos(a);
+            s->rope[(size_t)p * m->n_rot + 2 * i + 1] = (float)sin(a);
+        }
+    }
+    *out = s;
+    return LQ_OK;
+}
+
+void lq_session_free(lq_session *s)
+{
+    if (!s)
+        return;
+    lq_scratch_free(&s->sc);
+    free(s->kv);
+    free(s->rope);
+    free(s);
+}
+
+void lq_session_reset(lq_session *s)
+{
+    if (s)
+        s->pos = 0;
+}
+
+int lq_session_pos(const lq_session *s) { return s ? s->pos : 0; }
+int lq_session_n_ctx(const lq_session *s) { return s ? s->n_ctx : 0; }
+lq_model *lq_session_model(const lq_session *s) { return s ? s->m : NULL; }
+
+static int check_ids(const lq_model *m, const int32_t *ids, size_t n, lq_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            return lq_err_set(err, LQ_ERANGE, "token id %d (at index %zu) out of range: n_vocab %d",
+                              (int)ids[i], i, m->n_vocab);
+    return LQ_OK;
+}
+
+int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
+                    float *all_logits, lq_err *err)
+{
+    if (!s)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval: session is NULL");
+    if (n == 0 || !ids)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval: empty input (no token ids)");
+    const lq_model *m = s->m;
+    if (n > (size_t)(s->n_ctx - s->pos))
+        return lq_err_set(err, LQ_ECONTEXT,
+                          "context overflow: position %d + %zu tokens exceeds n_ctx %d", s->pos,
+                          n, s->n_ctx);
+    int rc = check_ids(m, ids, n, err);
+    if (rc != 0)
+        return rc;
+    size_t V = (size_t)m->n_vocab;
+    lq_fwd_row rows[LQ_MAX_BATCH];
+    float *outp[LQ_MAX_BATCH];
+    for (size_t c0 = 0; c0 < n; c0 += LQ_MAX_BATCH) {
+        int T = n - c0 < LQ_MAX_BATCH ? (int)(n - c0) : LQ_MAX_BATCH;
+        int want = 0;
+        for (int t = 0; t < T; t++) {
+            size_t i = c0 + (size_t)t;
+            rows[t].s = s;
+            rows[t].pos = s->pos + t;
+            outp[t] = all_logits ? all_logits + i * V : (i == n - 1 ? logits : NULL);
+            want |= outp[t] != NULL;
+        }
+        lq_forward(m, &s->sc, ids + c0, rows, T, want ? outp : NULL);
+        s->pos += T;
+    }
+    if (logits && all_logits)
+        memcpy(logits, all_logits + (n - 1) * V, V * sizeof(float));
+    return LQ_OK;
+}
+
+int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err)
+{
+    return lq_session_eval(s, &id, 1, logits, NULL, err);
+}
+
+int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
+                            float *const *logits, lq_err *err)
+{
+    if (!ss || !ids || B < 1)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_decode_batch: empty batch");
+    const lq_model *m = ss[0] ? ss[0]->m : NULL;
+    for (int b = 0; b < B; b++) {
+        if (!ss[b] || ss[b]->m != m)
+            return lq_err_set(err, LQ_EINVAL,
+                              "lq_session_decode_batch: session %d is NULL or of another model",
+                              b);
+        for (int c = 0; c < b; c++)
+            if (ss[c] == ss[b])
+                return lq_err_set(err, LQ_EINVAL,
+                                  "lq_session_decode_batch: session %d appears twice (also %d)",
+                                  b, c);
+        if (ss[b]->pos >= ss[b]->n_ctx)
+            return lq_err_set(err, LQ_ECONTEXT,
+                              "context overflow in session %d: position %d + 1 token exceeds "
+                              "n_ctx %d",
+                              b, ss[b]->pos, ss[b]->n_ctx);
+        if (ids[b] < 0 || ids[b] >= m->n_vocab)
+            return lq_err_set(err, LQ_ERANGE,
+                              "token id %d (session %d) out of range: n_vocab %d", (int)ids[b],
+                              b, m->n_vocab);
+    }
+    lq_fwd_row rows[LQ_MAX_BATCH];
+    float *outp[LQ_MAX_BATCH];
+    for (int c0 = 0; c0 < B; c0 += LQ_MAX_BATCH) {
+        int T = B - c0 < LQ_MAX_BATCH ? B - c0 : LQ_MAX_BATCH;
+        int want = 0;
+        for (int t = 0; t < T; t++) {
+            rows[t].s = ss[c0 + t];
+            rows[t].pos = ss[c0 + t]->pos;
+            outp[t] = logits ? logits[c0 + t] : NULL;
+            want |= outp[t] != NULL;
+        }
+        /* The batch runs in the first session's scratch (sized for LQ_MAX_BATCH rows). */
+        lq_forward(m, &ss[c0]->sc, ids + c0, rows, T, want ? outp : NULL);
+        for (int t = 0; t < T; t++)
+            ss[c0 + t]->pos++;
+    }
+    return LQ_OK;
+}

@@ -1,0 +1,316 @@
+/* AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c -mbmi2; selected only when
+ * cpuid says so).
+ *
+ * int8 x ternary (i2s_i8), the unsigned-code trick: one 32-byte load of an I2_S block gives
+ * four vectors of 32 codes ((v>>6)&3 = elements 0..31, (v>>4)&3 = 32..63, (v>>2)&3 =
+ * 64..95, v&3 = 96..127), each against 32 contiguous activations with maddubs (u8 code x s8
+ * q, pairs summed to int16: |pair| <= 2*2*128 = 512, the four of a block <= 2048, no
+ * saturation), widened with madd(ones) to int32. Σ code*q - Σ q = Σ (code-1)*q = Σ trit*q,
+ * exact, so the result is bit-identical to the scalar reference (same final float
+ * expression, lq_i2s_i8_out). Assumes code 3 never occurs (see kernels_internal.h).
+ *
+ * Tiles: up to 4 rows x 2 tokens per pass (16 ymm registers), so one load of a weight
+ * block serves 2 tokens and one activation load serves 4 rows; rows are the outer loop so
+ * each weight byte comes from memory once per call and from L1 for the other token pairs. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "kernels/kernels_internal.h"
+#include "larql/gguf.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI int32_t hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+AI float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- quant_i8 ------------------------------------------------------------------------ */
+
+static void quant_i8_avx2(const float *x, int64_t n, int8_t *q, float *inv_scale, int32_t *sum)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) /* max_ps(a, m) returns m when a is NaN: NaN is ignored */
+        vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), vmax);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4);
+    for (; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax)
+            amax = a;
+    }
+    const float s = lq_quant_scale(amax);
+    const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i vsum = _mm256_setzero_si256();
+    i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i qi[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vs);
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi); /* NaN -> -128 like the reference */
+            qi[k] = _mm256_cvtps_epi32(v);
+            vsum = _mm256_add_epi32(vsum, qi[k]);
+        }
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(p, perm));
+    }
+    int32_t acc = hsum_epi32(vsum);
+    for (; i < n; i++) {
+        q[i] = lq_quant_one(x[i], s);
+        acc += q[i];
+    }
+    *inv_scale = 1.0f / s;
+    *sum = acc;
+}
+
+/* ---- i2s_i8 -------------------------------------------------------------------------- */
+
+/* dots[r][t] = Σ code(r,c) * x[t][c] over nblk 128-element blocks, R <= 4 rows, TT <= 2. */
+AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int64_t nblk,
+                      int R, int TT, int32_t dots[4][2])
+{
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    __m256i acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++)
+            acc[r][t] = _mm256_setzero_si256();
+    for (int64_t b = 0; b < nblk; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32));
+            __m256i c0 = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+            __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
+            __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+            __m256i c3 = _mm256_and_si256(v, m3);
+#pragma GCC unroll 2
+            for (int t = 0; t < TT; t++) {
+                const int8_t *xp = x + (size_t)t * ldx + b * 128;
+                __m256i s = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)xp));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(c1, _mm256_loadu_si256((const __m256i *)(xp + 32))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(c2, _mm256_loadu_si256((const __m256i *)(xp + 64))));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(c3, _mm256_loadu_si256((const __m256i *)(xp + 96))));
+                acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(s, ones));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++)
+            dots[r][t] = hsum_epi32(acc[r][t]);
+}
+
+static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
+                        const float *inv_scale, const int32_t *xsum, int T, float *y,
+                        size_t ldy, int64_t r0, int64_t r1)
+{
+    const size_t rb = (size_t)(w->cols / 4);
+    const int64_t nblk = w->cols / 128;
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
+        const uint8_t *wr = w->data + (size_t)r * rb;
+        for (int t = 0; t < T; t += 2) {
+            const int TT = T - t < 2 ? T - t : 2;
+            int32_t dots[4][2];
+            const int8_t *xt = xq + (size_t)t * ldx;
+            switch (R * 2 + TT) { /* constant tile shapes, fully unrolled */
+            case 3: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 1, dots); break;
+            case 4: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 2, dots); break;
+            case 5: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 1, dots); break;
+            case 6: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 2, dots); break;
+            case 7: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 1, dots); break;
+            case 8: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 2, dots); break;
+            case 9: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 1, dots); break;
+            default: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 2, dots); break;
+            }
+            for (int rr = 0; rr < R; rr++)
+                for (int tt = 0; tt < TT; tt++)
+                    y[(size_t)(t + tt) * ldy + r + rr] =
+                        lq_i2s_i8_out(dots[rr][tt] - xsum[t + tt], inv_scale[t + tt], w->scale);
+        }
+    }
+}
+
+/* ---- i2s_f32 ------------------------------------------------------------------------- */
+
+/* 8 codes (bytes) -> 8 floats code-1 (trits; code 3 assumed absent). */
+AI __m256 trits8(__m128i codes8)
+{
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(codes8), _mm256_set1_epi32(1)));
+}
+
+/* One row, TT <= 4 tokens: trits decoded once per block and shared by the tokens. */
+AI void i2s_f32_tile_avx2(const uint8_t *row, const float *x, size_t ldx, int64_t nblk, int TT,
+                          float out[4])
+{
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(row + b * 32));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i c = _mm256_and_si256(_mm256_srli_epi16(v, 6 - 2 * k), m3); /* 32 codes */
+            __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+            __m256 w8[4] = {trits8(lo), trits8(_mm_srli_si128(lo, 8)), trits8(hi),
+                            trits8(_mm_srli_si128(hi, 8))};
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                const float *xp = x + (size_t)t * ldx + b * 128 + k * 32;
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++)
+                    acc[t] = _mm256_fmadd_ps(w8[g], _mm256_loadu_ps(xp + 8 * g), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        out[t] = hsum_ps(acc[t]);
+}
+
+static void i2s_f32_avx2(const lq_i2s_mat *w, const float *x, size_t ldx, int T, float *y,
+                         size_t ldy, int64_t r0, int64_t r1)
+{
+    const size_t rb = (size_t)(w->cols / 4);
+    const int64_t nblk = w->cols / 128;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w->data + (size_t)r * rb;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            float out[4];
+            const float *xt = x + (size_t)t * ldx;
+            switch (TT) {
+            case 1: i2s_f32_tile_avx2(row, xt, ldx, nblk, 1, out); break;
+            case 2: i2s_f32_tile_avx2(row, xt, ldx, nblk, 2, out); break;
+            case 3: i2s_f32_tile_avx2(row, xt, ldx, nblk, 3, out); break;
+            default: i2s_f32_tile_avx2(row, xt, ldx, nblk, 4, out); break;
+            }
+            for (int tt = 0; tt < TT; tt++)
+                y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale;
+        }
+    }
+}
+
+/* ---- dense --------------------------------------------------------------------------- */
+
+AI __m256 load8(const void *w, int type, int64_t i)
+{
+    if (type == LQ_GGML_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+    if (type == LQ_GGML_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))), 16));
+    return _mm256_loadu_ps((const float *)w + i);
+}
+
+AI float load1(const void *w, int type, int64_t i)
+{
+    if (type == LQ_GGML_F16)
+        return lq_f16_to_f32(((const uint16_t *)w)[i]);
+    if (type == LQ_GGML_BF16)
+        return lq_bf16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+/* One row (offset `base` elements into w), TT <= 4 tokens. TT == 1 (decode) uses four
+ * independent accumulators so the FMA latency does not cap the streaming rate. */
+AI void dense_tile_avx2(const void *w, int type, int64_t base, int64_t cols, const float *x,
+                        size_t ldx, int TT, float out[4])
+{
+    int64_t c = 0;
+    if (TT == 1) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (; c + 32 <= cols; c += 32) {
+            a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
+            a1 = _mm256_fmadd_ps(load8(w, type, base + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+            a2 = _mm256_fmadd_ps(load8(w, type, base + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+            a3 = _mm256_fmadd_ps(load8(w, type, base + c + 24), _mm256_loadu_ps(x + c + 24), a3);
+        }
+        for (; c + 8 <= cols; c += 8)
+            a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
+        float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; c < cols; c++)
+            s += load1(w, type, base + c) * x[c];
+        out[0] = s;
+        return;
+    }
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (; c + 8 <= cols; c += 8) {
+        __m256 wv = load8(w, type, base + c);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)t * ldx + c), acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        float s = hsum_ps(acc[t]);
+        for (int64_t cc = c; cc < cols; cc++)
+            s += load1(w, type, base + cc) * x[(size_t)t * ldx + cc];
+        out[t] = s;
+    }
+}
+
+AI void dense_rows_avx2(const lq_dense_mat *w, int type, const float *x, size_t ldx, int T,
+                        float *y, size_t ldy, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t base = r * w->cols;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            const float *xt = x + (size_t)t * ldx;
+            float out[4];
+            switch (TT) {
+            case 1: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 1, out); break;
+            case 2: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 2, out); break;
+            case 3: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 3, out); break;
+            default: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 4, out); break;
+            }
+            for (int tt = 0; tt < TT; tt++)
+                y[(size_t)(t + tt) * ldy + r] = out[tt];
+        }
+    }
+}
+
+static void dense_avx2(const lq_dense_mat *w, const float *x, size_t ldx, int T, float *y,
+                       size_t ldy, int64_t r0, int64_t r1)
+{
+    switch (w->type) {
+    case LQ_GGML_F32: dense_rows_avx2(w, LQ_GGML_F32, x, ldx, T, y, ldy, r0, r1); break;
+    case LQ_GGML_F16: dense_rows_avx2(w, LQ_GGML_F16, x, ldx, T, y, ldy, r0, r1); break;
+    case LQ_GGML_BF16: dense_rows_avx2(w, LQ_GGML_BF16, x, ldx, T, y, ldy, r0, r1); break;
+    default: break; /* as the reference: unknown types write nothing */
+    }
+}
+
+const lq_kernels lq_kernels_avx2 = {
+    .name = "avx2",
+    .quant_i8 = quant_i8_avx2,
+    .i2s_i8 = i2s_i8_avx2,
+    .i2s_f32 = i2s_f32_avx2,
+    .dense = dense_avx2,
+};

@@ -1,0 +1,285 @@
+/* AVX-512 F/BW/VL/DQ + VNNI kernels (selected only when cpuid and XCR0 allow ZMM state).
+ *
+ * int8 x ternary (i2s_i8): a 32-byte I2_S block (128 codes) is broadcast to both halves of
+ * a zmm; one variable shift (6 in the low half, 4 in the high half) and a mask give the
+ * codes of elements 0..63 in element order, a second (2 | 0) gives 64..127. Each is then
+ * multiplied with 64 contiguous activations by vpdpbusd (u8 code x s8 q, four products summed
+ * into int32 lanes, no saturation). Σ code*q - Σ q = Σ trit*q, exact; the final float is
+ * lq_i2s_i8_out as in the reference, so outputs are bit-identical to it. Code 3 is assumed
+ * absent (see kernels_internal.h).
+ *
+ * Tiles of up to 4 rows x 4 tokens (16 accumulators + 8 activation registers + 2 code
+ * registers + constants <= 32 zmm): per block, the activations of the 4 tokens are loaded
+ * once and serve 4 rows; each row's codes are unpacked once and serve 4 tokens. Rows are
+ * the outer loop, so weights stream from memory once per call (prefill re-reads them from
+ * L1 for later token groups). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "kernels/kernels_internal.h"
+#include "larql/gguf.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- quant_i8 ------------------------------------------------------------------------ */
+
+static void quant_i8_avx512(const float *x, int64_t n, int8_t *q, float *inv_scale, int32_t *sum)
+{
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 vmax = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) /* max_ps(a, m) returns m when a is NaN: NaN is ignored */
+        vmax = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + i), absmask), vmax);
+    if (i < n) { /* masked-off lanes load 0, which never raises amax */
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        vmax = _mm512_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(m, x + i), absmask), vmax);
+    }
+    const float amax = _mm512_reduce_max_ps(vmax);
+    const float s = lq_quant_scale(amax);
+    const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    __m512i vsum = _mm512_setzero_si512();
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* NaN -> -128 like the reference */
+        __m512i qi = _mm512_cvtps_epi32(v);          /* masked-off lanes are 0 */
+        vsum = _mm512_add_epi32(vsum, qi);
+        _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(qi));
+    }
+    *inv_scale = 1.0f / s;
+    *sum = _mm512_reduce_add_epi32(vsum);
+}
+
+/* ---- i2s_i8 -------------------------------------------------------------------------- */
+
+/* dots[r][t] = Σ code(r,c) * x[t][c] over nblk blocks, R <= 4 rows, TT <= 4 tokens. */
+AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int64_t nblk,
+                        int R, int TT, int32_t dots[4][4])
+{
+    const __m512i m3 = _mm512_set1_epi8(3);
+    /* per-16-bit shift counts: low 256 bits / high 256 bits */
+    const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(6), _mm256_set1_epi16(4), 1);
+    const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi16(2), _mm256_set1_epi16(0), 1);
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            acc[r][t] = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i xa[4], xb[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const int8_t *xp = x + (size_t)t * ldx + b * 128;
+            xa[t] = _mm512_loadu_si512(xp);
+            xb[t] = _mm512_loadu_si512(xp + 64);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32)));
+            __m512i ca = _mm512_and_si512(_mm512_srlv_epi16(v, sh_a), m3); /* elements 0..63 */
+            __m512i cb = _mm512_and_si512(_mm512_srlv_epi16(v, sh_b), m3); /* 64..127 */
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ca, xa[t]);
+                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], cb, xb[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            dots[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
+}
+
+#define TILE(R, TT)                                                                        \
+    case (R) * 8 + (TT):                                                                   \
+        i2s_tile_avx512(wr, rb, xt, ldx, nblk, R, TT, dots);                               \
+        break
+
+static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
+                          const float *inv_scale, const int32_t *xsum, int T, float *y,
+                          size_t ldy, int64_t r0, int64_t r1)
+{
+    const size_t rb = (size_t)(w->cols / 4);
+    const int64_t nblk = w->cols / 128;
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
+        const uint8_t *wr = w->data + (size_t)r * rb;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            int32_t dots[4][4];
+            const int8_t *xt = xq + (size_t)t * ldx;
+            switch (R * 8 + TT) { /* constant tile shapes, fully unrolled */
+                TILE(1, 1); TILE(1, 2); TILE(1, 3); TILE(1, 4);
+                TILE(2, 1); TILE(2, 2); TILE(2, 3); TILE(2, 4);
+                TILE(3, 1); TILE(3, 2); TILE(3, 3); TILE(3, 4);
+                TILE(4, 1); TILE(4, 2); TILE(4, 3);
+            default: i2s_tile_avx512(wr, rb, xt, ldx, nblk, 4, 4, dots); break;
+            }
+            for (int rr = 0; rr < R; rr++)
+                for (int tt = 0; tt < TT; tt++)
+                    y[(size_t)(t + tt) * ldy + r + rr] =
+                        lq_i2s_i8_out(dots[rr][tt] - xsum[t + tt], inv_scale[t + tt], w->scale);
+        }
+    }
+}
+#undef TILE
+
+/* ---- i2s_f32 ------------------------------------------------------------------------- */
+
+AI __m512 trits16(__m128i codes16)
+{
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(codes16), _mm512_set1_epi32(1)));
+}
+
+/* One row, TT <= 4 tokens: trits decoded once per block and shared by the tokens. */
+AI void i2s_f32_tile_avx512(const uint8_t *row, const float *x, size_t ldx, int64_t nblk, int TT,
+                            float out[4])
+{
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(6), _mm256_set1_epi16(4), 1);
+    const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi16(2), _mm256_set1_epi16(0), 1);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + b * 32)));
+        __m512i cc[2] = {_mm512_and_si512(_mm512_srlv_epi16(v, sh_a), m3),
+                         _mm512_and_si512(_mm512_srlv_epi16(v, sh_b), m3)};
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512 w16[4] = {trits16(_mm512_extracti32x4_epi32(cc[h], 0)),
+                             trits16(_mm512_extracti32x4_epi32(cc[h], 1)),
+                             trits16(_mm512_extracti32x4_epi32(cc[h], 2)),
+                             trits16(_mm512_extracti32x4_epi32(cc[h], 3))};
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                const float *xp = x + (size_t)t * ldx + b * 128 + h * 64;
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++)
+                    acc[t] = _mm512_fmadd_ps(w16[g], _mm512_loadu_ps(xp + 16 * g), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static void i2s_f32_avx512(const lq_i2s_mat *w, const float *x, size_t ldx, int T, float *y,
+                           size_t ldy, int64_t r0, int64_t r1)
+{
+    const size_t rb = (size_t)(w->cols / 4);
+    const int64_t nblk = w->cols / 128;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w->data + (size_t)r * rb;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            float out[4];
+            const float *xt = x + (size_t)t * ldx;
+            switch (TT) {
+            case 1: i2s_f32_tile_avx512(row, xt, ldx, nblk, 1, out); break;
+            case 2: i2s_f32_tile_avx512(row, xt, ldx, nblk, 2, out); break;
+            case 3: i2s_f32_tile_avx512(row, xt, ldx, nblk, 3, out); break;
+            default: i2s_f32_tile_avx512(row, xt, ldx, nblk, 4, out); break;
+            }
+            for (int tt = 0; tt < TT; tt++)
+                y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale;
+        }
+    }
+}
+
+/* ---- dense --------------------------------------------------------------------------- */
+
+/* 16 weights from element i (masked: lanes outside m read as 0). */
+AI __m512 load16(const void *w, int type, int64_t i, __mmask16 m)
+{
+    if (type == LQ_GGML_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i));
+    if (type == LQ_GGML_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)w + i);
+}
+
+/* One row, TT <= 4 tokens; TT == 1 (decode) uses four accumulators against FMA latency. */
+AI void dense_tile_avx512(const void *w, int type, int64_t base, int64_t cols, const float *x,
+                          size_t ldx, int TT, float out[4])
+{
+    int64_t c = 0;
+    const __mmask16 all = 0xffff;
+    if (TT == 1) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (; c + 64 <= cols; c += 64) {
+            a0 = _mm512_fmadd_ps(load16(w, type, base + c, all), _mm512_loadu_ps(x + c), a0);
+            a1 = _mm512_fmadd_ps(load16(w, type, base + c + 16, all), _mm512_loadu_ps(x + c + 16), a1);
+            a2 = _mm512_fmadd_ps(load16(w, type, base + c + 32, all), _mm512_loadu_ps(x + c + 32), a2);
+            a3 = _mm512_fmadd_ps(load16(w, type, base + c + 48, all), _mm512_loadu_ps(x + c + 48), a3);
+        }
+        for (; c < cols; c += 16) {
+            __mmask16 m = cols - c >= 16 ? all : (__mmask16)((1u << (cols - c)) - 1);
+            a0 = _mm512_fmadd_ps(load16(w, type, base + c, m), _mm512_maskz_loadu_ps(m, x + c), a0);
+        }
+        out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        return;
+    }
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (; c < cols; c += 16) {
+        __mmask16 m = cols - c >= 16 ? all : (__mmask16)((1u << (cols - c)) - 1);
+        __m512 wv = load16(w, type, base + c, m);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + c), acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+AI void dense_rows_avx512(const lq_dense_mat *w, int type, const float *x, size_t ldx, int T,
+                          float *y, size_t ldy, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t base = r * w->cols;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            const float *xt = x + (size_t)t * ldx;
+            float out[4];
+            switch (TT) {
+            case 1: dense_tile_avx512(w->data, type, base, w->cols, xt, ldx, 1, out); break;
+            case 2: dense_tile_avx512(w->data, type, base, w->cols, xt, ldx, 2, out); break;
+            case 3: dense_tile_avx512(w->data, type, base, w->cols, xt, ldx, 3, out); break;
+            default: dense_tile_avx512(w->data, type, base, w->cols, xt, ldx, 4, out); break;
+            }
+            for (int tt = 0; tt < TT; tt++)
+                y[(size_t)(t + tt) * ldy + r] = out[tt];
+        }
+    }
+}
+
+static void dense_avx512(const lq_dense_mat *w, const float *x, size_t ldx, int T, float *y,
+                         size_t ldy, int64_t r0, int64_t r1)
+{
+    switch (w->type) {
+    case LQ_GGML_F32: dense_rows_avx512(w, LQ_GGML_F32, x, ldx, T, y, ldy, r0, r1); break;
+    case LQ_GGML_F16: dense_rows_avx512(w, LQ_GGML_F16, x, ldx, T, y, ldy, r0, r1); break;
+    case LQ_GGML_BF16: dense_rows_avx512(w, LQ_GGML_BF16, x, ldx, T, y, ldy, r0, r1); break;
+    default: break; /* as the reference: unknown types write nothing */
+    }
+}
+
+const lq_kernels lq_kernels_avx512 = {
+    .name = "avx512",
+    .quant_i8 = quant_i8_avx512,
+    .i2s_i8 = i2s_i8_avx512,
+    .i2s_f32 = i2s_f32_avx512,
+    .dense = dense_avx512,
+};

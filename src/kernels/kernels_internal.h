@@ -1,0 +1,56 @@
+/* Helpers shared by every kernel set so that the SIMD kernels and the scalar reference use
+ * exactly the same scalar expressions where results must be bit-identical (the quantizer's
+ * scale and clamp, the final float expression of the int8 x ternary dot). Private to
+ * src/kernels. */
+#ifndef LQ_KERNELS_INTERNAL_H
+#define LQ_KERNELS_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/* The "ms" activation scale: s = 127 / max(amax, 1e-5) in f32. Written with a comparison
+ * (not fmaxf) so that the same expression is used everywhere; amax is never NaN here
+ * because every amax loop ignores NaN inputs. */
+static inline float lq_quant_scale(float amax)
+{
+    float m = amax > 1e-5f ? amax : 1e-5f;
+    return 127.0f / m;
+}
+
+/* One activation: round half to even (nearbyintf in the default rounding mode, which is
+ * what _mm*_round_ps(TO_NEAREST_INT) does), then clamp to [-128, 127]. A NaN maps to -128:
+ * that is what max_ps(r, -128) returns for a NaN r (the second operand), so scalar and SIMD
+ * agree even on garbage input. */
+static inline int8_t lq_quant_one(float x, float s)
+{
+    float r = nearbyintf(x * s);
+    if (!(r > -128.0f))
+        r = -128.0f;
+    if (r > 127.0f)
+        r = 127.0f;
+    return (int8_t)r;
+}
+
+/* The one final float expression of the int8 path: y = (float)dot * (inv_scale * w_scale).
+ * Every kernel set computes exactly this (the product of the two scales first, then one
+ * multiply), so outputs are bit-identical across sets. */
+static inline float lq_i2s_i8_out(int32_t dot, float inv_scale, float w_scale)
+{
+    float k = inv_scale * w_scale;
+    return (float)dot * k;
+}
+
+/* I2_S code (0/1/2) -> trit (-1/0/+1). The reference reads the never-written code 3 as 0;
+ * SIMD kernels compute code - 1 via the Σq correction and so would read it as +2. The GGUF
+ * writers (microsoft's and ours) never emit 3, and the model loader may reject it. */
+static inline int lq_i2s_trit(unsigned code)
+{
+    return code == 2 ? 1 : (code == 0 ? -1 : 0);
+}
+
+extern const lq_kernels lq_kernels_avx2;
+extern const lq_kernels lq_kernels_avx512;
+
+#endif

@@ -1,0 +1,115 @@
+/* Reference kernels: plain C, exact definitions, no cleverness. Every SIMD kernel set is
+ * tested against these (bit for bit on the int8 path, within float tolerance on f32 paths). */
+#include <math.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "kernels/kernels_internal.h"
+#include "larql/gguf.h"
+
+/* x[n] f32 -> q[n] int8, *inv_scale = 1/s, *sum = Σq. NaN inputs do not take part in amax. */
+static void quant_i8_scalar(const float *x, int64_t n, int8_t *q, float *inv_scale, int32_t *sum)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax)
+            amax = a;
+    }
+    float s = lq_quant_scale(amax);
+    int32_t acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        q[i] = lq_quant_one(x[i], s);
+        acc += q[i];
+    }
+    *inv_scale = 1.0f / s;
+    *sum = acc;
+}
+
+/* Exact int32 dot of one I2_S row (cols/4 bytes) with q[cols]. |dot| <= 128*cols, which
+ * fits int32 for any cols < 2^24. */
+static int32_t i2s_row_dot_i8(const uint8_t *row, int64_t cols, const int8_t *q)
+{
+    int32_t dot = 0;
+    for (int64_t b = 0; b < cols / 128; b++) {
+        const uint8_t *blk = row + b * 32;       /* 32 bytes = 128 codes */
+        const int8_t *qb = q + b * 128;          /* the block's 128 activations */
+        for (int i = 0; i < 32; i++) {
+            unsigned byte = blk[i];
+            for (int k = 0; k < 4; k++) /* element k*32+i sits at shift 6-2k */
+                dot += lq_i2s_trit((byte >> (6 - 2 * k)) & 3) * qb[k * 32 + i];
+        }
+    }
+    return dot;
+}
+
+static void i2s_i8_scalar(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
+                          const float *inv_scale, const int32_t *xsum, int T, float *y,
+                          size_t ldy, int64_t r0, int64_t r1)
+{
+    (void)xsum; /* the reference computes Σ trit*q directly */
+    const int64_t rb = w->cols / 4; /* bytes per row */
+    for (int t = 0; t < T; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            int32_t dot = i2s_row_dot_i8(w->data + r * rb, w->cols, xq + (size_t)t * ldx);
+            y[(size_t)t * ldy + r] = lq_i2s_i8_out(dot, inv_scale[t], w->scale);
+        }
+}
+
+/* f32 activations: one f32 accumulator in column order, then * scale. */
+static void i2s_f32_scalar(const lq_i2s_mat *w, const float *x, size_t ldx, int T, float *y,
+                           size_t ldy, int64_t r0, int64_t r1)
+{
+    const int64_t rb = w->cols / 4;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = w->data + r * rb;
+            float acc = 0.0f;
+            for (int64_t c = 0; c < w->cols; c++) {
+                int64_t b = c / 128, j = c % 128;
+                int tr = lq_i2s_trit((row[b * 32 + j % 32] >> (6 - 2 * (j / 32))) & 3);
+                if (tr > 0)
+                    acc += xt[c];
+                else if (tr < 0)
+                    acc -= xt[c];
+            }
+            y[(size_t)t * ldy + r] = acc * w->scale;
+        }
+    }
+}
+
+static inline float dense_elem(const void *data, int type, int64_t i)
+{
+    switch (type) {
+    case LQ_GGML_F16: return lq_f16_to_f32(((const uint16_t *)data)[i]);
+    case LQ_GGML_BF16: return lq_bf16_to_f32(((const uint16_t *)data)[i]);
+    default: return ((const float *)data)[i];
+    }
+}
+
+/* Unknown types write nothing: callers (the model loader) only build lq_dense_mat for
+ * F32/F16/BF16, and a kernel cannot report an error. */
+static void dense_scalar(const lq_dense_mat *w, const float *x, size_t ldx, int T, float *y,
+                         size_t ldy, int64_t r0, int64_t r1)
+{
+    if (w->type != LQ_GGML_F32 && w->type != LQ_GGML_F16 && w->type != LQ_GGML_BF16)
+        return;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        for (int64_t r = r0; r < r1; r++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < w->cols; c++)
+                acc += dense_elem(w->data, w->type, r * w->cols + c) * xt[c];
+            y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+const lq_kernels lq_kernels_scalar = {
+    .name = "scalar",
+    .quant_i8 = quant_i8_scalar,
+    .i2s_i8 = i2s_i8_scalar,
+    .i2s_f32 = i2s_f32_scalar,
+    .dense = dense_scalar,
+};

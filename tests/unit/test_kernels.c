@@ -1,0 +1,477 @@
+/* Kernel sets against the scalar reference: i2s_i8 and quant_i8 bit for bit, i2s_f32 and
+ * dense within 1e-5 of Σ|w·x| (the size of the sum's rounding error, so near-cancelling
+ * rows are judged fairly). Sets this CPU lacks are skipped. Also known answers for the
+ * scalar reference itself (worked I2_S example, ties, amax = 0) and the dispatcher. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "core/f16.h"
+#include "harness.h"
+#include "kernels/kernels.h"
+#include "larql/gguf.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rndf(void) /* [-1, 1) */
+{
+    return (float)((int32_t)rnd() % 1000000) / 1000000.0f;
+}
+
+static const uint8_t sentinel_byte = 0xA5; /* fills Y outside the rows a kernel may write */
+
+/* rows x cols I2_S matrix (codes 0..2 only), some all-zero rows (code 1 everywhere). */
+static uint8_t *rand_i2s(int64_t rows, int64_t cols)
+{
+    uint8_t *d = malloc((size_t)(rows * cols / 4));
+    for (int64_t r = 0; r < rows; r++) {
+        int zero_row = rnd() % 5 == 0;
+        for (int64_t i = 0; i < cols / 4; i++) {
+            uint8_t b = 0;
+            for (int k = 0; k < 4; k++)
+                b = (uint8_t)(b << 2 | (zero_row ? 1 : rnd() % 3));
+            d[r * cols / 4 + i] = b;
+        }
+    }
+    return d;
+}
+
+static const lq_kernels *simd_sets[2];
+static const char *simd_names[2] = {"avx2", "avx512"};
+
+/* ---- i2s_i8 ---- */
+
+static int check_i2s_i8_case(const lq_kernels *k, int64_t rows, int64_t cols, int T, int64_t r0,
+                             int64_t r1)
+{
+    size_t ldx = (size_t)cols + (rnd() % 3) * 64 + (rnd() % 2) * 7;
+    size_t ldy = (size_t)rows + rnd() % 5;
+    uint8_t *wd = rand_i2s(rows, cols);
+    lq_i2s_mat w = {wd, rows, cols, 0.5f + rndf()};
+    int8_t *xq = malloc(ldx * T);
+    float inv[8];
+    int32_t xsum[8];
+    for (int t = 0; t < T; t++) {
+        int32_t s = 0;
+        for (size_t c = 0; c < ldx; c++) {
+            int8_t v = (int8_t)(rnd() & 0xff); /* includes -128 */
+            if (rnd() % 50 == 0)
+                v = -128;
+            xq[t * ldx + c] = v;
+            if ((int64_t)c < cols)
+                s += v;
+        }
+        xsum[t] = s;
+        inv[t] = ldexpf(1.0f + rndf(), -(int)(rnd() % 12));
+    }
+    size_t ny = ldy * T;
+    float *y_ref = malloc(ny * sizeof(float)), *y = malloc(ny * sizeof(float));
+    memset(y_ref, sentinel_byte, ny * sizeof(float));
+    memset(y, sentinel_byte, ny * sizeof(float));
+    lq_kernels_scalar.i2s_i8(&w, xq, ldx, inv, xsum, T, y_ref, ldy, r0, r1);
+    k->i2s_i8(&w, xq, ldx, inv, xsum, T, y, ldy, r0, r1);
+    int ok = memcmp(y, y_ref, ny * sizeof(float)) == 0;
+    if (!ok) {
+        for (size_t i = 0; i < ny; i++)
+            if (memcmp(&y[i], &y_ref[i], 4)) {
+                printf("#   %s i2s_i8 rows=%lld cols=%lld T=%d [%lld,%lld): y[%zu] %.9g vs %.9g\n",
+                       k->name, (long long)rows, (long long)cols, T, (long long)r0, (long long)r1,
+                       i, y[i], y_ref[i]);
+                break;
+            }
+    }
+    free(wd);
+    free(xq);
+    free(y_ref);
+    free(y);
+    return ok;
+}
+
+static const int64_t row_set[] = {1, 2, 3, 5, 7, 17, 64, 67};
+static const int64_t col_set[] = {128, 256, 384};
+static const int t_set[] = {1, 2, 3, 4, 5, 8};
+
+static void run_i2s_i8(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    int bad = 0, n = 0;
+    for (size_t a = 0; a < sizeof row_set / sizeof *row_set; a++)
+        for (size_t b = 0; b < sizeof col_set / sizeof *col_set; b++)
+            for (size_t c = 0; c < sizeof t_set / sizeof *t_set; c++) {
+                int64_t rows = row_set[a];
+                bad += !check_i2s_i8_case(k, rows, col_set[b], t_set[c], 0, rows);
+                /* a range that is not a multiple of the 4-row tile */
+                int64_t r0 = rows / 3, r1 = rows - rows / 4;
+                if (r1 > r0)
+                    bad += !check_i2s_i8_case(k, rows, col_set[b], t_set[c], r0, r1);
+                n += 2;
+            }
+    bad += !check_i2s_i8_case(k, 67, 2560, 5, 1, 66);
+    CHECK_MSG(bad == 0, "%d of %d i2s_i8 cases differ from scalar", bad, n + 1);
+}
+static void test_i2s_i8_avx2(void) { run_i2s_i8(0); }
+static void test_i2s_i8_avx512(void) { run_i2s_i8(1); }
+
+/* ---- quant_i8 ---- */
+
+static int check_quant(const lq_kernels *k, const float *x, int64_t n, const char *what)
+{
+    int8_t *q0 = malloc((size_t)n + 64), *q1 = malloc((size_t)n + 64);
+    memset(q0, 0x5a, (size_t)n + 64);
+    memset(q1, 0x5a, (size_t)n + 64); /* bytes past n must stay untouched */
+    float i0, i1;
+    int32_t s0, s1;
+    lq_kernels_scalar.quant_i8(x, n, q0, &i0, &s0);
+    k->quant_i8(x, n, q1, &i1, &s1);
+    int ok = !memcmp(q0, q1, (size_t)n + 64) && !memcmp(&i0, &i1, 4) && s0 == s1;
+    if (!ok)
+        printf("#   %s quant_i8 %s n=%lld: inv %.9g vs %.9g, sum %d vs %d\n", k->name, what,
+               (long long)n, i1, i0, s1, s0);
+    free(q0);
+    free(q1);
+    return ok;
+}
+
+static void run_quant(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    static const int64_t ns[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 300, 2560, 6912};
+    float *x = malloc(6912 * sizeof(float));
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+        int64_t n = ns[a];
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rndf() * 10.0f;
+        CHECK(check_quant(k, x, n, "random"));
+        /* ties: amax = 127 makes s = 1 exactly, so v + 0.5 lands on .5 after scaling */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)((int)(rnd() % 254) - 127) + 0.5f;
+        x[rnd() % n] = 127.0f;
+        CHECK(check_quant(k, x, n, "ties"));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0.0f;
+        CHECK(check_quant(k, x, n, "zeros"));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rndf() * 3e-6f; /* amax below the 1e-5 floor */
+        CHECK(check_quant(k, x, n, "tiny"));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rndf();
+        x[rnd() % n] = NAN;
+        CHECK(check_quant(k, x, n, "nan"));
+        x[rnd() % n] = -INFINITY;
+        CHECK(check_quant(k, x, n, "inf"));
+    }
+    free(x);
+}
+static void test_quant_avx2(void) { run_quant(0); }
+static void test_quant_avx512(void) { run_quant(1); }
+
+/* ---- i2s_f32 and dense (tolerance) ---- */
+
+/* |y - y_ref| <= 1e-5 * mag + 1e-30 for rows in [r0, r1); sentinel elsewhere untouched. */
+static int compare_tol(const char *what, const lq_kernels *k, const float *y, const float *y_ref,
+                       const float *mag, size_t ldy, int T, int64_t rows, int64_t r0, int64_t r1)
+{
+    for (int t = 0; t < T; t++)
+        for (int64_t r = 0; r < (int64_t)ldy; r++) {
+            size_t i = (size_t)t * ldy + (size_t)r;
+            int inside = r >= r0 && r < r1;
+            if (inside ? !(fabsf(y[i] - y_ref[i]) <= 1e-5f * mag[i] + 1e-30f)
+                       : memcmp(&y[i], &y_ref[i], 4) != 0) {
+                printf("#   %s %s rows=%lld T=%d [%lld,%lld): y[%d][%lld] %.9g vs %.9g (mag %g)\n",
+                       k->name, what, (long long)rows, T, (long long)r0, (long long)r1, t,
+                       (long long)r, y[i], y_ref[i], inside ? mag[i] : 0.0f);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+static int check_i2s_f32_case(const lq_kernels *k, int64_t rows, int64_t cols, int T, int64_t r0,
+                              int64_t r1)
+{
+    size_t ldx = (size_t)cols + (rnd() % 3) * 16 + (rnd() % 2) * 3;
+    size_t ldy = (size_t)rows + rnd() % 5;
+    uint8_t *wd = rand_i2s(rows, cols);
+    lq_i2s_mat w = {wd, rows, cols, 0.5f + rndf()};
+    float *x = malloc(ldx * T * sizeof(float));
+    for (size_t i = 0; i < ldx * T; i++)
+        x[i] = rndf() * 4.0f;
+    size_t ny = ldy * T;
+    float *y_ref = malloc(ny * 4), *y = malloc(ny * 4), *mag = calloc(ny, 4);
+    memset(y_ref, sentinel_byte, ny * 4);
+    memset(y, sentinel_byte, ny * 4);
+    for (int t = 0; t < T; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            float m = 0;
+            for (int64_t c = 0; c < cols; c++)
+                m += fabsf(x[t * ldx + c]);
+            mag[t * ldy + r] = m * fabsf(w.scale);
+        }
+    lq_kernels_scalar.i2s_f32(&w, x, ldx, T, y_ref, ldy, r0, r1);
+    k->i2s_f32(&w, x, ldx, T, y, ldy, r0, r1);
+    int ok = compare_tol("i2s_f32", k, y, y_ref, mag, ldy, T, rows, r0, r1);
+    free(wd);
+    free(x);
+    free(y_ref);
+    free(y);
+    free(mag);
+    return ok;
+}
+
+static void run_i2s_f32(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    int bad = 0;
+    for (size_t a = 0; a < sizeof row_set / sizeof *row_set; a++)
+        for (size_t b = 0; b < sizeof col_set / sizeof *col_set; b++)
+            for (size_t c = 0; c < sizeof t_set / sizeof *t_set; c++) {
+                int64_t rows = row_set[a];
+                bad += !check_i2s_f32_case(k, rows, col_set[b], t_set[c], 0, rows);
+                int64_t r0 = rows / 3, r1 = rows - rows / 4;
+                if (r1 > r0)
+                    bad += !check_i2s_f32_case(k, rows, col_set[b], t_set[c], r0, r1);
+            }
+    bad += !check_i2s_f32_case(k, 17, 2560, 5, 2, 15);
+    CHECK_EQ_INT(bad, 0);
+}
+static void test_i2s_f32_avx2(void) { run_i2s_f32(0); }
+static void test_i2s_f32_avx512(void) { run_i2s_f32(1); }
+
+static int check_dense_case(const lq_kernels *k, int type, int64_t rows, int64_t cols, int T,
+                            int64_t r0, int64_t r1)
+{
+    size_t es = type == LQ_GGML_F32 ? 4 : 2;
+    size_t ldx = (size_t)cols + rnd() % 9;
+    size_t ldy = (size_t)rows + rnd() % 5;
+    void *wd = malloc((size_t)(rows * cols) * es);
+    float *wf = malloc((size_t)(rows * cols) * 4); /* the same weights as f32, for mag */
+    for (int64_t i = 0; i < rows * cols; i++) {
+        float v = rndf() * 2.0f;
+        if (type == LQ_GGML_F32) {
+            ((float *)wd)[i] = v;
+            wf[i] = v;
+        } else if (type == LQ_GGML_F16) {
+            uint16_t h = lq_f32_to_f16(v);
+            ((uint16_t *)wd)[i] = h;
+            wf[i] = lq_f16_to_f32(h);
+        } else {
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            ((uint16_t *)wd)[i] = (uint16_t)(bits >> 16);
+            wf[i] = lq_bf16_to_f32((uint16_t)(bits >> 16));
+        }
+    }
+    lq_dense_mat w = {wd, rows, cols, type};
+    float *x = malloc(ldx * T * 4);
+    for (size_t i = 0; i < ldx * T; i++)
+        x[i] = rndf();
+    size_t ny = ldy * T;
+    float *y_ref = malloc(ny * 4), *y = malloc(ny * 4), *mag = calloc(ny, 4);
+    memset(y_ref, sentinel_byte, ny * 4);
+    memset(y, sentinel_byte, ny * 4);
+    for (int t = 0; t < T; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            float m = 0;
+            for (int64_t c = 0; c < cols; c++)
+                m += fabsf(wf[r * cols + c] * x[t * ldx + c]);
+            mag[t * ldy + r] = m;
+        }
+    lq_kernels_scalar.dense(&w, x, ldx, T, y_ref, ldy, r0, r1);
+    k->dense(&w, x, ldx, T, y, ldy, r0, r1);
+    static const char *tn[] = {"dense f32", "dense f16", "dense bf16"};
+    int ok = compare_tol(tn[type == LQ_GGML_F32 ? 0 : type == LQ_GGML_F16 ? 1 : 2], k, y, y_ref,
+                         mag, ldy, T, rows, r0, r1);
+    free(wd);
+    free(wf);
+    free(x);
+    free(y_ref);
+    free(y);
+    free(mag);
+    return ok;
+}
+
+static void run_dense(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    static const int types[] = {LQ_GGML_F32, LQ_GGML_F16, LQ_GGML_BF16};
+    static const int64_t dcols[] = {1, 7, 8, 15, 16, 17, 33, 64, 100, 128, 300};
+    static const int64_t drows[] = {1, 2, 3, 5, 17};
+    int bad = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t a = 0; a < sizeof drows / sizeof *drows; a++)
+            for (size_t b = 0; b < sizeof dcols / sizeof *dcols; b++)
+                for (size_t c = 0; c < sizeof t_set / sizeof *t_set; c++) {
+                    int64_t rows = drows[a];
+                    bad += !check_dense_case(k, types[ti], rows, dcols[b], t_set[c], 0, rows);
+                    if (rows > 2)
+                        bad += !check_dense_case(k, types[ti], rows, dcols[b], t_set[c], 1, rows - 1);
+                }
+    for (int ti = 0; ti < 3; ti++)
+        bad += !check_dense_case(k, types[ti], 9, 2560, 3, 0, 9);
+    CHECK_EQ_INT(bad, 0);
+}
+static void test_dense_avx2(void) { run_dense(0); }
+static void test_dense_avx512(void) { run_dense(1); }
+
+/* ---- the scalar reference itself ---- */
+
+/* The worked example of the I2_S notes: one 128-element row, byte0 = 0x86 holds
+ * w[0]=+1, w[32]=-1, w[64]=0, w[96]=+1; byte1 = 0x00 holds w[1]=w[33]=w[65]=w[97]=-1;
+ * everything else is 0x55 (zeros). */
+static void test_scalar_worked_example(void)
+{
+    uint8_t row[32];
+    memset(row, 0x55, sizeof row);
+    row[0] = 0x86;
+    row[1] = 0x00;
+    lq_i2s_mat w = {row, 1, 128, 2.0f};
+    int8_t q[128];
+    for (int i = 0; i < 128; i++)
+        q[i] = (int8_t)(i - 64);
+    /* +q0 - q32 + q96 - q1 - q33 - q65 - q97 = -64 - (-32) + 32 - (-63) - (-31) - 1 - 33 */
+    int32_t expect = -64 + 32 + 32 + 63 + 31 - 1 - 33;
+    float inv = 0.25f, y = 0;
+    int32_t sum = 0;
+    for (int i = 0; i < 128; i++)
+        sum += q[i];
+    lq_kernels_scalar.i2s_i8(&w, q, 128, &inv, &sum, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, expect * 0.5f, 0);
+    float xf[128];
+    for (int i = 0; i < 128; i++)
+        xf[i] = (float)q[i];
+    lq_kernels_scalar.i2s_f32(&w, xf, 128, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, expect * 2.0f, 0);
+    /* code 3 is read as 0 by the reference */
+    row[5] = 0xff;
+    lq_kernels_scalar.i2s_i8(&w, q, 128, &inv, &sum, 1, &y, 1, 0, 1);
+    CHECK_NEAR(y, expect * 0.5f, 0);
+    /* the SIMD sets agree on the code-0..2 row (bit-identical path) */
+    row[5] = 0x55;
+    for (int si = 0; si < 2; si++)
+        if (simd_sets[si]) {
+            simd_sets[si]->i2s_i8(&w, q, 128, &inv, &sum, 1, &y, 1, 0, 1);
+            CHECK_NEAR(y, expect * 0.5f, 0);
+        }
+}
+
+static void test_scalar_quant_known(void)
+{
+    /* amax 127 -> s = 1: ties round half to even, so 2.5 -> 2, 3.5 -> 4, -2.5 -> -2 */
+    float x[6] = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.4f};
+    int8_t q[6];
+    float inv;
+    int32_t sum;
+    lq_kernels_scalar.quant_i8(x, 6, q, &inv, &sum);
+    CHECK_EQ_INT(q[0], 127);
+    CHECK_EQ_INT(q[1], 2);
+    CHECK_EQ_INT(q[2], 4);
+    CHECK_EQ_INT(q[3], -2);
+    CHECK_EQ_INT(q[4], 0);
+    CHECK_EQ_INT(q[5], 0);
+    CHECK_EQ_INT(sum, 127 + 2 + 4 - 2);
+    CHECK_NEAR(inv, 1.0f, 0);
+    /* all-zero input: the 1e-5 floor, q = 0, inv = 1e-5/127 */
+    float z[4] = {0, 0, 0, 0};
+    lq_kernels_scalar.quant_i8(z, 4, q, &inv, &sum);
+    CHECK_EQ_INT(q[0] | q[1] | q[2] | q[3], 0);
+    CHECK_EQ_INT(sum, 0);
+    CHECK_NEAR(inv, 1.0f / (127.0f / 1e-5f), 0);
+    /* amax 1: s = 127, x = -1 -> -127 (never -128 from finite input) */
+    float y[2] = {-1.0f, 0.5f};
+    lq_kernels_scalar.quant_i8(y, 2, q, &inv, &sum);
+    CHECK_EQ_INT(q[0], -127);
+    CHECK_EQ_INT(q[1], 64); /* 63.5 -> 64 (even) */
+}
+
+static void test_scalar_dense_known(void)
+{
+    float wf[6] = {1, 2, 3, 4, 5, 6}; /* [2, 3] */
+    uint16_t wh[6], wb[6];
+    for (int i = 0; i < 6; i++) {
+        wh[i] = lq_f32_to_f16(wf[i]);
+        uint32_t b;
+        memcpy(&b, &wf[i], 4);
+        wb[i] = (uint16_t)(b >> 16);
+    }
+    float x[3] = {1, 0.5f, -1};
+    const void *datas[3] = {wf, wh, wb};
+    int types[3] = {LQ_GGML_F32, LQ_GGML_F16, LQ_GGML_BF16};
+    for (int i = 0; i < 3; i++) {
+        lq_dense_mat w = {datas[i], 2, 3, types[i]};
+        float y[2] = {0, 0};
+        lq_kernels_scalar.dense(&w, x, 3, 1, y, 2, 0, 2);
+        CHECK_NEAR(y[0], 1 + 1 - 3, 0);
+        CHECK_NEAR(y[1], 4 + 2.5 - 6, 0);
+    }
+    /* an unsupported type writes nothing */
+    lq_dense_mat bad = {wf, 2, 3, LQ_GGML_Q8_0};
+    float y[2] = {42, 42};
+    lq_kernels_scalar.dense(&bad, x, 3, 1, y, 2, 0, 2);
+    CHECK_NEAR(y[0], 42, 0);
+}
+
+/* ---- dispatch ---- */
+
+static void test_dispatch(void)
+{
+    const lq_cpu_features *f = lq_cpu_features_get();
+    CHECK(f != NULL);
+    CHECK(lq_kernels_by_name("scalar") == &lq_kernels_scalar);
+    CHECK(lq_kernels_by_name("nope") == NULL);
+    CHECK(lq_kernels_by_name(NULL) == NULL);
+    CHECK(lq_kernels_by_name("") == NULL);
+    if (f->avx512f)
+        CHECK(f->avx2); /* sanity of detection on any real CPU */
+    unsetenv("LQ_KERNELS");
+    const lq_kernels *best = lq_kernels_best();
+    CHECK(best != NULL);
+    const lq_kernels *expect = simd_sets[1] ? simd_sets[1] : simd_sets[0] ? simd_sets[0] : &lq_kernels_scalar;
+    CHECK(best == expect);
+    setenv("LQ_KERNELS", "scalar", 1);
+    CHECK(lq_kernels_best() == &lq_kernels_scalar);
+    if (simd_sets[0]) {
+        setenv("LQ_KERNELS", "avx2", 1);
+        CHECK(lq_kernels_best() == simd_sets[0]);
+    }
+    setenv("LQ_KERNELS", "bogus", 1); /* unknown: falls back to the best */
+    CHECK(lq_kernels_best() == expect);
+    unsetenv("LQ_KERNELS");
+    printf("#   best kernel set: %s (avx2=%d fma=%d f16c=%d bmi2=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d avxvnni=%d)\n",
+           best->name, f->avx2, f->fma, f->f16c, f->bmi2, f->avx512f, f->avx512bw, f->avx512vl,
+           f->avx512dq, f->avx512vnni, f->avxvnni);
+}
+
+int main(void)
+{
+    simd_sets[0] = lq_kernels_by_name("avx2");
+    simd_sets[1] = lq_kernels_by_name("avx512");
+    RUN(test_dispatch);
+    RUN(test_scalar_worked_example);
+    RUN(test_scalar_quant_known);
+    RUN(test_scalar_dense_known);
+    RUN(test_i2s_i8_avx2);
+    RUN(test_i2s_i8_avx512);
+    RUN(test_quant_avx2);
+    RUN(test_quant_avx512);
+    RUN(test_i2s_f32_avx2);
+    RUN(test_i2s_f32_avx512);
+    RUN(test_dense_avx2);
+    RUN(test_dense_avx512);
+    return harness_done();
+}
