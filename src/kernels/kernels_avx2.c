@@ -85,7 +85,7 @@ static void quant_i8_avx2(const float *x, int64_t n, int8_t *q, float *inv_scale
 
 /* dots[r][t] = Σ code(r,c) * x[t][c] over nblk 128-element blocks, R <= 4 rows, TT <= 2. */
 AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int64_t nblk,
-                      int R, int TT, int32_t dots[4][2])
+                      int R, int TT, const uint8_t *pf, int32_t dots[4][2])
 {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
     __m256i acc[4][2];
@@ -95,6 +95,11 @@ AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, 
         for (int t = 0; t < TT; t++)
             acc[r][t] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nblk; b++) {
+        if (pf) { /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
+            _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+            if (R > 2)
+                _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32));
@@ -133,15 +138,17 @@ static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
             const int TT = T - t < 2 ? T - t : 2;
             int32_t dots[4][2];
             const int8_t *xt = xq + (size_t)t * ldx;
+            /* software prefetch on the first token pair only: see kernels_avx512.c */
+            const uint8_t *pf = t == 0 ? wr + LQ_I2S_PF_BYTES : NULL;
             switch (R * 2 + TT) { /* constant tile shapes, fully unrolled */
-            case 3: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 1, dots); break;
-            case 4: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 2, dots); break;
-            case 5: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 1, dots); break;
-            case 6: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 2, dots); break;
-            case 7: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 1, dots); break;
-            case 8: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 2, dots); break;
-            case 9: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 1, dots); break;
-            default: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 2, dots); break;
+            case 3: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 1, pf, dots); break;
+            case 4: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 2, pf, dots); break;
+            case 5: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 1, pf, dots); break;
+            case 6: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 2, 2, pf, dots); break;
+            case 7: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 1, pf, dots); break;
+            case 8: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 3, 2, pf, dots); break;
+            case 9: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 1, pf, dots); break;
+            default: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 4, 2, pf, dots); break;
             }
             for (int rr = 0; rr < R; rr++)
                 for (int tt = 0; tt < TT; tt++)

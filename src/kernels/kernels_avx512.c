@@ -56,7 +56,7 @@ static void quant_i8_avx512(const float *x, int64_t n, int8_t *q, float *inv_sca
 
 /* dots[r][t] = Σ code(r,c) * x[t][c] over nblk blocks, R <= 4 rows, TT <= 4 tokens. */
 AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int64_t nblk,
-                        int R, int TT, int32_t dots[4][4])
+                        int R, int TT, const uint8_t *pf, int32_t dots[4][4])
 {
     const __m512i m3 = _mm512_set1_epi8(3);
     /* per-16-bit shift counts: low 256 bits / high 256 bits */
@@ -69,6 +69,11 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
         for (int t = 0; t < TT; t++)
             acc[r][t] = _mm512_setzero_si512();
     for (int64_t b = 0; b < nblk; b++) {
+        if (pf) { /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
+            _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+            if (R > 2)
+                _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+        }
         __m512i xa[4], xb[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
@@ -97,7 +102,7 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
 
 #define TILE(R, TT)                                                                        \
     case (R) * 8 + (TT):                                                                   \
-        i2s_tile_avx512(wr, rb, xt, ldx, nblk, R, TT, dots);                               \
+        i2s_tile_avx512(wr, rb, xt, ldx, nblk, R, TT, pf, dots);                               \
         break
 
 static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
@@ -113,12 +118,16 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
             const int TT = T - t < 4 ? T - t : 4;
             int32_t dots[4][4];
             const int8_t *xt = xq + (size_t)t * ldx;
+            /* software prefetch on the first token group only (later groups hit L1): a
+             * 4-row tile reads 4 short interleaved streams (cols/4 bytes each), which the
+             * hardware prefetchers do not follow well enough to saturate DRAM */
+            const uint8_t *pf = t == 0 ? wr + LQ_I2S_PF_BYTES : NULL;
             switch (R * 8 + TT) { /* constant tile shapes, fully unrolled */
                 TILE(1, 1); TILE(1, 2); TILE(1, 3); TILE(1, 4);
                 TILE(2, 1); TILE(2, 2); TILE(2, 3); TILE(2, 4);
                 TILE(3, 1); TILE(3, 2); TILE(3, 3); TILE(3, 4);
                 TILE(4, 1); TILE(4, 2); TILE(4, 3);
-            default: i2s_tile_avx512(wr, rb, xt, ldx, nblk, 4, 4, dots); break;
+            default: i2s_tile_avx512(wr, rb, xt, ldx, nblk, 4, 4, pf, dots); break;
             }
             for (int rr = 0; rr < R; rr++)
                 for (int tt = 0; tt < TT; tt++)

@@ -50,6 +50,12 @@ static inline int lq_i2s_trit(unsigned code)
     return code == 2 ? 1 : (code == 0 ? -1 : 0);
 }
 
+/* How far ahead (bytes of I2_S weights) the SIMD matvecs prefetch. Prefetches past the end
+ * of a tensor are harmless hints (no fault). */
+#ifndef LQ_I2S_PF_BYTES
+#define LQ_I2S_PF_BYTES 4096
+#endif
+
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;
 

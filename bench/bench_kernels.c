@@ -1,0 +1,415 @@
+/* Kernel benchmark: figures, each printed next to the reference it answers to.
+ *
+ *   - read bandwidth: stream-sum of a 1 GiB buffer, 1 and 2 threads (the decode roofline)
+ *   - int8 MAC peak: independent vpdpbusd chains in registers, 1 and 2 threads (the prefill
+ *     roofline)
+ *   - pool hand-off: an empty lq_pool_for (decode makes ~210 of them per token)
+ *   - I2_S matvec 6912x2560 (ffn gate/up shape), T=1: GB/s of weights streamed and G MAC/s.
+ *     The sweep runs over enough distinct copies (> 100 MB) that weights come from DRAM, as
+ *     in decode, not from L3.
+ *   - I2_S GEMM 6912x2560 with T=64 and T=128 tokens (prefill): G MAC/s vs the int8 peak
+ *   - f16 lm_head matvec 128256x2560: GB/s vs read bandwidth
+ *   - a 2B-4T decode estimate from the two measured rates (30 layers of I2_S + f16 lm_head)
+ * Every figure is the median of >= 5 runs, with min and max. Total runtime ~30-60 s.
+ *
+ * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
+ * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
+ * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
+ * runs only the named sections (bw, peak, pool, matvec, gemm, f16; the estimate needs bw,
+ * matvec and f16). The machine is
+ * shared, so close other work; figures swing by ~10% between runs on a busy box. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/cpu.h"
+#include "core/f16.h"
+#include "core/threadpool.h"
+#include "kernels/kernels.h"
+#include "larql/gguf.h"
+
+#define MAX_RUNS 9
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct stat3 {
+    double med, min, max;
+} stat3;
+
+static stat3 stats(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    stat3 s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+    return s;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rnd64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* ---- read bandwidth ---- */
+
+typedef struct bw_ctx {
+    const uint8_t *buf;
+    uint64_t sums[64];
+} bw_ctx;
+
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, int64_t bytes)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i + 128 <= bytes; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, s);
+    return out[0] + out[1] + out[2] + out[3];
+}
+
+static uint64_t sum_plain(const uint8_t *p, int64_t bytes)
+{
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i + 4 <= bytes / 8; i += 4) {
+        s0 += q[i];
+        s1 += q[i + 1];
+        s2 += q[i + 2];
+        s3 += q[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+static int have_avx2;
+
+/* [start, end) in 1 MiB units */
+static void bw_fn(void *ctx, int64_t start, int64_t end, int idx)
+{
+    bw_ctx *c = ctx;
+    const uint8_t *p = c->buf + (start << 20);
+    int64_t bytes = (end - start) << 20;
+    c->sums[idx] += have_avx2 ? sum_avx2(p, bytes) : sum_plain(p, bytes);
+}
+
+/* ---- int8 MAC peak ---- */
+
+typedef struct peak_ctx {
+    int64_t iters;
+    int32_t sink[64];
+} peak_ctx;
+
+/* 12 independent vpdpbusd chains (latency x throughput of current cores is <= 12) */
+__attribute__((target("avx512f,avx512vnni"))) static void peak_fn(void *ctx, int64_t start,
+                                                                    int64_t end, int idx)
+{
+    peak_ctx *c = ctx;
+    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+    __m512i acc[12];
+    for (int i = 0; i < 12; i++)
+        acc[i] = _mm512_set1_epi32(i);
+    for (int64_t it = 0; it < c->iters * (end - start); it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++)
+            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b)); /* keep the loop from being folded */
+    }
+    __m512i s = acc[0];
+    for (int i = 1; i < 12; i++)
+        s = _mm512_add_epi32(s, acc[i]);
+    c->sink[idx] = _mm512_reduce_add_epi32(s);
+}
+
+/* ---- kernels through the pool ---- */
+
+typedef struct mv_ctx {
+    const lq_kernels *k;
+    const lq_i2s_mat *w;
+    const lq_dense_mat *d;
+    const int8_t *xq;
+    const float *xf;
+    size_t ldx;
+    const float *inv;
+    const int32_t *xsum;
+    int T;
+    float *y;
+    size_t ldy;
+} mv_ctx;
+
+static void i2s_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    mv_ctx *c = ctx;
+    c->k->i2s_i8(c->w, c->xq, c->ldx, c->inv, c->xsum, c->T, c->y, c->ldy, s, e);
+}
+
+static void dense_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    mv_ctx *c = ctx;
+    c->k->dense(c->d, c->xf, c->ldx, c->T, c->y, c->ldy, s, e);
+}
+
+static const char *only;
+static int want(const char *section)
+{
+    if (!only || !*only)
+        return 1;
+    size_t n = strlen(section);
+    for (const char *p = only; (p = strstr(p, section)); p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+static void empty_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    (void)ctx, (void)s, (void)e, (void)idx;
+}
+
+int main(void)
+{
+    const int quick = getenv("LQ_BENCH_QUICK") && *getenv("LQ_BENCH_QUICK") == '1';
+    const int runs = quick ? 3 : 7;
+    only = getenv("LQ_BENCH_ONLY");
+    const lq_cpu_features *f = lq_cpu_features_get();
+    have_avx2 = f->avx2;
+    const int have_vnni512 = f->avx512f && f->avx512vnni;
+    lq_pool *pools[3] = {NULL, NULL, NULL};
+    if (lq_pool_create(1, &pools[1], NULL) || lq_pool_create(2, &pools[2], NULL)) {
+        fprintf(stderr, "bench_kernels: cannot create thread pools\n");
+        return 1;
+    }
+    const char *set_names[3] = {"scalar", "avx2", "avx512"};
+    const lq_kernels *sets[3];
+    for (int i = 0; i < 3; i++)
+        sets[i] = lq_kernels_by_name(set_names[i]);
+    printf("kernel sets: scalar%s%s (best: %s); cpu count %d\n", sets[1] ? " avx2" : "",
+           sets[2] ? " avx512" : "", lq_kernels_best()->name, lq_cpu_count());
+    double v[MAX_RUNS];
+
+    /* 1. read bandwidth */
+    double bw[3] = {0, 0, 0};
+    if (want("bw")) {
+        const int64_t mib = 1024;
+        uint8_t *buf = aligned_alloc(64, (size_t)mib << 20);
+        if (!buf) {
+            fprintf(stderr, "bench_kernels: cannot allocate 1 GiB\n");
+            return 1;
+        }
+        memset(buf, 1, (size_t)mib << 20);
+        bw_ctx c = {buf, {0}};
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int r = 0; r < runs; r++) {
+                double t0 = now_s();
+                lq_pool_for(pools[nt], mib, 1, bw_fn, &c);
+                v[r] = (double)(mib << 20) / (now_s() - t0) / 1e9;
+            }
+            stat3 s = stats(v, runs);
+            bw[nt] = s.med;
+            printf("read bandwidth %d thread%s: %.1f GB/s (min %.1f, max %.1f)  [stream-sum of 1 GiB]\n",
+                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max);
+        }
+        if (c.sums[0] == 42)
+            printf(" ");
+        free(buf);
+    }
+
+    /* 2. int8 MAC peak */
+    double peak[3] = {0, 0, 0};
+    if (!want("peak")) {
+    } else if (have_vnni512) {
+        for (int nt = 1; nt <= 2; nt++) {
+            peak_ctx c = {.iters = 2000000};
+            for (int r = 0; r < runs; r++) {
+                double t0 = now_s();
+                lq_pool_for(pools[nt], nt, 1, peak_fn, &c);
+                v[r] = (double)c.iters * 12 * 64 * nt / (now_s() - t0) / 1e9;
+            }
+            stat3 s = stats(v, runs);
+            peak[nt] = s.med;
+            printf("int8 MAC peak %d thread%s: %.0f G MAC/s (min %.0f, max %.0f)  [12 vpdpbusd zmm chains]\n",
+                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max);
+        }
+    } else {
+        printf("int8 MAC peak: skipped (no AVX-512 VNNI)\n");
+    }
+
+    /* 3. pool hand-off */
+    if (want("pool")) {
+        const int calls = 5000;
+        for (int r = 0; r < runs; r++) {
+            double t0 = now_s();
+            for (int i = 0; i < calls; i++)
+                lq_pool_for(pools[2], 2, 1, empty_fn, NULL);
+            v[r] = (now_s() - t0) / calls * 1e6;
+        }
+        stat3 s = stats(v, runs);
+        printf("pool hand-off, 2 threads: %.2f us per lq_pool_for (min %.2f, max %.2f) = %.2f ms per decode token at 210 calls\n",
+               s.med, s.min, s.max, s.med * 210 / 1000);
+    }
+
+    /* 4. I2_S matvec 6912x2560, T = 1, weights from DRAM */
+    const int64_t rows = 6912, cols = 2560;
+    const size_t mat_bytes = (size_t)(rows * cols / 4);
+    const int copies = quick ? 8 : 24;
+    uint8_t *wbuf = aligned_alloc(64, mat_bytes * copies);
+    const int Tmax = 128;
+    int8_t *xq = aligned_alloc(64, (size_t)Tmax * cols);
+    float *xf = aligned_alloc(64, (size_t)Tmax * cols * 4);
+    float inv[128];
+    int32_t xsum[128];
+    float *y = aligned_alloc(64, (size_t)Tmax * rows * 4);
+    if (!wbuf || !xq || !xf || !y) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < mat_bytes * copies; i++) { /* codes 0..2 only */
+        uint64_t r = rnd64();
+        wbuf[i] = (uint8_t)((r % 3) << 6 | (r / 3 % 3) << 4 | (r / 9 % 3) << 2 | (r / 27 % 3));
+    }
+    for (int64_t i = 0; i < Tmax * cols; i++)
+        xf[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
+    for (int t = 0; t < Tmax; t++)
+        lq_kernels_scalar.quant_i8(xf + (size_t)t * cols, cols, xq + (size_t)t * cols, &inv[t], &xsum[t]);
+    lq_i2s_mat mats[24];
+    for (int i = 0; i < copies; i++)
+        mats[i] = (lq_i2s_mat){wbuf + mat_bytes * i, rows, cols, 0.5f};
+    double i2s_rate[3] = {0, 0, 0}; /* best set's GB/s per thread count */
+    printf("\nI2_S matvec %lldx%lld T=1 (%.2f MB of weights; sweep over %d copies = %.0f MB, from DRAM)\n",
+           (long long)rows, (long long)cols, mat_bytes / 1e6, copies, mat_bytes * copies / 1e6);
+    for (int si = 0; si < 3; si++) {
+        if (!sets[si] || !want("matvec"))
+            continue;
+        int n_mats = si == 0 ? 1 : copies; /* the scalar reference is compute bound: one copy */
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int r = 0; r < runs; r++) {
+                double t0 = now_s();
+                for (int m = 0; m < n_mats; m++) {
+                    mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, 1, y, (size_t)rows};
+                    lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
+                }
+                v[r] = (now_s() - t0) / n_mats;
+            }
+            stat3 s = stats(v, runs);
+            double gbs = mat_bytes / s.med / 1e9;
+            double gmacs = (double)rows * cols / s.med / 1e9;
+            if (gbs > i2s_rate[nt])
+                i2s_rate[nt] = gbs;
+            printf("  %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s, %6.1f G MAC/s",
+                   set_names[si], nt, s.med * 1e6, s.min * 1e6, s.max * 1e6, gbs, gmacs);
+            if (bw[nt] > 0)
+                printf(" = %3.0f%% of measured read bandwidth %.1f GB/s", 100 * gbs / bw[nt], bw[nt]);
+            printf("\n");
+        }
+    }
+
+    /* 5. I2_S GEMM (prefill), T = 64 and 128 */
+    printf("\nI2_S GEMM %lldx%lld x T tokens (prefill), int8 MACs\n", (long long)rows, (long long)cols);
+    for (int ti = 0; ti < 2; ti++) {
+        int T = ti ? 128 : 64;
+        for (int si = 1; si < 3; si++) {
+            if (!sets[si] || !want("gemm"))
+                continue;
+            for (int nt = 1; nt <= 2; nt++) {
+                for (int r = 0; r < runs; r++) {
+                    mv_ctx c = {sets[si], &mats[r % copies], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                    double t0 = now_s();
+                    lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
+                    v[r] = now_s() - t0;
+                }
+                stat3 s = stats(v, runs);
+                double g = (double)rows * cols * T / 1e9;
+                if (peak[nt] > 0)
+                    printf("  T=%-3d %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %6.1f G MAC/s = %3.0f%% of measured vpdpbusd peak %.0f G MAC/s\n",
+                           T, set_names[si], nt, s.med * 1e3, s.min * 1e3, s.max * 1e3, g / s.med,
+                           100 * g / s.med / peak[nt], peak[nt]);
+                else
+                    printf("  T=%-3d %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %6.1f G MAC/s\n", T,
+                           set_names[si], nt, s.med * 1e3, s.min * 1e3, s.max * 1e3, g / s.med);
+            }
+        }
+    }
+    printf("  (scalar skipped: the reference runs ~1 G MAC/s)\n");
+    free(wbuf);
+
+    /* 6. f16 lm_head matvec 128256x2560 */
+    const int64_t vocab = 128256;
+    const size_t lm_bytes = (size_t)vocab * cols * 2;
+    uint16_t *lm = aligned_alloc(64, lm_bytes);
+    float *logits = aligned_alloc(64, (size_t)vocab * 4);
+    double f16_rate[3] = {0, 0, 0};
+    if (lm && logits && want("f16")) {
+        uint16_t pattern[4096];
+        for (int i = 0; i < 4096; i++)
+            pattern[i] = lq_f32_to_f16((float)((int)(rnd64() % 2001) - 1000) / 16000.0f);
+        for (size_t i = 0; i < lm_bytes / 2; i += 4096)
+            memcpy(lm + i, pattern, (lm_bytes / 2 - i < 4096 ? lm_bytes / 2 - i : 4096) * 2);
+        lq_dense_mat d = {lm, vocab, cols, LQ_GGML_F16};
+        printf("\nf16 lm_head matvec %lldx%lld T=1 (%.0f MB)\n", (long long)vocab, (long long)cols, lm_bytes / 1e6);
+        for (int si = 1; si < 3; si++) {
+            if (!sets[si])
+                continue;
+            for (int nt = 1; nt <= 2; nt++) {
+                for (int r = 0; r < runs; r++) {
+                    mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, 1, logits, (size_t)vocab};
+                    double t0 = now_s();
+                    lq_pool_for(pools[nt], vocab, 256, dense_fn, &c);
+                    v[r] = now_s() - t0;
+                }
+                stat3 s = stats(v, runs);
+                double gbs = lm_bytes / s.med / 1e9;
+                if (gbs > f16_rate[nt])
+                    f16_rate[nt] = gbs;
+                printf("  %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s", set_names[si], nt,
+                       s.med * 1e3, s.min * 1e3, s.max * 1e3, gbs);
+                if (bw[nt] > 0)
+                    printf(" = %3.0f%% of measured read bandwidth %.1f GB/s", 100 * gbs / bw[nt], bw[nt]);
+                printf("\n");
+            }
+        }
+        printf("  (scalar skipped: software f16 conversion, ~1 GB/s)\n");
+    }
+    free(lm);
+    free(logits);
+
+    /* 7. 2B-4T decode estimate: per layer q,o 2560x2560, k,v 640x2560, gate,up 6912x2560,
+     * down 2560x6912 (all I2_S, cols/4 bytes per row) + f16 tied lm_head */
+    {
+        double layer = (2.0 * 2560 * 2560 + 2.0 * 640 * 2560 + 3.0 * 6912 * 2560) / 4;
+        double i2s_b = 30 * layer, f16_b = (double)lm_bytes;
+        printf("\n2B-4T decode, weights per token: %.0f MB I2_S + %.0f MB f16 lm_head\n", i2s_b / 1e6, f16_b / 1e6);
+        for (int nt = 1; nt <= 2; nt++) {
+            if (i2s_rate[nt] <= 0 || f16_rate[nt] <= 0 || bw[nt] <= 0)
+                continue;
+            double t = i2s_b / (i2s_rate[nt] * 1e9) + f16_b / (f16_rate[nt] * 1e9);
+            double roof = (i2s_b + f16_b) / (bw[nt] * 1e9);
+            printf("  %d thr: matvec time %.1f ms/token = %.1f tok/s; memory roofline %.1f ms = %.1f tok/s (%.0f%% of roofline, excludes attention/norms/hand-offs)\n",
+                   nt, t * 1e3, 1 / t, roof * 1e3, 1 / roof, 100 * roof / t);
+        }
+    }
+    free(xq);
+    free(xf);
+    free(y);
+    lq_pool_free(pools[1]);
+    lq_pool_free(pools[2]);
+    return 0;
+}
