@@ -392,6 +392,269 @@ static void test_bad_json(void)
     lq_tokenizer_free(NULL);
 }
 
+
+/* ------------------------------------------------------------ GGUF fixtures */
+
+/* A tiny SentencePiece vocabulary. Scores make "bc" the best pair, then "▁a", so "▁abc"
+ * becomes ▁a + bc (merging left to right would give ▁ab + c instead). */
+enum { S_UNK = 0, S_BOS = 1, S_EOS = 2, S_BYTE0 = 3, S_SP = 259, S_A, S_B, S_SPA, S_AB, S_SPAB, S_C, S_BC };
+#define S_N (S_BC + 1)
+
+typedef struct spm_opts {
+    const char *model;    /* tokenizer.ggml.model */
+    int bad_bos;          /* bos id past the vocabulary */
+    int bad_type;         /* a token_type value outside 0..6 */
+    int short_scores;     /* scores shorter than tokens */
+    int add_bos;          /* -1: key absent */
+    int bos_u64;          /* bos stored as u64 instead of u32 */
+} spm_opts;
+
+static lq_gguf *spm_gguf(spm_opts o, uint8_t **buf)
+{
+    static char bytes[256][8];
+    const char *tok[S_N];
+    float sc[S_N];
+    int32_t ty[S_N];
+    tok[S_UNK] = "<unk>";
+    tok[S_BOS] = "<s>";
+    tok[S_EOS] = "</s>";
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        tok[S_BYTE0 + b] = bytes[b];
+        ty[S_BYTE0 + b] = 6;
+        sc[S_BYTE0 + b] = 0;
+    }
+    const char *pieces[] = {"▁", "a", "b", "▁a", "ab", "▁ab", "c", "bc"};
+    float scores[] = {-5, -6, -6, -1, -2, -3, -6, -0.5f};
+    for (int i = 0; i < 8; i++) {
+        tok[S_SP + i] = pieces[i];
+        sc[S_SP + i] = scores[i];
+        ty[S_SP + i] = 1;
+    }
+    ty[S_UNK] = 2;
+    ty[S_BOS] = ty[S_EOS] = 3;
+    sc[S_UNK] = sc[S_BOS] = sc[S_EOS] = 0;
+    if (o.bad_type)
+        ty[S_A] = 9;
+    lq_gguf_writer *w = lq_gguf_writer_create();
+    lq_gguf_writer_add_str(w, "general.architecture", "llama");
+    if (o.model)
+        lq_gguf_writer_add_str(w, "tokenizer.ggml.model", o.model);
+    lq_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, S_N);
+    lq_gguf_writer_add_arr(w, "tokenizer.ggml.scores", LQ_GGUF_F32, sc, o.short_scores ? S_N - 1 : S_N);
+    lq_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", LQ_GGUF_I32, ty, S_N);
+    if (o.bos_u64) {
+        uint64_t v = S_BOS;
+        lq_gguf_writer_add_scalar(w, "tokenizer.ggml.bos_token_id", LQ_GGUF_U64, &v);
+    } else {
+        lq_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", o.bad_bos ? 100000 : S_BOS);
+    }
+    lq_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", S_EOS);
+    if (o.add_bos >= 0)
+        lq_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", o.add_bos);
+    size_t len = 0;
+    lq_err e = {0};
+    lq_gguf *g = NULL;
+    *buf = NULL;
+    int rc = lq_gguf_writer_write_buffer(w, buf, &len, &e);
+    lq_gguf_writer_free(w);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc == 0) {
+        rc = lq_gguf_open_buffer(*buf, len, &g, &e);
+        CHECK_MSG(rc == 0, "%s", e.msg);
+    }
+    return g;
+}
+
+static lq_tokenizer *spm_tok(spm_opts o, int want_rc, const char *want_msg)
+{
+    uint8_t *buf = NULL;
+    lq_gguf *g = spm_gguf(o, &buf);
+    lq_tokenizer *t = NULL;
+    if (g) {
+        lq_err e = {0};
+        int rc = lq_tokenizer_from_gguf(g, &t, &e);
+        CHECK_MSG(rc == want_rc, "rc %d, want %d (%s)", rc, want_rc, e.msg);
+        if (want_msg)
+            CHECK_STR_CONTAINS(e.msg, want_msg);
+        if (rc)
+            CHECK(t == NULL);
+    }
+    lq_gguf_close(g);
+    free(buf); /* the tokenizer keeps its own copies */
+    return t;
+}
+
+static const spm_opts SPM_OK = {"llama", 0, 0, 0, -1, 0};
+
+static void test_spm_encode(void)
+{
+    lq_tokenizer *t = spm_tok(SPM_OK, 0, NULL);
+    if (!t)
+        return;
+    CHECK_EQ_INT(lq_tokenizer_kind(t), LQ_TOK_SPM);
+    CHECK_EQ_INT(lq_tokenizer_bos(t), S_BOS);
+    CHECK_EQ_INT(lq_tokenizer_eos(t), S_EOS);
+    CHECK_EQ_INT(lq_tokenizer_add_bos(t), 1); /* default for llama SPM */
+    CHECK(encode_eq(t, "abc", 0, (int32_t[]){S_SPA, S_BC}, 2));
+    CHECK(encode_eq(t, "abc", LQ_TOK_ADD_BOS, (int32_t[]){S_BOS, S_SPA, S_BC}, 3));
+    CHECK(encode_eq(t, "ab", 0, (int32_t[]){S_SPAB}, 1));
+    CHECK(encode_eq(t, "", 0, NULL, 0));
+    CHECK(encode_eq(t, " ", 0, (int32_t[]){S_SP, S_SP}, 2));
+    /* byte fallback: é = C3 A9 is not a piece */
+    CHECK(encode_eq(t, "a\xC3\xA9", 0, (int32_t[]){S_SPA, S_BYTE0 + 0xC3, S_BYTE0 + 0xA9}, 3));
+    /* special text: parsed with the flag (and the dummy prefix follows it), plain otherwise */
+    CHECK(encode_eq(t, "<s>a", LQ_TOK_PARSE_SPECIAL, (int32_t[]){S_BOS, S_SPA}, 2));
+    CHECK(encode_eq(t, "<s>", 0, (int32_t[]){S_SP, S_BYTE0 + '<', S_BYTE0 + 's', S_BYTE0 + '>'}, 4));
+    lq_tokenizer_free(t);
+}
+
+static void test_spm_decode(void)
+{
+    lq_tokenizer *t = spm_tok(SPM_OK, 0, NULL);
+    if (!t)
+        return;
+    char *s = decode_str(t, (int32_t[]){S_BOS, S_SPA, S_BC}, 3, LQ_DETOK_SKIP_SPECIAL);
+    CHECK(s && !strcmp(s, "abc")); /* dummy-prefix space stripped */
+    free(s);
+    s = decode_str(t, (int32_t[]){S_BOS, S_SPA, S_BC}, 3, 0);
+    CHECK(s && !strcmp(s, "<s>abc"));
+    free(s);
+    s = decode_str(t, (int32_t[]){S_SPA, S_BYTE0 + 0xC3, S_BYTE0 + 0xA9, S_SPAB}, 4, 0);
+    CHECK(s && !strcmp(s, "a\xC3\xA9 ab"));
+    free(s);
+    const char *samples[] = {"abc", " abc", "  a b  c ", "a\xC3\xA9\n\tz", "", " "};
+    for (size_t i = 0; i < sizeof samples / sizeof *samples; i++) {
+        int32_t *v = NULL;
+        size_t n = 0;
+        CHECK_EQ_INT(lq_tokenizer_encode(t, samples[i], strlen(samples[i]), LQ_TOK_ADD_BOS, &v, &n, NULL), 0);
+        char *back = decode_str(t, v, n, LQ_DETOK_SKIP_SPECIAL);
+        CHECK_MSG(back && !strcmp(back, samples[i]), "round trip of \"%s\" gave \"%s\"", samples[i],
+                  back ? back : "(null)");
+        free(back);
+        free(v);
+    }
+    /* streaming: the first text token loses its dummy space; after reset(0) it keeps it */
+    lq_detok *d = NULL;
+    CHECK_EQ_INT(lq_detok_create(t, LQ_DETOK_SKIP_SPECIAL, &d, NULL), 0);
+    char out[64];
+    size_t n = 0;
+    CHECK_EQ_INT(lq_detok_push(d, S_BOS, out, sizeof out, &n, NULL), 0);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(lq_detok_push(d, S_SPA, out, sizeof out, &n, NULL), 0);
+    CHECK(n == 1 && !strcmp(out, "a"));
+    CHECK_EQ_INT(lq_detok_push(d, S_SPAB, out, sizeof out, &n, NULL), 0);
+    CHECK(n == 3 && !strcmp(out, " ab"));
+    lq_detok_reset(d, 0);
+    CHECK_EQ_INT(lq_detok_push(d, S_SPA, out, sizeof out, &n, NULL), 0);
+    CHECK(n == 2 && !strcmp(out, " a"));
+    lq_detok_reset(d, 1);
+    CHECK_EQ_INT(lq_detok_push(d, S_SPA, out, sizeof out, &n, NULL), 0);
+    CHECK(n == 1 && !strcmp(out, "a"));
+    /* byte tokens of one character across pushes */
+    CHECK_EQ_INT(lq_detok_push(d, S_BYTE0 + 0xC3, out, sizeof out, &n, NULL), 0);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(lq_detok_push(d, S_BYTE0 + 0xA9, out, sizeof out, &n, NULL), 0);
+    CHECK(n == 2 && !strcmp(out, "\xC3\xA9"));
+    lq_detok_free(d);
+    lq_tokenizer_free(t);
+}
+
+static void test_gguf_options_and_errors(void)
+{
+    spm_opts o = SPM_OK;
+    o.add_bos = 0;
+    lq_tokenizer *t = spm_tok(o, 0, NULL);
+    CHECK(t && lq_tokenizer_add_bos(t) == 0);
+    lq_tokenizer_free(t);
+    o = SPM_OK;
+    o.bos_u64 = 1; /* ids in any integer type */
+    t = spm_tok(o, 0, NULL);
+    CHECK(t && lq_tokenizer_bos(t) == S_BOS);
+    lq_tokenizer_free(t);
+
+    o = SPM_OK;
+    o.model = "bert";
+    CHECK(spm_tok(o, LQ_EUNSUPPORTED, "unsupported tokenizer model 'bert'") == NULL);
+    o.model = NULL;
+    CHECK(spm_tok(o, LQ_ENOTFOUND, "tokenizer.ggml.model") == NULL);
+    o = SPM_OK;
+    o.bad_bos = 1;
+    CHECK(spm_tok(o, LQ_EFORMAT, "bos_token_id = 100000") == NULL);
+    o = SPM_OK;
+    o.bad_type = 1;
+    CHECK(spm_tok(o, LQ_EFORMAT, "token_type[") == NULL);
+    o = SPM_OK;
+    o.short_scores = 1;
+    CHECK(spm_tok(o, LQ_EFORMAT, "scores") == NULL);
+    lq_err e = {0};
+    CHECK_EQ_INT(lq_tokenizer_from_gguf(NULL, &t, &e), LQ_EINVAL);
+}
+
+/* Byte-level BPE from GGUF: 256 byte characters + "he" + "<|eot_id|>", one merge. */
+static lq_tokenizer *bpe_gguf(const char *pre, int with_merges, int want_rc, const char *want_msg)
+{
+    static char chars[256][3];
+    const char *tok[258];
+    int32_t ty[258];
+    for (int b = 0; b < 256; b++) {
+        byte_char(b, chars[b]);
+        tok[b] = chars[b];
+        ty[b] = 1;
+    }
+    tok[256] = "he";
+    ty[256] = 1;
+    tok[257] = "<|eot_id|>";
+    ty[257] = 3;
+    const char *merges[] = {"h e"};
+    lq_gguf_writer *w = lq_gguf_writer_create();
+    lq_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (pre)
+        lq_gguf_writer_add_str(w, "tokenizer.ggml.pre", pre);
+    lq_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, 258);
+    lq_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", LQ_GGUF_I32, ty, 258);
+    if (with_merges)
+        lq_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    lq_err e = {0};
+    lq_gguf *g = NULL;
+    lq_tokenizer *t = NULL;
+    CHECK_EQ_INT(lq_gguf_writer_write_buffer(w, &buf, &len, &e), 0);
+    lq_gguf_writer_free(w);
+    if (buf && lq_gguf_open_buffer(buf, len, &g, &e) == 0) {
+        int rc = lq_tokenizer_from_gguf(g, &t, &e);
+        CHECK_MSG(rc == want_rc, "rc %d, want %d (%s)", rc, want_rc, e.msg);
+        if (want_msg)
+            CHECK_STR_CONTAINS(e.msg, want_msg);
+    }
+    lq_gguf_close(g);
+    free(buf);
+    return t;
+}
+
+static void test_bpe_gguf(void)
+{
+    lq_tokenizer *t = bpe_gguf("llama-bpe", 1, 0, NULL);
+    if (t) {
+        CHECK(encode_eq(t, "the", 0, (int32_t[]){'t', 256}, 2));
+        CHECK_EQ_INT(lq_tokenizer_eot(t), 257); /* found by its text */
+        CHECK_EQ_INT(lq_tokenizer_add_bos(t), 1); /* llama-bpe default */
+        CHECK_EQ_INT(lq_tokenizer_bos(t), -1);    /* ... but there is no BOS id here */
+        CHECK(encode_eq(t, "he", LQ_TOK_ADD_BOS, (int32_t[]){256}, 1));
+        CHECK(encode_eq(t, "he<|eot_id|>", LQ_TOK_PARSE_SPECIAL, (int32_t[]){256, 257}, 2));
+        lq_tokenizer_free(t);
+    }
+    t = bpe_gguf(NULL, 1, 0, NULL); /* no pre: GPT-2 rules, no BOS by default */
+    if (t) {
+        CHECK_EQ_INT(lq_tokenizer_add_bos(t), 0);
+        CHECK(encode_eq(t, "he he", 0, (int32_t[]){256, ' ', 256}, 3)); /* Ġ is byte 32's id */
+        lq_tokenizer_free(t);
+    }
+    CHECK(bpe_gguf("qwen2", 1, LQ_EUNSUPPORTED, "qwen2") == NULL);
+    CHECK(bpe_gguf("gpt2", 0, LQ_ENOTFOUND, "merges") == NULL);
+}
+
 /* ------------------------------------------------------------ threads */
 
 #define TH_TEXT "hello world hello,world ell \xF0\x9F\xA6\x99 xyz"
@@ -450,6 +713,10 @@ int main(void)
     RUN(test_invalid_utf8);
     RUN(test_stream_detok);
     RUN(test_bad_json);
+    RUN(test_spm_encode);
+    RUN(test_spm_decode);
+    RUN(test_gguf_options_and_errors);
+    RUN(test_bpe_gguf);
     RUN(test_threads_share_tokenizer);
     return harness_done();
 }
