@@ -593,6 +593,14 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     (void)logprob;
     job *jb = user;
     lq_server *s = jb->s;
+    if (id < 0) {
+        /* end of stream: text that was held back (stop-string prefix, partial UTF-8) */
+        if (jb->stream && len)
+            sse_chunk(jb, text, len, 0, NULL);
+        else if (len)
+            append_text(jb, text, len);
+        return 0;
+    }
     if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
         return 1;
     /* non-streaming runs in the connection's thread: it may look at the socket itself */
