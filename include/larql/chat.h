@@ -19,13 +19,20 @@ typedef enum lq_chat_template {
 
 typedef struct lq_chat_msg {
     const char *role;    /* "system", "user", "assistant" */
-    const char *content;
+    const char *content; /* NULL renders as "" */
 } lq_chat_msg;
 
 /* The template for a model: from its tokenizer.chat_template metadata when recognisable,
  * else by architecture (bitnet* -> BITNET when the vocabulary has <|eot_id|>, llama with a
  * Llama 3 vocabulary -> LLAMA3), else PLAIN. */
 int lq_chat_template_for_model(const lq_model *m);
+/* The rule behind lq_chat_template_for_model, on plain values (for tests and for front
+ * ends that read the metadata themselves): tmpl/tmpl_len = tokenizer.chat_template or NULL;
+ * a template containing "<|start_header_id|>" -> LLAMA3; containing "Assistant: " and
+ * "<|eot_id|>" -> BITNET; else arch_name "bitnet*" with vocab_has_eot -> BITNET; "llama"
+ * with vocab_has_header (<|start_header_id|> in the vocabulary) -> LLAMA3; else PLAIN. */
+int lq_chat_template_detect(const char *tmpl, size_t tmpl_len, const char *arch_name,
+                            int vocab_has_eot, int vocab_has_header);
 /* "plain", "llama3", "bitnet" -> enum; -1 if unknown. */
 int lq_chat_template_from_name(const char *name);
 const char *lq_chat_template_name(int tmpl);

@@ -26,32 +26,44 @@ typedef enum lq_finish {
 
 /* Called for each generated token. text/len: the newly emittable text (may be empty while
  * text is held back). logprob: log-probability of id under the sampling distribution
- * before truncation (temperature-scaled softmax of the penalised logits); logits: the
- * penalised logits the token was drawn from (n_vocab floats, valid only during the call).
- * Return non-zero to stop (finish = LQ_FINISH_CANCELED). */
+ * before truncation (temperature-scaled softmax of the penalised logits; temperature <= 0
+ * counts as 1); logits: the penalised logits the token was drawn from (n_vocab floats,
+ * valid only during the call). Return non-zero to stop (finish = LQ_FINISH_CANCELED).
+ * An EOS id is never passed (nor its text). When the stream ends by LENGTH or EOS with text
+ * still held back (a stop-string prefix, an incomplete UTF-8 sequence), one last call
+ * delivers it with id = -1, logprob 0 and logits NULL (its return value is ignored). */
 typedef int (*lq_token_cb)(void *user, int32_t id, const char *text, size_t len,
                            float logprob, const float *logits);
 
 typedef struct lq_generate_params {
-    int max_tokens;            /* >= 0; clamped to the context left */
-    lq_sampler_params sampling;
-    const char *const *stop;   /* stop strings (may be NULL) */
+    int max_tokens;            /* >= 0 (default 256); clamped to the context left after the
+                                * prompt, so prompt + completion <= n_ctx */
+    lq_sampler_params sampling;/* penalties count the generated tokens only (as OpenAI's
+                                * frequency/presence penalties do), never the prompt */
+    const char *const *stop;   /* stop strings (may be NULL; empty strings -> LQ_EINVAL) */
     size_t n_stop;
-    const int32_t *eos_ids;    /* NULL: the model's EOS and EOT ids */
-    size_t n_eos;
+    const int32_t *eos_ids;    /* NULL: the model's EOS and EOT ids; non-NULL with n_eos = 0:
+                                * no EOS ids at all. Ids outside the vocabulary -> LQ_EINVAL */
+    size_t n_eos;              /* <= 64 */
     int ignore_eos;
 } lq_generate_params;
 
 typedef struct lq_generate_result {
-    int n_prompt, n_generated;
+    int n_prompt, n_generated; /* n_generated: tokens passed to the callback (EOS excluded) */
     int finish;                /* lq_finish */
-    double prefill_ms, decode_ms;
+    double prefill_ms;         /* the prompt's lq_session_eval (CLOCK_MONOTONIC) */
+    double decode_ms;          /* sampling + decode steps after the prefill, callbacks excluded */
 } lq_generate_result;
 
 void lq_generate_defaults(lq_generate_params *p);
 
 /* Appends prompt (n_prompt >= 1 ids) to the session at its current position and generates.
- * Empty prompt -> LQ_EINVAL; prompt that does not fit the context -> LQ_ECONTEXT. */
+ * Empty prompt -> LQ_EINVAL; prompt that does not fit the context -> LQ_ECONTEXT (the session
+ * is unchanged). The last sampled token is never decoded into the session (no wasted
+ * forward pass): after LENGTH, STOP or CANCELED the session holds the prompt and every
+ * generated token but the last; after EOS it holds all of them (not the EOS). A caller that
+ * continues the conversation feeds the missing token first. Same seed,
+ * parameters and session state -> the same tokens. */
 int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
                 const lq_generate_params *p, lq_token_cb cb, void *user,
                 lq_generate_result *res, lq_err *err);

@@ -1,6 +1,25 @@
 /* Token sampling: greedy, temperature, top-k, top-p, min-p, seeded RNG, and repetition /
  * frequency / presence penalties. Order: penalties -> (temperature <= 0: argmax) |
- * temperature -> top-k -> softmax -> top-p -> min-p -> renormalise -> draw. */
+ * temperature -> top-k -> softmax -> top-p -> min-p -> renormalise -> draw.
+ *
+ * Defaults (lq_sampler_defaults): temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat_penalty 1.0 (off), repeat_last_n 64, frequency_penalty 0, presence_penalty 0,
+ * no seed.
+ *
+ * Greedy is the argmax with ties to the lower id (NaN logits never win). top-p keeps the
+ * smallest best-first prefix whose probability reaches top_p (the best token always stays);
+ * min-p keeps tokens with p >= min_p * p_max. Nothing sorts the whole vocabulary: top-k uses
+ * a bounded heap, top-p a mass histogram plus a sort of the one bucket holding the cut,
+ * min-p is a threshold.
+ *
+ * RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; one uniform double in
+ * [0, 1) (53 bits) per draw, inverse-CDF over the kept tokens (best first with top-k, else
+ * in id order). The same seed,
+ * parameters, logits and accepted history give the same tokens on every machine that
+ * computes the same floats.
+ *
+ * Penalties: repeat_penalty over the last repeat_last_n accepted tokens (each distinct id
+ * once); frequency / presence over every accepted token since create/reset. */
 #ifndef LARQL_SAMPLER_H
 #define LARQL_SAMPLER_H
 

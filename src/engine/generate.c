@@ -1,0 +1,276 @@
+/* Streaming generation over a session.
+ *
+ *   prefill(prompt) -> logits
+ *   loop: sample (penalties over generated tokens) -> EOS? stop before emitting
+ *         -> detokenize (UTF-8-complete, control tokens skipped) -> stop strings
+ *         -> callback(id, text, logprob, logits) -> decode(id) only if another token follows
+ *   end:  text still held back (stop-string prefix, incomplete UTF-8) in one last callback
+ *         with id -1 (not after a stop match or a cancel).
+ *
+ * Every buffer (logits, sampler history, detokenizer, stop matcher) is allocated before the
+ * prefill; the token loop does not allocate (the stop matcher only grows if a piece exceeds
+ * its buffer, which detokenized pieces of <= 64 bytes do not).
+ *
+ * Also here: lq_chat_template_for_model, which needs the model and its tokenizer; chat.c
+ * stays free of engine dependencies so that rendering links without the engine. */
+#include "larql/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "larql/chat.h"
+#include "larql/gguf.h"
+#include "larql/tokenizer.h"
+
+void lq_generate_defaults(lq_generate_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->max_tokens = 256;
+    lq_sampler_defaults(&p->sampling);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* log p(id) under softmax(logits / T) (T <= 0: T = 1), in double precision. */
+static float token_logprob(const float *logits, int32_t n, int32_t id, float temperature)
+{
+    double inv_t = temperature > 0.0f ? 1.0 / (double)temperature : 1.0;
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    if (!isfinite(mx))
+        return -INFINITY;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        if (!isnan(logits[i]))
+            sum += exp(((double)logits[i] - mx) * inv_t);
+    double lp = ((double)logits[id] - mx) * inv_t - log(sum);
+    return isnan(lp) ? -INFINITY : (float)lp;
+}
+
+#define GEN_MAX_EOS 64
+#define GEN_PIECE_CAP 512 /* detokenizer output per token; 64 suffices per the tokenizer API */
+
+int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
+                const lq_generate_params *p, lq_token_cb cb, void *user,
+                lq_generate_result *res, lq_err *err)
+{
+    lq_generate_result local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    if (!s)
+        return lq_err_set(err, LQ_EINVAL, "generate: session is NULL");
+    if (!prompt || n_prompt == 0)
+        return lq_err_set(err, LQ_EINVAL, "generate: empty prompt (at least one token id is "
+                                          "needed, e.g. BOS)");
+    lq_generate_params defaults;
+    if (!p) {
+        lq_generate_defaults(&defaults);
+        p = &defaults;
+    }
+    if (p->max_tokens < 0)
+        return lq_err_set(err, LQ_EINVAL, "generate: max_tokens %d must be >= 0", p->max_tokens);
+    int rc = lq_sampler_params_check(&p->sampling, err);
+    if (rc)
+        return lq_err_prefix(err, "generate");
+
+    lq_model *m = lq_session_model(s);
+    const lq_model_info *info = m ? lq_model_get_info(m) : NULL;
+    if (!info || info->n_vocab < 1)
+        return lq_err_set(err, LQ_EINVAL, "generate: session has no model");
+    const int32_t n_vocab = info->n_vocab;
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+
+    const int pos0 = lq_session_pos(s), n_ctx = lq_session_n_ctx(s);
+    if (n_prompt > (size_t)(n_ctx - pos0))
+        return lq_err_set(err, LQ_ECONTEXT,
+                          "generate: prompt of %zu tokens at position %d does not fit the "
+                          "context of %d tokens", n_prompt, pos0, n_ctx);
+    res->n_prompt = (int)n_prompt;
+
+    /* End-of-sequence ids: the caller's list, else the model's EOS and EOT. */
+    int32_t eos[GEN_MAX_EOS];
+    size_t n_eos = 0;
+    if (p->eos_ids) {
+        if (p->n_eos > GEN_MAX_EOS)
+            return lq_err_set(err, LQ_EINVAL, "generate: %zu eos_ids exceed the limit %d",
+                              p->n_eos, GEN_MAX_EOS);
+        for (size_t i = 0; i < p->n_eos; i++) {
+            if (p->eos_ids[i] < 0 || p->eos_ids[i] >= n_vocab)
+                return lq_err_set(err, LQ_EINVAL,
+                                  "generate: eos_ids[%zu] = %d outside the vocabulary [0, %d)",
+                                  i, (int)p->eos_ids[i], (int)n_vocab);
+            eos[n_eos++] = p->eos_ids[i];
+        }
+    } else if (p->n_eos > 0) {
+        return lq_err_set(err, LQ_EINVAL, "generate: n_eos %zu but eos_ids is NULL", p->n_eos);
+    } else if (tok) {
+        int32_t e1 = lq_tokenizer_eos(tok), e2 = lq_tokenizer_eot(tok);
+        if (e1 >= 0 && e1 < n_vocab)
+            eos[n_eos++] = e1;
+        if (e2 >= 0 && e2 < n_vocab && e2 != e1)
+            eos[n_eos++] = e2;
+    }
+    if (p->ignore_eos)
+        n_eos = 0;
+
+    /* Everything the loop needs, before any model work. */
+    float *logits = malloc((size_t)n_vocab * sizeof *logits); /* [n_vocab] next-token logits */
+    lq_sampler *smp = NULL;
+    lq_stopper *stp = NULL;
+    lq_detok *dt = NULL;
+    char piece[GEN_PIECE_CAP];
+    if (!logits) {
+        rc = lq_err_set(err, LQ_ENOMEM, "generate: out of memory for %d logits", (int)n_vocab);
+        goto done;
+    }
+    rc = lq_sampler_create(&p->sampling, n_vocab, &smp, err);
+    if (rc)
+        goto done;
+    rc = lq_stopper_create(p->stop, p->n_stop, &stp, err);
+    if (rc) {
+        lq_err_prefix(err, "generate");
+        goto done;
+    }
+    if (tok) {
+        rc = lq_detok_create(tok, LQ_DETOK_SKIP_SPECIAL, &dt, err);
+        if (rc)
+            goto done;
+        /* The generated text continues the prompt (no SPM leading-space strip), except right
+         * after a lone BOS at the start of the session, where it begins the text. */
+        int32_t bos = lq_tokenizer_bos(tok);
+        lq_detok_reset(dt, pos0 == 0 && n_prompt == 1 && prompt[0] == bos);
+    }
+
+    /* Prefill. */
+    double t0 = now_ms();
+    rc = lq_session_eval(s, prompt, n_prompt, logits, NULL, err);
+    res->prefill_ms = now_ms() - t0;
+    if (rc)
+        goto done;
+
+    /* Every generated token must fit the context (the last one is never decoded, but a
+     * prompt + completion longer than the context could not be continued). */
+    int limit = n_ctx - lq_session_pos(s);
+    int max_new = p->max_tokens < limit ? p->max_tokens : limit;
+    res->finish = LQ_FINISH_LENGTH; /* unless something below ends it first */
+    double tdec = 0.0;
+    for (int i = 0; i < max_new; i++) {
+        double ts = now_ms();
+        int32_t id = lq_sampler_sample(smp, logits);
+        tdec += now_ms() - ts;
+        if (id < 0 || id >= n_vocab) {
+            rc = lq_err_set(err, LQ_ERANGE, "generate: sampler returned id %d", (int)id);
+            res->finish = LQ_FINISH_NONE;
+            goto done;
+        }
+        int is_eos = 0;
+        for (size_t k = 0; k < n_eos; k++)
+            is_eos |= eos[k] == id;
+        if (is_eos) {
+            res->finish = LQ_FINISH_EOS;
+            break;
+        }
+        lq_sampler_accept(smp, id);
+        res->n_generated++;
+
+        size_t plen = 0;
+        if (dt) {
+            rc = lq_detok_push(dt, id, piece, sizeof piece, &plen, err);
+            if (rc) {
+                res->finish = LQ_FINISH_NONE;
+                goto done;
+            }
+        }
+        const char *out;
+        size_t out_len;
+        int stopped = lq_stopper_push(stp, piece, plen, &out, &out_len);
+        if (cb) {
+            float lp = token_logprob(logits, n_vocab, id, p->sampling.temperature);
+            if (cb(user, id, out, out_len, lp, logits)) {
+                res->finish = LQ_FINISH_CANCELED;
+                break;
+            }
+        }
+        if (stopped) {
+            res->finish = LQ_FINISH_STOP;
+            break;
+        }
+        if (i + 1 == max_new)
+            break; /* LENGTH: no decode for a token nobody will sample after */
+        ts = now_ms();
+        rc = lq_session_decode(s, id, logits, err);
+        tdec += now_ms() - ts;
+        if (rc) {
+            res->finish = LQ_FINISH_NONE;
+            goto done;
+        }
+    }
+    res->decode_ms = tdec;
+
+    /* Release held-back text when the stream ended without a stop match or a cancel. */
+    if (res->finish == LQ_FINISH_LENGTH || res->finish == LQ_FINISH_EOS) {
+        size_t plen = 0;
+        if (dt)
+            lq_detok_flush(dt, piece, sizeof piece, &plen);
+        const char *out;
+        size_t out_len;
+        if (lq_stopper_push(stp, piece, plen, &out, &out_len)) {
+            /* the flushed bytes completed a stop string */
+            res->finish = LQ_FINISH_STOP;
+        } else {
+            const char *rest;
+            size_t rest_len;
+            lq_stopper_flush(stp, &rest, &rest_len);
+            if (rest_len && rest == out + out_len) {
+                out_len += rest_len; /* adjacent in the stopper's buffer: one call */
+            } else if (rest_len) {
+                if (cb && out_len)
+                    cb(user, -1, out, out_len, 0.0f, NULL);
+                out = rest;
+                out_len = rest_len;
+            }
+        }
+        if (cb && out_len)
+            cb(user, -1, out, out_len, 0.0f, NULL);
+    }
+    rc = LQ_OK;
+
+done:
+    lq_detok_free(dt);
+    lq_stopper_free(stp);
+    lq_sampler_free(smp);
+    free(logits);
+    return rc;
+}
+
+int lq_chat_template_for_model(const lq_model *m)
+{
+    if (!m)
+        return LQ_CHAT_PLAIN;
+    const lq_model_info *info = lq_model_get_info(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    const struct lq_gguf *g = lq_model_gguf(m);
+    const char *tmpl = NULL;
+    uint64_t tlen = 0;
+    if (g && lq_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tlen, NULL) != LQ_OK) {
+        tmpl = NULL;
+        tlen = 0;
+    }
+    int has_eot = 0, has_header = 0;
+    if (tok) {
+        has_eot = lq_tokenizer_find(tok, "<|eot_id|>", 10) >= 0;
+        has_header = lq_tokenizer_find(tok, "<|start_header_id|>", 19) >= 0;
+    }
+    return lq_chat_template_detect(tmpl, (size_t)tlen, info ? info->arch_name : NULL, has_eot,
+                                   has_header);
+}
