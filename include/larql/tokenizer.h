@@ -62,8 +62,11 @@ int lq_tokenizer_decode(const lq_tokenizer *t, const int32_t *ids, size_t n, uns
 typedef struct lq_detok lq_detok;
 int lq_detok_create(const lq_tokenizer *t, unsigned flags, lq_detok **out, lq_err *err);
 void lq_detok_free(lq_detok *d);
-/* Appends at most cap-1 bytes + NUL to out; *out_len = bytes written. cap >= 64 suffices
- * for any single token of the supported vocabularies; a larger piece -> LQ_ERANGE. */
+/* Appends at most cap-1 bytes + NUL to out; *out_len = bytes written. A single token's text
+ * plus up to 3 held-back bytes must fit, else LQ_ERANGE (state unchanged): cap >= 256
+ * suffices for the supported vocabularies (Llama 3 has pieces that decode to 128 bytes, e.g.
+ * runs of spaces; most tokens need < 64). Bytes that can never form UTF-8 are emitted as
+ * U+FFFD, so the output is always valid UTF-8. */
 int lq_detok_push(lq_detok *d, int32_t id, char *out, size_t cap, size_t *out_len, lq_err *err);
 /* Emits whatever is held back (incomplete UTF-8 at end of stream, as U+FFFD). */
 int lq_detok_flush(lq_detok *d, char *out, size_t cap, size_t *out_len);

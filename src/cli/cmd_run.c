@@ -119,6 +119,13 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     (void)logprob;
     (void)logits;
     out_state *o = user;
+    if (id < 0) { /* end of stream: text that was held back (no new token) */
+        if (!o->ids_out && len) {
+            fwrite(text, 1, len, stdout);
+            fflush(stdout);
+        }
+        return 0;
+    }
     if (o->ids_out) {
         if (o->n == o->cap) {
             size_t nc = o->cap ? o->cap * 2 : 64;
@@ -149,7 +156,7 @@ static const char *RUN_USAGE =
     "larql run MODEL (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--chat [--template T] [--system S]]\n"
-    "       [--ids-out]";
+    "       [--ids-out] [--ignore-eos]";
 
 int lq_cli_run(int argc, char **argv)
 {
@@ -176,6 +183,8 @@ int lq_cli_run(int argc, char **argv)
             chat = 1;
         } else if (!strcmp(a, "--ids-out")) {
             os.ids_out = 1;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            g.gen.ignore_eos = 1;
         } else if (a[0] == '-') {
             return lq_cli_usage(C, RUN_USAGE, "unknown option or missing value: '%s'", a);
         } else if (!path) {

@@ -12,7 +12,15 @@
  * least one side sees the other's store: either the worker sees the new generation and does
  * not sleep, or the caller sees a sleeper and broadcasts under the mutex (which the sleeper
  * holds until it is inside pthread_cond_wait). Completion uses the same pattern with
- * `pending` and `caller_sleeping`. */
+ * `pending` and `caller_sleeping`.
+ *
+ * Oversubscription: on a busy machine (other processes, PostgreSQL backends) a worker may not
+ * get a core for milliseconds, and a static split would make every call wait for it. So
+ * chunks are claimed, not assigned: chunk i is run by whoever first moves claim[i] to the
+ * job's generation — normally worker i, but the caller, once its own chunk is done, claims
+ * and runs any chunk whose worker has not started yet. Each chunk (and thus each
+ * thread_idx) still runs exactly once per call, so per-thread_idx scratch stays exclusive. A
+ * worker that wakes up late finds its chunk taken and goes back to waiting. */
 #include "core/threadpool.h"
 
 #include <errno.h>
@@ -49,6 +57,7 @@ struct lq_pool {
     atomic_int pending;         /* workers that have not finished the current job */
     atomic_int caller_sleeping; /* the caller is waiting on done_cv */
     atomic_int stop;
+    atomic_ulong *claim; /* [n_threads]: generation that last claimed chunk i */
 
     /* the current job: written by the caller before the generation bump (release), read
      * by workers after they observe it (acquire) */
@@ -81,6 +90,26 @@ static void chunk_of(int64_t n, int64_t grain, int nt, int i, int64_t *start, in
     int64_t s = b0 * grain, e = b1 * grain;
     *start = s < n ? s : n;
     *end = e < n ? e : n;
+}
+
+/* Claims chunk i for generation g; 0 if someone (caller or worker) already did. */
+static int claim_chunk(lq_pool *p, int i, unsigned long g)
+{
+    unsigned long c = atomic_load(&p->claim[i]);
+    while (c < g)
+        if (atomic_compare_exchange_weak(&p->claim[i], &c, g))
+            return 1;
+    return 0;
+}
+
+/* A finished chunk of a worker index: the last one wakes a sleeping caller. */
+static void chunk_done(lq_pool *p)
+{
+    if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 static void run_chunk(lq_pool *p, int i)
@@ -126,25 +155,26 @@ static void *worker_main(void *argp)
         seen = g;
         if (atomic_load(&p->stop))
             break;
-        run_chunk(p, idx);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done_cv);
-            pthread_mutex_unlock(&p->mu);
+        /* the job's fields are read only after the claim succeeds: while chunk idx of
+         * generation g is claimed and unfinished, the caller cannot move on to a new job */
+        if (claim_chunk(p, idx, g)) {
+            run_chunk(p, idx);
+            chunk_done(p);
         }
     }
     return NULL;
 }
 
-/* Bumps the generation and wakes sleeping workers (if any). */
-static void publish(lq_pool *p)
+/* Bumps the generation and wakes sleeping workers (if any); returns the new generation. */
+static unsigned long publish(lq_pool *p)
 {
-    atomic_fetch_add(&p->gen, 1);
+    unsigned long g = atomic_fetch_add(&p->gen, 1) + 1;
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->work_cv);
         pthread_mutex_unlock(&p->mu);
     }
+    return g;
 }
 
 int lq_pool_create(int n_threads, lq_pool **out, lq_err *err)
@@ -158,6 +188,11 @@ int lq_pool_create(int n_threads, lq_pool **out, lq_err *err)
     lq_pool *p = calloc(1, sizeof *p);
     if (!p)
         return lq_err_set(err, LQ_ENOMEM, "lq_pool_create: out of memory for the pool");
+    p->claim = calloc((size_t)n_threads, sizeof *p->claim);
+    if (!p->claim) {
+        free(p);
+        return lq_err_set(err, LQ_ENOMEM, "lq_pool_create: out of memory for %d threads", n_threads);
+    }
     p->n_threads = n_threads;
     p->spin_ns = LQ_POOL_SPIN_NS_DEFAULT;
     const char *env = getenv("LQ_POOL_SPIN_US"); /* 0 = sleep at once (shared machines) */
@@ -171,6 +206,9 @@ int lq_pool_create(int n_threads, lq_pool **out, lq_err *err)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
+    for (int i = 0; i < n_threads; i++)
+        atomic_init(&p->claim[i], 0);
+
     atomic_init(&p->gen, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->pending, 0);
@@ -219,6 +257,7 @@ void lq_pool_free(lq_pool *p)
         pthread_mutex_unlock(&p->call_mu);
     }
     free(p->threads);
+    free(p->claim);
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->mu);
@@ -249,11 +288,17 @@ void lq_pool_for(lq_pool *p, int64_t n, int64_t grain, lq_pool_fn fn, void *ctx)
     p->n = n;
     p->grain = grain;
     atomic_store(&p->pending, p->n_threads - 1);
-    publish(p);
+    unsigned long g = publish(p);
 
     const lq_pool *prev = tl_running;
     tl_running = p;
     run_chunk(p, 0);
+    /* run the chunks of workers that have not started (descheduled or still waking) */
+    for (int i = 1; i < p->n_threads && atomic_load(&p->pending) > 0; i++)
+        if (claim_chunk(p, i, g)) {
+            run_chunk(p, i);
+            chunk_done(p);
+        }
     tl_running = prev;
 
     if (atomic_load(&p->pending) > 0) {

@@ -225,7 +225,7 @@ static int skip_arr_elems(cursor *c, const char *key, int depth, uint32_t et, ui
     return LQ_OK;
 }
 
-static int parse_kv_value(lq_gguf *g, cursor *c, kv_entry *kv)
+static int parse_kv_value(cursor *c, kv_entry *kv)
 {
     int rc;
     kv->val_off = c->pos;
@@ -267,7 +267,6 @@ static int parse_kv_value(lq_gguf *g, cursor *c, kv_entry *kv)
         c->pos += sz;
     }
     kv->val_end = c->pos;
-    (void)g;
     return LQ_OK;
 }
 
@@ -447,6 +446,10 @@ static int parse(lq_gguf *g, lq_err *err)
         uint32_t type;
         if ((rc = rd_str(&c, LQ_GGUF_MAX_KEY, &off, &len, "key")) != 0)
             return lq_err_prefix(err, "key %" PRIu64, i);
+        /* Keys are C strings to every caller (find_key, the writer): a NUL inside one
+         * would make two different keys compare equal. */
+        if (memchr(c.b + off, 0, len))
+            return lq_err_set(err, LQ_EFORMAT, "key %" PRIu64 ": contains a NUL byte", i);
         if (!(kv->key = arena_copy(g, c.b + off, len)))
             return lq_err_set(err, LQ_ENOMEM, "key copy");
         kv->key_len = len;
@@ -460,13 +463,18 @@ static int parse(lq_gguf *g, lq_err *err)
         if (type > LQ_GGUF_F64)
             return lq_err_set(err, LQ_EFORMAT, "key '%s': unknown value type %" PRIu32, kv->key, type);
         kv->type = (int)type;
-        if ((rc = parse_kv_value(g, &c, kv)) != 0)
+        if ((rc = parse_kv_value(&c, kv)) != 0)
             return rc;
     }
 
     g->alignment = LQ_GGUF_DEFAULT_ALIGNMENT;
-    if (lq_gguf_find_key(g, "general.alignment") >= 0) {
+    int64_t ak = lq_gguf_find_key(g, "general.alignment");
+    if (ak >= 0) {
         uint64_t a;
+        int at = g->kvs[ak].type;
+        if (at == LQ_GGUF_F32 || at == LQ_GGUF_F64 || at == LQ_GGUF_BOOL)
+            return lq_err_set(err, LQ_EFORMAT, "general.alignment must be an integer, not %s",
+                              lq_gguf_vtype_name(at));
         if ((rc = lq_gguf_get_u64(g, "general.alignment", &a, err)) != 0)
             return rc;
         if (a == 0 || (a & (a - 1)) != 0 || a > (1u << 30))

@@ -280,7 +280,7 @@ static void merge_map_insert(tok_merge_map *m, uint64_t key, int32_t rank, int32
 
 static int merge_map_grow(tok_merge_map *m, size_t want)
 {
-    uint32_t cap = pow2_at_least(want * 2);
+    uint32_t cap = pow2_at_least(want + want / 3); /* load factor <= 0.75 */
     if (m->slots && cap <= m->mask + 1)
         return LQ_OK;
     tok_merge_map nm;

@@ -26,6 +26,7 @@ for i, l in enumerate(open('$T_TMP/out')):
 " 2>"$T_TMP/err"; then pass "logits JSON lines well formed"; else fail "logits JSON lines well formed" "$(cat "$T_TMP/err")"; fi
 check "logits on prompt" "$LARQL" logits "$M" --prompt "The capital of France" --top 3
 
+check "run --ignore-eos parses" "$LARQL" run "$M" --ids 5 -n 2 --temp 0 --ignore-eos
 check "run greedy --ids-out" "$LARQL" run "$M" --ids 5,6,7 -n 8 --temp 0 --ids-out
 ids1=$(cat "$T_TMP/out")
 if grep -q "prefill .* tok/s, decode .* tok/s" "$T_TMP/err"; then pass "run prints prefill and decode speed"; else fail "run prints prefill and decode speed" "$(cat "$T_TMP/err")"; fi
@@ -75,7 +76,7 @@ print('max diff', worst)
 PY
             then pass "logits $name $mode within 1e-3 ($(cat "$T_TMP/cmp"))"; else fail "logits $name $mode within 1e-3" "$(tail -c 400 "$T_TMP/cmp")"; fi
             want=$(python3 -c "import json; print(','.join(map(str, json.load(open('$C/bitnet/$name.expected.json'))['modes']['$mode']['greedy'])))")
-            got=$("$LARQL" run "$C/bitnet/$name.gguf" --ids "$ids" -n 16 --temp 0 --ids-out --act $mode 2>/dev/null)
+            got=$("$LARQL" run "$C/bitnet/$name.gguf" --ids "$ids" -n 16 --temp 0 --ids-out --ignore-eos --act $mode 2>/dev/null)
             if [ "$want" = "$got" ]; then pass "greedy $name $mode"; else fail "greedy $name $mode" "want $want got $got"; fi
         done
     done

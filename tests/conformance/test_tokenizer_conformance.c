@@ -312,11 +312,90 @@ static void test_gpt2_gguf(void)
     lq_tokenizer_free(t);
 }
 
+/* Deterministic random strings from an alphabet of awkward pieces (contractions, digit runs,
+ * CR/LF, tabs, non-breaking and ideographic spaces, combining marks, CJK, emoji). */
+static size_t random_text(uint32_t *seed, char *out, size_t cap)
+{
+    static const char *const alpha[] = {
+        "a", "Z", "hello", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "'", "0", "123", "4567",
+        ".", "...", "!?", "--", "(", "\"", "\xC2\xA0", "\xE3\x80\x80", "e\xCC\x81", "\xC3\xA9",
+        "\xE4\xBD\xA0\xE5\xA5\xBD", "\xF0\x9F\xA6\x99", "\xF0\x9F\x98\xB6\xE2\x80\x8D",
+        "\xD0\x9F\xD1\x80\xD0\xB8", "\xE1\x9E\x80", "<", "|", ">", "_", "\x01", "\x7F",
+    };
+    size_t n = 0, parts = (*seed >> 8) % 24;
+    for (size_t k = 0; k < parts; k++) {
+        *seed = *seed * 1103515245u + 12345u;
+        const char *p = alpha[(*seed >> 16) % (sizeof alpha / sizeof *alpha)];
+        size_t l = strlen(p);
+        if (n + l >= cap)
+            break;
+        memcpy(out + n, p, l);
+        n += l;
+    }
+    *seed = *seed * 1103515245u + 12345u;
+    return n;
+}
+
+static int roundtrip(const lq_tokenizer *t, const char *s, size_t n, int32_t **ids, size_t *nids)
+{
+    if (lq_tokenizer_encode(t, s, n, 0, ids, nids, NULL))
+        return 0;
+    char *back = NULL;
+    size_t nb = 0;
+    int ok = !lq_tokenizer_decode(t, *ids, *nids, 0, &back, &nb, NULL) && nb == n && !memcmp(back, s, n);
+    free(back);
+    return ok;
+}
+
+/* The GGUF and tokenizer.json Llama 3 tokenizers agree on random text, and every tokenizer
+ * gives the text back. */
+static void test_random_agreement(void)
+{
+    const char *dir = harness_conformance_dir();
+    if (!dir)
+        SKIP("../shared/conformance absent");
+    lq_tokenizer *tj = load_json(dir, "llama3-tokenizer.json");
+    lq_tokenizer *tg = load_gguf(dir, "llama3-vocab.gguf");
+    lq_tokenizer *ts = load_gguf(dir, "ggml-vocab-llama-spm.gguf");
+    lq_tokenizer *t2 = load_gguf(dir, "ggml-vocab-gpt-2.gguf");
+    if (tj && tg && ts && t2) {
+        uint32_t seed = 12345;
+        int bad = 0;
+        for (int i = 0; i < 2000 && bad < 5; i++) {
+            char s[512];
+            size_t n = random_text(&seed, s, sizeof s);
+            int32_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+            size_t na = 0, nb = 0, nc = 0, nd = 0;
+            int ok = roundtrip(tj, s, n, &a, &na) && roundtrip(tg, s, n, &b, &nb) &&
+                     roundtrip(ts, s, n, &c, &nc) && roundtrip(t2, s, n, &d, &nd) && na == nb &&
+                     !memcmp(a, b, na * sizeof *a);
+            if (!ok) {
+                bad++;
+                printf("#   random case %d failed: ", i);
+                print_escaped(s, n);
+                putchar('\n');
+                print_ids("json", a, na);
+                print_ids("gguf", b, nb);
+            }
+            free(a);
+            free(b);
+            free(c);
+            free(d);
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+    lq_tokenizer_free(tj);
+    lq_tokenizer_free(tg);
+    lq_tokenizer_free(ts);
+    lq_tokenizer_free(t2);
+}
+
 int main(void)
 {
     RUN(test_llama3_json);
     RUN(test_llama3_gguf);
     RUN(test_spm_gguf);
     RUN(test_gpt2_gguf);
+    RUN(test_random_agreement);
     return harness_done();
 }

@@ -226,6 +226,40 @@ static void test_dense_weights_match_i2s(void)
     lq_model_close(b);
 }
 
+/* Q8_0 projections (decoded to f32 at load) hold the same values as F16 ones (f16(scale) *
+ * trit); TQ2_0 with d = 1 and an F32 ".scale" companion holds trit * scale exactly, as the
+ * I2_S / F32 models of the same seed do. */
+static void test_q8_0_and_tq2_0_projections(void)
+{
+    tg_opts o = tg_default();
+    o.dim = 256;
+    o.ff = 512;
+    o.proj_type = LQ_GGML_Q8_0;
+    const char *pq = model_path("wide_q8_0", &o);
+    o.proj_type = LQ_GGML_F16;
+    const char *ph = model_path("wide_f16", &o);
+    o.proj_type = LQ_GGML_TQ2_0;
+    const char *pt = model_path("wide_tq2_0", &o);
+    o.proj_type = LQ_GGML_F32;
+    const char *pf = model_path("wide_f32", &o);
+    lq_model *a = open_model(pq, 2, LQ_ACT_F32, NULL), *b = open_model(ph, 2, LQ_ACT_F32, NULL);
+    CHECK(a && lq_model_get_info(a)->proj_type == LQ_GGML_Q8_0);
+    compare_models(a, b, 1e-3, 1);
+    lq_model_close(a);
+    lq_model_close(b);
+    a = open_model(pt, 2, LQ_ACT_F32, NULL);
+    b = open_model(pf, 2, LQ_ACT_F32, NULL);
+    CHECK(a && lq_model_get_info(a)->proj_type == LQ_GGML_TQ2_0);
+    compare_models(a, b, 1e-3, 1);
+    lq_model_close(a);
+    lq_model_close(b);
+    a = open_model(pt, 2, LQ_ACT_INT8, NULL);
+    b = open_model(pf, 2, LQ_ACT_INT8, NULL);
+    compare_models(a, b, 1e-4, 2);
+    lq_model_close(a);
+    lq_model_close(b);
+}
+
 /* "bitnet" (SiLU) and "bitnet-b1.58" (relu²) on identical weights must differ. */
 static void test_bitnet_silu_arch(void)
 {
@@ -395,6 +429,7 @@ int main(void)
     RUN(test_threads_do_not_change_results);
     RUN(test_act_modes_differ);
     RUN(test_dense_weights_match_i2s);
+    RUN(test_q8_0_and_tq2_0_projections);
     RUN(test_bitnet_silu_arch);
     RUN(test_llama_f16_untied);
     RUN(test_decode_batch_equals_separate);

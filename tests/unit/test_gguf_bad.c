@@ -148,6 +148,8 @@ BAD(test_dup_key, "dup_key.gguf")
 BAD(test_align_not_pow2, "align_not_pow2.gguf")
 BAD(test_align_zero, "align_zero.gguf")
 BAD(test_align_string, "align_string.gguf")
+BAD(test_align_float, "align_float.gguf")
+BAD(test_key_nul, "key_nul.gguf")
 BAD(test_zero_dim, "zero_dim.gguf")
 BAD(test_ndims_5, "ndims_5.gguf")
 BAD(test_ndims_0, "ndims_0.gguf")
@@ -325,6 +327,8 @@ int main(void)
     RUN(test_align_not_pow2);
     RUN(test_align_zero);
     RUN(test_align_string);
+    RUN(test_align_float);
+    RUN(test_key_nul);
     RUN(test_zero_dim);
     RUN(test_ndims_5);
     RUN(test_ndims_0);

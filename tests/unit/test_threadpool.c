@@ -162,6 +162,55 @@ static void test_sleep_path(void)
     lq_pool_free(p);
 }
 
+/* Chunks that sometimes sleep, with workers that sleep at once: workers wake late and the
+ * caller takes over their chunks. Still exactly once per index and per thread index; the
+ * number of chunks the caller ran for others is printed (informational, timing-dependent). */
+typedef struct slow_ctx {
+    cover c;
+    pthread_t caller;
+    atomic_int stolen;
+    int call;
+} slow_ctx;
+
+static void slow_fn(void *ctx, int64_t start, int64_t end, int idx)
+{
+    slow_ctx *s = ctx;
+    if (idx > 0 && pthread_equal(pthread_self(), s->caller))
+        atomic_fetch_add(&s->stolen, 1);
+    if ((s->call + idx) % 5 == 0)
+        usleep(200);
+    cover_fn(&s->c, start, end, idx);
+}
+
+static void test_slow_chunks_and_stealing(void)
+{
+    setenv("LQ_POOL_SPIN_US", "0", 1);
+    lq_pool *p = NULL;
+    CHECK_EQ_INT(lq_pool_create(4, &p, NULL), LQ_OK);
+    unsetenv("LQ_POOL_SPIN_US");
+    static slow_ctx s;
+    int bad = 0, stolen = 0;
+    for (int call = 0; call < 300; call++) {
+        memset(&s, 0, sizeof s);
+        s.caller = pthread_self();
+        s.call = call;
+        s.c.n = 400 + call;
+        s.c.grain = 16;
+        s.c.n_threads = 4;
+        lq_pool_for(p, s.c.n, 16, slow_fn, &s);
+        int ok = atomic_load(&s.c.bad) == 0;
+        for (int64_t i = 0; i < s.c.n; i++)
+            ok &= atomic_load(&s.c.hits[i]) == 1;
+        for (int t = 0; t < MAXT; t++)
+            ok &= atomic_load(&s.c.chunks_per_thread[t]) == (t < 4);
+        bad += !ok;
+        stolen += atomic_load(&s.stolen);
+    }
+    CHECK_EQ_INT(bad, 0);
+    printf("#   caller ran %d of %d worker chunks\n", stolen, 300 * 3);
+    lq_pool_free(p);
+}
+
 static void test_create_free_loops(void)
 {
     static cover c;
@@ -196,6 +245,7 @@ int main(void)
     RUN(test_concurrent_callers);
     RUN(test_nested);
     RUN(test_sleep_path);
+    RUN(test_slow_chunks_and_stealing);
     RUN(test_create_free_loops);
     RUN(test_bad_args);
     return harness_done();

@@ -20,7 +20,9 @@ typedef struct tg_opts {
     int dim, ff, layers, heads, kv_heads, vocab, ctx;
     double theta;
     int emb_type;       /* LQ_GGML_F32 / LQ_GGML_F16 */
-    int proj_type;      /* LQ_GGML_I2_S, LQ_GGML_F32 (trit*scale as floats) or LQ_GGML_F16 */
+    int proj_type;      /* LQ_GGML_I2_S, LQ_GGML_F32 / LQ_GGML_F16 (trit*scale as floats),
+                         * LQ_GGML_Q8_0 (d = f16(scale), q = trit), or LQ_GGML_TQ2_0 (d = 1
+                         * and an F32 companion "<name>.scale" = scale; cols % 256 == 0) */
     uint64_t seed;
     const char *skip_tensor;      /* leave this tensor out */
     const char *bad_shape_tensor; /* write this 2-D tensor with ne1 = ne0 (square) */
@@ -120,6 +122,37 @@ static inline int tg_add_proj(lq_gguf_writer *w, tg_buf *b, const tg_opts *o, ui
         lq_i2s_pack(tr, n, scale, p);
         uint64_t ne[2] = {cols, rows};
         rc = lq_gguf_writer_add_tensor(w, name, 2, ne, LQ_GGML_I2_S, p, n / 4 + 32);
+    } else if (o->proj_type == LQ_GGML_Q8_0) {
+        uint8_t *p = tg_keep(b, calloc(n / 32 * 34, 1));
+        uint16_t d = lq_f32_to_f16(scale);
+        for (uint64_t blk = 0; blk < n / 32; blk++) {
+            memcpy(p + blk * 34, &d, 2);
+            for (int j = 0; j < 32; j++)
+                p[blk * 34 + 2 + j] = (uint8_t)tr[blk * 32 + j];
+        }
+        uint64_t ne[2] = {cols, rows};
+        rc = lq_gguf_writer_add_tensor(w, name, 2, ne, LQ_GGML_Q8_0, p, n / 32 * 34);
+    } else if (o->proj_type == LQ_GGML_TQ2_0) {
+        uint8_t *p = tg_keep(b, calloc(n / 256 * 66, 1));
+        uint16_t one = lq_f32_to_f16(1.0f);
+        for (uint64_t blk = 0; blk < n / 256; blk++) {
+            uint8_t *q = p + blk * 66;
+            for (int e = 0; e < 256; e++)
+                q[(e / 128) * 32 + e % 32] |=
+                    (uint8_t)((tr[blk * 256 + e] + 1) << (2 * ((e % 128) / 32)));
+            memcpy(q + 64, &one, 2);
+        }
+        uint64_t ne[2] = {cols, rows};
+        rc = lq_gguf_writer_add_tensor(w, name, 2, ne, LQ_GGML_TQ2_0, p, n / 256 * 66);
+        char sname[128];
+        size_t nl = strlen(name) - strlen(".weight");
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)nl, name);
+        float *sc = tg_keep(b, malloc(sizeof(float)));
+        *sc = scale;
+        uint64_t one_ne[1] = {1};
+        if (!rc)
+            rc = lq_gguf_writer_add_tensor(w, tg_keep(b, strdup(sname)), 1, one_ne, LQ_GGML_F32,
+                                           sc, 4);
     } else {
         float *f = malloc(n * sizeof(float));
         for (uint64_t i = 0; i < n; i++)

@@ -106,6 +106,9 @@ case('align_zero.gguf', 'EFORMAT', 'general.alignment 0 is not a power of two',
      gguf([kv('general.alignment', U32, u32(0))]))
 case('align_string.gguf', 'EFORMAT', "key 'general.alignment' is string, not a number",
      gguf([kv('general.alignment', STRING, s('32'))]))
+case('align_float.gguf', 'EFORMAT', 'general.alignment must be an integer, not f32',
+     gguf([kv('general.alignment', F32, struct.pack('<f', 32.0))]))
+case('key_nul.gguf', 'EFORMAT', 'key 1: contains a NUL byte', gguf([ARCH, kv(b'a\0b', U8, b'\1')]))
 
 # --- tensor infos ---
 case('zero_dim.gguf', 'EFORMAT', "tensor 'w': dimension 1 is 0", ok_tensor_file([8, 0], F32T, F32_8))

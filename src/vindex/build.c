@@ -1,0 +1,910 @@
+/* Vindex builder: `larql convert gguf-to-vindex` with LARQL's levels and options.
+ *
+ * Streams layer by layer (memory: one layer's gate rows and down matrix, plus a small
+ * per-thread embedding tile), writes into a temporary sibling directory, fsyncs every file
+ * and renames the directory into place at the end, so an interrupted build never leaves a
+ * directory that loads. */
+#include <errno.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "core/cpu.h"
+#include "core/f16.h"
+#include "larql/gguf.h"
+#include "larql/tokenizer.h"
+#include "vindex/vindex_internal.h"
+
+#define LQ_VX_WRITER_VERSION "larql-c 0.1.0"
+
+static json_t *real_f32(double v);
+
+void lq_vindex_build_opts_init(lq_vindex_build_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->level = LQ_VLEVEL_BROWSE;
+    o->down_top_k = 10;
+}
+
+static const char *level_name(int l)
+{
+    static const char *n[] = {"browse", "attention", "inference", "all"};
+    return l >= 0 && l <= 3 ? n[l] : "browse";
+}
+
+typedef struct bctx {
+    const lq_gguf *g;
+    const char *arch;
+    int bitnet;
+    int L, D, F, V;
+    const lq_gguf_tensor *embd;
+    lq_vindex_build_opts *o;
+    const char *tmp;
+    lq_pool *pool;
+    int use_avx2;
+    lq_err *err;
+    json_t *checksums;
+    json_t *manifest;
+} bctx;
+
+static void progress(bctx *c, const char *stage, uint64_t done, uint64_t total)
+{
+    if (c->o->progress)
+        c->o->progress(c->o->progress_ctx, stage, done, total);
+}
+
+static const lq_gguf_tensor *tensor_l(const lq_gguf *g, int l, const char *suffix)
+{
+    char name[128];
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    return lq_gguf_find_tensor(g, name);
+}
+
+/* Writes n floats as f32 or LARQL-truncated f16. */
+static int write_floats(lq_vx_file *w, const float *x, size_t n, int f16, lq_err *err)
+{
+    if (!f16)
+        return lq_vx_file_write(w, x, n * 4, err);
+    uint16_t buf[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t m = n - i < 1024 ? n - i : 1024;
+        for (size_t k = 0; k < m; k++)
+            buf[k] = lq_vx_f32_to_f16_trunc(x[i + k]);
+        int rc = lq_vx_file_write(w, buf, m * 2, err);
+        if (rc)
+            return rc;
+    }
+    return LQ_OK;
+}
+
+static int finish_checksummed(bctx *c, lq_vx_file *w, const char *name)
+{
+    char hex[65];
+    int rc = lq_vx_file_close(w, hex, c->err);
+    if (!rc)
+        json_object_set_new(c->checksums, name, json_string(hex));
+    return rc;
+}
+
+/* ---- gate_vectors.bin ---- */
+
+static int write_gates(bctx *c, json_t *layers)
+{
+    lq_vx_file w;
+    int rc = lq_vx_file_open(&w, c->tmp, "gate_vectors.bin", 1, c->err);
+    if (rc)
+        return rc;
+    float *row = malloc((size_t)c->D * sizeof *row);
+    if (!row) {
+        lq_vx_file_abort(&w);
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    }
+    uint64_t bpf = c->o->f16 ? 2 : 4;
+    for (int l = 0; l < c->L && !rc; l++) {
+        const lq_gguf_tensor *t = tensor_l(c->g, l, "ffn_gate.weight");
+        uint64_t off = w.written;
+        int F = (int)t->ne[1];
+        float inv = 1.0f;
+        if (t->type == LQ_GGML_I2_S) {
+            /* LARQL stores BitNet gates as unit-scale trits: divide the scale back out */
+            float s;
+            rc = lq_gguf_i2s_scale(t, &s, c->err);
+            if (!rc && !(s > 0 && isfinite(s)))
+                rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.ffn_gate.weight: non-positive/NaN I2_S scale", l);
+            inv = rc ? 1.0f : s;
+        }
+        for (int f = 0; f < F && !rc; f++) {
+            rc = lq_gguf_tensor_row_f32(t, (uint64_t)f, row, c->err);
+            if (!rc && t->type == LQ_GGML_I2_S)
+                for (int d = 0; d < c->D; d++)
+                    row[d] /= inv;
+            if (!rc)
+                rc = write_floats(&w, row, (size_t)c->D, c->o->f16, c->err);
+        }
+        json_t *e = json_object();
+        json_object_set_new(e, "layer", json_integer(l));
+        json_object_set_new(e, "num_features", json_integer(F));
+        json_object_set_new(e, "offset", json_integer((json_int_t)off));
+        json_object_set_new(e, "length", json_integer((json_int_t)((uint64_t)F * c->D * bpf)));
+        json_array_append_new(layers, e);
+        progress(c, "gate vectors", (uint64_t)l + 1, (uint64_t)c->L);
+    }
+    free(row);
+    if (rc) {
+        lq_vx_file_abort(&w);
+        return rc;
+    }
+    return finish_checksummed(c, &w, "gate_vectors.bin");
+}
+
+/* ---- embeddings.bin (and lm_head.bin from the same kind of tensor) ---- */
+
+static int write_matrix(bctx *c, const lq_gguf_tensor *t, const char *file, int checksum)
+{
+    lq_vx_file w;
+    int rc = lq_vx_file_open(&w, c->tmp, file, checksum, c->err);
+    if (rc)
+        return rc;
+    uint64_t rows = t->ne[1], cols = t->ne[0];
+    if (c->o->f16 && t->type == LQ_GGML_F16) {
+        /* lossless: the f16 bits are what the truncating conversion of their value gives */
+        rc = lq_vx_file_write(&w, t->data, rows * cols * 2, c->err);
+    } else {
+        float *row = malloc((size_t)cols * sizeof *row);
+        if (!row)
+            rc = lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+        for (uint64_t r = 0; r < rows && !rc; r++) {
+            rc = lq_gguf_tensor_row_f32(t, r, row, c->err);
+            if (!rc)
+                rc = write_floats(&w, row, (size_t)cols, c->o->f16, c->err);
+        }
+        free(row);
+    }
+    if (rc) {
+        lq_vx_file_abort(&w);
+        return rc;
+    }
+    if (checksum)
+        return finish_checksummed(c, &w, file);
+    char hex[65];
+    rc = lq_vx_file_close(&w, hex, c->err);
+    return rc;
+}
+
+/* ---- down_meta.bin ----
+ * For every feature f of a layer: logits = E . W_down[:, f] over the whole vocabulary
+ * (E unscaled, W_down with its real per-tensor scale), keep the top_k by signed logit among
+ * tokens whose decoded text is non-empty. One pass per layer: feature blocks are spread
+ * over the pool; each block walks the vocabulary in small tiles decoded on the fly. */
+
+typedef struct dm_job {
+    bctx *c;
+    const float *WT;          /* [F, D] transposed down matrix of the layer */
+    const uint8_t *keep;      /* [V] token decodes to non-empty text */
+    int topk;
+    uint32_t *ids;            /* [F, topk] */
+    float *logits;            /* [F, topk], sorted desc, -inf = empty */
+    int fblock;
+    int failed;
+} dm_job;
+
+#define DM_VTILE 16
+
+static void dm_insert(uint32_t *ids, float *lg, int k, uint32_t id, float x)
+{
+    if (!(x > lg[k - 1]))
+        return; /* strict: the earlier token keeps its place on ties */
+    int i = k - 1;
+    while (i > 0 && x > lg[i - 1]) {
+        lg[i] = lg[i - 1];
+        ids[i] = ids[i - 1];
+        i--;
+    }
+    lg[i] = x;
+    ids[i] = id;
+}
+
+static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    dm_job *j = ctx;
+    bctx *c = j->c;
+    int D = c->D, V = c->V, F = c->F;
+    float *tile = malloc((size_t)DM_VTILE * D * sizeof *tile);
+    float *sc = malloc((size_t)DM_VTILE * j->fblock * sizeof *sc);
+    if (!tile || !sc) {
+        j->failed = 1;
+        free(tile);
+        free(sc);
+        return;
+    }
+    lq_vx_scores_fn fn = c->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
+    for (int64_t b = start; b < end; b++) {
+        int f0 = (int)b * j->fblock, f1 = f0 + j->fblock < F ? f0 + j->fblock : F, nf = f1 - f0;
+        for (int v0 = 0; v0 < V; v0 += DM_VTILE) {
+            int nv = V - v0 < DM_VTILE ? V - v0 : DM_VTILE;
+            for (int i = 0; i < nv; i++)
+                if (lq_gguf_tensor_row_f32(c->embd, (uint64_t)(v0 + i), tile + (size_t)i * D, NULL))
+                    j->failed = 1;
+            /* sc[i, f - f0] = dot(E[v0+i], WT[f]) */
+            fn(j->WT + (size_t)f0 * D, 0, (size_t)D, 0, (size_t)nf, tile, (size_t)nv, sc, (size_t)nf);
+            for (int i = 0; i < nv; i++) {
+                if (!j->keep[v0 + i])
+                    continue;
+                for (int f = 0; f < nf; f++)
+                    dm_insert(j->ids + (size_t)(f0 + f) * j->topk, j->logits + (size_t)(f0 + f) * j->topk,
+                              j->topk, (uint32_t)(v0 + i), sc[(size_t)i * nf + f]);
+            }
+        }
+    }
+    free(tile);
+    free(sc);
+}
+
+static int write_down_meta(bctx *c, const uint8_t *keep)
+{
+    int K = c->o->down_top_k;
+    lq_vx_file w;
+    int rc = lq_vx_file_open(&w, c->tmp, "down_meta.bin", 1, c->err);
+    if (rc)
+        return rc;
+    uint32_t hdr[4] = {0x444D4554u, 1, (uint32_t)c->L, (uint32_t)K};
+    rc = lq_vx_file_write(&w, hdr, 16, c->err);
+    size_t DF = (size_t)c->D * c->F;
+    float *Wd = malloc(DF * sizeof *Wd), *WT = malloc(DF * sizeof *WT);
+    uint32_t *ids = malloc((size_t)c->F * (K ? K : 1) * sizeof *ids);
+    float *lg = malloc((size_t)c->F * (K ? K : 1) * sizeof *lg);
+    uint8_t *rec = malloc(8 + 8 * (size_t)K);
+    if (!rc && (!Wd || !WT || !ids || !lg || !rec))
+        rc = lq_err_set(c->err, LQ_ENOMEM, "out of memory for the %d x %d down matrix", c->D, c->F);
+    for (int l = 0; l < c->L && !rc; l++) {
+        const lq_gguf_tensor *t = tensor_l(c->g, l, "ffn_down.weight");
+        rc = lq_gguf_tensor_to_f32(t, Wd, c->err); /* [D rows, F cols], real scale applied */
+        if (rc)
+            break;
+        for (int d = 0; d < c->D; d++)
+            for (int f = 0; f < c->F; f++)
+                WT[(size_t)f * c->D + d] = Wd[(size_t)d * c->F + f];
+        for (size_t i = 0; i < (size_t)c->F * K; i++)
+            ids[i] = 0, lg[i] = -INFINITY;
+        if (K > 0) {
+            dm_job j = {c, WT, keep, K, ids, lg, 64, 0};
+            int64_t nb = (c->F + j.fblock - 1) / j.fblock;
+            lq_pool_for(c->pool, nb, 1, dm_chunk, &j);
+            if (j.failed) {
+                rc = lq_err_set(c->err, LQ_ENOMEM, "down_meta: layer %d: out of memory or bad embedding row", l);
+                break;
+            }
+        }
+        uint32_t nf = (uint32_t)c->F;
+        rc = lq_vx_file_write(&w, &nf, 4, c->err);
+        for (int f = 0; f < c->F && !rc; f++) {
+            memset(rec, 0, 8 + 8 * (size_t)K);
+            const uint32_t *fi = ids + (size_t)f * K;
+            const float *fl = lg + (size_t)f * K;
+            if (K > 0 && isfinite(fl[0])) {
+                memcpy(rec, &fi[0], 4);
+                memcpy(rec + 4, &fl[0], 4);
+                for (int k = 0; k < K && isfinite(fl[k]); k++) {
+                    memcpy(rec + 8 + 8 * k, &fi[k], 4);
+                    memcpy(rec + 12 + 8 * k, &fl[k], 4);
+                }
+            }
+            rc = lq_vx_file_write(&w, rec, 8 + 8 * (size_t)K, c->err);
+        }
+        progress(c, "down meta", (uint64_t)l + 1, (uint64_t)c->L);
+    }
+    free(Wd);
+    free(WT);
+    free(ids);
+    free(lg);
+    free(rec);
+    if (rc) {
+        lq_vx_file_abort(&w);
+        return rc;
+    }
+    return finish_checksummed(c, &w, "down_meta.bin");
+}
+
+/* ---- norms.bin + weight_manifest.json + lm_head.bin ---- */
+
+static json_t *manifest_entry(const char *key, const char *kind, json_t *shape, uint64_t off,
+                              uint64_t len, const char *file)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "key", json_string(key));
+    json_object_set_new(e, "kind", json_string(kind));
+    json_object_set_new(e, "shape", shape);
+    json_object_set_new(e, "offset", json_integer((json_int_t)off));
+    json_object_set_new(e, "length", json_integer((json_int_t)len));
+    json_object_set_new(e, "file", json_string(file));
+    return e;
+}
+
+static int write_norm(bctx *c, lq_vx_file *w, const lq_gguf_tensor *t, const char *key)
+{
+    uint64_t n = t->n_elements;
+    float *x = malloc((size_t)n * sizeof *x);
+    if (!x)
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    uint64_t off = w->written;
+    int rc = lq_gguf_tensor_to_f32(t, x, c->err);
+    if (!rc)
+        rc = write_floats(w, x, (size_t)n, c->o->f16, c->err);
+    free(x);
+    if (!rc)
+        json_array_append_new(c->manifest, manifest_entry(key, "vector", json_pack("[I]", (json_int_t)n), off,
+                                                          w->written - off, "norms.bin"));
+    return rc;
+}
+
+static int write_weights(bctx *c)
+{
+    lq_vx_file w;
+    int rc = lq_vx_file_open(&w, c->tmp, "norms.bin", 1, c->err);
+    if (rc)
+        return rc;
+    static const struct {
+        const char *gguf, *hf;
+    } norms[] = {
+        {"attn_norm.weight", "input_layernorm.weight"},
+        {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_sub_norm.weight", "attn_sub_norm.weight"},
+        {"ffn_sub_norm.weight", "ffn_sub_norm.weight"},
+    };
+    for (int l = 0; l < c->L && !rc; l++) {
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0] && !rc; i++) {
+            const lq_gguf_tensor *t = tensor_l(c->g, l, norms[i].gguf);
+            if (!t)
+                continue;
+            char key[128];
+            snprintf(key, sizeof key, "layers.%d.%s", l, norms[i].hf);
+            rc = write_norm(c, &w, t, key);
+        }
+    }
+    const lq_gguf_tensor *on = lq_gguf_find_tensor(c->g, "output_norm.weight");
+    if (!rc && on)
+        rc = write_norm(c, &w, on, "norm.weight");
+    if (rc) {
+        lq_vx_file_abort(&w);
+        return rc;
+    }
+    if ((rc = finish_checksummed(c, &w, "norms.bin")))
+        return rc;
+    const lq_gguf_tensor *lm = lq_gguf_find_tensor(c->g, "output.weight");
+    if (!lm)
+        lm = c->embd; /* tied: lm_head is a copy of the embedding */
+    if ((rc = write_matrix(c, lm, "lm_head.bin", 1)))
+        return rc;
+    uint64_t bpf = c->o->f16 ? 2 : 4;
+    json_array_append_new(c->manifest,
+                          manifest_entry("lm_head.weight", "tensor",
+                                         json_pack("[II]", (json_int_t)lm->ne[1], (json_int_t)lm->ne[0]), 0,
+                                         lm->ne[0] * lm->ne[1] * bpf, "lm_head.bin"));
+    lq_sb sb = {0};
+    lq_sb_json_pretty(&sb, c->manifest, 0);
+    char *text;
+    if ((rc = lq_sb_finish(&sb, &text, c->err)))
+        return rc;
+    rc = lq_vx_write_file(c->tmp, "weight_manifest.json", text, strlen(text), c->err);
+    free(text);
+    return rc;
+}
+
+/* ---- bitnet/ artifacts (keep-quant) ---- */
+
+typedef struct bn_tensor {
+    char name[96];
+    const lq_gguf_tensor *t;
+} bn_tensor;
+
+static int cmp_bn(const void *a, const void *b)
+{
+    return strcmp(((const bn_tensor *)a)->name, ((const bn_tensor *)b)->name);
+}
+
+static double meta_f64(const lq_gguf *g, const char *arch, const char *suffix, double def)
+{
+    char key[160];
+    double v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return lq_gguf_get_f64(g, key, &v, NULL) == LQ_OK ? v : def;
+}
+
+static int write_bitnet(bctx *c, json_t **layout_out)
+{
+    static const struct {
+        const char *gguf, *hf;
+    } proj[] = {
+        {"attn_q.weight", "self_attn.q_proj.weight"}, {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"}, {"attn_output.weight", "self_attn.o_proj.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},  {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"},
+    };
+    size_t n = 0, cap = (size_t)c->L * 7;
+    bn_tensor *ts = calloc(cap, sizeof *ts);
+    if (!ts)
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    for (int l = 0; l < c->L; l++)
+        for (int i = 0; i < 7; i++) {
+            const lq_gguf_tensor *t = tensor_l(c->g, l, proj[i].gguf);
+            if (!t || t->type != LQ_GGML_I2_S)
+                continue;
+            snprintf(ts[n].name, sizeof ts[n].name, "layers.%d.%s", l, proj[i].hf);
+            ts[n++].t = t;
+        }
+    if (n == 0) {
+        free(ts);
+        return lq_err_set(c->err, LQ_EFORMAT, "no I2_S BitLinear tensors found in the GGUF "
+                                              "(expected blk.N.attn_q.weight ... as I2_S)");
+    }
+    qsort(ts, n, sizeof *ts, cmp_bn);
+    char *bdir = lq_vx_join(c->tmp, "bitnet");
+    int rc = bdir && mkdir(bdir, 0755) == 0 ? LQ_OK : lq_err_set(c->err, LQ_EIO, "cannot create bitnet/");
+    lq_vx_file sw;
+    if (!rc)
+        rc = lq_vx_file_open(&sw, c->tmp, "bitnet/scales.f32", 0, c->err);
+    json_t *tensors = json_array();
+    uint64_t scale_off = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const lq_gguf_tensor *t = ts[i].t;
+        uint64_t rows = t->ne[1], cols = t->ne[0];
+        float s;
+        if (cols % 4)
+            rc = lq_err_set(c->err, LQ_EFORMAT, "tensor %s: cols %llu not a multiple of 4", ts[i].name,
+                            (unsigned long long)cols);
+        if (!rc && lq_gguf_i2s_scale(t, &s, NULL))
+            rc = lq_err_set(c->err, LQ_EFORMAT, "missing per-tensor I2_S scale for %s", ts[i].name);
+        if (!rc && !(s > 0 && isfinite(s)))
+            rc = lq_err_set(c->err, LQ_EFORMAT, "non-positive/NaN scale %g for %s", (double)s, ts[i].name);
+        if (rc)
+            break;
+        /* kernel layout: row-major, byte b of a row = cols 4b..4b+3, slot 0 in the LSBs,
+         * +1 = 01, -1 = 10, 0 = 00 */
+        size_t rb = (size_t)cols / 4;
+        uint8_t *buf = malloc(rb);
+        char fname[128];
+        snprintf(fname, sizeof fname, "bitnet/%s.i2s", ts[i].name);
+        lq_vx_file fw;
+        rc = buf ? lq_vx_file_open(&fw, c->tmp, fname, 0, c->err) : lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+        for (uint64_t r = 0; r < rows && !rc; r++) {
+            memset(buf, 0, rb);
+            for (uint64_t col = 0; col < cols; col++) {
+                int tr = lq_i2s_get(t->data, r * cols + col);
+                uint8_t code = tr > 0 ? 1 : tr < 0 ? 2 : 0;
+                buf[col / 4] |= (uint8_t)(code << (2 * (col % 4)));
+            }
+            rc = lq_vx_file_write(&fw, buf, rb, c->err);
+        }
+        if (buf) {
+            if (rc)
+                lq_vx_file_abort(&fw);
+            else
+                rc = lq_vx_file_close(&fw, NULL, c->err);
+        }
+        free(buf);
+        for (uint64_t r = 0; r < rows && !rc; r++)
+            rc = lq_vx_file_write(&sw, &s, 4, c->err);
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(ts[i].name));
+        json_object_set_new(e, "rows", json_integer((json_int_t)rows));
+        json_object_set_new(e, "cols", json_integer((json_int_t)cols));
+        json_object_set_new(e, "scale_offset", json_integer((json_int_t)scale_off));
+        json_array_append_new(tensors, e);
+        scale_off += rows;
+        progress(c, "bitnet", i + 1, n);
+    }
+    if (!rc)
+        rc = lq_vx_file_close(&sw, NULL, c->err);
+    else if (sw.f)
+        lq_vx_file_abort(&sw);
+    free(bdir);
+    free(ts);
+    if (rc) {
+        json_decref(tensors);
+        return rc;
+    }
+    json_t *lay = json_object();
+    json_object_set_new(lay, "tensors", tensors);
+    json_object_set_new(lay, "total_scale_count", json_integer((json_int_t)scale_off));
+    json_object_set_new(lay, "rms_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
+    json_object_set_new(lay, "head_dim", json_integer((json_int_t)meta_f64(c->g, c->arch, "rope.dimension_count", 128)));
+    json_object_set_new(lay, "n_q_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count", 20)));
+    json_object_set_new(lay, "n_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 5)));
+    json_object_set_new(lay, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
+    lq_sb sb = {0};
+    lq_sb_json_pretty(&sb, lay, 0);
+    char *text;
+    if (!(rc = lq_sb_finish(&sb, &text, c->err))) {
+        rc = lq_vx_write_file(c->tmp, "bitnet_layout.json", text, strlen(text), c->err);
+        free(text);
+    }
+    if (rc)
+        json_decref(lay);
+    else
+        *layout_out = lay;
+    return rc;
+}
+
+/* ---- tokenizer.json ---- */
+
+static int write_tokenizer(bctx *c, const char *gguf_path, lq_tokenizer **tok)
+{
+    char *dirc = strdup(gguf_path);
+    if (!dirc)
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    char *side = c->o->tokenizer_json ? strdup(c->o->tokenizer_json) : lq_vx_join(dirname(dirc), "tokenizer.json");
+    free(dirc);
+    if (!side)
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    struct stat st;
+    int rc;
+    char *text = NULL;
+    size_t len = 0;
+    if (stat(side, &st) == 0) {
+        /* re-serialised pretty, as LARQL does */
+        json_error_t je;
+        json_t *root = json_load_file(side, 0, &je);
+        if (!root) {
+            rc = lq_err_set(c->err, LQ_EFORMAT, "%s: line %d: %s", side, je.line, je.text);
+            free(side);
+            return rc;
+        }
+        lq_sb sb = {0};
+        lq_sb_json_pretty(&sb, root, 0);
+        json_decref(root);
+        rc = lq_sb_finish(&sb, &text, c->err);
+        if (!rc)
+            len = strlen(text);
+    } else if (c->o->tokenizer_json) {
+        rc = lq_err_set(c->err, LQ_ENOTFOUND, "%s: %s", side, strerror(errno));
+    } else {
+        rc = lq_vx_tokenizer_json_from_gguf(c->g, &text, &len, c->err);
+    }
+    free(side);
+    if (!rc)
+        rc = lq_vx_write_file(c->tmp, "tokenizer.json", text, len, c->err);
+    /* the GGUF's own tokenizer decodes tokens for down_meta (the same vocabulary) */
+    if (!rc && lq_tokenizer_from_gguf(c->g, tok, NULL) != LQ_OK)
+        rc = lq_tokenizer_from_json(text, len, tok, c->err);
+    free(text);
+    return rc;
+}
+
+/* ---- directory handling ---- */
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+static int copy_side_file(bctx *c, const char *gguf_path, const char *name)
+{
+    char *d = strdup(gguf_path);
+    if (!d)
+        return LQ_OK;
+    char *src = lq_vx_join(dirname(d), name);
+    free(d);
+    lq_mapfile m = {0};
+    struct stat st;
+    if (src && stat(src, &st) == 0 && S_ISREG(st.st_mode) && lq_mapfile_open(&m, src, NULL) == LQ_OK) {
+        lq_vx_write_file(c->tmp, name, m.data ? (const void *)m.data : "", m.size, NULL); /* snapshot, non-fatal */
+        lq_mapfile_close(&m);
+    }
+    free(src);
+    return LQ_OK;
+}
+
+/* A JSON real holding the double nearest to the shortest decimal of an f32, so that it prints
+ * as Rust prints the f32 ("1e-5" -> 0.00001, not 9.99999974e-6). */
+static json_t *real_f32(double v)
+{
+    char tmp[32];
+    float f = (float)v;
+    for (int p = 1; p <= 9; p++) {
+        snprintf(tmp, sizeof tmp, "%.*g", p, (double)f);
+        if (strtof(tmp, NULL) == f)
+            break;
+    }
+    return json_real(strtod(tmp, NULL));
+}
+
+static int validate_shapes(bctx *c)
+{
+    c->embd = lq_gguf_find_tensor(c->g, "token_embd.weight");
+    if (!c->embd || c->embd->n_dims != 2)
+        return lq_err_set(c->err, LQ_EFORMAT, "GGUF: token_embd.weight missing or not 2-D");
+    c->D = (int)c->embd->ne[0];
+    c->V = (int)c->embd->ne[1]; /* vocab = embedding rows */
+    if (c->embd->ne[0] > LQ_VINDEX_MAX_HIDDEN || c->embd->ne[1] > LQ_VINDEX_MAX_VOCAB)
+        return lq_err_set(c->err, LQ_EFORMAT, "token_embd.weight [%llu, %llu] exceeds limits",
+                          (unsigned long long)c->embd->ne[1], (unsigned long long)c->embd->ne[0]);
+    char key[160];
+    uint64_t L = 0;
+    snprintf(key, sizeof key, "%s.block_count", c->arch);
+    if (lq_gguf_get_u64(c->g, key, &L, NULL))
+        while (tensor_l(c->g, (int)L, "ffn_gate.weight"))
+            L++;
+    if (L == 0 || L > LQ_VINDEX_MAX_LAYERS)
+        return lq_err_set(c->err, LQ_EFORMAT, "GGUF: %s = %llu layers (must be 1..%d)", key,
+                          (unsigned long long)L, LQ_VINDEX_MAX_LAYERS);
+    c->L = (int)L;
+    for (int l = 0; l < c->L; l++) {
+        const lq_gguf_tensor *gt = tensor_l(c->g, l, "ffn_gate.weight");
+        const lq_gguf_tensor *dt = tensor_l(c->g, l, "ffn_down.weight");
+        if (!gt || !dt)
+            return lq_err_set(c->err, LQ_EFORMAT, "GGUF: blk.%d.ffn_gate/ffn_down missing", l);
+        if (l == 0)
+            c->F = (int)gt->ne[1];
+        if (gt->n_dims != 2 || gt->ne[0] != (uint64_t)c->D || gt->ne[1] != (uint64_t)c->F ||
+            dt->n_dims != 2 || dt->ne[0] != (uint64_t)c->F || dt->ne[1] != (uint64_t)c->D)
+            return lq_err_set(c->err, LQ_EFORMAT,
+                              "GGUF: blk.%d ffn_gate [%llu, %llu] / ffn_down [%llu, %llu] do not match hidden %d, ffn %d",
+                              l, (unsigned long long)gt->ne[1], (unsigned long long)gt->ne[0],
+                              (unsigned long long)dt->ne[1], (unsigned long long)dt->ne[0], c->D, c->F);
+        if (!lq_ggml_type_supported(gt->type) || !lq_ggml_type_supported(dt->type))
+            return lq_err_set(c->err, LQ_EUNSUPPORTED, "GGUF: blk.%d FFN tensor type %s not decodable", l,
+                              lq_ggml_type_name(lq_ggml_type_supported(gt->type) ? dt->type : gt->type));
+    }
+    if (!lq_ggml_type_supported(c->embd->type))
+        return lq_err_set(c->err, LQ_EUNSUPPORTED, "GGUF: token_embd.weight type %s not decodable",
+                          lq_ggml_type_name(c->embd->type));
+    return LQ_OK;
+}
+
+static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int level)
+{
+    json_t *ix = json_object();
+    const char *name = NULL;
+    uint64_t nlen = 0;
+    char *model = NULL;
+    if (lq_gguf_get_str(c->g, "general.name", &name, &nlen, NULL) == LQ_OK && nlen)
+        model = strndup(name, (size_t)nlen);
+    json_object_set_new(ix, "version", json_integer(2));
+    json_object_set_new(ix, "model", json_string(model ? model : "gguf-model"));
+    /* LARQL's architecture detection knows llama; BitNet is its generic family */
+    json_object_set_new(ix, "family", json_string(!strcmp(c->arch, "llama") ? "llama" : "generic"));
+    json_t *src = json_object();
+    json_object_set_new(src, "huggingface_repo", json_string(model ? model : "gguf-model"));
+    json_object_set_new(src, "huggingface_revision", json_null());
+    json_object_set_new(src, "safetensors_sha256", json_null());
+    char ts[64];
+    if (c->o->extracted_at) {
+        snprintf(ts, sizeof ts, "%s", c->o->extracted_at);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    }
+    json_object_set_new(src, "extracted_at", json_string(ts));
+    json_object_set_new(src, "larql_version", json_string(LQ_VX_WRITER_VERSION));
+    json_object_set_new(ix, "source", src);
+    json_object_set(ix, "checksums", c->checksums);
+    json_object_set_new(ix, "num_layers", json_integer(c->L));
+    json_object_set_new(ix, "hidden_size", json_integer(c->D));
+    json_object_set_new(ix, "intermediate_size", json_integer(c->F));
+    json_object_set_new(ix, "vocab_size", json_integer(c->V));
+    json_object_set_new(ix, "embed_scale", json_real(1.0));
+    json_object_set_new(ix, "extract_level", json_string(level_name(level)));
+    json_object_set_new(ix, "dtype", json_string(c->o->f16 ? "f16" : "f32"));
+    json_object_set_new(ix, "quant", json_string("none"));
+    lq_vindex_band b[3];
+    if (lq_vx_family_bands(!strcmp(c->arch, "llama") ? "llama" : "generic", c->L, b))
+        json_object_set_new(ix, "layer_bands",
+                            json_pack("{s:[ii],s:[ii],s:[ii]}", "syntax", b[0].start, b[0].end, "knowledge",
+                                      b[1].start, b[1].end, "output", b[2].start, b[2].end));
+    else
+        json_object_set_new(ix, "layer_bands", json_null());
+    json_object_set(ix, "layers", layers);
+    json_object_set_new(ix, "down_top_k", json_integer(json_array_size(layers) ? c->o->down_top_k : 0));
+    json_object_set_new(ix, "has_model_weights", json_boolean(level >= LQ_VLEVEL_INFERENCE));
+    json_t *mc = json_object();
+    json_object_set_new(mc, "model_type", json_string(c->arch));
+    json_object_set_new(mc, "head_dim", json_integer((json_int_t)meta_f64(c->g, c->arch, "rope.dimension_count", 128)));
+    json_object_set_new(mc, "num_q_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count", 0)));
+    json_object_set_new(mc, "num_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 0)));
+    json_object_set_new(mc, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
+    json_object_set_new(mc, "sliding_window", json_null());
+    json_object_set_new(mc, "norm_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
+    json_object_set_new(ix, "model_config", mc);
+    if (bitnet_layout)
+        json_object_set(ix, "bitnet_layout", bitnet_layout);
+    free(model);
+    return ix;
+}
+
+int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_opts *o, lq_err *err)
+{
+    lq_vindex_build_opts defo;
+    if (!o) {
+        lq_vindex_build_opts_init(&defo);
+        o = &defo;
+    }
+    if (!out_dir || !*out_dir)
+        return lq_err_set(err, LQ_EINVAL, "--output DIR is required");
+    if (o->level < LQ_VLEVEL_BROWSE || o->level > LQ_VLEVEL_ALL)
+        return lq_err_set(err, LQ_EINVAL, "level %d (browse, inference, all)", o->level);
+    if (o->down_top_k < 0 || o->down_top_k > LQ_VINDEX_MAX_TOPK)
+        return lq_err_set(err, LQ_EINVAL, "down_top_k %d outside [0, %d]", o->down_top_k, LQ_VINDEX_MAX_TOPK);
+    struct stat st;
+    if (stat(out_dir, &st) == 0) {
+        int empty = 0;
+        if (S_ISDIR(st.st_mode))
+            empty = rmdir(out_dir) == 0; /* only succeeds when empty; recreated by the rename */
+        if (!empty)
+            return lq_err_set(err, LQ_EINVAL, "output %s already exists and is not an empty directory", out_dir);
+    }
+    lq_gguf *g = NULL;
+    int rc = lq_gguf_open(gguf_path, &g, err);
+    if (rc)
+        return rc;
+    bctx c = {0};
+    c.g = g;
+    c.o = o;
+    c.err = err;
+    const char *arch = NULL;
+    uint64_t alen = 0;
+    char archbuf[64] = "llama";
+    if (lq_gguf_get_str(g, "general.architecture", &arch, &alen, NULL) == LQ_OK && alen < sizeof archbuf) {
+        memcpy(archbuf, arch, (size_t)alen);
+        archbuf[alen] = 0;
+    }
+    c.arch = archbuf;
+    c.bitnet = !strncmp(archbuf, "bitnet", 6);
+    o->keep_quant_ignored = 0;
+    int keep = o->keep_quant;
+    if (keep && !c.bitnet) {
+        keep = 0;
+        o->keep_quant_ignored = 1;
+    }
+    int level = o->level;
+    char *tmp = NULL;
+    lq_tokenizer *tok = NULL;
+    uint8_t *keep_tok = NULL;
+    json_t *layers = json_array(), *layout = NULL, *ix = NULL;
+    c.checksums = json_object();
+    c.manifest = json_array();
+    if (o->dense_only && !keep) {
+        rc = lq_err_set(err, LQ_EINVAL, "--dense-only is only valid with --keep-quant on a BitNet GGUF "
+                                        "(it skips the gate vectors and down_meta that browse queries need)");
+        goto out;
+    }
+    if (keep && !o->dense_only && level == LQ_VLEVEL_BROWSE) {
+        rc = lq_err_set(err, LQ_EINVAL,
+                        "--keep-quant requires --level inference (or all): BitNet inference needs the dense "
+                        "norm/embed/lm_head tensors that browse level does not extract. Re-run with --level inference.");
+        goto out;
+    }
+    if (o->dense_only)
+        level = LQ_VLEVEL_INFERENCE;
+    if ((rc = validate_shapes(&c)))
+        goto out;
+
+    /* temporary sibling directory: .NAME.partial-PID */
+    {
+        char *a = strdup(out_dir), *b = strdup(out_dir);
+        size_t n = strlen(out_dir) + 64;
+        tmp = malloc(n);
+        if (!a || !b || !tmp) {
+            free(a);
+            free(b);
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+            goto out;
+        }
+        snprintf(tmp, n, "%s/.%s.partial-%ld", dirname(a), basename(b), (long)getpid());
+        free(a);
+        free(b);
+        rm_tree(tmp);
+        if (mkdir(tmp, 0755)) {
+            rc = lq_err_set(err, LQ_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+            free(tmp);
+            tmp = NULL;
+            goto out;
+        }
+    }
+    c.tmp = tmp;
+    if ((rc = lq_pool_create(o->n_threads > 0 ? o->n_threads : lq_cpu_count(), &c.pool, err)))
+        goto out;
+    {
+        const lq_cpu_features *cf = lq_cpu_features_get();
+        c.use_avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
+    }
+    if ((rc = write_tokenizer(&c, gguf_path, &tok)))
+        goto out;
+    if (!o->dense_only) {
+        keep_tok = calloc((size_t)c.V, 1);
+        if (!keep_tok) {
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+            goto out;
+        }
+        int32_t tv = lq_tokenizer_n_vocab(tok);
+        for (int32_t id = 0; id < c.V && id < tv; id++) {
+            char *text = NULL;
+            size_t len = 0;
+            if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK) {
+                for (size_t i = 0; i < len; i++)
+                    if (text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r' &&
+                        text[i] != '\v' && text[i] != '\f')
+                        keep_tok[id] = 1;
+            }
+            free(text);
+        }
+        if ((rc = write_gates(&c, layers)))
+            goto out;
+    }
+    if ((rc = write_matrix(&c, c.embd, "embeddings.bin", 1)))
+        goto out;
+    progress(&c, "embeddings", 1, 1);
+    if (!o->dense_only && (rc = write_down_meta(&c, keep_tok)))
+        goto out;
+    if (level >= LQ_VLEVEL_INFERENCE && (rc = write_weights(&c)))
+        goto out;
+    if (keep && (rc = write_bitnet(&c, &layout)))
+        goto out;
+    {
+        static const char *side[] = {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                                     "chat_template.jinja"};
+        for (size_t i = 0; i < 4; i++)
+            copy_side_file(&c, gguf_path, side[i]);
+    }
+    ix = index_json(&c, layers, layout, level);
+    {
+        lq_sb sb = {0};
+        lq_sb_json_pretty(&sb, ix, 0);
+        char *text;
+        if ((rc = lq_sb_finish(&sb, &text, err)))
+            goto out;
+        rc = lq_vx_write_file(tmp, "index.json", text, strlen(text), err);
+        free(text);
+        if (rc)
+            goto out;
+    }
+    if (fsync_dir(tmp) || rename(tmp, out_dir)) {
+        rc = lq_err_set(err, LQ_EIO, "cannot move %s into place as %s: %s", tmp, out_dir, strerror(errno));
+        goto out;
+    }
+    {
+        char *a = strdup(out_dir);
+        if (a) {
+            fsync_dir(dirname(a));
+            free(a);
+        }
+    }
+    free(tmp);
+    tmp = NULL;
+out:
+    if (tmp) {
+        rm_tree(tmp);
+        free(tmp);
+    }
+    lq_pool_free(c.pool);
+    lq_tokenizer_free(tok);
+    free(keep_tok);
+    json_decref(layers);
+    json_decref(layout);
+    json_decref(ix);
+    json_decref(c.checksums);
+    json_decref(c.manifest);
+    lq_gguf_close(g);
+    return rc;
+}

@@ -1,0 +1,135 @@
+/* Internals shared by the vindex sources: the lq_vindex struct, a string builder with
+ * serde_json-compatible number/string output, sha256, file helpers, gate kernels. */
+#ifndef LQ_VINDEX_INTERNAL_H
+#define LQ_VINDEX_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/mapfile.h"
+#include "core/threadpool.h"
+#include "larql/vindex.h"
+
+/* ---- sha256 ---- */
+typedef struct lq_sha256 {
+    uint32_t h[8];
+    uint64_t len;
+    uint8_t buf[64];
+    size_t nbuf;
+} lq_sha256;
+void lq_sha256_init(lq_sha256 *s);
+void lq_sha256_update(lq_sha256 *s, const void *data, size_t n);
+void lq_sha256_final(lq_sha256 *s, uint8_t out[32]);
+void lq_sha256_hex(const void *data, size_t n, char hex[65]);
+
+/* ---- string builder (JSON output) ----
+ * Errors are sticky: after a failed allocation every append is a no-op and sb.oom is set. */
+typedef struct lq_sb {
+    char *s;
+    size_t n, cap;
+    int oom;
+} lq_sb;
+void lq_sb_put(lq_sb *b, const char *s, size_t n);
+void lq_sb_puts(lq_sb *b, const char *s);
+void lq_sb_printf(lq_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* JSON string literal the way serde_json escapes (", \, control chars; UTF-8 raw). */
+void lq_sb_json_str(lq_sb *b, const char *s, size_t n);
+/* Shortest round-trip decimal, Rust/ryu style ("5.0", "12.3", "0.00001", "1e-7", "1e16"). */
+void lq_sb_f64(lq_sb *b, double v);
+void lq_sb_f32(lq_sb *b, float v);
+/* Hands over the buffer (NUL-terminated) or returns LQ_ENOMEM and frees it. */
+int lq_sb_finish(lq_sb *b, char **out, lq_err *err);
+/* serde_json::to_string_pretty of a jansson value (2-space indent, "key": value). */
+void lq_sb_json_pretty(lq_sb *b, const json_t *v, int indent);
+
+/* Rust's f32 rounding helpers used by the server: (x * 10).round() / 10 etc. */
+float lq_round1_f32(float x);
+double lq_round_to(double x, double scale);
+
+/* ---- files ---- */
+/* Writes n bytes to dir/name (creating it), fsync'd. */
+int lq_vx_write_file(const char *dir, const char *name, const void *data, size_t n, lq_err *err);
+/* Streaming writer with sha256 of what was written. */
+typedef struct lq_vx_file {
+    FILE *f;
+    char *path;
+    lq_sha256 sha;
+    uint64_t written;
+    int hash;
+} lq_vx_file;
+int lq_vx_file_open(lq_vx_file *w, const char *dir, const char *name, int hash, lq_err *err);
+int lq_vx_file_write(lq_vx_file *w, const void *data, size_t n, lq_err *err);
+/* Flushes, fsyncs and closes; hex (may be NULL) receives the sha256. */
+int lq_vx_file_close(lq_vx_file *w, char hex[65], lq_err *err);
+void lq_vx_file_abort(lq_vx_file *w);
+char *lq_vx_join(const char *dir, const char *name); /* malloc'd "dir/name" */
+
+/* LARQL's f32 -> f16: truncates the mantissa, flushes below-normal results to signed zero,
+ * overflow to inf (crates/larql-models/src/quant/half.rs). */
+uint16_t lq_vx_f32_to_f16_trunc(float f);
+
+/* ---- the handle ---- */
+typedef struct lq_vx_layer {
+    int present;
+    int num_features;
+    uint64_t offset, length; /* bytes into gate_vectors.bin */
+} lq_vx_layer;
+
+typedef struct lq_vx_label {
+    uint64_t key; /* layer << 32 | feature; 0 = empty slot marker via used flag */
+    int used;
+    char *label;
+} lq_vx_label;
+
+struct lq_vindex {
+    char *dir;
+    json_t *index;             /* parsed index.json, kept whole (unknown fields) */
+    lq_vindex_info info;
+    char *model, *model_id, *family, *level_str;
+    lq_mapfile gate, embed, down;
+    int has_gate, has_down;
+    lq_vx_layer *layers;       /* [num_layers] */
+    /* down_meta.bin: per layer record base offset and count */
+    uint32_t dm_topk, dm_layers;
+    uint64_t *dm_base;         /* [num_layers] byte offset of the layer's first record */
+    uint32_t *dm_nf;           /* [num_layers] records in the layer */
+    size_t dm_rec;             /* bytes per record: 8 + 8 * top_k */
+    lq_tokenizer *tok;
+    char *tok_text;            /* all token texts, NUL-separated */
+    uint32_t *tok_off;         /* [vocab] offset into tok_text */
+    lq_vx_label *labels;       /* open addressing, capacity label_cap (power of 2) */
+    size_t label_cap, n_labels;
+    char **label_names;        /* distinct probe labels (for histograms) */
+    lq_pool *pool;
+    int n_threads;
+    int use_avx2;
+};
+
+/* ---- gate kernels ----
+ * rows: [n, d] f32 or f16 (LE); Q: [nq, d]; out: [nq, n] (stride out_stride per query).
+ * Computes rows [r0, r1). */
+typedef void (*lq_vx_scores_fn)(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                                const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                       const float *Q, size_t nq, float *out, size_t out_stride);
+
+/* Top-k by |score| of scores[0..n) into hits (sorted, |score| desc, ties lower feature
+ * first); returns the count. */
+size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_hit *hits);
+
+/* Token helpers (LARQL's is_readable_token / is_content_token). */
+int lq_vx_is_readable(const char *s);
+int lq_vx_is_content(const char *s);
+
+/* Band table: fills bands for (family, num_layers); returns 0 when LARQL has none (L < 8). */
+int lq_vx_family_bands(const char *family, int num_layers, lq_vindex_band bands[3]);
+
+/* tokenizer.json text synthesised from GGUF tokenizer.ggml.* metadata (malloc'd). */
+struct lq_gguf;
+int lq_vx_tokenizer_json_from_gguf(const struct lq_gguf *g, char **json, size_t *len, lq_err *err);
+
+#endif
