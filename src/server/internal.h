@@ -12,6 +12,7 @@
 #include "larql/model.h"
 #include "larql/server.h"
 #include "larql/status.h"
+#include "larql/vindex.h"
 
 /* ---- routes ---- */
 
@@ -56,6 +57,8 @@ struct lq_server {
     lq_server_opts o;
     char *host, *api_key, *model_path; /* owned copies */
     char model_id[256];
+    lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
+    int is_dir;
     struct MHD_Daemon *d;
     int port;
     int stop_pipe[2];
@@ -155,6 +158,8 @@ void route_logits(lq_server *s, req *q, reply *r);
 /* Common preamble of model routes: model load (503 when it fails); with inference set,
  * --no-infer -> 503 too. 0 ok, else r is filled. */
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);
+/* The tokenizer of the model, or of the vindex when no model is loaded. NULL + r filled. */
+const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
 /* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
 

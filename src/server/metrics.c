@@ -177,7 +177,23 @@ void route_stats(lq_server *s, req *q, reply *r)
 {
     (void)q;
     lq_model *m = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
-    json_t *j = json_object();
+    json_t *j = NULL;
+    if (s->vx) {
+        /* the vindex's own stats body (LARQL's fields), then the live counters */
+        char *vs = NULL;
+        if (!lq_vindex_stats_json(s->vx, &vs, NULL))
+            j = json_loads(vs, 0, NULL);
+        free(vs);
+        if (j) {
+            json_t *ld = json_object_get(j, "loaded");
+            if (json_is_object(ld))
+                json_object_set_new(ld, "inference", json_boolean(m != NULL && !s->o.no_infer));
+            json_object_update_new(j, counters_json(s));
+            reply_json(r, 200, j);
+            return;
+        }
+    }
+    j = json_object();
     json_object_set_new(j, "model", json_string(s->model_id));
     if (m) {
         const lq_model_info *mi = lq_model_get_info(m);

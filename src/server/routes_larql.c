@@ -27,6 +27,18 @@ int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int infere
     return 0;
 }
 
+const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r)
+{
+    lq_model *m;
+    lq_err err = {0};
+    if (!srv_model(s, &m, &err))
+        return lq_model_tokenizer(m);
+    if (s->vx)
+        return lq_vindex_tokenizer(s->vx);
+    reply_route_err(r, rt, 503, "model not available: %s", err.msg);
+    return NULL;
+}
+
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len)
 {
     char *text = NULL;
@@ -48,9 +60,11 @@ void route_health(lq_server *s, req *q, reply *r)
 void route_models(lq_server *s, req *q, reply *r)
 {
     (void)q;
-    json_t *mdl = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i,s:b}", "id", s->model_id, "object", "model",
+    json_int_t features = s->vx ? (json_int_t)lq_vindex_get_info(s->vx)->total_features : 0;
+    json_t *mdl = json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", s->model_id, "object", "model",
                             "created", (json_int_t)s->created_unix, "owned_by", "larql", "path", "/v1",
-                            "features", 0, "loaded", __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) != NULL);
+                            "features", features, "loaded",
+                            s->vx != NULL || __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) != NULL);
     reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", mdl));
 }
 
@@ -60,28 +74,156 @@ static const char *qparam(req *q, const char *k)
     return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, k);
 }
 
+/* Strict numeric query parameters: 0 absent, 1 parsed, -1 with a 400 in r. */
+static int qint(req *q, const char *k, long lo, long hi, long *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        reply_larql_err(r, 400, "query parameter '%s' must be an integer in %ld..%ld, got '%.32s'", k, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int qnum(req *q, const char *k, double *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (!*v || *end || !isfinite(x)) {
+        reply_larql_err(r, 400, "query parameter '%s' must be a number, got '%.32s'", k, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int qbool(req *q, const char *k, int *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    if (!strcmp(v, "true") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0"))
+        *out = 0;
+    else {
+        reply_larql_err(r, 400, "query parameter '%s' must be true or false, got '%.32s'", k, v);
+        return -1;
+    }
+    return 1;
+}
+
+static int qtext(req *q, const char *k, const char **out, int required, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v) {
+        if (required) {
+            reply_larql_err(r, 400, "missing query parameter '%s'", k);
+            return -1;
+        }
+        return 0;
+    }
+    if (!lq_utf8_valid(v, strlen(v))) {
+        reply_larql_err(r, 400, "query parameter '%s' is not valid UTF-8", k);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A library JSON body (or its error) as the reply. */
+static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
+{
+    if (rc) {
+        free(json);
+        int st = rc == LQ_EUNSUPPORTED ? 503 : status_from_lq(rc);
+        reply_larql_err(r, st, "%s", err->msg);
+        return;
+    }
+    r->status = 200;
+    r->body = json;
+    r->len = strlen(json);
+    r->ctype = "application/json";
+}
+
 void route_browse(lq_server *s, req *q, reply *r)
 {
-    (void)s;
-    /* Check what the route requires first, so that clients get the same 400s they will get
-     * from a vindex-backed server. */
-    if (q->rt->id == R_DESCRIBE && !qparam(q, "entity")) {
-        reply_larql_err(r, 400, "missing query parameter 'entity'");
-        return;
-    }
-    if (q->rt->id == R_WALK && !qparam(q, "prompt")) {
-        reply_larql_err(r, 400, "missing query parameter 'prompt'");
-        return;
-    }
-    if (q->rt->id == R_SELECT) {
-        json_t *j = req_json_body(q, r);
-        if (!j)
+    lq_err err = {0};
+    char *json = NULL;
+    int rc;
+    json_t *j = NULL;
+    /* Check what the route requires first, so a GGUF-backed server answers the same 400s. */
+    if (q->rt->id == R_DESCRIBE) {
+        lq_describe_params p;
+        lq_describe_params_init(&p);
+        long limit = p.limit;
+        if (qtext(q, "entity", &p.entity, 1, r) < 0 || qtext(q, "band", &p.band, 0, r) < 0 ||
+            qint(q, "limit", 0, 10000, &limit, r) < 0 || qnum(q, "min_score", &p.min_score, r) < 0 ||
+            qbool(q, "verbose", &p.verbose, r) < 0)
             return;
-        json_decref(j);
+        p.limit = (int)limit;
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_describe_json(s->vx, &p, &json, &err);
+    } else if (q->rt->id == R_WALK) {
+        lq_walk_params p;
+        lq_walk_params_init(&p);
+        long top = p.top;
+        if (qtext(q, "prompt", &p.prompt, 1, r) < 0 || qint(q, "top", 0, 10000, &top, r) < 0 ||
+            qtext(q, "layers", &p.layers, 0, r) < 0)
+            return;
+        p.top = (int)top;
+        if (!*p.prompt) {
+            reply_larql_err(r, 400, "empty prompt");
+            return;
+        }
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_walk_json(s->vx, &p, &json, &err);
+    } else if (q->rt->id == R_SELECT) {
+        if (!(j = req_json_body(q, r)))
+            return;
+        lq_select_params p;
+        lq_select_params_init(&p);
+        long layer = -1, limit = p.limit;
+        double minc = p.min_confidence;
+        if (jget_str(q->rt, j, "entity", &p.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &p.relation, NULL, r) < 0 ||
+            jget_int(q->rt, j, "layer", 0, LQ_VINDEX_MAX_LAYERS, &layer, r) < 0 ||
+            jget_int(q->rt, j, "limit", 0, 1000000, &limit, r) < 0 ||
+            jget_num(q->rt, j, "min_confidence", -1e30, 1e30, &minc, r) < 0 ||
+            jget_str(q->rt, j, "order_by", &p.order_by, NULL, r) < 0 || jget_str(q->rt, j, "order", &p.order, NULL, r) < 0) {
+            json_decref(j);
+            return;
+        }
+        p.layer = (int)layer;
+        p.limit = (int)limit;
+        p.min_confidence = minc;
+        if (!s->vx) {
+            json_decref(j);
+            goto no_vindex;
+        }
+        rc = lq_vindex_select_json(s->vx, &p, &json, &err);
+        json_decref(j); /* p's strings pointed into j */
+    } else {
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_relations_json(s->vx, &json, &err);
     }
+    vindex_reply(r, rc, json, &err);
+    return;
+no_vindex:
     reply_larql_err(r, 503,
                     "%s needs a vindex (gate vectors and down metadata); this server was started on a "
-                    "GGUF file: build one with `larql convert` and serve the directory",
+                    "GGUF file: build one with `larql convert gguf-to-vindex` and serve the directory",
                     q->rt->path);
 }
 
@@ -189,7 +331,6 @@ out:
 
 void route_tok_encode(lq_server *s, req *q, reply *r)
 {
-    lq_model *m;
     const char *text = qparam(q, "text");
     if (!text) {
         reply_larql_err(r, 400, "missing query parameter 'text'");
@@ -200,12 +341,13 @@ void route_tok_encode(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 400, "'text' is not valid UTF-8");
         return;
     }
-    if (need_model(s, q->rt, r, &m, 0))
+    const lq_tokenizer *tk = need_tokenizer(s, q->rt, r);
+    if (!tk)
         return;
     int32_t *ids = NULL;
     size_t n = 0;
     lq_err err = {0};
-    int rc = lq_tokenizer_encode(lq_model_tokenizer(m), text, tl, 0, &ids, &n, &err);
+    int rc = lq_tokenizer_encode(tk, text, tl, 0, &ids, &n, &err);
     if (rc) {
         reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
         return;
@@ -219,15 +361,14 @@ void route_tok_encode(lq_server *s, req *q, reply *r)
 
 void route_tok_decode(lq_server *s, req *q, reply *r)
 {
-    lq_model *m;
     const char *p = qparam(q, "ids");
     if (!p) {
         reply_larql_err(r, 400, "missing query parameter 'ids' (comma-separated token ids)");
         return;
     }
-    if (need_model(s, q->rt, r, &m, 0))
+    const lq_tokenizer *tok = need_tokenizer(s, q->rt, r);
+    if (!tok)
         return;
-    const lq_tokenizer *tok = lq_model_tokenizer(m);
     int32_t nv = lq_tokenizer_n_vocab(tok);
     size_t cap = strlen(p) / 2 + 1, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
@@ -327,27 +468,35 @@ void route_embed(lq_server *s, req *q, reply *r)
     size_t n = 0;
     float *row = NULL;
     double t0 = lq_now();
-    if (need_model(s, q->rt, r, &m, 0))
-        goto out;
-    const lq_gguf_tensor *t = embd_tensor(m);
-    if (!t) {
-        reply_larql_err(r, 503, "model has no token_embd.weight tensor");
-        goto out;
+    const lq_gguf_tensor *t = NULL;
+    lq_err err = {0};
+    int32_t nv;
+    size_t h;
+    if (s->vx && srv_model(s, &m, &err)) {
+        /* vindex without engine weights: embeddings.bin (already times embed_scale) */
+        nv = lq_vindex_get_info(s->vx)->vocab_size;
+        h = (size_t)lq_vindex_get_info(s->vx)->hidden_size;
+    } else {
+        if (need_model(s, q->rt, r, &m, 0))
+            goto out;
+        if (!(t = embd_tensor(m))) {
+            reply_larql_err(r, 503, "model has no token_embd.weight tensor");
+            goto out;
+        }
+        nv = (int32_t)t->ne[1];
+        h = (size_t)t->ne[0];
     }
     json_t *a = json_object_get(j, "token_ids");
     if (!a) {
         reply_larql_err(r, 400, "missing field 'token_ids'");
         goto out;
     }
-    int32_t nv = (int32_t)t->ne[1];
     if (read_ids(q->rt, a, "token_ids", nv, 4096, &ids, &n, r))
         goto out;
-    size_t h = (size_t)t->ne[0];
     row = malloc(h * sizeof *row); /* [n_embd] */
     json_t *res = json_array();
-    lq_err err = {0};
     for (size_t i = 0; row && i < n; i++) {
-        if (lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, &err)) {
+        if (t ? lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, &err) : lq_vindex_embed_row(s->vx, ids[i], row, &err)) {
             json_decref(res);
             reply_larql_err(r, 500, "%s", err.msg);
             goto out;

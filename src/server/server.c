@@ -455,6 +455,7 @@ static void server_free(lq_server *s)
         free(s->pool_free);
     }
     lq_model_close(s->model);
+    lq_vindex_close(s->vx);
     if (s->stop_pipe[0] > 0)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] > 0)
@@ -522,7 +523,27 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
     }
-    if (!s->o.lazy_weights) {
+    s->is_dir = S_ISDIR(st.st_mode);
+    if (s->is_dir) {
+        /* a vindex: mapped read-only, cheap to open, so never lazy */
+        lq_vindex_open_opts vo = {.n_threads = s->o.n_threads, .verify_checksums = 0};
+        int rc = lq_vindex_open(s->model_path, &vo, &s->vx, err);
+        if (rc) {
+            server_free(s);
+            return rc;
+        }
+        const lq_vindex_info *vi = lq_vindex_get_info(s->vx);
+        snprintf(s->model_id, sizeof s->model_id, "%s", vi->model_id && *vi->model_id ? vi->model_id : "vindex");
+        srv_log(s, "opened vindex %s (%s, %d layers, %llu features)", s->model_path, vi->model ? vi->model : "",
+                vi->num_layers, (unsigned long long)vi->total_features);
+        /* the engine loads GGUF files; a vindex's weights serve inference once it reads them */
+        lq_err merr = {0};
+        if (!s->o.lazy_weights && load_model(s, &merr)) {
+            s->load_failed = 1;
+            s->load_err = merr;
+            srv_log(s, "inference routes unavailable: %s", merr.msg);
+        }
+    } else if (!s->o.lazy_weights) {
         int rc = load_model(s, err);
         if (rc) {
             lq_err_prefix(err, "failed to load weights (pass --lazy-weights to defer until first request)");

@@ -109,6 +109,25 @@ else
     fail "guarded server starts"
 fi
 
+# ---- a vindex directory: browse routes answer with the CLI's --json bodies ----
+V="$T_TMP/vx"
+if "$LARQL" convert gguf-to-vindex "$M" --output "$V" >/dev/null 2>&1; then
+    "$LARQL" describe "$V" France --band all --min-score 0 --limit 10 --json >"$T_TMP/cli_describe.json" 2>/dev/null
+    "$LARQL" walk "$V" "The capital of France" --top 3 --json >"$T_TMP/cli_walk.json" 2>/dev/null
+    if start_server vindex "$V" --threads 1 --max-concurrent 128; then
+        python3 "$HTTP_DIR/protocol.py" vindex "$PORT" "$T_TMP/cli_describe.json" "$T_TMP/cli_walk.json" >"$T_TMP/vx.log" 2>&1
+        cat "$T_TMP/vx.log"
+        T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/vx.log")))
+        T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/vx.log")))
+        if grep -q Traceback "$T_TMP/vx.log"; then fail "protocol.py vindex ran to the end" "$(tail -n 5 "$T_TMP/vx.log")"; fi
+        stop_server "$PID"; [ "$RC" = 0 ] || fail "vindex server exit 0" "exit $RC"
+    else
+        fail "vindex server starts"
+    fi
+else
+    skip "vindex routes" "larql convert gguf-to-vindex failed"
+fi
+
 # ---- lazy weights: up before the model is loaded, loads on first use ----
 if start_server lazy "$M" --lazy-weights --threads 1; then
     if curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"loaded":false'; then pass "--lazy-weights: not loaded at start"; else fail "--lazy-weights: not loaded at start"; fi

@@ -421,6 +421,50 @@ def main_tests():
     ok("stats counters moved", j["generated_tokens"] > 0 and j["prompt_tokens"] > 0 and j["errors"] > 0, raw[:300])
 
 
+def vindex_tests(cli_describe, cli_walk):
+    """a server on a vindex directory: browse routes, same JSON as the CLI's --json"""
+    q = "/v1/describe?entity=France&band=all&min_score=0&limit=10"
+    st, _, j, raw = jreq("GET", q)
+    ok("vindex describe 200", st == 200 and "edges" in j and j["entity"] == "France", raw[:300])
+    ok("vindex describe has edges (min_score 0)", st == 200 and len(j["edges"]) > 0, raw[:300])
+    cli = json.load(open(cli_describe))
+    ok("describe body == CLI describe --json (latency aside)", strip_volatile(j) == strip_volatile(cli), (raw[:300], cli))
+    st, _, j, raw = jreq("GET", "/v1/walk?prompt=The%20capital%20of%20France&top=3")
+    ok("vindex walk == CLI walk --json (latency aside)", st == 200 and strip_volatile(j) == strip_volatile(json.load(open(cli_walk))), raw[:300])
+    st, _, j, raw = jreq("POST", "/v1/select", {"limit": 5, "order_by": "c_score"})
+    ok("vindex select", st == 200 and "edges" in j and "total" in j and len(j["edges"]) <= 5, raw[:300])
+    st, _, j, raw = jreq("GET", "/v1/relations")
+    ok("vindex relations", st == 200 and "relations" in j and "probe_relations" in j, raw[:300])
+    st, _, j, raw = jreq("GET", "/v1/stats")
+    ok("vindex stats: LARQL fields + counters", st == 200 and j.get("layers") and j.get("features") and "loaded" in j and "requests_served" in j, raw[:400])
+    st, _, j, raw = jreq("GET", "/v1/models")
+    ok("vindex models: features > 0", st == 200 and j["data"][0]["features"] > 0, raw)
+    st, _, j, raw = jreq("GET", "/v1/token/encode?text=France")
+    ok("vindex tokenizer routes", st == 200 and j["token_ids"], raw)
+    expect_error("describe bad band -> 400", "GET", "/v1/describe?entity=France&band=middle")
+    expect_error("describe bad limit -> 400", "GET", "/v1/describe?entity=France&limit=-3", contains="limit")
+    expect_error("describe non-numeric min_score -> 400", "GET", "/v1/describe?entity=France&min_score=abc", contains="min_score")
+    expect_error("describe bad verbose -> 400", "GET", "/v1/describe?entity=France&verbose=maybe", contains="verbose")
+    expect_error("walk empty prompt -> 400", "GET", "/v1/walk?prompt=")
+    expect_error("select wrong type -> 400", "POST", "/v1/select", {"layer": "two"}, contains="layer")
+    expect_error("select layer out of range -> 400", "POST", "/v1/select", {"layer": 4000})
+    bodies, errors = [], []
+
+    def worker():
+        try:
+            st, _, d = req("GET", q)
+            bodies.append((st, json.dumps(strip_volatile(json.loads(d)), sort_keys=True)))
+        except Exception as e:  # noqa
+            errors.append(repr(e))
+    ths = [threading.Thread(target=worker) for _ in range(100)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    ok("100 concurrent describe: byte-identical 200 bodies", not errors and len(bodies) == 100 and len(set(bodies)) == 1 and bodies[0][0] == 200,
+       errors[:2] or len(set(bodies)))
+
+
 def guarded_tests():
     global KEY
     good_key = KEY
@@ -478,6 +522,8 @@ if __name__ == "__main__":
     if mode == "guarded":
         KEY = sys.argv[3]
         guarded_tests()
+    elif mode == "vindex":
+        vindex_tests(sys.argv[3], sys.argv[4])
     else:
         main_tests()
     sys.exit(1 if FAILS else 0)
