@@ -153,7 +153,7 @@ static json_t *counters_json(lq_server *s)
                 continue;
             if (!st)
                 st = json_object();
-            char k[8];
+            char k[16];
             snprintf(k, sizeof k, "%d", c);
             json_object_set_new(st, k, json_integer((json_int_t)v));
         }
