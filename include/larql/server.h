@@ -1,0 +1,74 @@
+/* The HTTP server behind `larql serve`: LARQL's query/inference routes and the OpenAI
+ * surface (/v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models) over one
+ * loaded model, on libmicrohttpd (one thread per connection, so a slow or blocked client
+ * never holds anyone else's thread).
+ *
+ * Embedding: lq_server_start() loads the model (unless lazy), binds and starts serving in
+ * background threads, and returns. A front end then calls lq_server_wait() (blocks until
+ * lq_server_request_stop(), which is async-signal-safe so a SIGTERM handler may call it)
+ * and lq_server_stop() (stop accepting, let in-flight requests finish for a short grace
+ * period, cancel what is left, join, free). Tests can embed it the same way with port 0
+ * and read the bound port with lq_server_port().
+ *
+ * The server never prints: log lines (load time, listening address) go to opts.log. */
+#ifndef LARQL_SERVER_H
+#define LARQL_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lq_server lq_server;
+
+/* One log line, no trailing newline. Called from any server thread. */
+typedef void (*lq_server_log_fn)(void *user, const char *line);
+
+typedef struct lq_server_opts {
+    const char *model_path;   /* GGUF file (a vindex directory once the vindex module lands) */
+    const char *host;         /* bind address; default "127.0.0.1" */
+    int port;                 /* default 8080; 0 = any free port (see lq_server_port) */
+    const char *api_key;      /* NULL/"" = no auth; else "Authorization: Bearer KEY" everywhere
+                                 except GET /v1/health */
+    int n_threads;            /* engine threads; 0 = cores */
+    int act_mode;             /* lq_act_mode */
+    const char *kernels;      /* NULL = best for this CPU */
+    int max_concurrent;       /* requests in flight (health/metrics excluded); beyond it 503
+                                 with Retry-After. Default 64. Also caps pooled sessions. */
+    int n_ctx;                /* session context; 0 = model default */
+    int no_infer;             /* refuse inference routes (503) */
+    int lazy_weights;         /* load the model on the first request that needs it */
+    int cors;                 /* Access-Control-Allow-Origin: * and OPTIONS preflight */
+    size_t max_body;          /* request body limit in bytes; default 2 MiB; over -> 413 */
+    int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
+    int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */
+    uint64_t memory_limit;    /* bytes; 0 = read the cgroup v2 memory.max (none -> no check) */
+    lq_server_log_fn log;
+    void *log_user;
+} lq_server_opts;
+
+void lq_server_opts_init(lq_server_opts *o);
+
+/* Loads (unless lazy_weights), binds, starts serving. Errors: model cannot be opened
+ * (LQ_EIO/LQ_EFORMAT...), model larger than the memory limit (LQ_ENOMEM, message names both
+ * figures), address in use / bad host (LQ_EIO), bad options (LQ_EINVAL). */
+int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err);
+/* The bound TCP port (useful with port 0). */
+int lq_server_port(const lq_server *s);
+/* Async-signal-safe: wakes lq_server_wait(). */
+void lq_server_request_stop(lq_server *s);
+/* Blocks until lq_server_request_stop() is called. Returns 0. */
+int lq_server_wait(lq_server *s);
+/* Stops accepting, waits up to shutdown_grace_s for in-flight requests, cancels the rest
+ * (streams end with a final chunk and "data: [DONE]"), joins every thread, closes the model
+ * and frees s. NULL-safe. */
+void lq_server_stop(lq_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

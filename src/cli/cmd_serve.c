@@ -1,0 +1,138 @@
+/* larql serve: puts a model on the network (LARQL routes + OpenAI routes) until SIGTERM or
+ * SIGINT, then shuts down gracefully and exits 0. A thin front end over lq_server_*. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "larql/model.h"
+#include "larql/server.h"
+
+static const char *SERVE_USAGE =
+    "larql serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
+    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--max-body BYTES]\n"
+    "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
+    "  MODEL is a GGUF file (browse routes need a vindex directory). --port 0 picks a free port.\n"
+    "  LARQL_API_KEY in the environment is used when --api-key is not given.";
+
+static lq_server *g_server;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    lq_server_request_stop(g_server); /* async-signal-safe: one write() to a pipe */
+}
+
+static void log_line(void *user, const char *line)
+{
+    (void)user;
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+    fprintf(stderr, "larql serve %s: %s\n", ts, line);
+}
+
+int lq_cli_serve(int argc, char **argv)
+{
+    const char *C = "serve";
+    lq_server_opts o;
+    lq_server_opts_init(&o);
+    lq_cli_model_args ma;
+    lq_cli_model_args_init(&ma);
+    o.api_key = getenv("LARQL_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        int r = lq_cli_model_opt(C, SERVE_USAGE, argc, argv, &i, &ma);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        long v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: %s\n", SERVE_USAGE);
+            return 0;
+        } else if (!strcmp(a, "--no-infer")) {
+            o.no_infer = 1;
+        } else if (!strcmp(a, "--lazy-weights")) {
+            o.lazy_weights = 1;
+        } else if (!strcmp(a, "--cors")) {
+            o.cors = 1;
+        } else if (!strcmp(a, "--host") && has_val) {
+            o.host = argv[++i];
+        } else if (!strcmp(a, "--api-key") && has_val) {
+            o.api_key = argv[++i];
+        } else if (!strcmp(a, "--port") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 65535, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--port: '%s' is not a port number (0..65535)", argv[i]);
+            o.port = (int)v;
+        } else if (!strcmp(a, "--max-concurrent") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 4096, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-concurrent: '%s' is not in 1..4096", argv[i]);
+            o.max_concurrent = (int)v;
+        } else if (!strcmp(a, "--max-body") && has_val) {
+            if (lq_parse_long(argv[++i], 1024, 1L << 30, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-body: '%s' is not in 1024..1073741824 bytes", argv[i]);
+            o.max_body = (size_t)v;
+        } else if (!strcmp(a, "--request-timeout") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 86400, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--request-timeout: '%s' is not in 1..86400 seconds", argv[i]);
+            o.request_timeout_s = (int)v;
+        } else if (!strcmp(a, "--shutdown-grace") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 3600, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--shutdown-grace: '%s' is not in 0..3600 seconds", argv[i]);
+            o.shutdown_grace_s = (int)v;
+        } else if (!strcmp(a, "--memory-limit") && has_val) {
+            /* overrides the cgroup limit (tests, or hosts without cgroup v2) */
+            if (lq_parse_long(argv[++i], 1, 0x7fffffffffffffffL, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--memory-limit: '%s' is not a byte count", argv[i]);
+            o.memory_limit = (uint64_t)v;
+        } else if (a[0] == '-') {
+            return lq_cli_usage(C, SERVE_USAGE, "unknown option or missing value: '%s'", a);
+        } else if (!o.model_path) {
+            o.model_path = a;
+        } else {
+            return lq_cli_usage(C, SERVE_USAGE, "unexpected argument '%s'", a);
+        }
+    }
+    if (!o.model_path)
+        return lq_cli_usage(C, SERVE_USAGE, "MODEL is required");
+    o.n_threads = ma.threads;
+    o.act_mode = ma.act;
+    o.kernels = ma.kernels;
+    o.n_ctx = ma.ctx;
+    o.log = log_line;
+
+    /* signals first, so a TERM during the model load is not lost (it stops right after) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    signal(SIGPIPE, SIG_IGN); /* a client that hangs up is an error return, not a death */
+
+    lq_err err = {0};
+    if (lq_server_start(&o, &g_server, &err)) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return lq_cli_error(C, "%s", err.msg);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    /* the listening line on stdout lets scripts read the port when --port 0 */
+    printf("listening on http://%s:%d\n", o.host, lq_server_port(g_server));
+    fflush(stdout);
+    lq_server_wait(g_server);
+    log_line(NULL, "shutting down");
+    lq_server_stop(g_server);
+    g_server = NULL;
+    return 0;
+}

@@ -1,0 +1,171 @@
+/* Server internals shared by the HTTP glue (server.c), the routes (routes_*.c), the
+ * generation jobs (gen.c) and the counters (metrics.c). Not a public header. */
+#ifndef LQ_SERVER_INTERNAL_H
+#define LQ_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "larql/model.h"
+#include "larql/server.h"
+#include "larql/status.h"
+#include "larql/vindex.h"
+
+/* ---- routes ---- */
+
+enum {
+    R_HEALTH, R_MODELS, R_STATS, R_RUNTIME, R_METRICS,
+    R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
+    R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_LOGITS,
+    R_COMPLETIONS, R_CHAT, R_EMBEDDINGS,
+    R_UNKNOWN, /* 404 and friends */
+    R_COUNT
+};
+
+#define M_GET 1
+#define M_POST 2
+
+typedef struct route {
+    const char *path;
+    int id;
+    int methods;   /* M_GET | M_POST */
+    int openai;    /* errors use the OpenAI envelope */
+    int gated;     /* counts against --max-concurrent */
+} route;
+
+/* ---- metrics (all updated with atomics) ---- */
+
+#define MAX_STATUS 600
+typedef struct metrics {
+    uint64_t requests[R_COUNT][MAX_STATUS];
+    uint64_t requests_total;
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t prefill_tokens, prefill_us; /* prompt tokens run and wall time spent on them */
+    uint64_t decode_tokens, decode_us;   /* decode steps and wall time spent on them */
+    uint64_t rejected_busy;              /* 503 at --max-concurrent */
+    uint64_t errors;                     /* 4xx + 5xx responses */
+    uint64_t streams_canceled;           /* client went away mid-stream */
+    int64_t active_requests, active_streams, active_sessions;
+} metrics;
+
+/* ---- the server ---- */
+
+struct lq_server {
+    lq_server_opts o;
+    char *host, *api_key, *model_path; /* owned copies */
+    char model_id[256];
+    lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
+    int is_dir;
+    struct MHD_Daemon *d;
+    int port;
+    int stop_pipe[2];
+    double t_boot;            /* monotonic seconds at start */
+    long created_unix;
+
+    /* model: eager or single-flight lazy load */
+    pthread_mutex_t load_mu;
+    lq_model *model;          /* set once, read with __atomic_load_n */
+    double load_ms;
+    int load_failed;
+    lq_err load_err;
+
+    /* session pool: at most max_concurrent sessions, reused (reset) between requests */
+    pthread_mutex_t pool_mu;
+    lq_session **pool_free;
+    int n_free, n_sessions;
+    size_t kv_bytes_per_session;
+
+    int stopping;             /* set by lq_server_stop: new generation work refused */
+    int cancel_all;           /* set after the grace period: running generations stop */
+    metrics m;
+};
+
+/* ---- one request ---- */
+
+typedef struct req {
+    lq_server *srv;
+    const route *rt;
+    struct MHD_Connection *conn;
+    int method;               /* M_GET / M_POST / 0 other */
+    int is_options;
+    char *body;
+    size_t len, cap;
+    int too_large, timed_out;
+    double t0;
+    int holds_slot;           /* counted in active_requests (released by the response) */
+    int responded;
+} req;
+
+/* A finished reply: status + JSON body (malloc'd), or a ready MHD_Response (streams). */
+typedef struct reply {
+    int status;
+    char *body;
+    size_t len;
+    const char *ctype;
+    struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
+    int retry_after;
+} reply;
+
+/* util.c */
+double lq_now(void);                      /* monotonic seconds */
+double lq_round(double x, int decimals);
+json_t *lq_jstr(const char *s, size_t len); /* JSON string; invalid UTF-8 -> U+FFFD */
+int lq_utf8_valid(const char *s, size_t len);
+void reply_json(reply *r, int status, json_t *j); /* steals j */
+void reply_larql_err(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void reply_oai_err(reply *r, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void reply_route_err(reply *r, const route *rt, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int status_from_lq(int code);             /* LQ_E* -> HTTP status */
+char *lq_dump(json_t *j, size_t *len);    /* compact JSON text, malloc'd */
+/* Parses the request body as a JSON object. On failure fills r (400) and returns NULL. */
+json_t *req_json_body(req *q, reply *r);
+/* Typed optional field access: 0 = absent or null (out untouched), 1 = present, -1 = wrong
+ * type or range (r filled with a 400 naming the field). */
+int jget_int(const route *rt, json_t *o, const char *k, long lo, long hi, long *out, reply *r);
+int jget_num(const route *rt, json_t *o, const char *k, double lo, double hi, double *out, reply *r);
+int jget_bool(const route *rt, json_t *o, const char *k, int *out, reply *r);
+int jget_str(const route *rt, json_t *o, const char *k, const char **out, size_t *len, reply *r);
+void srv_log(lq_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* server.c: model and sessions */
+int srv_model(lq_server *s, lq_model **m, lq_err *err);          /* loads if lazy */
+int srv_session_get(lq_server *s, lq_session **out, lq_err *err);
+void srv_session_put(lq_server *s, lq_session *sess);
+int srv_conn_gone(struct MHD_Connection *c); /* the peer hung up (poll, no wait) */
+void srv_release_slot(lq_server *s);
+
+/* metrics.c */
+void metrics_count(lq_server *s, int route_id, int status);
+void metrics_gen(lq_server *s, int n_prompt, int n_generated, double prefill_ms, double decode_ms);
+void route_metrics(lq_server *s, req *q, reply *r);
+void route_stats(lq_server *s, req *q, reply *r);
+void route_runtime(lq_server *s, req *q, reply *r);
+
+/* routes_larql.c */
+void route_health(lq_server *s, req *q, reply *r);
+void route_models(lq_server *s, req *q, reply *r);
+void route_browse(lq_server *s, req *q, reply *r); /* describe/walk/select/relations */
+void route_infer(lq_server *s, req *q, reply *r);
+void route_tok_encode(lq_server *s, req *q, reply *r);
+void route_tok_decode(lq_server *s, req *q, reply *r);
+void route_embed(lq_server *s, req *q, reply *r);
+void route_logits(lq_server *s, req *q, reply *r);
+/* Common preamble of model routes: model load (503 when it fails); with inference set,
+ * --no-infer -> 503 too. 0 ok, else r is filled. */
+int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);
+/* The tokenizer of the model, or of the vindex when no model is loaded. NULL + r filled. */
+const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
+/* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
+char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
+
+/* routes_openai.c */
+void route_completions(lq_server *s, req *q, reply *r);
+void route_chat(lq_server *s, req *q, reply *r);
+void route_embeddings(lq_server *s, req *q, reply *r);
+
+#endif

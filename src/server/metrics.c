@@ -1,0 +1,241 @@
+/* Counters (atomics, no lock on the request path) and their three views: GET /metrics
+ * (Prometheus text), GET /v1/stats (LARQL's fields plus the counters), GET /v1/runtime
+ * (what the engine is doing now). Token rates are measured over real traffic: every
+ * generation and forward pass adds its token count and wall time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "larql/gguf.h"
+#include "server/internal.h"
+
+static const char *ROUTE_NAMES[R_COUNT] = {
+    [R_HEALTH] = "/v1/health", [R_MODELS] = "/v1/models", [R_STATS] = "/v1/stats",
+    [R_RUNTIME] = "/v1/runtime", [R_METRICS] = "/metrics", [R_DESCRIBE] = "/v1/describe",
+    [R_WALK] = "/v1/walk", [R_SELECT] = "/v1/select", [R_RELATIONS] = "/v1/relations",
+    [R_INFER] = "/v1/infer", [R_TOK_ENCODE] = "/v1/token/encode", [R_TOK_DECODE] = "/v1/token/decode",
+    [R_EMBED] = "/v1/embed", [R_LOGITS] = "/v1/logits", [R_COMPLETIONS] = "/v1/completions",
+    [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_UNKNOWN] = "other",
+};
+
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+void metrics_count(lq_server *s, int route_id, int status)
+{
+    if (route_id < 0 || route_id >= R_COUNT)
+        route_id = R_UNKNOWN;
+    if (status < 0 || status >= MAX_STATUS)
+        status = 0;
+    __atomic_add_fetch(&s->m.requests[route_id][status], 1, __ATOMIC_RELAXED);
+    if (status >= 400)
+        __atomic_add_fetch(&s->m.errors, 1, __ATOMIC_RELAXED);
+}
+
+void metrics_gen(lq_server *s, int n_prompt, int n_generated, double prefill_ms, double decode_ms)
+{
+    metrics *m = &s->m;
+    if (n_prompt > 0) {
+        __atomic_add_fetch(&m->prompt_tokens, (uint64_t)n_prompt, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&m->prefill_tokens, (uint64_t)n_prompt, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&m->prefill_us, (uint64_t)(prefill_ms * 1000.0), __ATOMIC_RELAXED);
+    }
+    if (n_generated > 0) {
+        __atomic_add_fetch(&m->generated_tokens, (uint64_t)n_generated, __ATOMIC_RELAXED);
+        /* the first generated token comes from the prefill logits; decode_ms timed the rest */
+        if (n_generated > 1) {
+            __atomic_add_fetch(&m->decode_tokens, (uint64_t)(n_generated - 1), __ATOMIC_RELAXED);
+            __atomic_add_fetch(&m->decode_us, (uint64_t)(decode_ms * 1000.0), __ATOMIC_RELAXED);
+        }
+    }
+}
+
+static double rate(uint64_t tokens, uint64_t us)
+{
+    return us ? (double)tokens * 1e6 / (double)us : 0.0;
+}
+
+/* A growing text buffer for the Prometheus page. */
+typedef struct tbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tbuf;
+
+static void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tb_printf(tbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t nc = (b->cap ? b->cap : 4096);
+        while (nc <= b->len + (size_t)n)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+}
+
+void route_metrics(lq_server *s, req *q, reply *r)
+{
+    (void)q;
+    metrics *m = &s->m;
+    tbuf b = {0};
+    tb_printf(&b, "# HELP larql_requests_total HTTP requests by route and status.\n"
+                  "# TYPE larql_requests_total counter\n");
+    for (int i = 0; i < R_COUNT; i++)
+        for (int st = 0; st < MAX_STATUS; st++) {
+            uint64_t v = LD(m->requests[i][st]);
+            if (v)
+                tb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[i], st,
+                          (unsigned long long)v);
+        }
+    struct { const char *name, *type, *help; double v; } rows[] = {
+        {"larql_prompt_tokens_total", "counter", "Prompt tokens processed.", (double)LD(m->prompt_tokens)},
+        {"larql_generated_tokens_total", "counter", "Tokens generated.", (double)LD(m->generated_tokens)},
+        {"larql_prefill_seconds_total", "counter", "Wall time spent in prefill.", LD(m->prefill_us) / 1e6},
+        {"larql_decode_seconds_total", "counter", "Wall time spent in decode steps.", LD(m->decode_us) / 1e6},
+        {"larql_prefill_tokens_per_second", "gauge", "Prefill tokens/s over all traffic so far.",
+         rate(LD(m->prefill_tokens), LD(m->prefill_us))},
+        {"larql_decode_tokens_per_second", "gauge", "Decode tokens/s per stream over all traffic so far.",
+         rate(LD(m->decode_tokens), LD(m->decode_us))},
+        {"larql_active_requests", "gauge", "Requests in flight (counted against --max-concurrent).",
+         (double)LD(m->active_requests)},
+        {"larql_active_streams", "gauge", "Streaming generations in flight.", (double)LD(m->active_streams)},
+        {"larql_active_sessions", "gauge", "Sessions (KV caches) in use.", (double)LD(m->active_sessions)},
+        {"larql_queue_depth", "gauge", "Requests waiting for a slot (always 0: over the limit is 503).", 0.0},
+        {"larql_rejected_busy_total", "counter", "Requests refused with 503 at --max-concurrent.",
+         (double)LD(m->rejected_busy)},
+        {"larql_errors_total", "counter", "Responses with status >= 400.", (double)LD(m->errors)},
+        {"larql_streams_canceled_total", "counter", "Streams stopped because the client went away.",
+         (double)LD(m->streams_canceled)},
+        {"larql_uptime_seconds", "gauge", "Seconds since start.", lq_now() - s->t_boot},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        tb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.6g\n", rows[i].name, rows[i].help, rows[i].name,
+                  rows[i].type, rows[i].name, rows[i].v);
+    if (b.oom) {
+        free(b.p);
+        reply_larql_err(r, 500, "out of memory");
+        return;
+    }
+    r->status = 200;
+    r->body = b.p;
+    r->len = b.len;
+    r->ctype = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+static json_t *counters_json(lq_server *s)
+{
+    metrics *m = &s->m;
+    json_t *by = json_object();
+    for (int i = 0; i < R_COUNT; i++) {
+        json_t *st = NULL;
+        for (int c = 0; c < MAX_STATUS; c++) {
+            uint64_t v = LD(m->requests[i][c]);
+            if (!v)
+                continue;
+            if (!st)
+                st = json_object();
+            char k[16];
+            snprintf(k, sizeof k, "%d", c);
+            json_object_set_new(st, k, json_integer((json_int_t)v));
+        }
+        if (st)
+            json_object_set_new(by, ROUTE_NAMES[i], st);
+    }
+    return json_pack("{s:I,s:o,s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:i,s:I,s:I,s:I}",
+                     "requests_served", (json_int_t)LD(m->requests_total), "requests_by_route", by,
+                     "prompt_tokens", (json_int_t)LD(m->prompt_tokens),
+                     "generated_tokens", (json_int_t)LD(m->generated_tokens),
+                     "prefill_tokens_per_second", lq_round(rate(LD(m->prefill_tokens), LD(m->prefill_us)), 1),
+                     "decode_tokens_per_second", lq_round(rate(LD(m->decode_tokens), LD(m->decode_us)), 1),
+                     "active_requests", (json_int_t)LD(m->active_requests),
+                     "active_streams", (json_int_t)LD(m->active_streams),
+                     "active_sessions", (json_int_t)LD(m->active_sessions), "queue_depth", 0,
+                     "rejected_busy", (json_int_t)LD(m->rejected_busy), "errors", (json_int_t)LD(m->errors),
+                     "streams_canceled", (json_int_t)LD(m->streams_canceled));
+}
+
+void route_stats(lq_server *s, req *q, reply *r)
+{
+    (void)q;
+    lq_model *m = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
+    json_t *j = NULL;
+    if (s->vx) {
+        /* the vindex's own stats body (LARQL's fields), then the live counters */
+        char *vs = NULL;
+        if (!lq_vindex_stats_json(s->vx, &vs, NULL))
+            j = json_loads(vs, 0, NULL);
+        free(vs);
+        if (j) {
+            json_t *ld = json_object_get(j, "loaded");
+            if (json_is_object(ld))
+                json_object_set_new(ld, "inference", json_boolean(m != NULL && !s->o.no_infer));
+            json_object_update_new(j, counters_json(s));
+            reply_json(r, 200, j);
+            return;
+        }
+    }
+    j = json_object();
+    json_object_set_new(j, "model", json_string(s->model_id));
+    if (m) {
+        const lq_model_info *mi = lq_model_get_info(m);
+        json_object_set_new(j, "family", json_string(mi->arch_name));
+        json_object_set_new(j, "mode", json_string("full"));
+        json_object_set_new(j, "layers", json_integer(mi->n_layer));
+        /* a GGUF has no gate index: zero browse features until served from a vindex */
+        json_object_set_new(j, "features", json_integer(0));
+        json_object_set_new(j, "features_per_layer", json_integer(0));
+        json_object_set_new(j, "hidden_size", json_integer(mi->n_embd));
+        json_object_set_new(j, "vocab_size", json_integer(mi->n_vocab));
+        json_object_set_new(j, "extract_level", json_string("inference"));
+        json_object_set_new(j, "dtype", json_string(lq_ggml_type_name(mi->proj_type)));
+    } else {
+        json_object_set_new(j, "mode", json_string("full"));
+    }
+    json_object_set_new(j, "layer_bands", json_null());
+    json_object_set_new(j, "loaded", json_pack("{s:b,s:b,s:b,s:b}", "browse", 0, "inference",
+                                               m != NULL && !s->o.no_infer, "ffn_service", 0,
+                                               "embed_service", 1));
+    json_object_update_new(j, counters_json(s));
+    reply_json(r, 200, j);
+}
+
+void route_runtime(lq_server *s, req *q, reply *r)
+{
+    (void)q;
+    lq_model *m = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
+    const lq_model_info *mi = m ? lq_model_get_info(m) : NULL;
+    metrics *mt = &s->m;
+    int64_t sessions = LD(mt->active_sessions);
+    json_t *j = json_pack(
+        "{s:s,s:b,s:s,s:i,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "model", s->model_id, "loaded",
+        m != NULL, "kernels", mi && mi->kernels ? mi->kernels : "", "threads", mi ? mi->n_threads : 0,
+        "model_load_ms", lq_round(s->load_ms, 1),
+        "decode_tokens_per_second", lq_round(rate(LD(mt->decode_tokens), LD(mt->decode_us)), 1),
+        "prefill_tokens_per_second", lq_round(rate(LD(mt->prefill_tokens), LD(mt->prefill_us)), 1),
+        "active_sessions", (json_int_t)sessions, "active_streams", (json_int_t)LD(mt->active_streams),
+        "active_requests", (json_int_t)LD(mt->active_requests),
+        "pooled_sessions", (json_int_t)s->n_sessions,
+        "kv_bytes_per_session", (json_int_t)s->kv_bytes_per_session,
+        "kv_bytes_in_use", (json_int_t)(sessions * (int64_t)s->kv_bytes_per_session),
+        "batched_decode", 0, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
+    reply_json(r, 200, j);
+}

@@ -1,0 +1,616 @@
+/* LARQL's own routes: health, models, infer (next-token top-k), token encode/decode, embed
+ * (static embeddings of token ids), logits (final norm + lm_head of a residual), and the
+ * browse routes (describe/walk/select/relations), which need a vindex. Response shapes and
+ * error envelopes follow larql-server (reference/larql-queries-server.md §5, §7). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "larql/gguf.h"
+#include "larql/sampler.h"
+#include "larql/tokenizer.h"
+#include "server/internal.h"
+
+int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference)
+{
+    if (inference && s->o.no_infer) {
+        reply_route_err(r, rt, 503, "inference disabled (--no-infer)");
+        return -1;
+    }
+    lq_err err = {0};
+    if (srv_model(s, m, &err)) {
+        reply_route_err(r, rt, 503, "model not available: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r)
+{
+    lq_model *m;
+    lq_err err = {0};
+    if (!srv_model(s, &m, &err))
+        return lq_model_tokenizer(m);
+    if (s->vx)
+        return lq_vindex_tokenizer(s->vx);
+    reply_route_err(r, rt, 503, "model not available: %s", err.msg);
+    return NULL;
+}
+
+char *token_text(const lq_tokenizer *t, int32_t id, size_t *len)
+{
+    char *text = NULL;
+    if (lq_tokenizer_decode(t, &id, 1, 0, &text, len, NULL)) {
+        *len = 0;
+        return strdup("");
+    }
+    return text;
+}
+
+void route_health(lq_server *s, req *q, reply *r)
+{
+    (void)q;
+    reply_json(r, 200, json_pack("{s:s,s:I,s:I}", "status", "ok", "uptime_seconds",
+                                 (json_int_t)(lq_now() - s->t_boot), "requests_served",
+                                 (json_int_t)__atomic_load_n(&s->m.requests_total, __ATOMIC_RELAXED)));
+}
+
+void route_models(lq_server *s, req *q, reply *r)
+{
+    (void)q;
+    json_int_t features = s->vx ? (json_int_t)lq_vindex_get_info(s->vx)->total_features : 0;
+    json_t *mdl = json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", s->model_id, "object", "model",
+                            "created", (json_int_t)s->created_unix, "owned_by", "larql", "path", "/v1",
+                            "features", features, "loaded",
+                            s->vx != NULL || __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) != NULL);
+    reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", mdl));
+}
+
+/* Query parameter as validated UTF-8; NULL when absent. */
+static const char *qparam(req *q, const char *k)
+{
+    return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, k);
+}
+
+/* Strict numeric query parameters: 0 absent, 1 parsed, -1 with a 400 in r. */
+static int qint(req *q, const char *k, long lo, long hi, long *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        reply_larql_err(r, 400, "query parameter '%s' must be an integer in %ld..%ld, got '%.32s'", k, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int qnum(req *q, const char *k, double *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (!*v || *end || !isfinite(x)) {
+        reply_larql_err(r, 400, "query parameter '%s' must be a number, got '%.32s'", k, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int qbool(req *q, const char *k, int *out, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v)
+        return 0;
+    if (!strcmp(v, "true") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0"))
+        *out = 0;
+    else {
+        reply_larql_err(r, 400, "query parameter '%s' must be true or false, got '%.32s'", k, v);
+        return -1;
+    }
+    return 1;
+}
+
+static int qtext(req *q, const char *k, const char **out, int required, reply *r)
+{
+    const char *v = qparam(q, k);
+    if (!v) {
+        if (required) {
+            reply_larql_err(r, 400, "missing query parameter '%s'", k);
+            return -1;
+        }
+        return 0;
+    }
+    if (!lq_utf8_valid(v, strlen(v))) {
+        reply_larql_err(r, 400, "query parameter '%s' is not valid UTF-8", k);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A library JSON body (or its error) as the reply. */
+static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
+{
+    if (rc) {
+        free(json);
+        int st = rc == LQ_EUNSUPPORTED ? 503 : status_from_lq(rc);
+        reply_larql_err(r, st, "%s", err->msg);
+        return;
+    }
+    r->status = 200;
+    r->body = json;
+    r->len = strlen(json);
+    r->ctype = "application/json";
+}
+
+void route_browse(lq_server *s, req *q, reply *r)
+{
+    lq_err err = {0};
+    char *json = NULL;
+    int rc;
+    json_t *j = NULL;
+    /* Check what the route requires first, so a GGUF-backed server answers the same 400s. */
+    if (q->rt->id == R_DESCRIBE) {
+        lq_describe_params p;
+        lq_describe_params_init(&p);
+        long limit = p.limit;
+        if (qtext(q, "entity", &p.entity, 1, r) < 0 || qtext(q, "band", &p.band, 0, r) < 0 ||
+            qint(q, "limit", 0, 10000, &limit, r) < 0 || qnum(q, "min_score", &p.min_score, r) < 0 ||
+            qbool(q, "verbose", &p.verbose, r) < 0)
+            return;
+        p.limit = (int)limit;
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_describe_json(s->vx, &p, &json, &err);
+    } else if (q->rt->id == R_WALK) {
+        lq_walk_params p;
+        lq_walk_params_init(&p);
+        long top = p.top;
+        if (qtext(q, "prompt", &p.prompt, 1, r) < 0 || qint(q, "top", 0, 10000, &top, r) < 0 ||
+            qtext(q, "layers", &p.layers, 0, r) < 0)
+            return;
+        p.top = (int)top;
+        if (!*p.prompt) {
+            reply_larql_err(r, 400, "empty prompt");
+            return;
+        }
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_walk_json(s->vx, &p, &json, &err);
+    } else if (q->rt->id == R_SELECT) {
+        if (!(j = req_json_body(q, r)))
+            return;
+        lq_select_params p;
+        lq_select_params_init(&p);
+        long layer = -1, limit = p.limit;
+        double minc = p.min_confidence;
+        if (jget_str(q->rt, j, "entity", &p.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &p.relation, NULL, r) < 0 ||
+            jget_int(q->rt, j, "layer", 0, LQ_VINDEX_MAX_LAYERS, &layer, r) < 0 ||
+            jget_int(q->rt, j, "limit", 0, 1000000, &limit, r) < 0 ||
+            jget_num(q->rt, j, "min_confidence", -1e30, 1e30, &minc, r) < 0 ||
+            jget_str(q->rt, j, "order_by", &p.order_by, NULL, r) < 0 || jget_str(q->rt, j, "order", &p.order, NULL, r) < 0) {
+            json_decref(j);
+            return;
+        }
+        p.layer = (int)layer;
+        p.limit = (int)limit;
+        p.min_confidence = minc;
+        if (!s->vx) {
+            json_decref(j);
+            goto no_vindex;
+        }
+        rc = lq_vindex_select_json(s->vx, &p, &json, &err);
+        json_decref(j); /* p's strings pointed into j */
+    } else {
+        if (!s->vx)
+            goto no_vindex;
+        rc = lq_vindex_relations_json(s->vx, &json, &err);
+    }
+    vindex_reply(r, rc, json, &err);
+    return;
+no_vindex:
+    reply_larql_err(r, 503,
+                    "%s needs a vindex (gate vectors and down metadata); this server was started on a "
+                    "GGUF file: build one with `larql convert gguf-to-vindex` and serve the directory",
+                    q->rt->path);
+}
+
+static json_t *predictions(const lq_tokenizer *tok, const float *logits, int32_t nv, int top)
+{
+    /* logits: [nv]. probabilities from the full softmax, 4 decimals as LARQL prints them */
+    double lse = lq_logsumexp(logits, nv);
+    int32_t ids[1000];
+    float vals[1000];
+    int k = lq_top_k(logits, nv, top, ids, vals);
+    json_t *a = json_array();
+    for (int i = 0; i < k; i++) {
+        size_t len;
+        char *t = token_text(tok, ids[i], &len);
+        json_array_append_new(a, json_pack("{s:o,s:f}", "token", lq_jstr(t, len), "probability",
+                                           lq_round(exp((double)vals[i] - lse), 4)));
+        free(t);
+    }
+    return a;
+}
+
+void route_infer(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_model *m;
+    const char *prompt = NULL, *mode = "walk";
+    size_t plen = 0;
+    long top = 5;
+    lq_session *sess = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    if (jget_str(q->rt, j, "prompt", &prompt, &plen, r) < 0 || jget_int(q->rt, j, "top", 1, 1000, &top, r) < 0 ||
+        jget_str(q->rt, j, "mode", &mode, NULL, r) < 0)
+        goto out;
+    if (!prompt) {
+        reply_larql_err(r, 400, "missing field 'prompt'");
+        goto out;
+    }
+    if (strcmp(mode, "walk") && strcmp(mode, "dense") && strcmp(mode, "compare")) {
+        reply_larql_err(r, 400, "mode '%s' is not one of walk, dense, compare", mode);
+        goto out;
+    }
+    if (need_model(s, q->rt, r, &m, 1))
+        goto out;
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    const lq_model_info *mi = lq_model_get_info(m);
+    size_t n = 0;
+    lq_err err = {0};
+    double t0 = lq_now();
+    int rc = lq_tokenizer_encode(tok, prompt, plen, lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &ids, &n, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        goto out;
+    }
+    if (n == 0 || plen == 0) {
+        reply_larql_err(r, 400, "empty prompt");
+        goto out;
+    }
+    if ((rc = srv_session_get(s, &sess, &err)) != 0) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        if (rc == LQ_EBUSY)
+            r->retry_after = 1;
+        goto out;
+    }
+    if (n > (size_t)lq_session_n_ctx(sess)) {
+        reply_larql_err(r, 400, "prompt is %zu tokens; the context holds %d", n, lq_session_n_ctx(sess));
+        goto out;
+    }
+    logits = malloc((size_t)mi->n_vocab * sizeof *logits); /* [n_vocab] after the last prompt token */
+    if (!logits) {
+        reply_larql_err(r, 500, "out of memory");
+        goto out;
+    }
+    double tf = lq_now();
+    rc = lq_session_eval(sess, ids, n, logits, NULL, &err);
+    double ms = (lq_now() - tf) * 1000.0;
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        goto out;
+    }
+    metrics_gen(s, (int)n, 0, ms, 0);
+    /* A GGUF has no gate index: walk and compare are served dense, as LARQL does for a
+     * dense-only vindex. BitNet's dense mode is reported as "bitnet". */
+    int bitnet = mi->arch == LQ_ARCH_BITNET_B158 || mi->arch == LQ_ARCH_BITNET;
+    json_t *preds = predictions(tok, logits, mi->n_vocab, (int)top);
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt", lq_jstr(prompt, plen));
+    if (!strcmp(mode, "compare")) {
+        json_object_set_new(o, "dense", preds);
+        json_object_set_new(o, "dense_ms", json_real(lq_round(ms, 1)));
+    } else {
+        json_object_set_new(o, "predictions", preds);
+        json_object_set_new(o, "mode", json_string(bitnet ? "bitnet" : "dense"));
+    }
+    json_object_set_new(o, "latency_ms", json_real(lq_round((lq_now() - t0) * 1000.0, 1)));
+    reply_json(r, 200, o);
+out:
+    srv_session_put(s, sess);
+    free(logits);
+    free(ids);
+    json_decref(j);
+}
+
+void route_tok_encode(lq_server *s, req *q, reply *r)
+{
+    const char *text = qparam(q, "text");
+    if (!text) {
+        reply_larql_err(r, 400, "missing query parameter 'text'");
+        return;
+    }
+    size_t tl = strlen(text);
+    if (!lq_utf8_valid(text, tl)) {
+        reply_larql_err(r, 400, "'text' is not valid UTF-8");
+        return;
+    }
+    const lq_tokenizer *tk = need_tokenizer(s, q->rt, r);
+    if (!tk)
+        return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lq_err err = {0};
+    int rc = lq_tokenizer_encode(tk, text, tl, 0, &ids, &n, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        return;
+    }
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    free(ids);
+    reply_json(r, 200, json_pack("{s:o,s:o}", "token_ids", a, "text", lq_jstr(text, tl)));
+}
+
+void route_tok_decode(lq_server *s, req *q, reply *r)
+{
+    const char *p = qparam(q, "ids");
+    if (!p) {
+        reply_larql_err(r, 400, "missing query parameter 'ids' (comma-separated token ids)");
+        return;
+    }
+    const lq_tokenizer *tok = need_tokenizer(s, q->rt, r);
+    if (!tok)
+        return;
+    int32_t nv = lq_tokenizer_n_vocab(tok);
+    size_t cap = strlen(p) / 2 + 1, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) {
+        reply_larql_err(r, 500, "out of memory");
+        return;
+    }
+    const char *c = p;
+    while (*c) {
+        char *end;
+        if (*c < '0' || *c > '9') {
+            reply_larql_err(r, 400, "'ids' must be comma-separated non-negative integers, got '%.64s'", p);
+            goto out;
+        }
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (errno || v >= nv) {
+            reply_larql_err(r, 400, "token id %.20s is out of range (vocabulary of %d)", c, (int)nv);
+            goto out;
+        }
+        if (n < cap)
+            ids[n++] = (int32_t)v;
+        c = end;
+        if (*c == ',')
+            c++;
+        else if (*c) {
+            reply_larql_err(r, 400, "'ids' must be comma-separated non-negative integers, got '%.64s'", p);
+            goto out;
+        }
+    }
+    char *text = NULL;
+    size_t len = 0;
+    lq_err err = {0};
+    int rc = lq_tokenizer_decode(tok, ids, n, 0, &text, &len, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        goto out;
+    }
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    reply_json(r, 200, json_pack("{s:o,s:o}", "text", lq_jstr(text, len), "token_ids", a));
+    free(text);
+out:
+    free(ids);
+}
+
+/* token_embd.weight: ne = [n_embd, n_vocab]; row id is the embedding of token id. */
+static const lq_gguf_tensor *embd_tensor(lq_model *m)
+{
+    return lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight");
+}
+
+/* Reads a JSON array of token ids (each 0..n_vocab-1, at most max). -1 with r filled. */
+static int read_ids(const route *rt, json_t *a, const char *field, int32_t nv, size_t max, int32_t **out,
+                    size_t *n, reply *r)
+{
+    if (!json_is_array(a)) {
+        reply_route_err(r, rt, 400, "'%s' must be an array of token ids", field);
+        return -1;
+    }
+    size_t k = json_array_size(a);
+    if (k == 0) {
+        reply_route_err(r, rt, 400, "'%s' is empty", field);
+        return -1;
+    }
+    if (k > max) {
+        reply_route_err(r, rt, 400, "'%s' has %zu ids; at most %zu", field, k, max);
+        return -1;
+    }
+    int32_t *ids = malloc(k * sizeof *ids);
+    if (!ids) {
+        reply_route_err(r, rt, 500, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < k; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
+            reply_route_err(r, rt, 400, "'%s'[%zu] must be a token id in 0..%d", field, i, (int)nv - 1);
+            free(ids);
+            return -1;
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+void route_embed(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_model *m;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *row = NULL;
+    double t0 = lq_now();
+    const lq_gguf_tensor *t = NULL;
+    lq_err err = {0};
+    int32_t nv;
+    size_t h;
+    if (s->vx && srv_model(s, &m, &err)) {
+        /* vindex without engine weights: embeddings.bin (already times embed_scale) */
+        nv = lq_vindex_get_info(s->vx)->vocab_size;
+        h = (size_t)lq_vindex_get_info(s->vx)->hidden_size;
+    } else {
+        if (need_model(s, q->rt, r, &m, 0))
+            goto out;
+        if (!(t = embd_tensor(m))) {
+            reply_larql_err(r, 503, "model has no token_embd.weight tensor");
+            goto out;
+        }
+        nv = (int32_t)t->ne[1];
+        h = (size_t)t->ne[0];
+    }
+    json_t *a = json_object_get(j, "token_ids");
+    if (!a) {
+        reply_larql_err(r, 400, "missing field 'token_ids'");
+        goto out;
+    }
+    if (read_ids(q->rt, a, "token_ids", nv, 4096, &ids, &n, r))
+        goto out;
+    row = malloc(h * sizeof *row); /* [n_embd] */
+    json_t *res = json_array();
+    for (size_t i = 0; row && i < n; i++) {
+        if (t ? lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, &err) : lq_vindex_embed_row(s->vx, ids[i], row, &err)) {
+            json_decref(res);
+            reply_larql_err(r, 500, "%s", err.msg);
+            goto out;
+        }
+        json_t *v = json_array();
+        for (size_t k = 0; k < h; k++)
+            json_array_append_new(v, json_real(row[k]));
+        json_array_append_new(res, v);
+    }
+    if (!row) {
+        json_decref(res);
+        reply_larql_err(r, 500, "out of memory");
+        goto out;
+    }
+    reply_json(r, 200, json_pack("{s:o,s:I,s:I,s:f}", "residual", res, "seq_len", (json_int_t)n, "hidden_size",
+                                 (json_int_t)h, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+out:
+    free(row);
+    free(ids);
+    json_decref(j);
+}
+
+void route_logits(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_model *m;
+    long top_k = 5;
+    double temp = 1.0;
+    float *x = NULL, *row = NULL, *logits = NULL, *nw = NULL;
+    double t0 = lq_now();
+    if (jget_int(q->rt, j, "top_k", 1, 1000, &top_k, r) < 0 || jget_num(q->rt, j, "temperature", 0, 100, &temp, r) < 0)
+        goto out;
+    if (need_model(s, q->rt, r, &m, 1))
+        goto out;
+    const lq_model_info *mi = lq_model_get_info(m);
+    const lq_gguf *g = lq_model_gguf(m);
+    const lq_gguf_tensor *norm = lq_gguf_find_tensor(g, "output_norm.weight");
+    const lq_gguf_tensor *head = lq_gguf_find_tensor(g, "output.weight");
+    if (!head)
+        head = lq_gguf_find_tensor(g, "token_embd.weight"); /* tied lm_head */
+    if (!norm || !head || head->ne[0] != (uint64_t)mi->n_embd) {
+        reply_larql_err(r, 503, "model has no output_norm / lm_head tensors");
+        goto out;
+    }
+    json_t *a = json_object_get(j, "residual");
+    size_t h = (size_t)mi->n_embd;
+    if (!a) {
+        reply_larql_err(r, 400, "missing field 'residual'");
+        goto out;
+    }
+    if (!json_is_array(a) || json_array_size(a) != h) {
+        reply_larql_err(r, 400, "'residual' must be an array of %zu numbers (hidden size)", h);
+        goto out;
+    }
+    x = malloc(h * sizeof *x);       /* [n_embd] the residual, then normed */
+    nw = malloc(h * sizeof *nw);     /* [n_embd] output_norm weight */
+    row = malloc(h * sizeof *row);   /* [n_embd] one lm_head row */
+    size_t nv = (size_t)head->ne[1];
+    logits = malloc(nv * sizeof *logits); /* [n_vocab] */
+    if (!x || !nw || !row || !logits) {
+        reply_larql_err(r, 500, "out of memory");
+        goto out;
+    }
+    double ss = 0;
+    for (size_t i = 0; i < h; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+            reply_larql_err(r, 400, "'residual'[%zu] must be a finite number", i);
+            goto out;
+        }
+        x[i] = (float)json_number_value(v);
+        ss += (double)x[i] * x[i];
+    }
+    lq_err err = {0};
+    if (lq_gguf_tensor_to_f32(norm, nw, &err)) {
+        reply_larql_err(r, 500, "%s", err.msg);
+        goto out;
+    }
+    /* final RMSNorm, then lm_head, exactly as the forward pass ends */
+    float inv = (float)(1.0 / sqrt(ss / (double)h + mi->norm_eps));
+    for (size_t i = 0; i < h; i++)
+        x[i] = x[i] * inv * nw[i];
+    for (size_t v = 0; v < nv; v++) {
+        if (lq_gguf_tensor_row_f32(head, v, row, &err)) {
+            reply_larql_err(r, 500, "%s", err.msg);
+            goto out;
+        }
+        double d = 0;
+        for (size_t i = 0; i < h; i++)
+            d += (double)row[i] * x[i];
+        logits[v] = temp > 0 ? (float)(d / temp) : (float)d;
+    }
+    double lse = lq_logsumexp(logits, (int32_t)nv);
+    int32_t ids[1000];
+    float vals[1000];
+    int k = lq_top_k(logits, (int32_t)nv, (int)top_k, ids, vals);
+    json_t *out = json_array();
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    for (int i = 0; i < k; i++) {
+        size_t len;
+        char *t = token_text(tok, ids[i], &len);
+        /* temperature 0: all mass on the argmax */
+        double p = temp > 0 ? exp((double)vals[i] - lse) : (i == 0 ? 1.0 : 0.0);
+        json_array_append_new(out, json_pack("{s:i,s:o,s:f}", "token_id", ids[i], "token", lq_jstr(t, len),
+                                             "prob", lq_round(p, 6)));
+        free(t);
+    }
+    reply_json(r, 200, json_pack("{s:o,s:f}", "top_k", out, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+out:
+    free(x);
+    free(nw);
+    free(row);
+    free(logits);
+    json_decref(j);
+}

@@ -1,0 +1,1035 @@
+/* OpenAI routes: /v1/completions and /v1/chat/completions (streaming over SSE and not),
+ * /v1/embeddings. Request validation follows OpenAI's API (types, ranges, n > 1, tools and
+ * response_format refused with a 400 until constrained decoding exists); sampling, stop
+ * strings, UTF-8-complete text and logprobs come from lq_generate.
+ *
+ * Streams: a producer thread runs lq_generate on a pooled session and appends SSE events to
+ * a buffer; libmicrohttpd's content reader (the connection's own thread) drains it. While
+ * waiting, the reader polls the socket for a hang-up, so a client that goes away cancels the
+ * generation at the next token and the session goes back to the pool. Each stream ends with
+ * exactly one "data: [DONE]". */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "larql/chat.h"
+#include "larql/generate.h"
+#include "larql/gguf.h"
+#include "larql/sampler.h"
+#include "larql/tokenizer.h"
+#include "server/internal.h"
+
+#define MAX_STOPS 16
+#define MAX_TOP_LOGPROBS 20
+
+typedef struct job {
+    lq_server *s;
+    struct MHD_Connection *conn;
+    const route *rt;
+    int chat, stream, include_usage, echo;
+    int logprobs;            /* chat: bool; completions: number of alternatives, -1 = off */
+    int top_logprobs;        /* alternatives per token (0..20) */
+    int want_lp;             /* record logprobs for each token */
+    lq_generate_params gp;
+    char *stops[MAX_STOPS];
+    size_t n_stop;
+    int32_t *ids;            /* prompt token ids */
+    size_t n_ids;
+    char *prompt_text;       /* for echo */
+    size_t prompt_len;
+
+    lq_session *sess;
+    const lq_tokenizer *tok;
+    int32_t n_vocab;
+    char id[48];
+    long created;
+
+    /* generated text and logprobs */
+    char *text;
+    size_t text_len, text_cap;
+    json_t *lp_all;          /* non-stream: every token's entry (chat) */
+    json_t *lp_pending;      /* stream: entries since the last chunk */
+    json_t *c_tokens, *c_lps, *c_tops, *c_offs; /* completions logprobs arrays */
+    lq_generate_result res;
+    int gen_rc;
+    lq_err err;
+
+    /* stream plumbing */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *out;
+    size_t out_len, out_off, out_cap;
+    int finished;
+    int cancel;              /* client gone (set by the reader) */
+    int oom;
+} job;
+
+/* ---- ids ---- */
+
+static void make_id(job *jb)
+{
+    static uint32_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint32_t c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(jb->id, sizeof jb->id, "%s%016" PRIx64 "%08" PRIx32, jb->chat ? "chatcmpl-" : "cmpl-", ns, c);
+    jb->created = (long)ts.tv_sec;
+}
+
+static void job_free(job *jb)
+{
+    if (!jb)
+        return;
+    for (size_t i = 0; i < jb->n_stop; i++)
+        free(jb->stops[i]);
+    free(jb->ids);
+    free(jb->prompt_text);
+    free(jb->text);
+    free(jb->out);
+    json_decref(jb->lp_all);
+    json_decref(jb->lp_pending);
+    json_decref(jb->c_tokens);
+    json_decref(jb->c_lps);
+    json_decref(jb->c_tops);
+    json_decref(jb->c_offs);
+    if (jb->sess)
+        srv_session_put(jb->s, jb->sess);
+    pthread_mutex_destroy(&jb->mu);
+    pthread_cond_destroy(&jb->cv);
+    free(jb);
+}
+
+/* ---- request parsing ---- */
+
+/* Fields both routes share. Returns 0, or -1 with r filled. */
+static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
+{
+    const route *rt = jb->rt;
+    const char *model = NULL;
+    long n = 1, mt = -1, seed = 0, lpn = 0;
+    double temp = 1.0, top_p = 1.0, fp = 0, pp = 0;
+    int has_seed, b;
+    if (jget_str(rt, j, "model", &model, NULL, r) < 0)
+        return -1;
+    if (model && *model && strcmp(model, s->model_id)) {
+        reply_oai_err(r, 404, "model", "model '%s' not found: this server serves '%s'", model, s->model_id);
+        return -1;
+    }
+    if (jget_int(rt, j, "n", 1, 128, &n, r) < 0)
+        return -1;
+    if (n > 1) {
+        reply_oai_err(r, 400, "n", "n>1 not yet supported; only n=1 (single completion per prompt)");
+        return -1;
+    }
+    if (jget_int(rt, j, "best_of", 1, 1, &lpn, r) < 0)
+        return -1;
+    if (jget_bool(rt, j, "stream", &jb->stream, r) < 0)
+        return -1;
+    json_t *so = json_object_get(j, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            reply_oai_err(r, 400, "stream_options", "'stream_options' must be an object");
+            return -1;
+        }
+        if (jget_bool(rt, so, "include_usage", &jb->include_usage, r) < 0)
+            return -1;
+    }
+    /* max_completion_tokens (chat's newer name) wins over max_tokens; huge values are clamped
+     * to the context left by lq_generate */
+    if (jget_int(rt, j, "max_tokens", 0, 0x7fffffffL, &mt, r) < 0 ||
+        (jb->chat && jget_int(rt, j, "max_completion_tokens", 0, 0x7fffffffL, &mt, r) < 0))
+        return -1;
+    jb->gp.max_tokens = mt >= 0 ? (int)mt : jb->chat ? 0x7fffffff : 16;
+    if (jget_num(rt, j, "temperature", 0, 2, &temp, r) < 0 || jget_num(rt, j, "top_p", 0, 1, &top_p, r) < 0 ||
+        jget_num(rt, j, "frequency_penalty", -2, 2, &fp, r) < 0 ||
+        jget_num(rt, j, "presence_penalty", -2, 2, &pp, r) < 0)
+        return -1;
+    if ((has_seed = jget_int(rt, j, "seed", -0x7fffffffffffffffL - 1, 0x7fffffffffffffffL, &seed, r)) < 0)
+        return -1;
+    lq_sampler_params *sp = &jb->gp.sampling;
+    sp->temperature = top_p == 0 ? 0.0f : (float)temp; /* top_p 0 keeps only the best token */
+    sp->top_p = top_p > 0 ? (float)top_p : 1.0f;
+    sp->top_k = 0;
+    sp->min_p = 0;
+    sp->repeat_penalty = 1.0f;
+    sp->frequency_penalty = (float)fp;
+    sp->presence_penalty = (float)pp;
+    if (has_seed) {
+        sp->seed = (uint64_t)seed;
+        sp->has_seed = 1;
+    }
+    lq_err err = {0};
+    if (lq_sampler_params_check(sp, &err)) {
+        reply_oai_err(r, 400, NULL, "%s", err.msg);
+        return -1;
+    }
+    /* stop: a string or a list of strings; empty strings are ignored */
+    json_t *st = json_object_get(j, "stop");
+    if (st && !json_is_null(st)) {
+        json_t *one[1] = {st};
+        json_t **items = one;
+        size_t k = 1;
+        if (json_is_array(st)) {
+            k = json_array_size(st);
+            if (k > MAX_STOPS) {
+                reply_oai_err(r, 400, "stop", "'stop' has %zu strings; at most %d", k, MAX_STOPS);
+                return -1;
+            }
+            items = NULL;
+        } else if (!json_is_string(st)) {
+            reply_oai_err(r, 400, "stop", "'stop' must be a string or an array of strings");
+            return -1;
+        }
+        for (size_t i = 0; i < k; i++) {
+            json_t *v = items ? items[i] : json_array_get(st, i);
+            if (!json_is_string(v)) {
+                reply_oai_err(r, 400, "stop", "'stop'[%zu] must be a string", i);
+                return -1;
+            }
+            if (json_string_length(v) == 0)
+                continue;
+            if (json_string_length(v) > 256) {
+                reply_oai_err(r, 400, "stop", "'stop'[%zu] is longer than 256 bytes", i);
+                return -1;
+            }
+            jb->stops[jb->n_stop++] = strdup(json_string_value(v));
+        }
+    }
+    jb->gp.stop = (const char *const *)jb->stops;
+    jb->gp.n_stop = jb->n_stop;
+    /* constrained decoding does not exist yet: say so rather than ignore the request */
+    json_t *tools = json_object_get(j, "tools");
+    const char *tc = NULL;
+    json_t *tcv = json_object_get(j, "tool_choice");
+    if (json_is_string(tcv))
+        tc = json_string_value(tcv);
+    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0) &&
+        !(tc && !strcmp(tc, "none"))) {
+        reply_oai_err(r, 400, "tools",
+                      "'tools' (function calling) needs constrained decoding, which this server does not "
+                      "implement yet; send the request without tools");
+        return -1;
+    }
+    json_t *rf = json_object_get(j, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *ty = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(ty)) {
+            reply_oai_err(r, 400, "response_format", "'response_format' must be an object with a 'type'");
+            return -1;
+        }
+        if (strcmp(json_string_value(ty), "text")) {
+            reply_oai_err(r, 400, "response_format",
+                          "response_format '%s' needs constrained decoding (JSON grammar), which this "
+                          "server does not implement yet; use {\"type\":\"text\"}",
+                          json_string_value(ty));
+            return -1;
+        }
+    }
+    (void)b;
+    return 0;
+}
+
+/* Message content: a string or an array of {type:"text", text} parts. NULL with r filled. */
+static char *message_content(json_t *c, size_t i, reply *r)
+{
+    if (json_is_string(c))
+        return strdup(json_string_value(c));
+    if (!json_is_array(c)) {
+        reply_oai_err(r, 400, "messages", "messages[%zu].content must be a string or an array of text parts", i);
+        return NULL;
+    }
+    size_t total = 1;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *p = json_array_get(c, k), *ty = json_object_get(p, "type"), *tx = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
+            !json_is_string(tx)) {
+            reply_oai_err(r, 400, "messages",
+                          "messages[%zu].content[%zu]: only {\"type\":\"text\",\"text\":...} parts are supported", i, k);
+            return NULL;
+        }
+        total += json_string_length(tx);
+    }
+    char *out = malloc(total), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *tx = json_object_get(json_array_get(c, k), "text");
+        memcpy(o, json_string_value(tx), json_string_length(tx));
+        o += json_string_length(tx);
+    }
+    *o = 0;
+    return out;
+}
+
+/* Renders messages with the model's chat template and encodes them. */
+static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
+{
+    json_t *msgs = json_object_get(j, "messages");
+    if (!msgs || json_is_null(msgs)) {
+        reply_oai_err(r, 400, "messages", "missing field 'messages'");
+        return -1;
+    }
+    if (!json_is_array(msgs)) {
+        reply_oai_err(r, 400, "messages", "'messages' must be an array");
+        return -1;
+    }
+    size_t n = json_array_size(msgs);
+    if (n == 0) {
+        reply_oai_err(r, 400, "messages", "'messages' is empty");
+        return -1;
+    }
+    if (n > 4096) {
+        reply_oai_err(r, 400, "messages", "'messages' has %zu entries; at most 4096", n);
+        return -1;
+    }
+    lq_chat_msg *cm = calloc(n, sizeof *cm);
+    char **contents = calloc(n, sizeof *contents);
+    int rc = -1;
+    char *text = NULL;
+    if (!cm || !contents) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *mj = json_array_get(msgs, i);
+        if (!json_is_object(mj)) {
+            reply_oai_err(r, 400, "messages", "messages[%zu] must be an object", i);
+            goto out;
+        }
+        json_t *role = json_object_get(mj, "role"), *c = json_object_get(mj, "content");
+        if (!json_is_string(role)) {
+            reply_oai_err(r, 400, "messages", "messages[%zu].role must be a string", i);
+            goto out;
+        }
+        const char *ro = json_string_value(role);
+        if (!strcmp(ro, "developer"))
+            ro = "system"; /* OpenAI's newer name for the system role */
+        if (!strcmp(ro, "tool") || !strcmp(ro, "function")) {
+            reply_oai_err(r, 400, "messages",
+                          "messages[%zu]: role '%s' needs tool calling (constrained decoding), which this server "
+                          "does not implement yet", i, ro);
+            goto out;
+        }
+        if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant")) {
+            reply_oai_err(r, 400, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant",
+                          i, ro);
+            goto out;
+        }
+        if (!c || json_is_null(c)) {
+            reply_oai_err(r, 400, "messages", "messages[%zu].content is missing", i);
+            goto out;
+        }
+        if (!(contents[i] = message_content(c, i, r))) {
+            if (!r->body)
+                reply_oai_err(r, 500, NULL, "out of memory");
+            goto out;
+        }
+        cm[i].role = ro;
+        cm[i].content = contents[i];
+    }
+    lq_err err = {0};
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    int tmpl = lq_chat_template_for_model(m);
+    if (lq_chat_render(tmpl, cm, n, 1, &text, &err)) {
+        reply_oai_err(r, 400, "messages", "%s", err.msg);
+        goto out;
+    }
+    unsigned fl = (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0) | LQ_TOK_PARSE_SPECIAL;
+    int e = lq_tokenizer_encode(tok, text, strlen(text), fl, &jb->ids, &jb->n_ids, &err);
+    if (e) {
+        reply_oai_err(r, status_from_lq(e), "messages", "%s", err.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (contents)
+        for (size_t i = 0; i < n; i++)
+            free(contents[i]);
+    free(contents);
+    free(cm);
+    free(text);
+    return rc;
+}
+
+/* prompt: a string, [string] (one), [int...] (token ids) or [[int...]] (one). */
+static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
+{
+    json_t *p = json_object_get(j, "prompt");
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    if (!p || json_is_null(p)) {
+        reply_oai_err(r, 400, "prompt", "missing field 'prompt'");
+        return -1;
+    }
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        if (json_string_length(p) == 0) {
+            reply_oai_err(r, 400, "prompt", "prompt is empty");
+            return -1;
+        }
+        jb->prompt_text = strdup(json_string_value(p));
+        jb->prompt_len = json_string_length(p);
+        lq_err err = {0};
+        int e = lq_tokenizer_encode(tok, jb->prompt_text, jb->prompt_len,
+                                    lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &jb->ids, &jb->n_ids, &err);
+        if (e) {
+            reply_oai_err(r, status_from_lq(e), "prompt", "%s", err.msg);
+            return -1;
+        }
+        if (jb->n_ids == 0) {
+            reply_oai_err(r, 400, "prompt", "prompt tokenises to nothing");
+            return -1;
+        }
+        return 0;
+    }
+    if (json_is_array(p)) {
+        size_t k = json_array_size(p);
+        if (k == 0) {
+            reply_oai_err(r, 400, "prompt", "prompt is empty");
+            return -1;
+        }
+        if (!json_is_integer(json_array_get(p, 0))) {
+            reply_oai_err(r, 400, "prompt",
+                          "batched prompts (%zu) are not supported: send one prompt per request", k);
+            return -1;
+        }
+        jb->ids = malloc(k * sizeof *jb->ids);
+        if (!jb->ids) {
+            reply_oai_err(r, 500, NULL, "out of memory");
+            return -1;
+        }
+        int32_t nv = lq_tokenizer_n_vocab(tok);
+        for (size_t i = 0; i < k; i++) {
+            json_t *v = json_array_get(p, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
+                reply_oai_err(r, 400, "prompt", "prompt[%zu] must be a token id in 0..%d", i, (int)nv - 1);
+                return -1;
+            }
+            jb->ids[i] = (int32_t)json_integer_value(v);
+        }
+        jb->n_ids = k;
+        char *t = NULL;
+        size_t tl = 0;
+        if (!lq_tokenizer_decode(tok, jb->ids, k, 0, &t, &tl, NULL)) {
+            jb->prompt_text = t;
+            jb->prompt_len = tl;
+        }
+        return 0;
+    }
+    reply_oai_err(r, 400, "prompt", "'prompt' must be a string, an array of strings or an array of token ids");
+    return -1;
+}
+
+/* ---- token callback ---- */
+
+static int append_text(job *jb, const char *t, size_t len)
+{
+    if (jb->text_len + len + 1 > jb->text_cap) {
+        size_t nc = (jb->text_len + len + 1) * 2;
+        char *nt = realloc(jb->text, nc);
+        if (!nt)
+            return -1;
+        jb->text = nt;
+        jb->text_cap = nc;
+    }
+    memcpy(jb->text + jb->text_len, t, len);
+    jb->text_len += len;
+    jb->text[jb->text_len] = 0;
+    return 0;
+}
+
+static json_t *bytes_json(const char *t, size_t len)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < len; i++)
+        json_array_append_new(a, json_integer((unsigned char)t[i]));
+    return a;
+}
+
+/* logprobs of id and the top alternatives under the model's distribution at this step
+ * (softmax of the logits the token was drawn from, before temperature) */
+static void record_logprobs(job *jb, int32_t id, const float *logits)
+{
+    double lse = lq_logsumexp(logits, jb->n_vocab);
+    size_t len;
+    char *t = token_text(jb->tok, id, &len);
+    double lp = (double)logits[id] - lse;
+    int k = jb->top_logprobs;
+    int32_t ids[MAX_TOP_LOGPROBS];
+    float vals[MAX_TOP_LOGPROBS];
+    k = k > 0 ? lq_top_k(logits, jb->n_vocab, k, ids, vals) : 0;
+    if (jb->chat) {
+        json_t *tops = json_array();
+        for (int i = 0; i < k; i++) {
+            size_t l2;
+            char *t2 = token_text(jb->tok, ids[i], &l2);
+            json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", lq_jstr(t2, l2), "logprob",
+                                                  (double)vals[i] - lse, "bytes", bytes_json(t2, l2)));
+            free(t2);
+        }
+        json_t *e = json_pack("{s:o,s:f,s:o,s:o}", "token", lq_jstr(t, len), "logprob", lp, "bytes",
+                              bytes_json(t, len), "top_logprobs", tops);
+        json_array_append_new(jb->stream ? jb->lp_pending : jb->lp_all, e);
+    } else {
+        json_t *tops = json_object();
+        for (int i = 0; i < k; i++) {
+            size_t l2;
+            char *t2 = token_text(jb->tok, ids[i], &l2);
+            json_t *key = lq_jstr(t2, l2);
+            json_object_set_new(tops, json_string_value(key), json_real((double)vals[i] - lse));
+            json_decref(key);
+            free(t2);
+        }
+        json_array_append_new(jb->c_tokens, lq_jstr(t, len));
+        json_array_append_new(jb->c_lps, json_real(lp));
+        json_array_append_new(jb->c_tops, tops);
+        json_array_append_new(jb->c_offs, json_integer((json_int_t)(jb->text_len + (jb->echo ? jb->prompt_len : 0))));
+    }
+    free(t);
+}
+
+static json_t *take_completion_logprobs(job *jb)
+{
+    json_t *o = json_pack("{s:O,s:O,s:O,s:O}", "tokens", jb->c_tokens, "token_logprobs", jb->c_lps,
+                          "top_logprobs", jb->c_tops, "text_offset", jb->c_offs);
+    if (jb->stream) {
+        json_array_clear(jb->c_tokens);
+        json_array_clear(jb->c_lps);
+        json_array_clear(jb->c_tops);
+        json_array_clear(jb->c_offs);
+    }
+    return o;
+}
+
+/* ---- SSE ---- */
+
+static void sse_raw(job *jb, const char *data, size_t len)
+{
+    pthread_mutex_lock(&jb->mu);
+    if (jb->out_len + len > jb->out_cap) {
+        size_t nc = (jb->out_len + len) * 2;
+        char *no = realloc(jb->out, nc);
+        if (!no) {
+            jb->oom = 1;
+            pthread_mutex_unlock(&jb->mu);
+            return;
+        }
+        jb->out = no;
+        jb->out_cap = nc;
+    }
+    memcpy(jb->out + jb->out_len, data, len);
+    jb->out_len += len;
+    pthread_cond_signal(&jb->cv);
+    pthread_mutex_unlock(&jb->mu);
+}
+
+static void sse_event(job *jb, json_t *j)
+{
+    size_t len;
+    char *t = lq_dump(j, &len);
+    json_decref(j);
+    if (!t)
+        return;
+    /* "data: " + JSON + blank line; compact JSON never contains a newline */
+    char *ev = malloc(len + 9);
+    if (ev) {
+        memcpy(ev, "data: ", 6);
+        memcpy(ev + 6, t, len);
+        memcpy(ev + 6 + len, "\n\n", 2);
+        sse_raw(jb, ev, len + 8);
+    }
+    free(ev);
+    free(t);
+}
+
+static json_t *chunk_base(job *jb, lq_server *s)
+{
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s}", "id", jb->id, "object",
+                          jb->chat ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)jb->created, "model", s->model_id);
+    return c;
+}
+
+/* One chunk: chat delta (content/role) or completion text; finish: NULL or the reason. */
+static void sse_chunk(job *jb, const char *text, size_t len, int role, const char *finish)
+{
+    lq_server *s = jb->s;
+    json_t *c = chunk_base(jb, s), *ch;
+    json_t *lp = json_null();
+    if (jb->want_lp && jb->chat && json_array_size(jb->lp_pending)) {
+        lp = json_pack("{s:O}", "content", jb->lp_pending);
+        json_array_clear(jb->lp_pending);
+    } else if (jb->want_lp && !jb->chat && json_array_size(jb->c_tokens)) {
+        json_decref(lp);
+        lp = take_completion_logprobs(jb);
+    }
+    if (jb->chat) {
+        json_t *delta = json_object();
+        if (role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (text)
+            json_object_set_new(delta, "content", lq_jstr(text, len));
+        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
+                       finish ? json_string(finish) : json_null());
+    } else {
+        ch = json_pack("{s:o,s:i,s:o,s:o}", "text", lq_jstr(text ? text : "", text ? len : 0), "index", 0,
+                       "logprobs", lp, "finish_reason", finish ? json_string(finish) : json_null());
+    }
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (jb->include_usage)
+        json_object_set_new(c, "usage", json_null());
+    sse_event(jb, c);
+}
+
+static int on_token(void *user, int32_t id, const char *text, size_t len, float logprob, const float *logits)
+{
+    (void)logprob;
+    job *jb = user;
+    lq_server *s = jb->s;
+    if (id < 0) {
+        /* end of stream: text that was held back (stop-string prefix, partial UTF-8) */
+        if (jb->stream && len)
+            sse_chunk(jb, text, len, 0, NULL);
+        else if (len)
+            append_text(jb, text, len);
+        return 0;
+    }
+    if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
+        return 1;
+    /* non-streaming runs in the connection's thread: it may look at the socket itself */
+    if (!jb->stream && srv_conn_gone(jb->conn))
+        return 1;
+    if (jb->want_lp)
+        record_logprobs(jb, id, logits);
+    if (jb->stream) {
+        if (len)
+            sse_chunk(jb, text, len, 0, NULL);
+        return 0;
+    }
+    if (len && append_text(jb, text, len))
+        return 1;
+    return 0;
+}
+
+static const char *finish_reason(const job *jb)
+{
+    return jb->res.finish == LQ_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *usage_json(const job *jb)
+{
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)jb->n_ids, "completion_tokens",
+                     jb->res.n_generated, "total_tokens", (int)jb->n_ids + jb->res.n_generated);
+}
+
+static void run_generate(job *jb)
+{
+    lq_err err = {0};
+    jb->gen_rc = lq_generate(jb->sess, jb->ids, jb->n_ids, &jb->gp, on_token, jb, &jb->res, &err);
+    jb->err = err;
+    metrics_gen(jb->s, jb->res.n_prompt, jb->res.n_generated, jb->res.prefill_ms, jb->res.decode_ms);
+    /* the KV cache goes back to the pool as soon as the tokens are out */
+    srv_session_put(jb->s, jb->sess);
+    jb->sess = NULL;
+}
+
+static void *stream_main(void *arg)
+{
+    job *jb = arg;
+    run_generate(jb);
+    if (jb->res.finish == LQ_FINISH_CANCELED && __atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&jb->s->m.streams_canceled, 1, __ATOMIC_RELAXED);
+    if (jb->gen_rc) {
+        json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
+        sse_event(jb, e);
+    } else {
+        sse_chunk(jb, NULL, 0, 0, finish_reason(jb));
+        if (jb->include_usage) {
+            json_t *u = chunk_base(jb, jb->s);
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage_json(jb));
+            sse_event(jb, u);
+        }
+    }
+    sse_raw(jb, "data: [DONE]\n\n", 14);
+    pthread_mutex_lock(&jb->mu);
+    jb->finished = 1;
+    pthread_cond_signal(&jb->cv);
+    pthread_mutex_unlock(&jb->mu);
+    return NULL;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    job *jb = cls;
+    pthread_mutex_lock(&jb->mu);
+    for (;;) {
+        if (jb->out_len > jb->out_off) {
+            size_t n = jb->out_len - jb->out_off;
+            if (n > max)
+                n = max;
+            memcpy(buf, jb->out + jb->out_off, n);
+            jb->out_off += n;
+            if (jb->out_off == jb->out_len)
+                jb->out_off = jb->out_len = 0;
+            pthread_mutex_unlock(&jb->mu);
+            return (ssize_t)n;
+        }
+        if (jb->finished) {
+            pthread_mutex_unlock(&jb->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        /* between tokens: wake every 20 ms to notice a client that hung up */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&jb->cv, &jb->mu, &ts);
+        if (jb->out_len == jb->out_off && !jb->finished && srv_conn_gone(jb->conn)) {
+            __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&jb->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls)
+{
+    job *jb = cls;
+    __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
+    if (jb->th_started)
+        pthread_join(jb->th, NULL);
+    __atomic_sub_fetch(&jb->s->m.active_streams, 1, __ATOMIC_RELAXED);
+    job_free(jb);
+}
+
+/* ---- the two generation routes ---- */
+
+static void non_stream_reply(job *jb, reply *r)
+{
+    lq_server *s = jb->s;
+    if (jb->gen_rc) {
+        reply_oai_err(r, status_from_lq(jb->gen_rc), NULL, "%s", jb->err.msg);
+        return;
+    }
+    json_t *choice;
+    if (jb->chat) {
+        json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
+        choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
+                           lq_jstr(jb->text ? jb->text : "", jb->text_len), "logprobs", lp, "finish_reason",
+                           finish_reason(jb));
+    } else {
+        json_t *txt;
+        if (jb->echo && jb->prompt_text) {
+            char *all = malloc(jb->prompt_len + jb->text_len + 1);
+            if (!all) {
+                reply_oai_err(r, 500, NULL, "out of memory");
+                return;
+            }
+            memcpy(all, jb->prompt_text, jb->prompt_len);
+            if (jb->text_len)
+                memcpy(all + jb->prompt_len, jb->text, jb->text_len);
+            txt = lq_jstr(all, jb->prompt_len + jb->text_len);
+            free(all);
+        } else {
+            txt = lq_jstr(jb->text ? jb->text : "", jb->text_len);
+        }
+        choice = json_pack("{s:o,s:i,s:o,s:s}", "text", txt, "index", 0, "logprobs",
+                           jb->want_lp ? take_completion_logprobs(jb) : json_null(), "finish_reason",
+                           finish_reason(jb));
+    }
+    reply_json(r, 200, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", jb->id, "object",
+                                 jb->chat ? "chat.completion" : "text_completion", "created",
+                                 (json_int_t)jb->created, "model", s->model_id, "choices", choice, "usage",
+                                 usage_json(jb)));
+}
+
+static void generate_route(lq_server *s, req *q, reply *r, int chat)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_model *m;
+    job *jb = calloc(1, sizeof *jb);
+    if (!jb) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        json_decref(j);
+        return;
+    }
+    pthread_mutex_init(&jb->mu, NULL);
+    pthread_cond_init(&jb->cv, NULL);
+    jb->s = s;
+    jb->conn = q->conn;
+    jb->rt = q->rt;
+    jb->chat = chat;
+    jb->logprobs = chat ? 0 : -1;
+    lq_generate_defaults(&jb->gp);
+    make_id(jb);
+    if (parse_common(s, jb, j, r))
+        goto fail;
+    if (chat) {
+        long tl = 0;
+        if (jget_bool(q->rt, j, "logprobs", &jb->logprobs, r) < 0 ||
+            jget_int(q->rt, j, "top_logprobs", 0, MAX_TOP_LOGPROBS, &tl, r) < 0)
+            goto fail;
+        if (tl && !jb->logprobs) {
+            reply_oai_err(r, 400, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
+            goto fail;
+        }
+        jb->top_logprobs = (int)tl;
+    } else {
+        long lp = -1;
+        if (jget_int(q->rt, j, "logprobs", 0, 5, &lp, r) < 0 || jget_bool(q->rt, j, "echo", &jb->echo, r) < 0)
+            goto fail;
+        jb->logprobs = (int)lp;
+        jb->top_logprobs = lp > 0 ? (int)lp : 0;
+        if (jb->echo && jb->stream) {
+            reply_oai_err(r, 400, "echo", "'echo' is not supported with 'stream': true");
+            goto fail;
+        }
+    }
+    if (need_model(s, q->rt, r, &m, 1))
+        goto fail;
+    jb->tok = lq_model_tokenizer(m);
+    jb->n_vocab = lq_model_get_info(m)->n_vocab;
+    if (chat ? parse_messages(m, jb, j, r) : parse_prompt(m, jb, j, r))
+        goto fail;
+    json_decref(j);
+    j = NULL;
+    jb->want_lp = chat ? jb->logprobs > 0 : jb->logprobs >= 0;
+    if (jb->want_lp) {
+        jb->lp_all = json_array();
+        jb->lp_pending = json_array();
+        jb->c_tokens = json_array();
+        jb->c_lps = json_array();
+        jb->c_tops = json_array();
+        jb->c_offs = json_array();
+    }
+    lq_err err = {0};
+    int rc = srv_session_get(s, &jb->sess, &err);
+    if (rc) {
+        reply_oai_err(r, status_from_lq(rc), NULL, "%s", err.msg);
+        if (rc == LQ_EBUSY)
+            r->retry_after = 1;
+        goto fail;
+    }
+    int n_ctx = lq_session_n_ctx(jb->sess);
+    if (jb->n_ids >= (size_t)n_ctx) {
+        reply_oai_err(r, 400, chat ? "messages" : "prompt",
+                      "prompt is %zu tokens; the context holds %d (prompt + completion)", jb->n_ids, n_ctx);
+        goto fail;
+    }
+    if (!jb->stream) {
+        run_generate(jb);
+        non_stream_reply(jb, r);
+        job_free(jb);
+        return;
+    }
+    r->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, jb, stream_free);
+    if (!r->stream) {
+        reply_oai_err(r, 500, NULL, "cannot create the stream response");
+        goto fail;
+    }
+    __atomic_add_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
+    if (chat)
+        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
+    if (pthread_create(&jb->th, NULL, stream_main, jb)) {
+        /* no producer: end the stream at once with an error event */
+        json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", "cannot start generation thread", "type",
+                              "server_error");
+        sse_event(jb, e);
+        sse_raw(jb, "data: [DONE]\n\n", 14);
+        jb->finished = 1;
+    } else {
+        jb->th_started = 1;
+    }
+    r->status = 200;
+    r->ctype = "text/event-stream";
+    MHD_add_response_header(r->stream, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r->stream, "X-Accel-Buffering", "no");
+    return;
+fail:
+    json_decref(j);
+    job_free(jb);
+}
+
+void route_completions(lq_server *s, req *q, reply *r)
+{
+    generate_route(s, q, r, 0);
+}
+
+void route_chat(lq_server *s, req *q, reply *r)
+{
+    generate_route(s, q, r, 1);
+}
+
+/* ---- embeddings: mean of the static token embeddings (LARQL's definition) ---- */
+
+static int embed_mean(const lq_gguf_tensor *t, const int32_t *ids, size_t n, float *acc, float *row, lq_err *err)
+{
+    size_t h = (size_t)t->ne[0];
+    memset(acc, 0, h * sizeof *acc);
+    for (size_t i = 0; i < n; i++) {
+        int rc = lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, err);
+        if (rc)
+            return rc;
+        for (size_t k = 0; k < h; k++)
+            acc[k] += row[k];
+    }
+    for (size_t k = 0; k < h; k++)
+        acc[k] /= (float)n;
+    return 0;
+}
+
+static json_t *b64(const float *v, size_t n)
+{
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)v; /* little-endian f32 bytes */
+    size_t len = n * 4, o = 0;
+    char *out = malloc((len + 2) / 3 * 4 + 1);
+    if (!out)
+        return json_string("");
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t x = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < len ? p[i + 2] : 0);
+        out[o++] = A[(x >> 18) & 63];
+        out[o++] = A[(x >> 12) & 63];
+        out[o++] = i + 1 < len ? A[(x >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? A[x & 63] : '=';
+    }
+    json_t *j = json_stringn(out, o);
+    free(out);
+    return j;
+}
+
+void route_embeddings(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_model *m;
+    float *acc = NULL, *row = NULL;
+    json_t *data = NULL;
+    const char *model = NULL, *fmt = "float";
+    if (jget_str(q->rt, j, "model", &model, NULL, r) < 0 || jget_str(q->rt, j, "encoding_format", &fmt, NULL, r) < 0)
+        goto out;
+    if (model && *model && strcmp(model, s->model_id)) {
+        reply_oai_err(r, 404, "model", "model '%s' not found: this server serves '%s'", model, s->model_id);
+        goto out;
+    }
+    if (strcmp(fmt, "float") && strcmp(fmt, "base64")) {
+        reply_oai_err(r, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+        goto out;
+    }
+    json_t *in = json_object_get(j, "input");
+    if (!in || json_is_null(in)) {
+        reply_oai_err(r, 400, "input", "missing field 'input'");
+        goto out;
+    }
+    if (need_model(s, q->rt, r, &m, 0))
+        goto out;
+    const lq_gguf_tensor *t = lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight");
+    if (!t) {
+        reply_oai_err(r, 503, NULL, "model has no token_embd.weight tensor");
+        goto out;
+    }
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    int32_t nv = (int32_t)t->ne[1];
+    size_t h = (size_t)t->ne[0];
+    acc = malloc(h * sizeof *acc); /* [n_embd] running mean */
+    row = malloc(h * sizeof *row); /* [n_embd] one embedding row */
+    if (!acc || !row) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        goto out;
+    }
+    /* normalise the four input shapes to a list of items (string or [int]) */
+    json_t *items;
+    if (json_is_string(in) || (json_is_array(in) && json_array_size(in) && json_is_integer(json_array_get(in, 0))))
+        items = json_pack("[O]", in);
+    else if (json_is_array(in))
+        items = json_incref(in);
+    else {
+        reply_oai_err(r, 400, "input", "'input' must be a string, an array of strings or token ids");
+        goto out;
+    }
+    if (json_array_size(items) == 0 || json_array_size(items) > 2048) {
+        json_decref(items);
+        reply_oai_err(r, 400, "input", "'input' must hold 1..2048 items");
+        goto out;
+    }
+    data = json_array();
+    long total = 0;
+    for (size_t i = 0; i < json_array_size(items); i++) {
+        json_t *it = json_array_get(items, i);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        lq_err err = {0};
+        if (json_is_string(it)) {
+            int rc = lq_tokenizer_encode(tok, json_string_value(it), json_string_length(it), 0, &ids, &n, &err);
+            if (rc) {
+                reply_oai_err(r, status_from_lq(rc), "input", "input[%zu]: %s", i, err.msg);
+                json_decref(items);
+                goto out;
+            }
+        } else if (json_is_array(it) && json_array_size(it) <= 65536) {
+            n = json_array_size(it);
+            ids = malloc((n ? n : 1) * sizeof *ids);
+            for (size_t k = 0; ids && k < n; k++) {
+                json_t *v = json_array_get(it, k);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
+                    reply_oai_err(r, 400, "input", "input[%zu][%zu] must be a token id in 0..%d", i, k, (int)nv - 1);
+                    free(ids);
+                    json_decref(items);
+                    goto out;
+                }
+                ids[k] = (int32_t)json_integer_value(v);
+            }
+        } else {
+            reply_oai_err(r, 400, "input", "input[%zu] must be a string or an array of token ids", i);
+            json_decref(items);
+            goto out;
+        }
+        if (n == 0) {
+            free(ids);
+            reply_oai_err(r, 400, "input", "input[%zu] is empty", i);
+            json_decref(items);
+            goto out;
+        }
+        int rc = ids ? embed_mean(t, ids, n, acc, row, &err) : LQ_ENOMEM;
+        free(ids);
+        if (rc) {
+            reply_oai_err(r, 500, NULL, "%s", err.msg);
+            json_decref(items);
+            goto out;
+        }
+        total += (long)n;
+        json_t *e;
+        if (!strcmp(fmt, "base64")) {
+            e = b64(acc, h);
+        } else {
+            e = json_array();
+            for (size_t k = 0; k < h; k++)
+                json_array_append_new(e, json_real(acc[k]));
+        }
+        json_array_append_new(data, json_pack("{s:s,s:o,s:i}", "object", "embedding", "embedding", e, "index", (int)i));
+    }
+    json_decref(items);
+    reply_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->model_id,
+                                 "usage", "prompt_tokens", (json_int_t)total, "total_tokens", (json_int_t)total));
+    data = NULL;
+out:
+    json_decref(data);
+    free(acc);
+    free(row);
+    json_decref(j);
+}

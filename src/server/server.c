@@ -1,0 +1,652 @@
+/* HTTP glue on libmicrohttpd: one thread per connection (a slow client blocks only its own
+ * thread), request accumulation under a body limit and an upload deadline, routing with
+ * 404/405, bearer auth compared in constant time, CORS, the --max-concurrent gate (503 +
+ * Retry-After, never a queue), the model (eager or single-flight lazy) and the session pool,
+ * graceful stop. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/internal.h"
+
+/* Every route LARQL and OpenAI clients use; anything else is 404. */
+static const route ROUTES[] = {
+    {"/v1/health", R_HEALTH, M_GET, 0, 0},
+    {"/v1/models", R_MODELS, M_GET, 1, 0},
+    {"/v1/stats", R_STATS, M_GET, 0, 0},
+    {"/v1/runtime", R_RUNTIME, M_GET, 0, 0},
+    {"/metrics", R_METRICS, M_GET, 0, 0},
+    {"/v1/describe", R_DESCRIBE, M_GET, 0, 1},
+    {"/v1/walk", R_WALK, M_GET, 0, 1},
+    {"/v1/select", R_SELECT, M_POST, 0, 1},
+    {"/v1/relations", R_RELATIONS, M_GET, 0, 1},
+    {"/v1/infer", R_INFER, M_POST, 0, 1},
+    {"/v1/token/encode", R_TOK_ENCODE, M_GET, 0, 1},
+    {"/v1/token/decode", R_TOK_DECODE, M_GET, 0, 1},
+    {"/v1/embed", R_EMBED, M_POST, 0, 1},
+    {"/v1/logits", R_LOGITS, M_POST, 0, 1},
+    {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1},
+    {"/v1/chat/completions", R_CHAT, M_POST, 1, 1},
+    {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1},
+};
+static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0};
+
+static const route *find_route(const char *url)
+{
+    /* a trailing slash is the same route ("/v1/models/") */
+    size_t n = strlen(url);
+    if (n > 1 && url[n - 1] == '/')
+        n--;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (strlen(ROUTES[i].path) == n && !memcmp(ROUTES[i].path, url, n))
+            return &ROUTES[i];
+    return NULL;
+}
+
+/* ---- model, sessions ---- */
+
+static int load_model(lq_server *s, lq_err *err)
+{
+    lq_model_opts mo = {.n_threads = s->o.n_threads, .act_mode = s->o.act_mode, .kernels = s->o.kernels};
+    double t = lq_now();
+    lq_model *m = NULL;
+    int rc = lq_model_open(s->model_path, &mo, &m, err);
+    if (rc)
+        return rc;
+    s->load_ms = (lq_now() - t) * 1000.0;
+    __atomic_store_n(&s->model, m, __ATOMIC_RELEASE);
+    const lq_model_info *mi = lq_model_get_info(m);
+    srv_log(s, "loaded %s (%s, %d layers, %d dim, vocab %d, kernels %s, %d threads) in %.1f ms",
+            s->model_path, mi->arch_name, mi->n_layer, mi->n_embd, mi->n_vocab,
+            mi->kernels ? mi->kernels : "?", mi->n_threads, s->load_ms);
+    return 0;
+}
+
+int srv_model(lq_server *s, lq_model **m, lq_err *err)
+{
+    lq_model *cur = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
+    if (cur) {
+        *m = cur;
+        return 0;
+    }
+    /* single flight: the first caller loads, the others wait on the mutex and reuse it */
+    pthread_mutex_lock(&s->load_mu);
+    int rc = 0;
+    if (!s->model) {
+        if (s->load_failed) {
+            rc = s->load_err.code ? s->load_err.code : LQ_EIO;
+            if (err)
+                *err = s->load_err;
+        } else if ((rc = load_model(s, &s->load_err)) != 0) {
+            s->load_failed = 1;
+            s->load_err.code = rc;
+            if (err)
+                *err = s->load_err;
+        }
+    }
+    *m = s->model;
+    pthread_mutex_unlock(&s->load_mu);
+    return rc;
+}
+
+int srv_session_get(lq_server *s, lq_session **out, lq_err *err)
+{
+    lq_model *m;
+    int rc = srv_model(s, &m, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->n_free) {
+        *out = s->pool_free[--s->n_free];
+        pthread_mutex_unlock(&s->pool_mu);
+        __atomic_add_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    if (s->n_sessions >= s->o.max_concurrent) {
+        pthread_mutex_unlock(&s->pool_mu);
+        return lq_err_set(err, LQ_EBUSY, "all %d sessions are busy", s->o.max_concurrent);
+    }
+    s->n_sessions++; /* reserve, create outside the lock (KV allocation may be large) */
+    pthread_mutex_unlock(&s->pool_mu);
+    rc = lq_session_create(m, s->o.n_ctx, out, err);
+    if (rc) {
+        pthread_mutex_lock(&s->pool_mu);
+        s->n_sessions--;
+        pthread_mutex_unlock(&s->pool_mu);
+        return rc;
+    }
+    if (!s->kv_bytes_per_session) {
+        const lq_model_info *mi = lq_model_get_info(m);
+        /* K and V per layer: n_ctx x (n_head_kv * head_dim) f32 */
+        s->kv_bytes_per_session = (size_t)2 * mi->n_layer * (size_t)lq_session_n_ctx(*out) *
+                                  mi->n_head_kv * mi->head_dim * sizeof(float);
+    }
+    __atomic_add_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void srv_session_put(lq_server *s, lq_session *sess)
+{
+    if (!sess)
+        return;
+    lq_session_reset(sess);
+    pthread_mutex_lock(&s->pool_mu);
+    s->pool_free[s->n_free++] = sess;
+    pthread_mutex_unlock(&s->pool_mu);
+    __atomic_sub_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
+}
+
+int srv_conn_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 1;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void srv_release_slot(lq_server *s)
+{
+    __atomic_sub_fetch(&s->m.active_requests, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
+{
+    lq_server *s = q->srv;
+    struct MHD_Response *resp = r->stream;
+    if (!resp) {
+        resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(r->body);
+            r->body = NULL;
+            return MHD_NO;
+        }
+        r->body = NULL; /* owned by the response now */
+    }
+    if (r->ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+    if (r->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", r->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (allow_methods) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                allow_methods == (M_GET | M_POST) ? "GET, POST"
+                                : allow_methods == M_POST ? "POST" : "GET");
+    }
+    if (r->status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (s->o.cors) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Retry-After");
+    }
+    enum MHD_Result ret = MHD_queue_response(q->conn, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    metrics_count(s, q->rt ? q->rt->id : R_UNKNOWN, r->status);
+    q->responded = 1;
+    return ret;
+}
+
+/* Constant-time in the length of the key: every byte of the key is compared whatever the
+ * offered value is, and the length difference is folded into the same accumulator. */
+static int key_ok(const char *key, const char *auth)
+{
+    static const char pfx[] = "Bearer ";
+    const char *offered = "";
+    if (auth && !strncmp(auth, pfx, sizeof pfx - 1))
+        offered = auth + sizeof pfx - 1;
+    size_t kl = strlen(key), ol = strlen(offered);
+    unsigned diff = (unsigned)(kl ^ ol);
+    for (size_t i = 0; i < kl; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < ol ? offered[i] : 0);
+    return diff == 0;
+}
+
+static void dispatch(lq_server *s, req *q, reply *r)
+{
+    switch (q->rt->id) {
+    case R_HEALTH: route_health(s, q, r); break;
+    case R_MODELS: route_models(s, q, r); break;
+    case R_STATS: route_stats(s, q, r); break;
+    case R_RUNTIME: route_runtime(s, q, r); break;
+    case R_METRICS: route_metrics(s, q, r); break;
+    case R_DESCRIBE: case R_WALK: case R_SELECT: case R_RELATIONS: route_browse(s, q, r); break;
+    case R_INFER: route_infer(s, q, r); break;
+    case R_TOK_ENCODE: route_tok_encode(s, q, r); break;
+    case R_TOK_DECODE: route_tok_decode(s, q, r); break;
+    case R_EMBED: route_embed(s, q, r); break;
+    case R_LOGITS: route_logits(s, q, r); break;
+    case R_COMPLETIONS: route_completions(s, q, r); break;
+    case R_CHAT: route_chat(s, q, r); break;
+    case R_EMBEDDINGS: route_embeddings(s, q, r); break;
+    default: reply_larql_err(r, 404, "not found"); break;
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    lq_server *s = cls;
+    req *q = *con_cls;
+    reply r = {0};
+    if (!q) {
+        q = calloc(1, sizeof *q);
+        if (!q)
+            return MHD_NO;
+        *con_cls = q;
+        q->srv = s;
+        q->conn = conn;
+        q->t0 = lq_now();
+        __atomic_add_fetch(&s->m.requests_total, 1, __ATOMIC_RELAXED);
+        q->method = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? M_GET
+                    : !strcmp(method, "POST") ? M_POST : 0;
+        q->is_options = !strcmp(method, "OPTIONS");
+        q->rt = find_route(url);
+        if (s->o.cors && q->is_options) {
+            r.status = 204;
+            if (!r.stream) {
+                struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+                MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                        "Authorization, Content-Type, X-Session-Id");
+                MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+                enum MHD_Result ret = MHD_queue_response(conn, 204, resp);
+                MHD_destroy_response(resp);
+                metrics_count(s, q->rt ? q->rt->id : R_UNKNOWN, 204);
+                q->responded = 1;
+                return ret;
+            }
+        }
+        if (!q->rt) {
+            q->rt = &UNKNOWN_ROUTE;
+            reply_larql_err(&r, 404, "no route for %s %s", method, url);
+            return send_reply(q, &r, 0);
+        }
+        if (!(q->rt->methods & q->method)) {
+            reply_route_err(&r, q->rt, 405, "method %s not allowed on %s (use %s)", method, q->rt->path,
+                            q->rt->methods & M_POST ? "POST" : "GET");
+            return send_reply(q, &r, q->rt->methods);
+        }
+        if (s->api_key && q->rt->id != R_HEALTH &&
+            !key_ok(s->api_key, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
+            reply_route_err(&r, q->rt, 401, "missing or invalid API key (Authorization: Bearer KEY)");
+            return send_reply(q, &r, 0);
+        }
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || *end || v > s->o.max_body) {
+                reply_route_err(&r, q->rt, 413, "request body of %s bytes is over the limit of %zu bytes",
+                                cl, s->o.max_body);
+                return send_reply(q, &r, 0);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (q->responded)
+            return MHD_YES;
+        if (lq_now() - q->t0 > s->o.request_timeout_s) {
+            /* a client trickling its body: drop the connection, no worker was ever taken */
+            q->timed_out = 1;
+            metrics_count(s, q->rt->id, 408);
+            return MHD_NO;
+        }
+        if (q->too_large || q->len + n > s->o.max_body) {
+            q->too_large = 1; /* chunked upload without Content-Length: discard, 413 at the end */
+            return MHD_YES;
+        }
+        if (q->len + n + 1 > q->cap) {
+            size_t nc = q->cap ? q->cap * 2 : 4096;
+            while (nc < q->len + n + 1)
+                nc *= 2;
+            if (nc > s->o.max_body + 1)
+                nc = s->o.max_body + 1;
+            char *nb = realloc(q->body, nc);
+            if (!nb) {
+                q->too_large = 1;
+                return MHD_YES;
+            }
+            q->body = nb;
+            q->cap = nc;
+        }
+        memcpy(q->body + q->len, upload, n);
+        q->len += n;
+        q->body[q->len] = 0;
+        return MHD_YES;
+    }
+    if (q->responded)
+        return MHD_YES;
+    if (q->too_large) {
+        reply_route_err(&r, q->rt, 413, "request body is over the limit of %zu bytes", s->o.max_body);
+        return send_reply(q, &r, 0);
+    }
+    if (q->rt->gated) {
+        if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) {
+            reply_route_err(&r, q->rt, 503, "server is shutting down");
+            r.retry_after = 5;
+            return send_reply(q, &r, 0);
+        }
+        int64_t now = __atomic_add_fetch(&s->m.active_requests, 1, __ATOMIC_ACQ_REL);
+        if (now > s->o.max_concurrent) {
+            __atomic_sub_fetch(&s->m.active_requests, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&s->m.rejected_busy, 1, __ATOMIC_RELAXED);
+            reply_route_err(&r, q->rt, 503, "server busy: %d requests in flight (--max-concurrent); retry shortly",
+                            s->o.max_concurrent);
+            r.retry_after = 1;
+            return send_reply(q, &r, 0);
+        }
+        q->holds_slot = 1;
+    }
+    dispatch(s, q, &r);
+    if (!r.stream && !r.body)
+        reply_larql_err(&r, 500, "internal error: the route produced no reply");
+    return send_reply(q, &r, 0);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    lq_server *s = cls;
+    req *q = *con_cls;
+    if (!q)
+        return;
+    if (q->holds_slot)
+        srv_release_slot(s);
+    free(q->body);
+    free(q);
+    *con_cls = NULL;
+}
+
+/* ---- memory check ---- */
+
+static uint64_t cgroup_memory_max(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return 0;
+    char line[4096], path[4200] = "";
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "0::", 3)) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
+            break;
+        }
+    }
+    fclose(f);
+    if (!*path)
+        return 0;
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    unsigned long long v = 0;
+    char buf[64] = "";
+    if (fgets(buf, sizeof buf, f) && strncmp(buf, "max", 3))
+        v = strtoull(buf, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* ---- lifecycle ---- */
+
+void lq_server_opts_init(lq_server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_concurrent = 64;
+    o->max_body = 2u << 20;
+    o->request_timeout_s = 30;
+    o->shutdown_grace_s = 5;
+}
+
+static char *dupz(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void model_id_from_path(const char *path, char *out, size_t cap)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t len = n - b;
+    if (len > 5 && !memcmp(path + n - 5, ".gguf", 5))
+        len -= 5;
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(out, path + b, len);
+    out[len] = 0;
+}
+
+static void server_free(lq_server *s)
+{
+    if (!s)
+        return;
+    if (s->pool_free) {
+        for (int i = 0; i < s->n_free; i++)
+            lq_session_free(s->pool_free[i]);
+        free(s->pool_free);
+    }
+    lq_model_close(s->model);
+    lq_vindex_close(s->vx);
+    if (s->stop_pipe[0] > 0)
+        close(s->stop_pipe[0]);
+    if (s->stop_pipe[1] > 0)
+        close(s->stop_pipe[1]);
+    pthread_mutex_destroy(&s->load_mu);
+    pthread_mutex_destroy(&s->pool_mu);
+    free(s->host);
+    free(s->api_key);
+    free(s->model_path);
+    free(s);
+}
+
+int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
+{
+    *out = NULL;
+    if (!o || !o->model_path || !*o->model_path)
+        return lq_err_set(err, LQ_EINVAL, "server: a model path is required");
+    if (o->port < 0 || o->port > 65535)
+        return lq_err_set(err, LQ_EINVAL, "server: port %d is outside 0..65535", o->port);
+    if (o->max_concurrent < 1 || o->max_concurrent > 4096)
+        return lq_err_set(err, LQ_EINVAL, "server: max_concurrent %d is outside 1..4096", o->max_concurrent);
+    if (o->max_body < 1024 || o->max_body > ((size_t)1 << 30))
+        return lq_err_set(err, LQ_EINVAL, "server: max_body %zu is outside 1 KiB..1 GiB", o->max_body);
+    if (o->request_timeout_s < 1 || o->request_timeout_s > 86400)
+        return lq_err_set(err, LQ_EINVAL, "server: request timeout %d s is outside 1..86400", o->request_timeout_s);
+    if (o->n_ctx < 0)
+        return lq_err_set(err, LQ_EINVAL, "server: ctx %d is negative", o->n_ctx);
+
+    struct stat st;
+    if (stat(o->model_path, &st))
+        return lq_err_set(err, LQ_EIO, "cannot open model '%s': %s", o->model_path, strerror(errno));
+    uint64_t limit = o->memory_limit ? o->memory_limit : cgroup_memory_max();
+    if (limit && !S_ISDIR(st.st_mode)) {
+        /* the mapped weights are resident once touched; leave 1/8 for KV caches and the rest */
+        uint64_t need = (uint64_t)st.st_size + (uint64_t)st.st_size / 8;
+        if (need > limit)
+            return lq_err_set(err, LQ_ENOMEM,
+                              "model '%s' needs about %llu MiB (file %llu MiB + 1/8 headroom) but the memory "
+                              "limit is %llu MiB",
+                              o->model_path, (unsigned long long)(need >> 20),
+                              (unsigned long long)((uint64_t)st.st_size >> 20),
+                              (unsigned long long)(limit >> 20));
+    }
+
+    lq_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return lq_err_set(err, LQ_ENOMEM, "server: out of memory");
+    s->o = *o;
+    s->host = dupz(o->host && *o->host ? o->host : "127.0.0.1");
+    s->api_key = o->api_key && *o->api_key ? dupz(o->api_key) : NULL;
+    s->model_path = dupz(o->model_path);
+    s->o.host = s->host;
+    s->o.api_key = s->api_key;
+    s->o.model_path = s->model_path;
+    if (s->o.shutdown_grace_s < 0)
+        s->o.shutdown_grace_s = 0;
+    pthread_mutex_init(&s->load_mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    s->stop_pipe[0] = s->stop_pipe[1] = -1;
+    s->pool_free = calloc((size_t)s->o.max_concurrent, sizeof *s->pool_free);
+    model_id_from_path(s->model_path, s->model_id, sizeof s->model_id);
+    s->t_boot = lq_now();
+    s->created_unix = (long)time(NULL);
+    if (!s->pool_free || !s->host || !s->model_path || pipe2(s->stop_pipe, O_CLOEXEC)) {
+        server_free(s);
+        return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
+    }
+    s->is_dir = S_ISDIR(st.st_mode);
+    if (s->is_dir) {
+        /* a vindex: mapped read-only, cheap to open, so never lazy */
+        lq_vindex_open_opts vo = {.n_threads = s->o.n_threads, .verify_checksums = 0};
+        int rc = lq_vindex_open(s->model_path, &vo, &s->vx, err);
+        if (rc) {
+            server_free(s);
+            return rc;
+        }
+        const lq_vindex_info *vi = lq_vindex_get_info(s->vx);
+        snprintf(s->model_id, sizeof s->model_id, "%s", vi->model_id && *vi->model_id ? vi->model_id : "vindex");
+        srv_log(s, "opened vindex %s (%s, %d layers, %llu features)", s->model_path, vi->model ? vi->model : "",
+                vi->num_layers, (unsigned long long)vi->total_features);
+        /* the engine loads GGUF files; a vindex's weights serve inference once it reads them */
+        lq_err merr = {0};
+        if (!s->o.lazy_weights && load_model(s, &merr)) {
+            s->load_failed = 1;
+            s->load_err = merr;
+            srv_log(s, "inference routes unavailable: %s", merr.msg);
+        }
+    } else if (!s->o.lazy_weights) {
+        int rc = load_model(s, err);
+        if (rc) {
+            lq_err_prefix(err, "failed to load weights (pass --lazy-weights to defer until first request)");
+            server_free(s);
+            return rc;
+        }
+    }
+
+    struct sockaddr_in sa4;
+    struct sockaddr_in6 sa6;
+    struct sockaddr *sa;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ITC;
+    memset(&sa4, 0, sizeof sa4);
+    memset(&sa6, 0, sizeof sa6);
+    if (inet_pton(AF_INET, s->host, &sa4.sin_addr) == 1) {
+        sa4.sin_family = AF_INET;
+        sa4.sin_port = htons((uint16_t)o->port);
+        sa = (struct sockaddr *)&sa4;
+    } else if (inet_pton(AF_INET6, s->host, &sa6.sin6_addr) == 1) {
+        sa6.sin6_family = AF_INET6;
+        sa6.sin6_port = htons((uint16_t)o->port);
+        sa = (struct sockaddr *)&sa6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        server_free(s);
+        return lq_err_set(err, LQ_EINVAL, "server: host '%s' is not an IPv4 or IPv6 address", o->host);
+    }
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, sa,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.request_timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        int e = errno;
+        server_free(s);
+        return lq_err_set(err, LQ_EIO, "server: cannot listen on %s:%d: %s", o->host ? o->host : "127.0.0.1",
+                          o->port, e ? strerror(e) : "libmicrohttpd refused to start");
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    srv_log(s, "listening on http://%s:%d (model '%s', max %d concurrent, body limit %zu bytes%s%s)",
+            s->host, s->port, s->model_id, s->o.max_concurrent, s->o.max_body,
+            s->api_key ? ", api key required" : "", s->o.cors ? ", CORS on" : "");
+    *out = s;
+    return 0;
+}
+
+int lq_server_port(const lq_server *s)
+{
+    return s ? s->port : 0;
+}
+
+void lq_server_request_stop(lq_server *s)
+{
+    if (!s)
+        return;
+    char c = 1;
+    ssize_t w = write(s->stop_pipe[1], &c, 1); /* async-signal-safe */
+    (void)w;
+}
+
+int lq_server_wait(lq_server *s)
+{
+    char c;
+    for (;;) {
+        ssize_t n = read(s->stop_pipe[0], &c, 1);
+        if (n == 1 || (n < 0 && errno != EINTR) || n == 0)
+            return 0;
+    }
+}
+
+static void wait_idle(lq_server *s, double seconds)
+{
+    double end = lq_now() + seconds;
+    while (__atomic_load_n(&s->m.active_requests, __ATOMIC_ACQUIRE) > 0 && lq_now() < end) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void lq_server_stop(lq_server *s)
+{
+    if (!s)
+        return;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+    if (s->d) {
+        MHD_socket ls = MHD_quiesce_daemon(s->d); /* stop accepting; in-flight go on */
+        if (ls != MHD_INVALID_SOCKET)
+            close(ls);
+        wait_idle(s, s->o.shutdown_grace_s);
+        long left = __atomic_load_n(&s->m.active_requests, __ATOMIC_ACQUIRE);
+        if (left > 0) {
+            srv_log(s, "cancelling %ld in-flight request(s)", left);
+            __atomic_store_n(&s->cancel_all, 1, __ATOMIC_RELEASE);
+            wait_idle(s, 10.0);
+        }
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+    }
+    srv_log(s, "stopped after %llu requests", (unsigned long long)s->m.requests_total);
+    server_free(s);
+}

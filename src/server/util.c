@@ -1,0 +1,301 @@
+/* JSON and reply helpers shared by the routes: error envelopes (LARQL's {"error":"msg"} and
+ * OpenAI's {"error":{message,type,param,code}}), typed field access that names the field in
+ * its 400, UTF-8 sanitising (jansson refuses invalid UTF-8 strings). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/internal.h"
+
+double lq_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double lq_round(double x, int decimals)
+{
+    double p = pow(10.0, decimals);
+    return round(x * p) / p;
+}
+
+void srv_log(lq_server *s, const char *fmt, ...)
+{
+    if (!s->o.log)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->o.log(s->o.log_user, line);
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid (overlongs, surrogates
+ * and code points above U+10FFFF are invalid, as jansson's checker says). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t k;
+    unsigned cp;
+    if (c >= 0xC2 && c <= 0xDF) { k = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { k = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < k)
+        return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return k;
+}
+
+int lq_utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq(u + i, len - i);
+        if (!k)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+json_t *lq_jstr(const char *s, size_t len)
+{
+    if (lq_utf8_valid(s, len))
+        return json_stringn(s, len);
+    /* Replace each invalid byte by U+FFFD (3 bytes): at most 3x the input. */
+    char *t = malloc(len * 3 + 1);
+    if (!t)
+        return json_string("");
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq(u + i, len - i);
+        if (k) {
+            memcpy(t + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(t + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(t, o);
+    free(t);
+    return j;
+}
+
+char *lq_dump(json_t *j, size_t *len)
+{
+    /* 9 significant digits round-trip any f32 and keep 0.1-rounded figures short. */
+    char *t = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    if (len)
+        *len = t ? strlen(t) : 0;
+    return t;
+}
+
+void reply_json(reply *r, int status, json_t *j)
+{
+    free(r->body);
+    r->status = status;
+    r->ctype = "application/json";
+    r->body = j ? lq_dump(j, &r->len) : NULL;
+    if (!r->body) {
+        r->status = 500;
+        r->body = strdup("{\"error\":\"out of memory\"}");
+        r->len = r->body ? strlen(r->body) : 0;
+    }
+    json_decref(j);
+}
+
+void reply_larql_err(reply *r, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    reply_json(r, status, json_pack("{s:o}", "error", lq_jstr(msg, strlen(msg))));
+}
+
+static const char *oai_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 408: return "timeout_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable_error";
+    case 504: return "timeout_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+static void oai_err_v(reply *r, int status, const char *param, const char *fmt, va_list ap)
+{
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    json_t *e = json_pack("{s:o,s:s,s:o,s:n}", "message", lq_jstr(msg, strlen(msg)), "type",
+                          oai_type(status), "param", param ? json_string(param) : json_null(), "code");
+    reply_json(r, status, json_pack("{s:o}", "error", e));
+}
+
+void reply_oai_err(reply *r, int status, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    oai_err_v(r, status, param, fmt, ap);
+    va_end(ap);
+}
+
+void reply_route_err(reply *r, const route *rt, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (rt && rt->openai)
+        reply_oai_err(r, status, NULL, "%s", msg);
+    else
+        reply_larql_err(r, status, "%s", msg);
+}
+
+int status_from_lq(int code)
+{
+    switch (code) {
+    case LQ_EINVAL: case LQ_ERANGE: case LQ_ECONTEXT: case LQ_EUNSUPPORTED: return 400;
+    case LQ_ENOTFOUND: return 404;
+    case LQ_EBUSY: return 503;
+    default: return 500;
+    }
+}
+
+json_t *req_json_body(req *q, reply *r)
+{
+    if (!q->len) {
+        reply_route_err(r, q->rt, 400, "request body is empty: expected a JSON object");
+        return NULL;
+    }
+    json_error_t je;
+    /* jansson validates UTF-8 and rejects NUL bytes inside strings by default. */
+    json_t *j = json_loadb(q->body, q->len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        reply_route_err(r, q->rt, 400, "malformed JSON at line %d column %d: %s", je.line, je.column,
+                        je.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        reply_route_err(r, q->rt, 400, "request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static void field_err(const route *rt, reply *r, const char *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void field_err(const route *rt, reply *r, const char *k, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (rt && rt->openai) {
+        oai_err_v(r, 400, k, fmt, ap);
+    } else {
+        char msg[1024];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        reply_larql_err(r, 400, "%s", msg);
+    }
+    va_end(ap);
+}
+
+int jget_int(const route *rt, json_t *o, const char *k, long lo, long hi, long *out, reply *r)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x < lo || x > hi) {
+            field_err(rt, r, k, "'%s' is %lld: must be between %ld and %ld", k, (long long)x, lo, hi);
+            return -1;
+        }
+        *out = (long)x;
+        return 1;
+    }
+    /* 16.0 is an integer to most JSON producers */
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && d >= (double)lo && d <= (double)hi) {
+            *out = (long)d;
+            return 1;
+        }
+    }
+    if (json_is_real(v)) {
+        field_err(rt, r, k, "'%s' must be an integer between %ld and %ld", k, lo, hi);
+        return -1;
+    }
+    field_err(rt, r, k, "'%s' must be an integer", k);
+    return -1;
+}
+
+int jget_num(const route *rt, json_t *o, const char *k, double lo, double hi, double *out, reply *r)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v)) {
+        field_err(rt, r, k, "'%s' must be a number", k);
+        return -1;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        field_err(rt, r, k, "'%s' is %g: must be between %g and %g", k, x, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+int jget_bool(const route *rt, json_t *o, const char *k, int *out, reply *r)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        field_err(rt, r, k, "'%s' must be true or false", k);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+int jget_str(const route *rt, json_t *o, const char *k, const char **out, size_t *len, reply *r)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v)) {
+        field_err(rt, r, k, "'%s' must be a string", k);
+        return -1;
+    }
+    *out = json_string_value(v);
+    if (len)
+        *len = json_string_length(v);
+    return 1;
+}

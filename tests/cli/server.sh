@@ -1,0 +1,148 @@
+#!/bin/sh
+# larql serve against real clients on 127.0.0.1: raw HTTP (tests/http/protocol.py, stdlib
+# Python), curl, and the official openai npm package (tests/http/openai, skipped with a
+# message when node or its node_modules are missing). Every server started here is killed
+# on exit, whatever happens.
+. "$(dirname "$0")/lib.inc"
+HTTP_DIR="$(cd "$(dirname "$0")/../http" && pwd)"
+PIDS=""
+cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T_TMP"; }
+trap cleanup EXIT INT TERM
+
+# start_server NAME ARGS...: starts larql serve --port 0, waits for /v1/health; sets PORT, PID
+start_server() {
+    name=$1; shift
+    "$LARQL" serve "$@" --port 0 >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
+    PID=$!; PIDS="$PIDS $PID"; PORT=""
+    i=0
+    while [ $i -lt 300 ]; do
+        PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/$name.out")
+        if [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1; then return 0; fi
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1; i=$((i + 1))
+    done
+    echo "# server $name did not start: $(cat "$T_TMP/$name.err")"; return 1
+}
+# stop_server PID: SIGTERM, then RC = the exit status (waits up to 20 s, then SIGKILL)
+stop_server() {
+    kill -TERM "$1" 2>/dev/null
+    i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -0 "$1" 2>/dev/null && kill -9 "$1"
+    wait "$1"; RC=$?
+}
+
+if ! command -v curl >/dev/null || ! command -v python3 >/dev/null; then
+    skip "server tests" "curl or python3 missing"; done_tests; exit 0
+fi
+
+M="$T_TMP/tiny.gguf"; SLOW="$T_TMP/slow.gguf"
+"$LARQL" make-model --out "$M" --preset tiny --seed 7 >/dev/null 2>&1
+# a bigger model whose streams last long enough to be interrupted
+"$LARQL" make-model --out "$SLOW" --dim 512 --ffn 1536 --layers 8 --ctx 4096 --vocab 512 >/dev/null 2>&1
+
+# ---- startup errors ----
+check_fails "serve needs a model" "MODEL is required" "$LARQL" serve
+check_fails "serve: missing model file" "cannot open" "$LARQL" serve "$T_TMP/none.gguf" --port 0
+check_fails "serve: bad port" "--port" "$LARQL" serve "$M" --port 70000
+check_fails "serve: unknown option" "unknown option" "$LARQL" serve "$M" --bogus
+check_fails "serve: refuses a model over the memory limit, naming both figures" "needs about .* MiB .* limit is 0 MiB" \
+    "$LARQL" serve "$SLOW" --port 0 --memory-limit 4096
+
+# ---- main server: routes, bad input, concurrency, slow clients ----
+if start_server main "$M" --max-concurrent 256 --max-body 65536 --request-timeout 2 --threads 1; then
+    pass "serve starts and answers /v1/health"
+    if grep -q "loaded .* in [0-9.]* ms" "$T_TMP/main.err"; then pass "startup logs the load time"; else fail "startup logs the load time" "$(cat "$T_TMP/main.err")"; fi
+    MAIN_PID=$PID; MAIN_PORT=$PORT; U="http://127.0.0.1:$PORT"
+    # curl for the raw protocol
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' "$U/v1/nothing")
+    if [ "$code" = 404 ] && grep -q '"error"' "$T_TMP/b"; then pass "curl: 404 with a JSON error"; else fail "curl: 404 with a JSON error" "$code $(cat "$T_TMP/b")"; fi
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"Hi","max_tokens":4,"temperature":0,"stream":true}' "$U/v1/completions")
+    if [ "$code" = 200 ] && [ "$(grep -c '^data: \[DONE\]$' "$T_TMP/b")" = 1 ] && tail -n 2 "$T_TMP/b" | grep -q '^data: \[DONE\]$'; then
+        pass "curl: SSE stream ends with exactly one data: [DONE]"; else fail "curl: SSE stream ends with exactly one data: [DONE]" "$(tail -c 300 "$T_TMP/b")"; fi
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"prompt":' "$U/v1/completions")
+    if [ "$code" = 400 ] && grep -q '"message"' "$T_TMP/b"; then pass "curl: malformed JSON -> 400 OpenAI envelope"; else fail "curl: malformed JSON -> 400 OpenAI envelope" "$code $(cat "$T_TMP/b")"; fi
+
+    python3 "$HTTP_DIR/protocol.py" main "$PORT" >"$T_TMP/proto.log" 2>&1
+    cat "$T_TMP/proto.log"
+    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/proto.log")))
+    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/proto.log")))
+    if grep -q Traceback "$T_TMP/proto.log"; then fail "protocol.py main ran to the end" "$(tail -n 5 "$T_TMP/proto.log")"; fi
+
+    # the official OpenAI SDK
+    if ! command -v node >/dev/null; then
+        skip "openai SDK tests" "node is not installed"
+    elif [ ! -f "$HTTP_DIR/openai/node_modules/openai/package.json" ]; then
+        skip "openai SDK tests" "run 'cd tests/http/openai && npm ci' to install the pinned openai package"
+    else
+        node "$HTTP_DIR/openai/sdk_test.mjs" "$U/v1" >"$T_TMP/sdk.log" 2>&1
+        cat "$T_TMP/sdk.log"
+        T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/sdk.log")))
+        T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/sdk.log")))
+        grep -q '^# sdk done' "$T_TMP/sdk.log" || fail "openai SDK test ran to the end" "$(tail -n 5 "$T_TMP/sdk.log")"
+    fi
+
+    stop_server "$MAIN_PID"; rc=$RC
+    if [ "$rc" = 0 ]; then pass "SIGTERM: graceful shutdown, exit 0"; else fail "SIGTERM: graceful shutdown, exit 0" "exit $rc: $(tail -n 3 "$T_TMP/main.err")"; fi
+else
+    fail "serve starts and answers /v1/health"
+fi
+
+# ---- guarded server: auth, CORS, --max-concurrent 1, client closing mid-stream ----
+KEY="s3cret-key"
+if start_server guarded "$SLOW" --api-key "$KEY" --cors --max-concurrent 1 --threads 1; then
+    python3 "$HTTP_DIR/protocol.py" guarded "$PORT" "$KEY" >"$T_TMP/guard.log" 2>&1
+    cat "$T_TMP/guard.log"
+    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/guard.log")))
+    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/guard.log")))
+    if grep -q Traceback "$T_TMP/guard.log"; then fail "protocol.py guarded ran to the end" "$(tail -n 5 "$T_TMP/guard.log")"; fi
+    # SIGINT while a stream is running: the stream is ended properly and the server exits 0
+    curl -sN -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+        -d '{"prompt":"Once","max_tokens":3000,"temperature":0,"stream":true}' "http://127.0.0.1:$PORT/v1/completions" >"$T_TMP/live" 2>/dev/null &
+    CURL=$!
+    i=0; while ! grep -q '^data: ' "$T_TMP/live" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -INT "$PID"
+    stop_server "$PID"; rc=$RC
+    wait "$CURL"
+    if [ "$rc" = 0 ]; then pass "SIGINT during a stream: exit 0"; else fail "SIGINT during a stream: exit 0" "exit $rc"; fi
+    if [ "$(grep -c '^data: \[DONE\]$' "$T_TMP/live")" = 1 ]; then pass "stream cut by shutdown still ends with one [DONE]"; else fail "stream cut by shutdown still ends with one [DONE]" "$(tail -c 300 "$T_TMP/live")"; fi
+else
+    fail "guarded server starts"
+fi
+
+# ---- a vindex directory: browse routes answer with the CLI's --json bodies ----
+V="$T_TMP/vx"
+if "$LARQL" convert gguf-to-vindex "$M" --output "$V" >/dev/null 2>&1; then
+    "$LARQL" describe "$V" France --band all --min-score 0 --limit 10 --json >"$T_TMP/cli_describe.json" 2>/dev/null
+    "$LARQL" walk "$V" "The capital of France" --top 3 --json >"$T_TMP/cli_walk.json" 2>/dev/null
+    if start_server vindex "$V" --threads 1 --max-concurrent 128; then
+        python3 "$HTTP_DIR/protocol.py" vindex "$PORT" "$T_TMP/cli_describe.json" "$T_TMP/cli_walk.json" >"$T_TMP/vx.log" 2>&1
+        cat "$T_TMP/vx.log"
+        T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/vx.log")))
+        T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/vx.log")))
+        if grep -q Traceback "$T_TMP/vx.log"; then fail "protocol.py vindex ran to the end" "$(tail -n 5 "$T_TMP/vx.log")"; fi
+        stop_server "$PID"; [ "$RC" = 0 ] || fail "vindex server exit 0" "exit $RC"
+    else
+        fail "vindex server starts"
+    fi
+else
+    skip "vindex routes" "larql convert gguf-to-vindex failed"
+fi
+
+# ---- lazy weights: up before the model is loaded, loads on first use ----
+if start_server lazy "$M" --lazy-weights --threads 1; then
+    if curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"loaded":false'; then pass "--lazy-weights: not loaded at start"; else fail "--lazy-weights: not loaded at start"; fi
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -d '{"prompt":"Hi","top":2}' "http://127.0.0.1:$PORT/v1/infer")
+    if [ "$code" = 200 ] && curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"loaded":true'; then pass "--lazy-weights: loads on first request"; else fail "--lazy-weights: loads on first request" "$code $(cat "$T_TMP/b")"; fi
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -d '{"prompt":"Hi"}' "http://127.0.0.1:$PORT/v1/completions")
+    stop_server "$PID"; [ "$RC" = 0 ] || fail "lazy server exit 0" "exit $RC"
+else
+    fail "lazy server starts"
+fi
+if start_server noinfer "$M" --no-infer --threads 1; then
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -d '{"prompt":"Hi"}' "http://127.0.0.1:$PORT/v1/completions")
+    if [ "$code" = 503 ] && grep -q "inference disabled" "$T_TMP/b"; then pass "--no-infer: generation -> 503"; else fail "--no-infer: generation -> 503" "$code $(cat "$T_TMP/b")"; fi
+    code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/token/encode?text=hi")
+    if [ "$code" = 200 ]; then pass "--no-infer: tokenizer routes still work"; else fail "--no-infer: tokenizer routes still work" "$code"; fi
+    stop_server "$PID"
+fi
+done_tests

@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""Raw-protocol tests of a running `larql serve` (stdlib only: http.client and sockets).
+
+usage: protocol.py main PORT            routes, bad input, concurrency, slow clients
+       protocol.py guarded PORT KEY     auth, CORS, --max-concurrent 1, client closing mid-stream
+Prints TAP-style "ok - name" / "not ok - name" lines; run by tests/cli/server.sh."""
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+
+HOST = "127.0.0.1"
+PORT = 0
+KEY = None
+FAILS = 0
+
+
+def ok(name, cond, detail=""):
+    global FAILS
+    if cond:
+        print("ok - " + name)
+    else:
+        FAILS += 1
+        print("not ok - " + name)
+        if detail:
+            print("#   " + str(detail)[:600].replace("\n", "\n#   "))
+    sys.stdout.flush()
+
+
+def req(method, path, body=None, headers=None, raw=None, timeout=30):
+    """-> (status, headers dict (lowercase), body bytes)"""
+    c = http.client.HTTPConnection(HOST, PORT, timeout=timeout)
+    h = {}
+    if KEY:
+        h["Authorization"] = "Bearer " + KEY
+    if body is not None:
+        raw = json.dumps(body).encode()
+    if raw is not None:
+        h["Content-Type"] = "application/json"
+    h.update(headers or {})
+    c.request(method, path, body=raw, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    hd = {k.lower(): v for k, v in r.getheaders()}
+    c.close()
+    return r.status, hd, data
+
+
+def jreq(method, path, body=None, **kw):
+    st, hd, data = req(method, path, body, **kw)
+    try:
+        j = json.loads(data) if data else None
+    except ValueError:
+        j = None
+    return st, hd, j, data
+
+
+def err_msg(j):
+    """message of either envelope"""
+    if not isinstance(j, dict) or "error" not in j:
+        return None
+    e = j["error"]
+    return e.get("message") if isinstance(e, dict) else e
+
+
+def expect_error(name, method, path, body=None, status=400, contains=None, **kw):
+    st, hd, j, data = jreq(method, path, body, **kw)
+    m = err_msg(j)
+    good = st == status and isinstance(m, str) and m and (contains is None or contains in m)
+    ok(name, good, "status %d body %r" % (st, data[:300]))
+    return st, hd, j
+
+
+def sse(path, body, keep=False):
+    """POST and parse an SSE stream -> (status, [event payload strings])"""
+    c = http.client.HTTPConnection(HOST, PORT, timeout=60)
+    h = {"Content-Type": "application/json"}
+    if KEY:
+        h["Authorization"] = "Bearer " + KEY
+    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+    r = c.getresponse()
+    data = r.read().decode("utf-8", "replace")
+    c.close()
+    events = []
+    for block in data.split("\n\n"):
+        if not block.strip():
+            continue
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                events.append(line[6:])
+            elif line and not line.startswith(":"):
+                events.append("!bad line: " + line)
+    return r.status, r.getheader("Content-Type", ""), events
+
+
+def strip_volatile(j):
+    if isinstance(j, dict):
+        return {k: strip_volatile(v) for k, v in j.items()
+                if k not in ("latency_ms", "walk_ms", "dense_ms", "id", "created")}
+    if isinstance(j, list):
+        return [strip_volatile(v) for v in j]
+    return j
+
+
+def stream_text(events, chat):
+    out = ""
+    for e in events:
+        if e == "[DONE]":
+            continue
+        j = json.loads(e)
+        for ch in j.get("choices", []):
+            if chat:
+                out += ch["delta"].get("content", "") or ""
+            else:
+                out += ch.get("text", "")
+    return out
+
+
+def main_tests():
+    # ---- LARQL routes ----
+    st, hd, j, _ = jreq("GET", "/v1/health")
+    ok("health 200 status ok", st == 200 and j["status"] == "ok" and "uptime_seconds" in j and "requests_served" in j, j)
+    st, _, j, _ = jreq("GET", "/v1/models")
+    ok("models list", st == 200 and j["object"] == "list" and j["data"][0]["object"] == "model" and j["data"][0]["owned_by"] == "larql", j)
+    model_id = j["data"][0]["id"]
+    st, _, j, _ = jreq("GET", "/v1/stats")
+    ok("stats LARQL fields + counters", st == 200 and all(k in j for k in (
+        "model", "family", "layers", "hidden_size", "vocab_size", "loaded", "requests_served",
+        "generated_tokens", "decode_tokens_per_second", "active_streams")), j)
+    vocab = j["vocab_size"]
+    hidden = j["hidden_size"]
+
+    st, _, j, raw = jreq("POST", "/v1/infer", {"prompt": "The capital of France is", "top": 3, "mode": "walk"})
+    ok("infer walk (pg_infer-style body) -> predictions", st == 200 and len(j["predictions"]) == 3 and
+       all(0 <= p["probability"] <= 1 for p in j["predictions"]) and j["mode"] in ("bitnet", "dense"), raw)
+    probs = [p["probability"] for p in j["predictions"]]
+    ok("infer probabilities descending", probs == sorted(probs, reverse=True), probs)
+    st, _, j, raw = jreq("POST", "/v1/infer", {"prompt": "The capital of France is", "top": 3, "mode": "compare"})
+    ok("infer compare -> dense list", st == 200 and len(j["dense"]) == 3 and "dense_ms" in j, raw)
+    st, _, j2, _ = jreq("POST", "/v1/infer", {"prompt": "The capital of France is"})
+    ok("infer default top 5", st == 200 and len(j2["predictions"]) == 5, j2)
+    expect_error("infer unknown mode -> 400", "POST", "/v1/infer", {"prompt": "x", "mode": "teleport"}, contains="mode")
+    expect_error("infer missing prompt -> 400", "POST", "/v1/infer", {"top": 3}, contains="prompt")
+    expect_error("infer empty prompt -> 400", "POST", "/v1/infer", {"prompt": ""}, contains="empty")
+    expect_error("infer top wrong type -> 400", "POST", "/v1/infer", {"prompt": "x", "top": "five"}, contains="top")
+    expect_error("infer negative top -> 400", "POST", "/v1/infer", {"prompt": "x", "top": -2}, contains="top")
+    expect_error("infer prompt wrong type -> 400", "POST", "/v1/infer", {"prompt": 12}, contains="prompt")
+
+    st, _, j, raw = jreq("GET", "/v1/token/encode?text=Hello%20world")
+    ok("token/encode", st == 200 and isinstance(j["token_ids"], list) and j["token_ids"] and j["text"] == "Hello world", raw)
+    ids = ",".join(str(i) for i in j["token_ids"])
+    st, _, j, raw = jreq("GET", "/v1/token/decode?ids=" + ids)
+    ok("token/decode round trip", st == 200 and j["text"] == "Hello world", raw)
+    expect_error("token/decode out of range -> 400", "GET", "/v1/token/decode?ids=1,%d" % (vocab + 5), contains="range")
+    expect_error("token/decode garbage -> 400", "GET", "/v1/token/decode?ids=1,x", contains="ids")
+    expect_error("token/decode negative -> 400", "GET", "/v1/token/decode?ids=-1")
+    expect_error("token/encode missing text -> 400", "GET", "/v1/token/encode", contains="text")
+    expect_error("token/encode invalid UTF-8 -> 400", "GET", "/v1/token/encode?text=%FF%FE", contains="UTF-8")
+
+    st, _, j, raw = jreq("POST", "/v1/embed", {"token_ids": [1, 2]})
+    ok("embed 2 ids", st == 200 and j["seq_len"] == 2 and j["hidden_size"] == hidden and len(j["residual"]) == 2 and len(j["residual"][0]) == hidden, raw[:200])
+    resid = j["residual"][1] if st == 200 else [0.0] * hidden
+    expect_error("embed id out of range -> 400", "POST", "/v1/embed", {"token_ids": [vocab]})
+    expect_error("embed missing token_ids -> 400", "POST", "/v1/embed", {})
+    expect_error("embed token_ids wrong type -> 400", "POST", "/v1/embed", {"token_ids": "1,2"})
+    st, _, j, raw = jreq("POST", "/v1/logits", {"residual": resid, "top_k": 4})
+    ok("logits top_k", st == 200 and len(j["top_k"]) == 4 and all("token_id" in t and "prob" in t for t in j["top_k"]), raw[:300])
+    expect_error("logits wrong residual length -> 400", "POST", "/v1/logits", {"residual": [1.0, 2.0]}, contains="residual")
+    expect_error("logits non-number residual -> 400", "POST", "/v1/logits", {"residual": ["a"] * hidden})
+
+    st, _, j, raw = jreq("GET", "/v1/describe?entity=France")
+    ok("describe without a vindex -> 503 naming the vindex", st == 503 and "vindex" in err_msg(j), raw)
+    expect_error("describe missing entity -> 400", "GET", "/v1/describe", contains="entity")
+    expect_error("walk missing prompt -> 400", "GET", "/v1/walk", contains="prompt")
+
+    # ---- generic HTTP errors ----
+    expect_error("unknown route -> 404 JSON", "GET", "/v1/nope", status=404)
+    expect_error("unknown route (POST) -> 404 JSON", "POST", "/nothing/here", {"a": 1}, status=404)
+    st, hd, j = expect_error("GET /v1/completions -> 405", "GET", "/v1/completions", status=405)
+    ok("405 carries Allow: POST", hd.get("allow") == "POST", hd)
+    expect_error("POST /v1/health -> 405", "POST", "/v1/health", {}, status=405)
+    expect_error("DELETE /v1/models -> 405", "DELETE", "/v1/models", status=405)
+    expect_error("malformed JSON -> 400", "POST", "/v1/completions", raw=b'{"prompt": "x",', contains="JSON")
+    expect_error("JSON not an object -> 400", "POST", "/v1/completions", raw=b'["x"]', contains="object")
+    expect_error("empty body -> 400", "POST", "/v1/chat/completions", raw=b"")
+    expect_error("invalid UTF-8 in JSON -> 400", "POST", "/v1/completions", raw=b'{"prompt": "ab\xff\xfe"}')
+    expect_error("body over limit -> 413", "POST", "/v1/completions", {"prompt": "x" * 70000}, status=413)
+    # chunked upload without Content-Length
+    c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    c.putrequest("POST", "/v1/completions")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.putheader("Content-Type", "application/json")
+    c.endheaders()
+    try:
+        for _ in range(20):
+            piece = b"x" * 5000
+            c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        c.send(b"0\r\n\r\n")
+        r = c.getresponse()
+        data = r.read()
+        ok("chunked body over limit -> 413", r.status == 413 and b"limit" in data, (r.status, data[:200]))
+    except OSError as e:
+        ok("chunked body over limit -> 413", False, e)
+    c.close()
+
+    # ---- OpenAI: completions ----
+    base = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+    st, _, j, raw = jreq("POST", "/v1/completions", base)
+    ok("completions non-stream", st == 200 and j["object"] == "text_completion" and j["id"].startswith("cmpl-") and
+       j["model"] == model_id and j["choices"][0]["finish_reason"] in ("stop", "length"), raw)
+    u = j["usage"]
+    ok("completions usage counts", u["prompt_tokens"] > 0 and 0 < u["completion_tokens"] <= 12 and
+       u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u)
+    full_text = j["choices"][0]["text"]
+    st, ct, ev = sse("/v1/completions", dict(base, stream=True))
+    ok("completions stream: text/event-stream, exactly one [DONE] at the end", st == 200 and ct.startswith("text/event-stream") and
+       ev.count("[DONE]") == 1 and ev[-1] == "[DONE]" and not any(e.startswith("!bad") for e in ev), ev[-3:])
+    ok("completions stream text == non-stream text", stream_text(ev, False) == full_text, (stream_text(ev, False), full_text))
+    last = json.loads(ev[-2])
+    ok("completions stream ends with finish_reason", last["choices"][0]["finish_reason"] in ("stop", "length"), last)
+
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, logprobs=3))
+    lp = j["choices"][0]["logprobs"] if st == 200 else None
+    good = lp and len(lp["tokens"]) == j["usage"]["completion_tokens"] == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
+    if good:
+        for t, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            # greedy: the chosen token is the most likely one, with a real (not 0.0) logprob
+            # (tokens whose text collides, e.g. partial UTF-8 shown as U+FFFD, share a key)
+            good = good and l <= 0 and 1 <= len(top) <= 3 and max(top.values()) <= l + 1e-4
+    ok("completions logprobs: real values, chosen = best under greedy", good, raw[:400])
+    lpv = lp["token_logprobs"] if lp else []
+    ok("completions logprobs are not placeholders", any(v < -1e-6 for v in lpv), lpv)
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, echo=True))
+    ok("completions echo prepends the prompt", st == 200 and j["choices"][0]["text"] == "Once upon a time" + full_text, raw)
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, max_tokens=10 ** 9))
+    ok("huge max_tokens is clamped to the context", st == 200 and j["usage"]["total_tokens"] <= 4096, raw[:300])
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, max_tokens=0))
+    ok("max_tokens 0 -> empty completion", st == 200 and j["usage"]["completion_tokens"] == 0, raw)
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, unknown_field={"x": 1}, user="u1", best_of=1))
+    ok("unknown fields are ignored", st == 200, raw)
+    st, _, j, raw = jreq("POST", "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0})
+    ok("prompt as token ids", st == 200 and j["usage"]["prompt_tokens"] == 3, raw)
+    st, _, j, raw = jreq("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 6, "temperature": 0.9, "seed": 42, "top_p": 0.9})
+    st2, _, j2, _ = jreq("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 6, "temperature": 0.9, "seed": 42, "top_p": 0.9})
+    ok("seeded sampling is reproducible", st == 200 and st2 == 200 and j["choices"][0]["text"] == j2["choices"][0]["text"], (raw, j2))
+
+    # stop strings: cut at the first occurrence, never emitted (also when streamed)
+    long = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+    st, _, j, _ = jreq("POST", "/v1/completions", long)
+    text = j["choices"][0]["text"]
+    stop = None
+    for k in range(2, max(2, len(text) - 3)):
+        cand = text[k:k + 2]
+        if cand.strip() and "\ufffd" not in cand and text.find(cand) == k:
+            stop = cand
+            break
+    if stop:
+        want = text[:text.find(stop)]
+        st, _, j, raw = jreq("POST", "/v1/completions", dict(long, stop=stop))
+        ok("stop string: text cut before it, finish_reason stop", st == 200 and j["choices"][0]["text"] == want and
+           j["choices"][0]["finish_reason"] == "stop", (stop, want, raw))
+        st, _, j, raw = jreq("POST", "/v1/completions", dict(long, stop=["\u2603\u2603", stop]))
+        ok("stop list", st == 200 and j["choices"][0]["text"] == want, raw)
+        st, _, ev = sse("/v1/completions", dict(long, stop=[stop], stream=True))
+        ok("stop string in a stream: never emitted", stream_text(ev, False) == want and ev[-1] == "[DONE]", (stream_text(ev, False), want))
+    else:
+        ok("stop string (no usable text from this model)", False, text)
+
+    # ---- OpenAI: chat ----
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}],
+            "max_tokens": 10, "temperature": 0}
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", chat)
+    ok("chat non-stream", st == 200 and j["object"] == "chat.completion" and j["id"].startswith("chatcmpl-") and
+       j["choices"][0]["message"]["role"] == "assistant" and isinstance(j["choices"][0]["message"]["content"], str), raw)
+    ctext = j["choices"][0]["message"]["content"]
+    cusage = j["usage"]
+    st, _, ev = sse("/v1/chat/completions", dict(chat, stream=True, stream_options={"include_usage": True}))
+    first = json.loads(ev[0])
+    ok("chat stream opens with the assistant role", first["object"] == "chat.completion.chunk" and first["choices"][0]["delta"].get("role") == "assistant", ev[0])
+    ok("chat stream text == non-stream text", stream_text(ev, True) == ctext, (stream_text(ev, True), ctext))
+    uchunk = json.loads(ev[-2])
+    fchunk = json.loads(ev[-3])
+    ok("chat stream: finish chunk, usage chunk, [DONE]", ev[-1] == "[DONE]" and ev.count("[DONE]") == 1 and
+       fchunk["choices"][0]["finish_reason"] in ("stop", "length") and uchunk["choices"] == [] and uchunk["usage"] == cusage,
+       ev[-3:])
+    st, _, ev = sse("/v1/chat/completions", dict(chat, stream=True))
+    ok("chat stream without include_usage has no usage chunk", all("usage" not in json.loads(e) for e in ev[:-1]), ev[-2:])
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=3))
+    cl = j["choices"][0]["logprobs"]["content"] if st == 200 else []
+    good = st == 200 and len(cl) == j["usage"]["completion_tokens"] and len(cl) > 0
+    for e in cl:
+        good = good and e["logprob"] <= 0 and len(e["top_logprobs"]) == 3 and abs(e["top_logprobs"][0]["logprob"] - e["logprob"]) < 1e-4 \
+            and isinstance(e["bytes"], list)
+    ok("chat logprobs + top_logprobs: real values", good, raw[:400])
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, max_completion_tokens=2))
+    ok("max_completion_tokens", st == 200 and j["usage"]["completion_tokens"] <= 2, raw)
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 2})
+    ok("chat content as text parts", st == 200, raw)
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, response_format={"type": "text"}, tools=[], frequency_penalty=0.5, presence_penalty=-0.5))
+    ok("response_format text, empty tools, penalties accepted", st == 200, raw)
+
+    expect_error("n=2 -> 400", "POST", "/v1/chat/completions", dict(chat, n=2), contains="n>1")
+    expect_error("n=0 -> 400", "POST", "/v1/completions", dict(base, n=0))
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    expect_error("tools -> 400 naming constrained decoding", "POST", "/v1/chat/completions", dict(chat, tools=tool), contains="constrained decoding")
+    expect_error("response_format json_object -> 400 naming constrained decoding", "POST", "/v1/chat/completions",
+                 dict(chat, response_format={"type": "json_object"}), contains="constrained decoding")
+    expect_error("unknown role -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, contains="role")
+    expect_error("tool role -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, contains="tool")
+    expect_error("empty messages -> 400", "POST", "/v1/chat/completions", {"messages": []}, contains="empty")
+    expect_error("missing messages -> 400", "POST", "/v1/chat/completions", {"max_tokens": 3}, contains="messages")
+    expect_error("messages wrong type -> 400", "POST", "/v1/chat/completions", {"messages": "hi"}, contains="messages")
+    expect_error("message content missing -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "user"}]}, contains="content")
+    expect_error("message content wrong type -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]})
+    expect_error("empty prompt -> 400", "POST", "/v1/completions", {"prompt": ""}, contains="empty")
+    expect_error("missing prompt -> 400", "POST", "/v1/completions", {"max_tokens": 2}, contains="prompt")
+    expect_error("batched prompts -> 400", "POST", "/v1/completions", {"prompt": ["a", "b"]}, contains="batched")
+    expect_error("prompt token id out of range -> 400", "POST", "/v1/completions", {"prompt": [1, vocab + 1]})
+    expect_error("negative max_tokens -> 400", "POST", "/v1/completions", dict(base, max_tokens=-1), contains="max_tokens")
+    expect_error("max_tokens wrong type -> 400", "POST", "/v1/completions", dict(base, max_tokens="10"), contains="max_tokens")
+    expect_error("fractional max_tokens -> 400", "POST", "/v1/completions", dict(base, max_tokens=2.5), contains="max_tokens")
+    expect_error("temperature out of range -> 400", "POST", "/v1/completions", dict(base, temperature=5), contains="temperature")
+    expect_error("negative temperature -> 400", "POST", "/v1/completions", dict(base, temperature=-0.5), contains="temperature")
+    expect_error("temperature wrong type -> 400", "POST", "/v1/completions", dict(base, temperature="hot"), contains="temperature")
+    expect_error("top_p out of range -> 400", "POST", "/v1/completions", dict(base, top_p=1.5), contains="top_p")
+    expect_error("frequency_penalty out of range -> 400", "POST", "/v1/completions", dict(base, frequency_penalty=3), contains="frequency_penalty")
+    expect_error("stop wrong type -> 400", "POST", "/v1/completions", dict(base, stop=7), contains="stop")
+    expect_error("stream wrong type -> 400", "POST", "/v1/completions", dict(base, stream="yes"), contains="stream")
+    expect_error("logprobs over 5 -> 400", "POST", "/v1/completions", dict(base, logprobs=9), contains="logprobs")
+    expect_error("top_logprobs without logprobs -> 400", "POST", "/v1/chat/completions", dict(chat, top_logprobs=2), contains="logprobs")
+    expect_error("unknown model -> 404", "POST", "/v1/completions", dict(base, model="gpt-9"), status=404, contains="not found")
+    expect_error("prompt longer than the context -> 400", "POST", "/v1/completions", {"prompt": "hello " * 6000}, contains="context")
+    expect_error("echo with stream -> 400", "POST", "/v1/completions", dict(base, echo=True, stream=True), contains="echo")
+
+    # ---- embeddings ----
+    st, _, j, raw = jreq("POST", "/v1/embeddings", {"input": ["hello", "world"], "model": model_id})
+    ok("embeddings list", st == 200 and j["object"] == "list" and len(j["data"]) == 2 and len(j["data"][0]["embedding"]) == hidden and j["usage"]["prompt_tokens"] > 0, raw[:200])
+    st, _, j, raw = jreq("POST", "/v1/embeddings", {"input": "hello", "encoding_format": "base64"})
+    ok("embeddings base64", st == 200 and isinstance(j["data"][0]["embedding"], str) and len(j["data"][0]["embedding"]) == (hidden * 4 + 2) // 3 * 4, raw[:200])
+    expect_error("embeddings empty input -> 400", "POST", "/v1/embeddings", {"input": ""}, contains="empty")
+    expect_error("embeddings missing input -> 400", "POST", "/v1/embeddings", {}, contains="input")
+    expect_error("embeddings bad format -> 400", "POST", "/v1/embeddings", {"input": "x", "encoding_format": "hex"})
+
+    # ---- concurrency must not change answers ----
+    bodies = {"infer": [], "complete": [], "describe": []}
+    errors = []
+
+    def worker(kind):
+        try:
+            if kind == "infer":
+                st, _, d = req("POST", "/v1/infer", {"prompt": "The capital of France is", "top": 5})
+            elif kind == "complete":
+                st, _, d = req("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+            else:
+                st, _, d = req("GET", "/v1/describe?entity=France")
+            bodies[kind].append((st, json.dumps(strip_volatile(json.loads(d)), sort_keys=True)))
+        except Exception as e:  # noqa
+            errors.append(repr(e))
+    ths = [threading.Thread(target=worker, args=(k,)) for k in ["infer"] * 100 + ["complete"] * 30 + ["describe"] * 30]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    ok("160 concurrent requests all answered", not errors and sum(len(v) for v in bodies.values()) == 160, errors[:3])
+    for k, v in bodies.items():
+        ok("concurrent %s bodies byte-identical (%d)" % (k, len(v)), len(set(v)) == 1 and v and v[0][0] in (200, 503), set(v) if len(set(v)) < 4 else len(set(v)))
+
+    # ---- slow and idle clients ----
+    s = socket.create_connection((HOST, PORT))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
+    closed = False
+    t0 = time.time()
+    while time.time() - t0 < 15:
+        try:
+            s.sendall(b" ")
+            s.settimeout(0.5)
+            if s.recv(1) == b"":
+                closed = True
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            closed = True
+            break
+    s.close()
+    ok("slow client sending a byte at a time is dropped at the request deadline", closed)
+    st, _, j, _ = jreq("GET", "/v1/health")
+    ok("server still serving after the slow client", st == 200)
+    socks = []
+    try:
+        for _ in range(200):
+            socks.append(socket.create_connection((HOST, PORT), timeout=5))
+        st, _, j, _ = jreq("GET", "/v1/health")
+        ok("200 idle connections open: still serving", st == 200)
+        st, _, j, _ = jreq("POST", "/v1/completions", dict(base, max_tokens=2))
+        ok("200 idle connections open: generation still works", st == 200)
+    except OSError as e:
+        ok("200 idle connections open", False, e)
+    for x in socks:
+        x.close()
+    # a client that closes the socket right after sending a streaming request
+    s = socket.create_connection((HOST, PORT))
+    b = json.dumps(dict(base, stream=True, max_tokens=50)).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+    s.close()
+    st, _, j, _ = jreq("GET", "/v1/health")
+    ok("server fine after a client vanished mid-request", st == 200)
+
+    # ---- metrics after traffic ----
+    st, hd, _, raw = jreq("GET", "/metrics")
+    text = raw.decode()
+    ok("metrics: Prometheus text with route/status counters", st == 200 and hd.get("content-type", "").startswith("text/plain") and
+       'larql_requests_total{route="/v1/completions",status="200"}' in text and 'status="400"' in text and
+       "larql_generated_tokens_total" in text and "larql_decode_tokens_per_second" in text, text[:300])
+    st, _, j, raw = jreq("GET", "/v1/runtime")
+    ok("runtime: kernels, threads, load time, measured tok/s (not zero after BitNet traffic)", st == 200 and j["kernels"] and j["threads"] >= 1 and
+       j["decode_tokens_per_second"] > 0 and j["prefill_tokens_per_second"] > 0 and "kv_bytes_in_use" in j, raw)
+    st, _, j, raw = jreq("GET", "/v1/stats")
+    ok("stats counters moved", j["generated_tokens"] > 0 and j["prompt_tokens"] > 0 and j["errors"] > 0, raw[:300])
+
+
+def vindex_tests(cli_describe, cli_walk):
+    """a server on a vindex directory: browse routes, same JSON as the CLI's --json"""
+    q = "/v1/describe?entity=France&band=all&min_score=0&limit=10"
+    st, _, j, raw = jreq("GET", q)
+    ok("vindex describe 200", st == 200 and "edges" in j and j["entity"] == "France", raw[:300])
+    ok("vindex describe has edges (min_score 0)", st == 200 and len(j["edges"]) > 0, raw[:300])
+    cli = json.load(open(cli_describe))
+    ok("describe body == CLI describe --json (latency aside)", strip_volatile(j) == strip_volatile(cli), (raw[:300], cli))
+    st, _, j, raw = jreq("GET", "/v1/walk?prompt=The%20capital%20of%20France&top=3")
+    ok("vindex walk == CLI walk --json (latency aside)", st == 200 and strip_volatile(j) == strip_volatile(json.load(open(cli_walk))), raw[:300])
+    st, _, j, raw = jreq("POST", "/v1/select", {"limit": 5, "order_by": "c_score"})
+    ok("vindex select", st == 200 and "edges" in j and "total" in j and len(j["edges"]) <= 5, raw[:300])
+    st, _, j, raw = jreq("GET", "/v1/relations")
+    ok("vindex relations", st == 200 and "relations" in j and "probe_relations" in j, raw[:300])
+    st, _, j, raw = jreq("GET", "/v1/stats")
+    ok("vindex stats: LARQL fields + counters", st == 200 and j.get("layers") and j.get("features") and "loaded" in j and "requests_served" in j, raw[:400])
+    st, _, j, raw = jreq("GET", "/v1/models")
+    ok("vindex models: features > 0", st == 200 and j["data"][0]["features"] > 0, raw)
+    st, _, j, raw = jreq("GET", "/v1/token/encode?text=France")
+    ok("vindex tokenizer routes", st == 200 and j["token_ids"], raw)
+    expect_error("describe bad band -> 400", "GET", "/v1/describe?entity=France&band=middle")
+    expect_error("describe bad limit -> 400", "GET", "/v1/describe?entity=France&limit=-3", contains="limit")
+    expect_error("describe non-numeric min_score -> 400", "GET", "/v1/describe?entity=France&min_score=abc", contains="min_score")
+    expect_error("describe bad verbose -> 400", "GET", "/v1/describe?entity=France&verbose=maybe", contains="verbose")
+    expect_error("walk empty prompt -> 400", "GET", "/v1/walk?prompt=")
+    expect_error("select wrong type -> 400", "POST", "/v1/select", {"layer": "two"}, contains="layer")
+    expect_error("select layer out of range -> 400", "POST", "/v1/select", {"layer": 4000})
+    bodies, errors = [], []
+
+    def worker():
+        try:
+            st, _, d = req("GET", q)
+            bodies.append((st, json.dumps(strip_volatile(json.loads(d)), sort_keys=True)))
+        except Exception as e:  # noqa
+            errors.append(repr(e))
+    ths = [threading.Thread(target=worker) for _ in range(100)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    ok("100 concurrent describe: byte-identical 200 bodies", not errors and len(bodies) == 100 and len(set(bodies)) == 1 and bodies[0][0] == 200,
+       errors[:2] or len(set(bodies)))
+
+
+def guarded_tests():
+    global KEY
+    good_key = KEY
+    KEY = None
+    st, _, j, _ = jreq("GET", "/v1/health")
+    ok("auth: health needs no key", st == 200)
+    expect_error("auth: no key -> 401", "GET", "/v1/models", status=401)
+    expect_error("auth: wrong key -> 401", "POST", "/v1/completions", {"prompt": "x"}, status=401, headers={"Authorization": "Bearer wrong"})
+    expect_error("auth: key of another length -> 401", "GET", "/v1/stats", status=401, headers={"Authorization": "Bearer " + good_key + "x"})
+    expect_error("auth: not a bearer -> 401", "GET", "/v1/stats", status=401, headers={"Authorization": "Basic " + good_key})
+    KEY = good_key
+    st, hd, j, _ = jreq("GET", "/v1/models")
+    ok("auth: right key -> 200", st == 200)
+    ok("CORS header on responses", hd.get("access-control-allow-origin") == "*", hd)
+    st, hd, _ = req("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://x", "Access-Control-Request-Method": "POST"})
+    ok("CORS preflight 204", st == 204 and "POST" in hd.get("access-control-allow-methods", "") and "Authorization" in hd.get("access-control-allow-headers", ""), (st, hd))
+
+    # a long stream holds the only slot (--max-concurrent 1): the next request gets 503 + Retry-After
+    s = socket.create_connection((HOST, PORT))
+    b = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story"}], "max_tokens": 3000,
+                    "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (KEY.encode(), len(b), b))
+    s.settimeout(30)
+    got = b""
+    while got.count(b"data: ") < 3:
+        d = s.recv(4096)
+        if not d:
+            break
+        got += d
+    ok("long stream started", b"200 OK" in got and got.count(b"data: ") >= 3, got[:200])
+    st, hd, j = expect_error("over --max-concurrent -> 503", "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, status=503, contains="busy")
+    ok("503 carries Retry-After", hd.get("retry-after", "").isdigit(), hd)
+    st, _, j, _ = jreq("GET", "/v1/health")
+    ok("health is not gated by --max-concurrent", st == 200)
+    st, _, j, _ = jreq("GET", "/v1/runtime")
+    ok("runtime shows the active stream and its session", st == 200 and j["active_streams"] == 1 and j["active_sessions"] == 1 and j["kv_bytes_in_use"] > 0, j)
+    s.close()  # the client goes away mid-stream
+    freed = False
+    for _ in range(100):
+        st, _, j, _ = jreq("GET", "/v1/runtime")
+        if j["active_streams"] == 0 and j["active_sessions"] == 0 and j["active_requests"] == 0:
+            freed = True
+            break
+        time.sleep(0.1)
+    ok("client closing mid-stream frees the stream, its session and its slot", freed, j)
+    st, _, j, _ = jreq("GET", "/v1/stats")
+    ok("the abandoned stream was cancelled (not run to the end)", j["streams_canceled"] == 1 and j["generated_tokens"] < 3000, j)
+    st, _, j, raw = jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    ok("slot available again after the disconnect", st == 200, raw)
+
+
+if __name__ == "__main__":
+    mode, PORT = sys.argv[1], int(sys.argv[2])
+    if mode == "guarded":
+        KEY = sys.argv[3]
+        guarded_tests()
+    elif mode == "vindex":
+        vindex_tests(sys.argv[3], sys.argv[4])
+    else:
+        main_tests()
+    sys.exit(1 if FAILS else 0)
