@@ -36,7 +36,10 @@ typedef struct lq_dense_mat {
  * x ≈ q * inv_scale) and *sum = Σ q (SIMD kernels use it for the unsigned-code trick). */
 typedef void (*lq_quant_i8_fn)(const float *x, int64_t n, int8_t *q, float *inv_scale, int32_t *sum);
 
-/* Y[t][r] = w->scale * inv_scale[t] * Σ_c trit(r,c) * xq[t][c]   (exact integer dot) */
+/* Y[t][r] = w->scale * inv_scale[t] * Σ_c trit(r,c) * xq[t][c]   (exact integer dot)
+ * Every set computes the float as (float)dot * (inv_scale[t] * w->scale), so results are
+ * bit-identical across sets. SIMD sets use xsum[t] (= Σ_c xq[t][c], from quant_i8) and
+ * assume codes are 0..2 (code 3, never written, reads as 0 only in the scalar reference). */
 typedef void (*lq_i2s_i8_fn)(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
                              const float *inv_scale, const int32_t *xsum, int T,
                              float *y, size_t ldy, int64_t r0, int64_t r1);

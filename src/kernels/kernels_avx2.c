@@ -95,11 +95,10 @@ AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, 
         for (int t = 0; t < TT; t++)
             acc[r][t] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nblk; b++) {
-        if (pf) { /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-            _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
-            if (R > 2)
-                _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
-        }
+        /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
+        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        if (R > 2)
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32));
@@ -138,8 +137,8 @@ static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
             const int TT = T - t < 2 ? T - t : 2;
             int32_t dots[4][2];
             const int8_t *xt = xq + (size_t)t * ldx;
-            /* software prefetch on the first token pair only: see kernels_avx512.c */
-            const uint8_t *pf = t == 0 ? wr + LQ_I2S_PF_BYTES : NULL;
+            /* software prefetch of the group LQ_I2S_PF_BYTES ahead: see kernels_avx512.c */
+            const uint8_t *pf = wr + LQ_I2S_PF_BYTES;
             switch (R * 2 + TT) { /* constant tile shapes, fully unrolled */
             case 3: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 1, pf, dots); break;
             case 4: i2s_tile_avx2(wr, rb, xt, ldx, nblk, 1, 2, pf, dots); break;

@@ -8,6 +8,14 @@
  * lq_i2s_i8_out as in the reference, so outputs are bit-identical to it. Code 3 is assumed
  * absent (see kernels_internal.h).
  *
+ * Decode (1-2 tokens per tile) uses a cheaper unpack, since there the unpack is not
+ * amortised over tokens: no shifts at all, only masks. With the block broadcast to both
+ * halves, mask [0xC0 | 0x30] leaves 64*code in the low half (elements 0..31) and 16*code in
+ * the high half (32..63), mask [0x0C | 0x03] gives 4*code (64..95) and code (96..127). dpbusd
+ * lanes never mix halves, so each half accumulates a known power-of-two multiple of its dot;
+ * a per-lane arithmetic shift (exact: every term is a multiple) removes it before the final
+ * sum. Bound: a lane gains <= 4*2*64*128 = 2^16 per block, so cols < 2^22 keeps int32 exact.
+ *
  * Tiles of up to 4 rows x 4 tokens (16 accumulators + 8 activation registers + 2 code
  * registers + constants <= 32 zmm): per block, the activations of the 4 tokens are loaded
  * once and serve 4 rows; each row's codes are unpacked once and serve 4 tokens. Rows are
@@ -21,6 +29,11 @@
 #include "larql/gguf.h"
 
 #define AI static inline __attribute__((always_inline))
+
+/* acc += dpbusd(codes u8, x s8). Inline asm rather than _mm512_dpbusd_epi32: GCC 12 copies
+ * every accumulator through a spare register around the intrinsic in these loops (one extra
+ * move per dpbusd), which cost ~25% at T=1; the asm pins the accumulator in place. */
+#define DPBUSD(acc, codes, x) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(x))
 
 /* ---- quant_i8 ------------------------------------------------------------------------ */
 
@@ -69,11 +82,10 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
         for (int t = 0; t < TT; t++)
             acc[r][t] = _mm512_setzero_si512();
     for (int64_t b = 0; b < nblk; b++) {
-        if (pf) { /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-            _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
-            if (R > 2)
-                _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
-        }
+        /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
+        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        if (R > 2)
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
         __m512i xa[4], xb[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
@@ -88,8 +100,8 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
             __m512i cb = _mm512_and_si512(_mm512_srlv_epi16(v, sh_b), m3); /* 64..127 */
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) {
-                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], ca, xa[t]);
-                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], cb, xb[t]);
+                DPBUSD(acc[r][t], ca, xa[t]);
+                DPBUSD(acc[r][t], cb, xb[t]);
             }
         }
     }
@@ -100,9 +112,56 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
             dots[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
+/* Decode tile (see the header comment): R <= 4 rows, TT <= 2 tokens, mask-only unpack. */
+AI void i2s_tile_mask_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
+                             int64_t nblk, int R, int TT, const uint8_t *pf, int32_t dots[4][4])
+{
+    const __m512i mk_a = _mm512_inserti64x4(_mm512_set1_epi8((char)0xC0), _mm256_set1_epi8(0x30), 1);
+    const __m512i mk_b = _mm512_inserti64x4(_mm512_set1_epi8(0x0C), _mm256_set1_epi8(0x03), 1);
+    __m512i acc_a[4][2], acc_b[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++)
+            acc_a[r][t] = acc_b[r][t] = _mm512_setzero_si512();
+    for (int64_t b = 0; b < nblk; b++) {
+        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        if (R > 2)
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+        __m512i xa[2], xb[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            const int8_t *xp = x + (size_t)t * ldx + b * 128;
+            xa[t] = _mm512_loadu_si512(xp);
+            xb[t] = _mm512_loadu_si512(xp + 64);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32)));
+            __m512i ca = _mm512_and_si512(v, mk_a), cb = _mm512_and_si512(v, mk_b);
+#pragma GCC unroll 2
+            for (int t = 0; t < TT; t++) {
+                DPBUSD(acc_a[r][t], ca, xa[t]);
+                DPBUSD(acc_b[r][t], cb, xb[t]);
+            }
+        }
+    }
+    const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi32(6), _mm256_set1_epi32(4), 1);
+    const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(0), 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++)
+            dots[r][t] = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_srav_epi32(acc_a[r][t], sh_a),
+                                                                  _mm512_srav_epi32(acc_b[r][t], sh_b)));
+}
+
 #define TILE(R, TT)                                                                        \
     case (R) * 8 + (TT):                                                                   \
-        i2s_tile_avx512(wr, rb, xt, ldx, nblk, R, TT, pf, dots);                               \
+        if ((TT) <= 2)                                                                     \
+            i2s_tile_mask_avx512(wr, rb, xt, ldx, nblk, R, (TT) <= 2 ? (TT) : 2, pf, dots); \
+        else                                                                               \
+            i2s_tile_avx512(wr, rb, xt, ldx, nblk, R, TT, pf, dots);                       \
         break
 
 static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
@@ -118,10 +177,11 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
             const int TT = T - t < 4 ? T - t : 4;
             int32_t dots[4][4];
             const int8_t *xt = xq + (size_t)t * ldx;
-            /* software prefetch on the first token group only (later groups hit L1): a
-             * 4-row tile reads 4 short interleaved streams (cols/4 bytes each), which the
-             * hardware prefetchers do not follow well enough to saturate DRAM */
-            const uint8_t *pf = t == 0 ? wr + LQ_I2S_PF_BYTES : NULL;
+            /* software prefetch: a 4-row tile reads 4 short interleaved streams (cols/4
+             * bytes each), which the hardware prefetchers do not follow well enough to
+             * saturate DRAM. Later token groups repeat it (cheap hits; an unconditional
+             * prefetch keeps the inner loop free of branches) */
+            const uint8_t *pf = wr + LQ_I2S_PF_BYTES;
             switch (R * 8 + TT) { /* constant tile shapes, fully unrolled */
                 TILE(1, 1); TILE(1, 2); TILE(1, 3); TILE(1, 4);
                 TILE(2, 1); TILE(2, 2); TILE(2, 3); TILE(2, 4);
