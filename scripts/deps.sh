@@ -1,11 +1,16 @@
 #!/bin/sh
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
+# Node.js and npm are only needed by the tests that drive the server with the official
+# openai npm client; a machine that already has node keeps its own.
 set -e
 PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
 missing=""
 for p in $PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
+if [ "${1:-}" = "--with-node" ] && ! command -v npm >/dev/null 2>&1; then
+    missing="$missing nodejs npm"
+fi
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
