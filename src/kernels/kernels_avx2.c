@@ -96,9 +96,9 @@ AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, 
             acc[r][t] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nblk; b++) {
         /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf + b * R * 32), LQ_I2S_PF_HINT);
         if (R > 2)
-            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), LQ_I2S_PF_HINT);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32));
