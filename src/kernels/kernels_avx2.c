@@ -96,9 +96,9 @@ AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, 
             acc[r][t] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nblk; b++) {
         /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf + b * R * 32), LQ_I2S_PF_HINT);
         if (R > 2)
-            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), LQ_I2S_PF_HINT);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32));
@@ -130,8 +130,9 @@ static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
 {
     const size_t rb = (size_t)(w->cols / 4);
     const int64_t nblk = w->cols / 128;
-    for (int64_t r = r0; r < r1; r += 4) {
-        const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
+    const int rstep = T == 1 ? LQ_I2S_DECODE_ROWS : 4; /* see kernels_avx512.c */
+    for (int64_t r = r0; r < r1; r += rstep) {
+        const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;
         const uint8_t *wr = w->data + (size_t)r * rb;
         for (int t = 0; t < T; t += 2) {
             const int TT = T - t < 2 ? T - t : 2;

@@ -83,9 +83,9 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
             acc[r][t] = _mm512_setzero_si512();
     for (int64_t b = 0; b < nblk; b++) {
         /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf + b * R * 32), LQ_I2S_PF_HINT);
         if (R > 2)
-            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + b * R * 32 + 64), LQ_I2S_PF_HINT);
         __m512i xa[4], xb[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
@@ -112,49 +112,73 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
             dots[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
 }
 
-/* Decode tile (see the header comment): R <= 4 rows, TT <= 2 tokens, mask-only unpack. */
+/* One block of the mask tile into accumulator set p (see i2s_tile_mask_avx512). */
+#define MASK_BLOCK(b, p)                                                                   \
+    do {                                                                                   \
+        _mm_prefetch((const char *)(pf + (b) * R * 32), LQ_I2S_PF_HINT);                   \
+        if (R > 2)                                                                         \
+            _mm_prefetch((const char *)(pf + (b) * R * 32 + 64), LQ_I2S_PF_HINT);          \
+        __m512i xa[2], xb[2];                                                              \
+        _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                              \
+        {                                                                                  \
+            const int8_t *xp = x + (size_t)t * ldx + (b) * 128;                           \
+            xa[t] = _mm512_loadu_si512(xp);                                                \
+            xb[t] = _mm512_loadu_si512(xp + 64);                                           \
+        }                                                                                  \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                               \
+        {                                                                                  \
+            __m512i v = _mm512_broadcast_i64x4(                                            \
+                _mm256_loadu_si256((const __m256i *)(w + r * rb + (b) * 32)));             \
+            __m512i ca = _mm512_and_si512(v, mk_a), cb = _mm512_and_si512(v, mk_b);        \
+            _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                          \
+            {                                                                              \
+                DPBUSD(acc_a[r][t][p], ca, xa[t]);                                         \
+                DPBUSD(acc_b[r][t][p], cb, xb[t]);                                         \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+/* Decode tile (see the header comment): R <= 4 rows, TT <= 2 tokens, mask-only unpack. With
+ * few rows x tokens there are too few independent vpdpbusd chains to hide its latency, so
+ * then even and odd blocks accumulate separately (NP = 2). */
 AI void i2s_tile_mask_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
                              int64_t nblk, int R, int TT, const uint8_t *pf, int32_t dots[4][4])
 {
+    const int NP = R * TT <= 2 ? 2 : 1;
     const __m512i mk_a = _mm512_inserti64x4(_mm512_set1_epi8((char)0xC0), _mm256_set1_epi8(0x30), 1);
     const __m512i mk_b = _mm512_inserti64x4(_mm512_set1_epi8(0x0C), _mm256_set1_epi8(0x03), 1);
-    __m512i acc_a[4][2], acc_b[4][2];
+    __m512i acc_a[4][2][2], acc_b[4][2][2]; /* [row][token][block parity] */
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
         for (int t = 0; t < TT; t++)
-            acc_a[r][t] = acc_b[r][t] = _mm512_setzero_si512();
-    for (int64_t b = 0; b < nblk; b++) {
-        _mm_prefetch((const char *)(pf + b * R * 32), _MM_HINT_T0);
-        if (R > 2)
-            _mm_prefetch((const char *)(pf + b * R * 32 + 64), _MM_HINT_T0);
-        __m512i xa[2], xb[2];
 #pragma GCC unroll 2
-        for (int t = 0; t < TT; t++) {
-            const int8_t *xp = x + (size_t)t * ldx + b * 128;
-            xa[t] = _mm512_loadu_si512(xp);
-            xb[t] = _mm512_loadu_si512(xp + 64);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32)));
-            __m512i ca = _mm512_and_si512(v, mk_a), cb = _mm512_and_si512(v, mk_b);
+            for (int p = 0; p < NP; p++)
+                acc_a[r][t][p] = acc_b[r][t][p] = _mm512_setzero_si512();
+    int64_t b = 0;
+    for (; b + NP <= nblk; b += NP) {
 #pragma GCC unroll 2
-            for (int t = 0; t < TT; t++) {
-                DPBUSD(acc_a[r][t], ca, xa[t]);
-                DPBUSD(acc_b[r][t], cb, xb[t]);
-            }
-        }
+        for (int p = 0; p < NP; p++)
+            MASK_BLOCK(b + p, p);
     }
+    for (; b < nblk; b++)
+        MASK_BLOCK(b, 0);
     const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi32(6), _mm256_set1_epi32(4), 1);
     const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(0), 1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
-        for (int t = 0; t < TT; t++)
-            dots[r][t] = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_srav_epi32(acc_a[r][t], sh_a),
-                                                                  _mm512_srav_epi32(acc_b[r][t], sh_b)));
+        for (int t = 0; t < TT; t++) {
+            __m512i a = acc_a[r][t][0], c = acc_b[r][t][0];
+            if (NP == 2) {
+                a = _mm512_add_epi32(a, acc_a[r][t][1]);
+                c = _mm512_add_epi32(c, acc_b[r][t][1]);
+            }
+            dots[r][t] = _mm512_reduce_add_epi32(
+                _mm512_add_epi32(_mm512_srav_epi32(a, sh_a), _mm512_srav_epi32(c, sh_b)));
+        }
 }
+#undef MASK_BLOCK
 
 #define TILE(R, TT)                                                                        \
     case (R) * 8 + (TT):                                                                   \
@@ -170,8 +194,12 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
 {
     const size_t rb = (size_t)(w->cols / 4);
     const int64_t nblk = w->cols / 128;
-    for (int64_t r = r0; r < r1; r += 4) {
-        const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
+    /* decode (T == 1) streams best in 2-row tiles (measured: 4 interleaved short row streams
+     * reach ~75% of DRAM bandwidth, 2 reach ~85%); prefill is compute bound and wants 4 rows
+     * to amortise the activation loads */
+    const int rstep = T == 1 ? LQ_I2S_DECODE_ROWS : 4;
+    for (int64_t r = r0; r < r1; r += rstep) {
+        const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;
         const uint8_t *wr = w->data + (size_t)r * rb;
         for (int t = 0; t < T; t += 4) {
             const int TT = T - t < 4 ? T - t : 4;
