@@ -120,6 +120,10 @@ typedef struct lq_scratch {
     int32_t *xsum;   /* [B] Σ q of each row */
     float *lm_tile;  /* [n_threads, B * LQ_LM_TILE] lm_head output tiles */
     int n_threads;
+    /* NULL (lq_scratch_init's default), or [n_layer, n_embd] set by the caller: lq_forward
+     * copies the last row's residual stream after each layer's FFN add into it (the vindex
+     * walk mode's residual capture; it reads, never changes, the computation). */
+    float *capture;
 } lq_scratch;
 
 #define LQ_LM_TILE 64

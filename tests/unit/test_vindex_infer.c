@@ -332,11 +332,198 @@ static void test_bad(void)
     expect_open_fails(d, LQ_EUNSUPPORTED, "no bitnet_layout");
 }
 
+/* ---- infer ---- */
+
+static json_t *infer_body(lq_model *m, const char *prompt, const char *mode, int top,
+                          const lq_knn_store *ks)
+{
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    p.prompt = prompt;
+    p.mode = mode;
+    p.top = top;
+    p.knn = ks;
+    char *body = NULL;
+    lq_err err = {0};
+    int rc = lq_infer_json(m, &p, &body, &err);
+    CHECK_MSG(rc == 0, "infer %s: %s", mode, err.msg);
+    json_error_t je;
+    json_t *j = rc ? NULL : json_loads(body, 0, &je);
+    CHECK_MSG(rc || j, "infer %s: body is not JSON: %s", mode, body);
+    free(body);
+    return j;
+}
+
+static int keys_are(const json_t *o, const char *const *keys, size_t n)
+{
+    if (!json_is_object(o) || json_object_size(o) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!json_object_get(o, keys[i]))
+            return 0;
+    return 1;
+}
+
+static int rounded4(const json_t *preds)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(preds, i, x) {
+        double p = json_number_value(json_object_get(x, "probability"));
+        if (fabs(p * 1e4 - round(p * 1e4)) > 1e-6 || !json_is_string(json_object_get(x, "token")))
+            return 0;
+    }
+    return 1;
+}
+
+static void test_infer(void)
+{
+    char g[4400], d[4400], ddo[4400];
+    lq_err err = {0};
+    snprintf(g, sizeof g, "%s/inf.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/inf-v", harness_tmpdir());
+    snprintf(ddo, sizeof ddo, "%s/inf-do", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.seed = 21;
+    if (lq_fixture_write(&o, g, &err) || build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) ||
+        build(g, ddo, 0, 1, 0, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    lq_model *m = NULL, *mdo = NULL, *mg = NULL;
+    lq_model_opts mo = {.n_threads = 2};
+    if (lq_model_open(d, &mo, &m, &err) || lq_model_open(ddo, &mo, &mdo, &err) ||
+        lq_model_open(g, &mo, &mg, &err)) {
+        CHECK_MSG(0, "open: %s", err.msg);
+        goto out;
+    }
+    CHECK(lq_vindex_of_model(m) != NULL && lq_vindex_of_model(mg) == NULL);
+    const char *prompt = "the model reads";
+    /* walk (empty store) == dense, field sets as LARQL's */
+    json_t *w = infer_body(m, prompt, "walk", 5, NULL), *dn = infer_body(m, prompt, "dense", 5, NULL);
+    json_t *c = infer_body(m, prompt, "compare", 5, NULL), *u = infer_body(m, prompt, "bogus", 5, NULL);
+    static const char *kw[] = {"prompt", "predictions", "mode", "latency_ms"};
+    static const char *kc[] = {"prompt", "walk", "walk_ms", "dense", "dense_ms", "latency_ms"};
+    static const char *kd[] = {"prompt", "dense", "dense_ms", "latency_ms"};
+    static const char *ku[] = {"prompt", "latency_ms"};
+    if (w && dn && c && u) {
+        CHECK(keys_are(w, kw, 4) && !strcmp(json_string_value(json_object_get(w, "mode")), "walk"));
+        CHECK(keys_are(dn, kw, 4) && !strcmp(json_string_value(json_object_get(dn, "mode")), "bitnet"));
+        CHECK(keys_are(c, kc, 6));
+        CHECK(keys_are(u, ku, 2));
+        CHECK(!strcmp(json_string_value(json_object_get(w, "prompt")), prompt));
+        CHECK_EQ_INT((int)json_array_size(json_object_get(w, "predictions")), 5);
+        CHECK(json_equal(json_object_get(w, "predictions"), json_object_get(dn, "predictions")));
+        CHECK(json_equal(json_object_get(c, "walk"), json_object_get(c, "dense")));
+        CHECK(json_equal(json_object_get(c, "walk"), json_object_get(w, "predictions")));
+        CHECK(rounded4(json_object_get(w, "predictions")));
+        /* sorted by probability, summing to at most 1 */
+        double prev = 2, sum = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(w, "predictions"), i, x) {
+            double p = json_number_value(json_object_get(x, "probability"));
+            CHECK(p <= prev);
+            prev = p;
+            sum += p;
+        }
+        CHECK(sum <= 1.0005);
+    }
+    json_decref(w);
+    json_decref(dn);
+    json_decref(c);
+    json_decref(u);
+    /* the same predictions as the struct API, and as the GGUF (dense; walk coerced) */
+    json_t *gw = infer_body(mg, prompt, "walk", 5, NULL), *vw = infer_body(m, prompt, "dense", 5, NULL);
+    if (gw && vw) {
+        CHECK(!strcmp(json_string_value(json_object_get(gw, "mode")), "bitnet"));
+        CHECK(json_equal(json_object_get(gw, "predictions"), json_object_get(vw, "predictions")));
+    }
+    json_decref(gw);
+    json_decref(vw);
+    /* dense-only coercion: walk -> bitnet, compare -> dense only */
+    json_t *dw = infer_body(mdo, prompt, "walk", 3, NULL), *dc = infer_body(mdo, prompt, "compare", 3, NULL);
+    if (dw && dc) {
+        CHECK(keys_are(dw, kw, 4) && !strcmp(json_string_value(json_object_get(dw, "mode")), "bitnet"));
+        CHECK(keys_are(dc, kd, 4));
+        CHECK_EQ_INT((int)json_array_size(json_object_get(dc, "dense")), 3);
+    }
+    json_decref(dw);
+    json_decref(dc);
+    /* top 0: no predictions */
+    json_t *z = infer_body(m, prompt, "dense", 0, NULL);
+    CHECK(z && json_array_size(json_object_get(z, "predictions")) == 0);
+    json_decref(z);
+    /* bad requests */
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    char *body = NULL;
+    p.prompt = "";
+    CHECK(lq_infer_json(m, &p, &body, &err) == LQ_EINVAL && body == NULL);
+    CHECK_STR_CONTAINS(err.msg, "empty prompt");
+    p.prompt = "x";
+    p.top = -1;
+    CHECK(lq_infer_json(m, &p, &body, &err) == LQ_EINVAL);
+
+    /* KNN override: a key equal to the residual at layer 1 fires there with cosine 1 */
+    const lq_model_info *in = lq_model_get_info(m);
+    float *res = malloc((size_t)in->n_layer * in->n_embd * sizeof *res);
+    lq_knn_store *ks = NULL;
+    CHECK(lq_knn_store_create(in->n_embd, &ks, &err) == 0);
+    CHECK(lq_infer_residuals(m, prompt, res, &err) == 0);
+    /* a key pointing elsewhere does not fire */
+    float *other = malloc((size_t)in->n_embd * sizeof *other);
+    for (int i = 0; i < in->n_embd; i++)
+        other[i] = (i % 2 ? 1.0f : -1.0f) * (float)(1 + i % 5);
+    CHECK(lq_knn_store_add(ks, 0, other, -1, "Nowhere", &err) == 0);
+    json_t *nw = infer_body(m, prompt, "walk", 4, ks);
+    CHECK(nw && !json_object_get(nw, "knn_override"));
+    json_decref(nw);
+    CHECK(lq_knn_store_add(ks, 1, res + in->n_embd, -1, "Paris", &err) == 0);
+    CHECK_EQ_INT((int)lq_knn_store_count(ks), 2);
+    json_t *kw2 = infer_body(m, prompt, "walk", 4, ks), *kd2 = infer_body(m, prompt, "dense", 4, ks);
+    json_t *kc2 = infer_body(m, prompt, "compare", 4, ks);
+    if (kw2 && kd2 && kc2) {
+        json_t *ko = json_object_get(kw2, "knn_override"), *pr = json_object_get(kw2, "predictions");
+        CHECK(ko != NULL);
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "token")), "Paris"));
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(ko, "layer")), 1);
+        CHECK_NEAR(json_number_value(json_object_get(ko, "cosine")), 1.0, 1e-5);
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "source")), "knn_override"));
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "stage")), "post_logits"));
+        CHECK(json_is_false(json_object_get(ko, "materialized")));
+        json_t *dp = json_object_get(kd2, "predictions");
+        CHECK(json_equal(json_object_get(ko, "model_top1"), json_array_get(dp, 0)));
+        CHECK_EQ_INT((int)json_array_size(pr), 4);
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(pr, 0), "token")), "Paris"));
+        CHECK(json_number_value(json_object_get(json_array_get(pr, 0), "probability")) == 1.0);
+        for (size_t i = 1; i < 4; i++)
+            CHECK(json_equal(json_array_get(pr, i), json_array_get(dp, i - 1)));
+        CHECK(!json_object_get(kd2, "knn_override")); /* dense ignores the store */
+        CHECK(json_object_get(kc2, "knn_override") != NULL);
+    }
+    json_decref(kw2);
+    json_decref(kd2);
+    json_decref(kc2);
+    memset(other, 0, (size_t)in->n_embd * sizeof *other);
+    CHECK(lq_knn_store_add(ks, 1, other, -1, "x", &err) == LQ_EINVAL); /* zero key */
+    CHECK(lq_knn_store_add(ks, -1, res, -1, "x", &err) == LQ_ERANGE);
+    free(other);
+    free(res);
+    lq_knn_store_free(ks);
+out:
+    lq_model_close(m);
+    lq_model_close(mdo);
+    lq_model_close(mg);
+}
+
 int main(void)
 {
     RUN(test_repack);
     RUN(test_fixture_equal);
     RUN(test_conformance);
     RUN(test_bad);
+    RUN(test_infer);
     return harness_done();
 }
