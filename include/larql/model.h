@@ -56,7 +56,13 @@ typedef struct lq_model_info {
     double load_ms;
 } lq_model_info;
 
-/* path: a GGUF file (a vindex directory arrives with the vindex module). */
+/* path: a GGUF file, or a vindex directory (holding index.json) built from a BitNet GGUF
+ * with `larql convert gguf-to-vindex --keep-quant --level inference|all` or --dense-only:
+ * embeddings, norms, lm_head and the ternary bitnet/ weights come from its files (the
+ * kernel-layout .i2s files are repacked once at load into the engine's I2_S layout, memory =
+ * their packed size) and the tokenizer from its tokenizer.json. An f32 vindex gives the same
+ * logits as its GGUF. Browse-only and llama vindexes -> LQ_EUNSUPPORTED. lq_model_gguf()
+ * returns NULL for such a model. */
 int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err);
 void lq_model_close(lq_model *m);
 const lq_model_info *lq_model_get_info(const lq_model *m);

@@ -343,6 +343,76 @@ int lq_fact_parse(char *buf, lq_fact *f, lq_err *err);
  * a single token, entity encoding to nothing. */
 int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err);
 
+/* ---- inference (LARQL's POST /v1/infer) ----
+ *
+ * The model comes from lq_model_open (include/larql/model.h) on a vindex directory or a GGUF.
+ * Modes: "walk" = the full forward pass with the last position's residual captured after
+ * every layer, then the KNN-store override (layers ascending; the store's best entry by
+ * cosine at that layer; the first cosine > 0.75 puts its token first with probability 1.0,
+ * followed by the model's top-(top-1)); an empty or NULL store changes nothing, so walk then
+ * equals dense. "dense" = the forward pass alone (reported as "mode":"bitnet" for BitNet
+ * models, "dense" for llama). "compare" = both, timed separately. Models without a gate index
+ * (dense-only vindex, or a GGUF) turn walk into dense and compare into dense only. Any other
+ * mode string gives a body with only prompt and latency_ms (LARQL answers 200 so); front ends
+ * that want to reject it check the mode themselves. Prompts are encoded with special tokens
+ * (BOS as the tokenizer says); predictions are the softmax over the whole vocabulary
+ * (double), top `top` by probability, token = raw vocabulary piece ("ĠParis"). Errors:
+ * empty prompt / negative top -> LQ_EINVAL; a prompt longer than the context -> LQ_ECONTEXT.
+ * Each call uses its own session: calls may run concurrently on one model. */
+#define LQ_KNN_COSINE_THRESHOLD 0.75f
+
+typedef struct lq_knn_store lq_knn_store;
+int lq_knn_store_create(int hidden, lq_knn_store **out, lq_err *err);
+void lq_knn_store_free(lq_knn_store *s); /* NULL-safe */
+/* key: [hidden] residual (L2-normalised on insert); target_token: the text put first. */
+int lq_knn_store_add(lq_knn_store *s, int layer, const float *key, int32_t target_id,
+                     const char *target_token, lq_err *err);
+size_t lq_knn_store_count(const lq_knn_store *s);
+
+struct lq_model;
+typedef struct lq_infer_params {
+    const char *prompt;         /* required, non-empty */
+    int top;                    /* default 5 */
+    const char *mode;           /* default "walk" */
+    const lq_knn_store *knn;    /* NULL = empty store */
+} lq_infer_params;
+void lq_infer_params_init(lq_infer_params *p);
+
+typedef struct lq_prediction {
+    char *token;                /* raw vocabulary piece */
+    int32_t id;                 /* -1 for a KNN override entry */
+    double probability;         /* unrounded */
+} lq_prediction;
+
+typedef struct lq_infer_result {
+    int has_walk, has_dense, compare, coerced, dense_only, bitnet;
+    lq_prediction *walk, *dense;
+    size_t n_walk, n_dense;
+    double walk_ms, dense_ms, latency_ms;
+    int knn_fired, knn_layer;
+    float knn_cosine;
+    char *knn_token;
+    lq_prediction model_top1;   /* the model's own first prediction when the override fired */
+} lq_infer_result;
+
+int lq_infer(struct lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *err);
+/* The last position's residual after every layer for prompt (encoded as lq_infer does):
+ * resid [n_layer, n_embd]. The key an INSERT ... MODE KNN stores. */
+int lq_infer_residuals(struct lq_model *m, const char *prompt, float *resid, lq_err *err);
+void lq_infer_result_free(lq_infer_result *r);
+/* The /v1/infer body (probabilities to 4 decimals, times to 0.1 ms):
+ *   walk:    {"prompt","predictions":[{"token","probability"}],"mode":"walk"[,"knn_override":
+ *             {"token","cosine","layer","source":"knn_override","stage":"post_logits",
+ *              "materialized":false,"model_top1":{"token","probability"}}],"latency_ms"}
+ *   dense:   {"prompt","predictions":[...],"mode":"bitnet"|"dense","latency_ms"}
+ *   compare: {"prompt","walk":[...],"walk_ms","dense":[...],"dense_ms"[,"knn_override"],"latency_ms"}
+ *            (dense-only: {"prompt","dense":[...],"dense_ms","latency_ms"})
+ *   other mode: {"prompt","latency_ms"} */
+int lq_infer_json(struct lq_model *m, const lq_infer_params *p, char **json_out, lq_err *err);
+/* The vindex a model was opened from (lq_model_open on a directory), else NULL. Owned by the
+ * model: it serves the browse queries of the same directory without a second open. */
+const lq_vindex *lq_vindex_of_model(const struct lq_model *m);
+
 /* ---- helpers shared with front ends ---- */
 
 /* Parses a band name; LQ_EINVAL for anything else. *band_idx: 0 syntax, 1 knowledge,

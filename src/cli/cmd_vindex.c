@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "larql/model.h"
 #include "larql/vindex.h"
 
 /* ---- shared ---- */
@@ -641,18 +642,30 @@ int lq_cli_show(int argc, char **argv)
 
 int lq_cli_infer(int argc, char **argv)
 {
-    const char *C = "infer", *U = "larql infer DIR PROMPT [--top 5] [--mode walk|dense|compare] [--json]";
+    const char *C = "infer",
+               *U = "larql infer MODEL PROMPT [--top 5] [--mode walk|dense|compare] [--json] "
+                    "[--threads N] [--act ms|float]\n"
+                    "  MODEL: a vindex directory with model weights (--keep-quant --level inference, "
+                    "or --dense-only), or a GGUF file (dense)";
     const char *dir = NULL, *prompt = NULL, *mode = "walk";
+    int json = 0;
+    long top = 5;
+    lq_cli_model_args ma;
+    lq_cli_model_args_init(&ma);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        long n;
+        int r = lq_cli_model_opt(C, U, argc, argv, &i, &ma);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
         if (is_help(a)) {
             printf("usage: %s\n", U);
             return 0;
         } else if (!strcmp(a, "--json")) {
-            continue;
+            json = 1;
         } else if (!strcmp(a, "--top")) {
-            if (!need_value(C, U, argc, argv, i) || lq_parse_long(argv[++i], 0, 1 << 20, &n))
+            if (!need_value(C, U, argc, argv, i) || lq_parse_long(argv[++i], 0, 1 << 20, &top))
                 return lq_cli_usage(C, U, "--top needs a non-negative integer");
         } else if (!strcmp(a, "--mode")) {
             if (!need_value(C, U, argc, argv, i))
@@ -671,20 +684,51 @@ int lq_cli_infer(int argc, char **argv)
         }
     }
     if (!dir || !prompt)
-        return lq_cli_usage(C, U, "DIR and PROMPT are required");
+        return lq_cli_usage(C, U, "MODEL and PROMPT are required");
     if (!*prompt)
         return lq_cli_usage(C, U, "empty prompt");
-    lq_vindex *v = NULL;
-    if (open_vindex(C, dir, 0, &v))
+    struct lq_model *m = NULL;
+    if (lq_cli_open_model(C, dir, &ma, &m))
         return 1;
-    const lq_vindex_info *in = lq_vindex_get_info(v);
-    int has_weights = in->has_model_weights;
-    lq_vindex_close(v);
-    if (!has_weights)
-        return lq_cli_error(C, "%s has no model weights (extract_level browse): rebuild with "
-                               "`larql convert gguf-to-vindex --level inference`", dir);
-    /* Both walk (BitNet: a full forward pass with residual capture) and dense need the
-     * engine to run from the vindex's weights; the engine has no loader for them yet. */
-    return lq_cli_error(C, "running a model from a vindex directory is not available in this build "
-                           "(mode %s): run the GGUF with `larql logits`/`larql run`", mode);
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    p.prompt = prompt;
+    p.top = (int)top;
+    p.mode = mode;
+    lq_err err = {0};
+    int rc = 0;
+    if (json) {
+        char *body = NULL;
+        if (lq_infer_json(m, &p, &body, &err))
+            rc = query_error(C, &err);
+        else
+            puts(body);
+        free(body);
+    } else {
+        lq_infer_result r;
+        if (lq_infer(m, &p, &r, &err)) {
+            rc = query_error(C, &err);
+        } else {
+            const char *hdr[2] = {"walk", r.bitnet ? "dense (bitnet)" : "dense"};
+            const lq_prediction *ps[2] = {r.walk, r.dense};
+            size_t ns[2] = {r.n_walk, r.n_dense};
+            double ms[2] = {r.walk_ms, r.dense_ms};
+            int has[2] = {r.has_walk, r.has_dense};
+            if (r.coerced)
+                printf("(dense-only model: %s runs as dense)\n", mode);
+            for (int k = 0; k < 2; k++) {
+                if (!has[k])
+                    continue;
+                printf("%s (%.1f ms):\n", hdr[k], ms[k]);
+                for (size_t i = 0; i < ns[k]; i++)
+                    printf("  %2zu. %-24s %.4f\n", i + 1, ps[k][i].token, ps[k][i].probability);
+            }
+            if (r.knn_fired)
+                printf("knn override at layer %d (cosine %.3f): %s\n", r.knn_layer, (double)r.knn_cosine,
+                       r.knn_token);
+            lq_infer_result_free(&r);
+        }
+    }
+    lq_model_close(m);
+    return rc;
 }

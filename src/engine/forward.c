@@ -424,6 +424,8 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
         }
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += sc->tmp[i];
+        if (sc->capture) /* residual capture for the vindex walk (read only) */
+            memcpy(sc->capture + (size_t)l * D, x + (size_t)(T - 1) * D, (size_t)D * sizeof(float));
     }
 
     if (!out)

@@ -456,7 +456,21 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
         return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
     m->kern = kern;
     m->act_mode = o.act_mode;
-    int rc = lq_gguf_open(path, &m->gguf, err);
+    int rc;
+    if (lq_vx_path_is_vindex(path)) {
+        /* a vindex directory: weights from its files (src/vindex/vx_model.c) */
+        if ((rc = lq_vx_model_load(m, path, err)) != 0)
+            goto fail;
+        int nt = o.n_threads ? o.n_threads : lq_cpu_count();
+        if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
+            goto fail;
+        m->info.kernels = m->kern->name;
+        m->info.n_threads = lq_pool_threads(m->pool);
+        m->info.load_ms = now_ms() - t0;
+        *out = m;
+        return LQ_OK;
+    }
+    rc = lq_gguf_open(path, &m->gguf, err);
     if (rc != 0)
         goto fail;
 
@@ -529,12 +543,15 @@ void lq_model_close(lq_model *m)
     if (!m)
         return;
     lq_pool_free(m->pool);
-    lq_tokenizer_free(m->tok);
+    if (!m->tok_borrowed)
+        lq_tokenizer_free(m->tok);
     for (int i = 0; i < m->owned.n; i++)
         free(m->owned.ptrs[i]);
     free(m->owned.ptrs);
     free(m->layers);
     lq_gguf_close(m->gguf);
+    if (m->src_free)
+        m->src_free(m->src);
     free(m);
 }
 

@@ -84,7 +84,22 @@ struct lq_model {
     lq_layer *layers;           /* [n_layer] */
 
     lq_owned owned;
+
+    /* Set when the model was opened from a vindex directory (src/vindex/vx_model.c): src
+     * holds that loader's mappings and buffers, freed by src_free at close; the tokenizer
+     * then belongs to it (tok_borrowed). gguf is NULL for such a model. */
+    void *src;
+    void (*src_free)(void *src);
+    int tok_borrowed;
 };
+
+/* ---- opening a vindex directory (src/vindex/vx_model.c) ---- */
+
+/* 1 if path is a directory holding index.json. */
+int lq_vx_path_is_vindex(const char *path);
+/* Fills m (config, tensors, tokenizer, info except kernels/threads/load time) from a BitNet
+ * inference vindex. On error m->src may be set; lq_model_close releases it. */
+int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err);
 
 /* ---- engine internals (src/engine/forward.c) ---- */
 
@@ -105,6 +120,10 @@ typedef struct lq_scratch {
     int32_t *xsum;   /* [B] Σ q of each row */
     float *lm_tile;  /* [n_threads, B * LQ_LM_TILE] lm_head output tiles */
     int n_threads;
+    /* NULL (lq_scratch_init's default), or [n_layer, n_embd] set by the caller: lq_forward
+     * copies the last row's residual stream after each layer's FFN add into it (the vindex
+     * walk mode's residual capture; it reads, never changes, the computation). */
+    float *capture;
 } lq_scratch;
 
 #define LQ_LM_TILE 64

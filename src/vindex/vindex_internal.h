@@ -132,4 +132,9 @@ int lq_vx_family_bands(const char *family, int num_layers, lq_vindex_band bands[
 struct lq_gguf;
 int lq_vx_tokenizer_json_from_gguf(const struct lq_gguf *g, char **json, size_t *len, lq_err *err);
 
+/* LARQL kernel-layout trits (row-major, column 4b+s of a row in bits 2s of byte b, 01 = +1,
+ * 10 = -1, 00/11 = 0) -> microsoft I2_S (128-element blocks of 32 bytes, element j at byte
+ * j%32, shift 6-2*(j/32), codes 0/1/2 = -1/0/+1). src, dst: rows*cols/4 bytes; cols % 128 == 0. */
+void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+
 #endif

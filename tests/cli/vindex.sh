@@ -36,6 +36,16 @@ assert m[-1]['key'] == 'lm_head.weight' and sum(1 for e in m if e['file'] == 'no
 assert json.load(open('$T_TMP/kq/bitnet_layout.json')) == bl
 assert os.path.getsize('$T_TMP/kq/embeddings.bin') == d['vocab_size'] * d['hidden_size'] * 2
 " 2>"$T_TMP/err"; then pass "keep-quant layout, manifest, sizes"; else fail "keep-quant layout, manifest, sizes" "$(cat "$T_TMP/err")"; fi
+# the keep-quant vindex runs: logits equal the GGUF's, run generates the same tokens
+"$LARQL" logits "$M" --ids 1,2,3,4,5,6 --top 5 >"$T_TMP/lg" 2>/dev/null
+check "logits from a vindex" "$LARQL" logits "$T_TMP/kq" --ids 1,2,3,4,5,6 --top 5
+"$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/kq32" --keep-quant --level inference >/dev/null 2>&1
+"$LARQL" logits "$T_TMP/kq32" --ids 1,2,3,4,5,6 --top 5 >"$T_TMP/lv" 2>/dev/null
+if cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "f32 vindex logits == GGUF logits"; else fail "f32 vindex logits == GGUF logits"; fi
+"$LARQL" run "$M" --prompt "the model" -n 6 --temp 0 --ids-out --ignore-eos >"$T_TMP/rg" 2>/dev/null
+check "run from a vindex" "$LARQL" run "$T_TMP/kq32" --prompt "the model" -n 6 --temp 0 --ids-out --ignore-eos
+if cmp -s "$T_TMP/rg" "$T_TMP/out" && [ -s "$T_TMP/rg" ]; then pass "run: vindex tokens == GGUF tokens"; else fail "run: vindex tokens == GGUF tokens"; fi
+check_fails "logits from a browse vindex" "does not contain model weights" "$LARQL" logits "$V" --ids 1,2
 check "convert dense-only" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/do" --keep-quant --dense-only
 if [ ! -e "$T_TMP/do/gate_vectors.bin" ] && python3 -c "
 import json; d = json.load(open('$T_TMP/do/index.json')); assert d['layers'] == [] and d['down_top_k'] == 0 and d['extract_level'] == 'inference'
@@ -86,8 +96,31 @@ check_fails "nearest layer out of range" "out of range" "$LARQL" nearest "$V" Fr
 check_fails "nearest needs --layer" "--layer" "$LARQL" nearest "$V" France
 check_fails "select layer out of range" "out of range" "$LARQL" select "$V" --layer 9
 check_fails "show unknown listing" "unknown listing" "$LARQL" show "$V" things
-check_fails "infer browse vindex" "no model weights" "$LARQL" infer "$V" "Hello"
+check_fails "infer browse vindex" "does not contain model weights" "$LARQL" infer "$V" "Hello"
 check_fails "infer bad mode" "mode" "$LARQL" infer "$V" "Hello" --mode bitnet
+check_fails "infer empty prompt" "empty prompt" "$LARQL" infer "$T_TMP/kq32" ""
+for mode in walk dense compare; do
+    check "infer --mode $mode --json" "$LARQL" infer "$T_TMP/kq32" "the model" --mode $mode --top 3 --json
+    cp "$T_TMP/out" "$T_TMP/infer_$mode.json"
+done
+check "infer GGUF (dense)" "$LARQL" infer "$M" "the model" --top 3 --json
+cp "$T_TMP/out" "$T_TMP/infer_gguf.json"
+check "infer dense-only compare" "$LARQL" infer "$T_TMP/do" "the model" --mode compare --top 3 --json
+cp "$T_TMP/out" "$T_TMP/infer_do.json"
+check "infer text" "$LARQL" infer "$T_TMP/kq32" "the model" --mode compare
+if python3 -c "
+import json
+L = lambda n: json.load(open('$T_TMP/infer_%s.json' % n))
+w, d, c, g, do = L('walk'), L('dense'), L('compare'), L('gguf'), L('do')
+assert list(w) == ['prompt', 'predictions', 'mode', 'latency_ms'] and w['mode'] == 'walk'
+assert list(d) == ['prompt', 'predictions', 'mode', 'latency_ms'] and d['mode'] == 'bitnet'
+assert list(c) == ['prompt', 'walk', 'walk_ms', 'dense', 'dense_ms', 'latency_ms']
+assert list(do) == ['prompt', 'dense', 'dense_ms', 'latency_ms']
+assert w['predictions'] == d['predictions'] == c['walk'] == c['dense'] == g['predictions']
+assert g['mode'] == 'bitnet' and len(w['predictions']) == 3
+for p in w['predictions']: assert round(p['probability'], 4) == p['probability']
+assert round(w['latency_ms'], 1) == w['latency_ms']
+" 2>"$T_TMP/err"; then pass "infer JSON bodies"; else fail "infer JSON bodies" "$(cat "$T_TMP/err")"; fi
 check_fails "describe not a vindex" "index.json" "$LARQL" describe "$T_TMP" France
 
 # malformed vindex corpus

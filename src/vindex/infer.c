@@ -1,0 +1,487 @@
+/* Next-token inference as LARQL's POST /v1/infer answers it (BitNet branch), and the KNN
+ * store whose entries override it (INSERT ... MODE KNN).
+ *
+ * walk:    the full forward pass with the last position's residual captured after every
+ *          layer, then the KNN override: layers in ascending order, the store's best entry
+ *          by cosine at that layer; the first cosine > 0.75 wins and its token goes first
+ *          with probability 1.0, followed by the model's top-(k-1). Empty store: no override,
+ *          the same predictions as dense.
+ * dense:   the forward pass alone; the body says "mode":"bitnet" for a BitNet model (LARQL's
+ *          predict_bitnet), "dense" otherwise.
+ * compare: both, timed separately.
+ * A dense-only vindex (index.json layers empty) — and a plain GGUF, which has no gate index
+ * either — turns walk into dense and compare into dense only, as LARQL's handler does.
+ * Probabilities: softmax over the whole vocabulary in double, top k by probability, token =
+ * the raw vocabulary piece ("ĠParis"), rounded to 4 decimals; times to 0.1 ms. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/model_internal.h"
+#include "vindex/vindex_internal.h"
+
+lq_vindex *lq_vx_model_vindex(const lq_model *m);
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- KNN store ---- */
+
+typedef struct knn_entry {
+    int layer;
+    int32_t target_id;
+    char *target_token;
+    float *key; /* [hidden], unit length */
+} knn_entry;
+
+struct lq_knn_store {
+    int hidden;
+    knn_entry *e;
+    size_t n, cap;
+};
+
+int lq_knn_store_create(int hidden, lq_knn_store **out, lq_err *err)
+{
+    *out = NULL;
+    if (hidden < 1 || hidden > LQ_VINDEX_MAX_HIDDEN)
+        return lq_err_set(err, LQ_EINVAL, "knn store: hidden %d outside [1, %d]", hidden,
+                          LQ_VINDEX_MAX_HIDDEN);
+    lq_knn_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    s->hidden = hidden;
+    *out = s;
+    return LQ_OK;
+}
+
+void lq_knn_store_free(lq_knn_store *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->e[i].key);
+        free(s->e[i].target_token);
+    }
+    free(s->e);
+    free(s);
+}
+
+size_t lq_knn_store_count(const lq_knn_store *s) { return s ? s->n : 0; }
+
+int lq_knn_store_add(lq_knn_store *s, int layer, const float *key, int32_t target_id,
+                     const char *target_token, lq_err *err)
+{
+    if (!s || !key || !target_token)
+        return lq_err_set(err, LQ_EINVAL, "knn store: store, key and target token are required");
+    if (layer < 0 || layer >= LQ_VINDEX_MAX_LAYERS)
+        return lq_err_set(err, LQ_ERANGE, "knn store: layer %d outside [0, %d)", layer,
+                          LQ_VINDEX_MAX_LAYERS);
+    double nn = 0;
+    for (int i = 0; i < s->hidden; i++)
+        nn += (double)key[i] * key[i];
+    if (!(nn > 0) || !isfinite(nn))
+        return lq_err_set(err, LQ_EINVAL, "knn store: key has zero or non-finite norm");
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        knn_entry *e = realloc(s->e, cap * sizeof *e);
+        if (!e)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        s->e = e;
+        s->cap = cap;
+    }
+    knn_entry *e = &s->e[s->n];
+    e->key = malloc((size_t)s->hidden * sizeof *e->key);
+    e->target_token = strdup(target_token);
+    if (!e->key || !e->target_token) {
+        free(e->key);
+        free(e->target_token);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    float inv = (float)(1.0 / sqrt(nn));
+    for (int i = 0; i < s->hidden; i++)
+        e->key[i] = key[i] * inv; /* L2-normalised on insert, as LARQL's store does */
+    e->layer = layer;
+    e->target_id = target_id;
+    s->n++;
+    return LQ_OK;
+}
+
+/* ---- forward ---- */
+
+/* logits [V] after the last of ids; resid: NULL or [n_layer, D] the last position's residual
+ * after each layer (the engine's capture hook). */
+static int forward(lq_model *m, const int32_t *ids, size_t n, float *logits, float *resid,
+                   lq_err *err)
+{
+    lq_session *s = NULL;
+    int rc = lq_session_create(m, (int)n, &s, err);
+    if (rc)
+        return rc;
+    if (!resid) {
+        rc = lq_session_eval(s, ids, n, logits, NULL, err);
+        lq_session_free(s);
+        return rc;
+    }
+    /* the session provides the KV cache and RoPE table; the batches run in our own
+     * scratch, whose capture pointer collects the residuals */
+    lq_scratch sc;
+    if (lq_scratch_init(&sc, m, (int)n)) {
+        lq_session_free(s);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory for a forward pass");
+    }
+    sc.capture = resid;
+    lq_fwd_row rows[LQ_MAX_BATCH];
+    float *outp[LQ_MAX_BATCH];
+    for (size_t c0 = 0; c0 < n; c0 += LQ_MAX_BATCH) {
+        int T = n - c0 < LQ_MAX_BATCH ? (int)(n - c0) : LQ_MAX_BATCH;
+        for (int t = 0; t < T; t++) {
+            rows[t].s = s;
+            rows[t].pos = (int)c0 + t;
+            outp[t] = c0 + (size_t)t == n - 1 ? logits : NULL;
+        }
+        lq_forward(m, &sc, ids + c0, rows, T, c0 + (size_t)T == n ? outp : NULL);
+    }
+    lq_scratch_free(&sc);
+    lq_session_free(s);
+    return LQ_OK;
+}
+
+static void free_preds(lq_prediction *p, size_t n)
+{
+    for (size_t i = 0; p && i < n; i++)
+        free(p[i].token);
+    free(p);
+}
+
+/* top-k by probability (softmax in double over all of V); ids without a piece are dropped */
+static int predictions(const lq_model *m, const float *lg, int k, lq_prediction **out, size_t *n_out,
+                       lq_err *err)
+{
+    int V = m->n_vocab;
+    *out = NULL;
+    *n_out = 0;
+    if (k > V)
+        k = V;
+    if (k <= 0)
+        return LQ_OK;
+    double mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (lg[i] > mx)
+            mx = lg[i];
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)lg[i] - mx);
+    int *best = malloc((size_t)k * sizeof *best);
+    lq_prediction *p = calloc((size_t)k, sizeof *p);
+    if (!best || !p) {
+        free(best);
+        free(p);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    int nb = 0;
+    for (int i = 0; i < V; i++) { /* insertion into the k best; ties: lower id first */
+        if (nb == k && !(lg[i] > lg[best[k - 1]]))
+            continue;
+        int j = nb < k ? nb++ : k - 1;
+        while (j > 0 && lg[i] > lg[best[j - 1]]) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = i;
+    }
+    size_t np = 0;
+    for (int r = 0; r < nb; r++) {
+        size_t len = 0;
+        const char *piece = lq_tokenizer_piece(m->tok, best[r], &len);
+        if (!piece)
+            continue;
+        p[np].token = strndup(piece, len);
+        if (!p[np].token) {
+            free(best);
+            free_preds(p, np);
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        }
+        p[np].id = best[r];
+        p[np].probability = exp((double)lg[best[r]] - mx) / sum;
+        np++;
+    }
+    free(best);
+    *out = p;
+    *n_out = np;
+    return LQ_OK;
+}
+
+void lq_infer_params_init(lq_infer_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->top = 5;
+    p->mode = "walk";
+}
+
+void lq_infer_result_free(lq_infer_result *r)
+{
+    if (!r)
+        return;
+    free_preds(r->walk, r->n_walk);
+    free_preds(r->dense, r->n_dense);
+    free(r->knn_token);
+    free(r->model_top1.token);
+    memset(r, 0, sizeof *r);
+}
+
+int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = now_ms();
+    if (!m || !p)
+        return lq_err_set(err, LQ_EINVAL, "infer: model and parameters are required");
+    if (!p->prompt || !*p->prompt)
+        return lq_err_set(err, LQ_EINVAL, "empty prompt");
+    if (p->top < 0)
+        return lq_err_set(err, LQ_EINVAL, "top %d must be >= 0", p->top);
+    if (!m->tok)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "infer: the model has no tokenizer");
+    const char *mode = p->mode ? p->mode : "walk";
+    int walk = !strcmp(mode, "walk"), dense = !strcmp(mode, "dense"), cmp = !strcmp(mode, "compare");
+    lq_vindex *v = lq_vx_model_vindex(m);
+    /* no gate index (dense-only vindex or a GGUF): walk/compare become dense */
+    r->dense_only = !v || v->info.dense_only;
+    if (r->dense_only && (walk || cmp)) {
+        walk = cmp = 0;
+        dense = 1;
+        r->coerced = 1;
+    }
+    r->compare = cmp;
+    r->bitnet = m->arch != LQ_ARCH_LLAMA;
+    if (!walk && !dense && !cmp) { /* LARQL: 200 with only prompt and latency */
+        r->latency_ms = now_ms() - t0;
+        return LQ_OK;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(m->tok) ? LQ_TOK_ADD_BOS : 0);
+    int rc = lq_tokenizer_encode(m->tok, p->prompt, strlen(p->prompt), fl, &ids, &n, err);
+    if (rc)
+        return rc;
+    if (n == 0) {
+        free(ids);
+        return lq_err_set(err, LQ_EINVAL, "empty prompt");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab) {
+            rc = lq_err_set(err, LQ_ERANGE, "prompt token %d outside the model's vocabulary (%d)",
+                            (int)ids[i], m->n_vocab);
+            free(ids);
+            return rc;
+        }
+    if (n > (size_t)m->n_ctx_train) {
+        rc = lq_err_set(err, LQ_ECONTEXT, "prompt of %zu tokens exceeds the context length %d", n,
+                        m->n_ctx_train);
+        free(ids);
+        return rc;
+    }
+    size_t V = (size_t)m->n_vocab, D = (size_t)m->n_embd;
+    float *lg = malloc(V * sizeof *lg);
+    float *resid = walk || cmp ? malloc((size_t)m->n_layer * D * sizeof *resid) : NULL;
+    if (!lg || ((walk || cmp) && !resid)) {
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (walk || cmp) {
+        double t1 = now_ms();
+        if ((rc = forward(m, ids, n, lg, resid, err)) ||
+            (rc = predictions(m, lg, p->top, &r->walk, &r->n_walk, err)))
+            goto out;
+        r->has_walk = 1;
+        /* KNN override over the captured residuals */
+        const lq_knn_store *ks = p->knn;
+        for (int l = 0; ks && ks->n && l < m->n_layer && !r->knn_fired; l++) {
+            const float *x = resid + (size_t)l * D;
+            double xx = 0;
+            for (size_t i = 0; i < D; i++)
+                xx += (double)x[i] * x[i];
+            float inv = xx > 0 ? (float)(1.0 / sqrt(xx)) : 0.0f;
+            int bi = -1;
+            float bc = -INFINITY;
+            for (size_t e = 0; e < ks->n; e++) {
+                if (ks->e[e].layer != l || (int)D != ks->hidden)
+                    continue;
+                float c = 0;
+                for (size_t i = 0; i < D; i++)
+                    c += ks->e[e].key[i] * (x[i] * inv);
+                if (c > bc)
+                    bc = c, bi = (int)e;
+            }
+            if (bi >= 0 && bc > LQ_KNN_COSINE_THRESHOLD) {
+                r->knn_fired = 1;
+                r->knn_layer = l;
+                r->knn_cosine = bc;
+                r->knn_token = strdup(ks->e[bi].target_token);
+                if (!r->knn_token) {
+                    rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+                    goto out;
+                }
+            }
+        }
+        if (r->knn_fired) {
+            if (r->n_walk) {
+                r->model_top1.token = strdup(r->walk[0].token);
+                r->model_top1.id = r->walk[0].id;
+                r->model_top1.probability = r->walk[0].probability;
+            }
+            /* [(target, 1.0)] + raw[0 .. top-1] */
+            size_t keep = r->n_walk && p->top > 0 ? (size_t)p->top - 1 : 0;
+            if (keep > r->n_walk)
+                keep = r->n_walk;
+            lq_prediction *np = calloc(keep + 1, sizeof *np);
+            if (!np) {
+                rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+                goto out;
+            }
+            np[0].token = strdup(r->knn_token);
+            np[0].id = -1;
+            np[0].probability = 1.0;
+            for (size_t i = 0; i < keep; i++)
+                np[i + 1] = r->walk[i], r->walk[i].token = NULL;
+            free_preds(r->walk, r->n_walk);
+            r->walk = np;
+            r->n_walk = keep + 1;
+        }
+        r->walk_ms = now_ms() - t1;
+    }
+    if (dense || cmp) {
+        double t1 = now_ms();
+        if ((rc = forward(m, ids, n, lg, NULL, err)) ||
+            (rc = predictions(m, lg, p->top, &r->dense, &r->n_dense, err)))
+            goto out;
+        r->has_dense = 1;
+        r->dense_ms = now_ms() - t1;
+    }
+    r->latency_ms = now_ms() - t0;
+out:
+    free(ids);
+    free(lg);
+    free(resid);
+    if (rc)
+        lq_infer_result_free(r);
+    return rc;
+}
+
+int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *err)
+{
+    if (!m || !prompt || !*prompt || !resid)
+        return lq_err_set(err, LQ_EINVAL, "empty prompt");
+    if (!m->tok)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "the model has no tokenizer");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(m->tok) ? LQ_TOK_ADD_BOS : 0);
+    int rc = lq_tokenizer_encode(m->tok, prompt, strlen(prompt), fl, &ids, &n, err);
+    if (rc)
+        return rc;
+    if (n == 0)
+        rc = lq_err_set(err, LQ_EINVAL, "empty prompt");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            rc = lq_err_set(err, LQ_ERANGE, "prompt token %d outside the model's vocabulary (%d)",
+                            (int)ids[i], m->n_vocab);
+    if (!rc && n > (size_t)m->n_ctx_train)
+        rc = lq_err_set(err, LQ_ECONTEXT, "prompt of %zu tokens exceeds the context length %d", n,
+                        m->n_ctx_train);
+    float *lg = rc ? NULL : malloc((size_t)m->n_vocab * sizeof *lg);
+    if (!rc && !lg)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = forward(m, ids, n, lg, resid, err);
+    free(lg);
+    free(ids);
+    return rc;
+}
+
+/* ---- JSON ---- */
+
+static double r4(double p) { return round(p * 10000.0) / 10000.0; }
+static double r1(double ms) { return round(ms * 10.0) / 10.0; }
+
+static void put_preds(lq_sb *b, const lq_prediction *p, size_t n)
+{
+    lq_sb_puts(b, "[");
+    for (size_t i = 0; i < n; i++) {
+        lq_sb_puts(b, i ? ",{\"token\":" : "{\"token\":");
+        lq_sb_json_str(b, p[i].token, strlen(p[i].token));
+        lq_sb_puts(b, ",\"probability\":");
+        lq_sb_f64(b, r4(p[i].probability));
+        lq_sb_puts(b, "}");
+    }
+    lq_sb_puts(b, "]");
+}
+
+static void put_override(lq_sb *b, const lq_infer_result *r)
+{
+    lq_sb_puts(b, ",\"knn_override\":{\"token\":");
+    lq_sb_json_str(b, r->knn_token, strlen(r->knn_token));
+    lq_sb_puts(b, ",\"cosine\":");
+    lq_sb_f32(b, r->knn_cosine);
+    lq_sb_printf(b, ",\"layer\":%d,\"source\":\"knn_override\",\"stage\":\"post_logits\","
+                    "\"materialized\":false", r->knn_layer);
+    if (r->model_top1.token) {
+        lq_sb_puts(b, ",\"model_top1\":{\"token\":");
+        lq_sb_json_str(b, r->model_top1.token, strlen(r->model_top1.token));
+        lq_sb_puts(b, ",\"probability\":");
+        lq_sb_f64(b, r4(r->model_top1.probability));
+        lq_sb_puts(b, "}");
+    }
+    lq_sb_puts(b, "}");
+}
+
+int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err *err)
+{
+    *json_out = NULL;
+    lq_infer_result r;
+    int rc = lq_infer(m, p, &r, err);
+    if (rc)
+        return rc;
+    lq_sb b = {0};
+    lq_sb_puts(&b, "{\"prompt\":");
+    lq_sb_json_str(&b, p->prompt, strlen(p->prompt));
+    if (r.compare) {
+        lq_sb_puts(&b, ",\"walk\":");
+        put_preds(&b, r.walk, r.n_walk);
+        lq_sb_puts(&b, ",\"walk_ms\":");
+        lq_sb_f64(&b, r1(r.walk_ms));
+        lq_sb_puts(&b, ",\"dense\":");
+        put_preds(&b, r.dense, r.n_dense);
+        lq_sb_puts(&b, ",\"dense_ms\":");
+        lq_sb_f64(&b, r1(r.dense_ms));
+        if (r.knn_fired)
+            put_override(&b, &r);
+    } else if (r.coerced && p->mode && !strcmp(p->mode, "compare")) {
+        /* dense-only compare: only the dense half */
+        lq_sb_puts(&b, ",\"dense\":");
+        put_preds(&b, r.dense, r.n_dense);
+        lq_sb_puts(&b, ",\"dense_ms\":");
+        lq_sb_f64(&b, r1(r.dense_ms));
+    } else if (r.has_walk) {
+        lq_sb_puts(&b, ",\"predictions\":");
+        put_preds(&b, r.walk, r.n_walk);
+        lq_sb_puts(&b, ",\"mode\":\"walk\"");
+        if (r.knn_fired)
+            put_override(&b, &r);
+    } else if (r.has_dense) {
+        lq_sb_puts(&b, ",\"predictions\":");
+        put_preds(&b, r.dense, r.n_dense);
+        lq_sb_puts(&b, r.bitnet ? ",\"mode\":\"bitnet\"" : ",\"mode\":\"dense\"");
+    }
+    lq_sb_puts(&b, ",\"latency_ms\":");
+    lq_sb_f64(&b, r1(r.latency_ms));
+    lq_sb_puts(&b, "}");
+    lq_infer_result_free(&r);
+    return lq_sb_finish(&b, json_out, err);
+}
+
+const lq_vindex *lq_vindex_of_model(const struct lq_model *m) { return lq_vx_model_vindex(m); }

@@ -1,0 +1,574 @@
+/* Running a model from a vindex directory (lq_model_open on a directory with index.json).
+ *
+ * What a BitNet inference vindex holds (built with --keep-quant --level inference|all, or
+ * --dense-only) and how it becomes an lq_model:
+ *   embeddings.bin  [vocab, hidden] f32 or f16      -> token embedding, used in place (mmap)
+ *   lm_head.bin     [vocab, hidden] f32 or f16      -> lm_head, in place (weight_manifest.json
+ *                                                      entry "lm_head.weight"; absent -> tied)
+ *   norms.bin       RMSNorm vectors, located by weight_manifest.json (f32 in place when aligned,
+ *                   f16 decoded once: they are small)
+ *   bitnet/<key>.i2s + bitnet/scales.f32 + index.json bitnet_layout -> the seven projections
+ *                                                      of every layer
+ *
+ * The .i2s files use LARQL's kernel layout (row-major, 4 trits per byte, column 4b+s in bits
+ * 2s..2s+1, 01 = +1, 10 = -1, 00 = 0, 11 reserved = 0); the engine's kernels read microsoft's
+ * strided I2_S layout (128-element blocks of 32 bytes, element j at byte j%32, shift
+ * 6-2*(j/32), codes 0/1/2 = -1/0/+1). Choice: repack at load, one pass per tensor, into a
+ * heap buffer of exactly the packed size (rows*cols/4 bytes: ~521 MB for 2B-4T); the .i2s
+ * mapping is dropped right after. The directory stays byte-identical to what LARQL writes
+ * (no second copy on disk); the price is that this memory is private to the process instead
+ * of shared page cache. The repack is table driven (~1 GB/s), well under a second for 2B.
+ *
+ * Scales: LARQL stores one f32 per output row (a broadcast of the GGUF's per-tensor scale).
+ * The engine applies one scale per tensor, so a tensor whose row scales differ is refused
+ * with LQ_EUNSUPPORTED rather than computed wrongly.
+ *
+ * The result is numerically the same model as the GGUF it was built from when the vindex is
+ * f32 (every tensor carries the same values; the same kernels run). An --f16 vindex stores
+ * the norms truncated to f16 (LARQL's conversion), so its logits differ slightly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/f16.h"
+#include "model/model_internal.h"
+#include "vindex/vindex_internal.h"
+
+typedef struct vx_src {
+    lq_vindex *v;
+    lq_mapfile norms, lm_head;
+    void **owned;           /* repacked projections and decoded norms */
+    int n_owned, cap_owned;
+} vx_src;
+
+static void vx_src_free(void *p)
+{
+    vx_src *s = p;
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_owned; i++)
+        free(s->owned[i]);
+    free(s->owned);
+    lq_mapfile_close(&s->norms);
+    lq_mapfile_close(&s->lm_head);
+    lq_vindex_close(s->v);
+    free(s);
+}
+
+static void *vx_alloc(vx_src *s, size_t bytes)
+{
+    if (s->n_owned == s->cap_owned) {
+        int cap = s->cap_owned ? s->cap_owned * 2 : 64;
+        void **p = realloc(s->owned, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        s->owned = p;
+        s->cap_owned = cap;
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (p)
+        s->owned[s->n_owned++] = p;
+    return p;
+}
+
+int lq_vx_path_is_vindex(const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    char *ix = lq_vx_join(path, "index.json");
+    int ok = ix && stat(ix, &st) == 0;
+    free(ix);
+    return ok;
+}
+
+/* ---- LARQL kernel layout -> microsoft I2_S ---- */
+
+/* lut[b] holds the four microsoft codes of LARQL byte b, slot s in byte s of the word. */
+static uint32_t larql_lut[256];
+static int larql_lut_ready;
+
+static void init_lut(void)
+{
+    if (larql_lut_ready)
+        return;
+    static const uint8_t ms_code[4] = {1, 2, 0, 1}; /* LARQL 00=0, 01=+1, 10=-1, 11=0 */
+    for (int b = 0; b < 256; b++) {
+        uint32_t w = 0;
+        for (int s = 0; s < 4; s++)
+            w |= (uint32_t)ms_code[(b >> (2 * s)) & 3] << (8 * s);
+        larql_lut[b] = w;
+    }
+    larql_lut_ready = 1; /* benign race: every thread writes the same table */
+}
+
+void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols)
+{
+    init_lut();
+    /* Per 128-column block: LARQL bytes 0..31 hold columns 4a+s (byte a, slot s).
+     * microsoft byte j (j = 4a+s) holds columns j, j+32, j+64, j+96 at shifts 6, 4, 2, 0,
+     * i.e. LARQL bytes a, 8+a, 16+a, 24+a at the same slot s: four LUT words OR'ed with
+     * shifts give four output bytes at once (codes <= 2, so no carries between bytes). */
+    size_t nblk = (size_t)rows * (size_t)(cols / 128);
+    for (size_t b = 0; b < nblk; b++) {
+        const uint8_t *in = src + b * 32;
+        uint8_t *out = dst + b * 32;
+        for (int a = 0; a < 8; a++) {
+            uint32_t w = larql_lut[in[a]] << 6 | larql_lut[in[8 + a]] << 4 |
+                         larql_lut[in[16 + a]] << 2 | larql_lut[in[24 + a]];
+            memcpy(out + 4 * a, &w, 4); /* little-endian: byte s of w -> out[4a+s] */
+        }
+    }
+}
+
+/* ---- manifest ---- */
+
+typedef struct man_entry {
+    const char *key, *file;
+    uint64_t offset, length;
+    int64_t shape[2];
+    int ndim;
+} man_entry;
+
+static int load_manifest(const char *dir, json_t **root, lq_err *err)
+{
+    char *p = lq_vx_join(dir, "weight_manifest.json");
+    if (!p)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        int rc = lq_err_set(err, LQ_ENOTFOUND,
+                            "%s: missing (a vindex built with --level inference/all or "
+                            "--dense-only has it)", p);
+        free(p);
+        return rc;
+    }
+    json_error_t je;
+    *root = json_load_file(p, 0, &je);
+    int rc = LQ_OK;
+    if (!*root)
+        rc = lq_err_set(err, LQ_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
+    else if (!json_is_array(*root))
+        rc = lq_err_set(err, LQ_EFORMAT, "%s: top level is not an array", p);
+    free(p);
+    return rc;
+}
+
+/* Finds key in the manifest; 1 found (fields validated), 0 absent, <0 error. */
+static int man_find(const json_t *man, const char *key, man_entry *e, lq_err *err)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(man, i, x) {
+        json_t *k = json_object_get(x, "key");
+        if (!json_is_string(k) || strcmp(json_string_value(k), key))
+            continue;
+        json_t *f = json_object_get(x, "file"), *sh = json_object_get(x, "shape");
+        json_t *off = json_object_get(x, "offset"), *len = json_object_get(x, "length");
+        if (!json_is_string(f) || !json_is_array(sh) || !json_is_integer(off) ||
+            !json_is_integer(len) || json_integer_value(off) < 0 || json_integer_value(len) < 0 ||
+            json_array_size(sh) < 1 || json_array_size(sh) > 2)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "weight_manifest.json: entry '%s' needs file, shape (1-2 dims), "
+                              "offset >= 0 and length >= 0", key);
+        e->key = key;
+        e->file = json_string_value(f);
+        e->offset = (uint64_t)json_integer_value(off);
+        e->length = (uint64_t)json_integer_value(len);
+        e->ndim = (int)json_array_size(sh);
+        for (int d = 0; d < e->ndim; d++) {
+            json_t *v = json_array_get(sh, (size_t)d);
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > ((json_int_t)1 << 31))
+                return lq_err_set(err, LQ_EFORMAT, "weight_manifest.json: entry '%s': bad shape",
+                                  key);
+            e->shape[d] = json_integer_value(v);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* A norm vector of n floats from norms.bin. */
+static int load_norm(vx_src *s, const json_t *man, const char *key, int64_t n, const float **out,
+                     lq_err *err)
+{
+    man_entry e;
+    int r = man_find(man, key, &e, err);
+    if (r < 0)
+        return r;
+    if (r == 0)
+        return lq_err_set(err, LQ_ENOTFOUND, "weight_manifest.json: no entry '%s'", key);
+    if (strcmp(e.file, "norms.bin"))
+        return lq_err_set(err, LQ_EFORMAT, "weight_manifest.json: '%s' is in '%s', expected norms.bin",
+                          key, e.file);
+    if (e.ndim != 1 || e.shape[0] != n)
+        return lq_err_set(err, LQ_EFORMAT, "weight_manifest.json: '%s' shape [%lld], expected [%lld]",
+                          key, (long long)e.shape[0], (long long)n);
+    if (e.offset > s->norms.size || e.length > s->norms.size - e.offset)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "norms.bin: '%s' range [%llu, +%llu) past the end of the file (%zu bytes)",
+                          key, (unsigned long long)e.offset, (unsigned long long)e.length,
+                          s->norms.size);
+    const uint8_t *p = s->norms.data + e.offset;
+    if (e.length == (uint64_t)n * 4) {
+        if (((uintptr_t)p % 4) == 0) {
+            *out = (const float *)(const void *)p;
+            return LQ_OK;
+        }
+        float *f = vx_alloc(s, (size_t)n * 4);
+        if (!f)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        memcpy(f, p, (size_t)n * 4);
+        *out = f;
+        return LQ_OK;
+    }
+    if (e.length == (uint64_t)n * 2) {
+        float *f = vx_alloc(s, (size_t)n * 4);
+        if (!f)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            f[i] = lq_f16_to_f32(h);
+        }
+        *out = f;
+        return LQ_OK;
+    }
+    return lq_err_set(err, LQ_EFORMAT, "norms.bin: '%s' length %llu is neither %lld x 4 nor x 2",
+                      key, (unsigned long long)e.length, (long long)n);
+}
+
+/* ---- bitnet layout ---- */
+
+static int json_int_field(const json_t *o, const char *k, long long lo, long long hi, long long *v)
+{
+    json_t *x = json_object_get(o, k);
+    if (!json_is_integer(x))
+        return -1;
+    *v = json_integer_value(x);
+    return *v < lo || *v > hi ? -1 : 0;
+}
+
+static double json_num_field(const json_t *a, const json_t *b, const char *k, double def)
+{
+    json_t *x = json_object_get(a, k);
+    if (!json_is_number(x))
+        x = json_object_get(b, k);
+    return json_is_number(x) ? json_number_value(x) : def;
+}
+
+static int load_proj(vx_src *s, const char *dir, const json_t *tensors, const float *scales,
+                     uint64_t n_scales, int layer, const char *hf, int64_t rows, int64_t cols,
+                     lq_wmat *w, lq_err *err)
+{
+    char name[128];
+    snprintf(name, sizeof name, "layers.%d.%s", layer, hf);
+    const json_t *e = NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(tensors, i, x) {
+        json_t *nm = json_object_get(x, "name");
+        if (json_is_string(nm) && !strcmp(json_string_value(nm), name)) {
+            e = x;
+            break;
+        }
+    }
+    if (!e)
+        return lq_err_set(err, LQ_ENOTFOUND, "index.json bitnet_layout: no tensor '%s'", name);
+    long long r, c, so;
+    if (json_int_field(e, "rows", 1, 1LL << 31, &r) || json_int_field(e, "cols", 1, 1LL << 31, &c) ||
+        json_int_field(e, "scale_offset", 0, INT64_MAX, &so))
+        return lq_err_set(err, LQ_EFORMAT,
+                          "index.json bitnet_layout: tensor '%s' needs integer rows, cols, scale_offset",
+                          name);
+    if (r != rows || c != cols)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "index.json bitnet_layout: tensor '%s' is [%lld, %lld], the model needs "
+                          "[%lld, %lld]", name, r, c, (long long)rows, (long long)cols);
+    if (cols % 128)
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "bitnet/%s.i2s: %lld columns is not a multiple of 128 (the engine's I2_S "
+                          "kernels need 128-column blocks)", name, c);
+    if ((uint64_t)so > n_scales || (uint64_t)r > n_scales - (uint64_t)so)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "bitnet/scales.f32: tensor '%s' scales [%lld, %lld) past the %llu scales",
+                          name, so, so + r, (unsigned long long)n_scales);
+    const float *sc = scales + so;
+    float scale = sc[0];
+    for (long long k = 1; k < r; k++)
+        if (memcmp(&sc[k], &scale, 4))
+            return lq_err_set(err, LQ_EUNSUPPORTED,
+                              "bitnet/scales.f32: tensor '%s' has per-row scales that differ (row 0 "
+                              "%g, row %lld %g); the engine applies one scale per tensor",
+                              name, (double)scale, k, (double)sc[k]);
+    if (!isfinite(scale))
+        return lq_err_set(err, LQ_EFORMAT, "bitnet/scales.f32: tensor '%s' scale is not finite", name);
+    char fname[160];
+    snprintf(fname, sizeof fname, "bitnet/%s.i2s", name);
+    char *path = lq_vx_join(dir, fname);
+    if (!path)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    lq_mapfile mf = {0};
+    int rc = lq_mapfile_open(&mf, path, err);
+    uint64_t want = (uint64_t)r * (uint64_t)c / 4;
+    if (!rc && mf.size != want)
+        rc = lq_err_set(err, LQ_EFORMAT, "%s: %zu bytes, expected rows %lld x cols %lld / 4 = %llu",
+                        path, mf.size, r, c, (unsigned long long)want);
+    uint8_t *dst = NULL;
+    if (!rc && !(dst = vx_alloc(s, (size_t)want)))
+        rc = lq_err_set(err, LQ_ENOMEM, "%s: cannot allocate %llu bytes for the repacked tensor", path,
+                        (unsigned long long)want);
+    if (!rc)
+        lq_vx_i2s_larql_to_ms(mf.data, dst, rows, cols);
+    lq_mapfile_close(&mf);
+    free(path);
+    if (rc)
+        return rc;
+    memset(w, 0, sizeof *w);
+    w->kind = LQ_WK_I2S;
+    w->src_type = LQ_GGML_I2_S;
+    w->rows = rows;
+    w->cols = cols;
+    w->i2s.data = dst;
+    w->i2s.rows = rows;
+    w->i2s.cols = cols;
+    w->i2s.scale = scale;
+    w->bytes = want;
+    return LQ_OK;
+}
+
+static int map_in(const char *dir, const char *name, lq_mapfile *m, lq_err *err)
+{
+    char *p = lq_vx_join(dir, name);
+    if (!p)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    struct stat st;
+    int rc = stat(p, &st) == 0 ? lq_mapfile_open(m, p, err)
+                               : lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
+    free(p);
+    return rc;
+}
+
+int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
+{
+    vx_src *s = calloc(1, sizeof *s);
+    if (!s)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    m->src = s;
+    m->src_free = vx_src_free;
+    lq_vindex_open_opts vo = {.n_threads = 1};
+    int rc = lq_vindex_open(dir, &vo, &s->v, err);
+    if (rc)
+        return rc;
+    const lq_vindex_info *vi = lq_vindex_get_info(s->v);
+    const json_t *ix = s->v->index;
+    if (!vi->has_model_weights && vi->extract_level < LQ_VLEVEL_INFERENCE)
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "%s: vindex does not contain model weights (extract_level %s): rebuild "
+                          "with `larql convert gguf-to-vindex --keep-quant --level inference`",
+                          dir, vi->extract_level_str);
+    const json_t *bl = json_object_get(ix, "bitnet_layout");
+    if (!vi->has_bitnet || !json_is_object(bl))
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "%s: no bitnet_layout in index.json: running a vindex needs its ternary "
+                          "weights (rebuild a BitNet GGUF with --keep-quant --level inference); "
+                          "llama vindexes cannot run (their attention/FFN weights are not written)",
+                          dir);
+    const json_t *mc = json_object_get(ix, "model_config");
+    const char *mt = json_string_value(json_object_get(mc, "model_type"));
+    if (!mt)
+        mt = "bitnet-b1.58";
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", mt);
+    m->arch = !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
+    snprintf(m->name, sizeof m->name, "%s", vi->model ? vi->model : "");
+    if (vi->embed_scale != 1.0f)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "%s: index.json embed_scale %g (BitNet runs with 1.0)",
+                          dir, (double)vi->embed_scale);
+
+    /* configuration: index.json sizes, bitnet_layout (fallback model_config) for heads/rope */
+    m->n_layer = vi->num_layers;
+    m->n_embd = vi->hidden_size;
+    m->n_ff = vi->intermediate_size;
+    m->n_vocab = vi->vocab_size;
+    double hd = json_num_field(bl, mc, "head_dim", 128), nh = json_num_field(bl, mc, "n_q_heads", -1),
+           nkv = json_num_field(bl, mc, "n_kv_heads", -1);
+    if (nh < 0)
+        nh = json_num_field(mc, bl, "num_q_heads", 20);
+    if (nkv < 0)
+        nkv = json_num_field(mc, bl, "num_kv_heads", 5);
+    double theta = json_num_field(bl, mc, "rope_base", 10000.0);
+    double eps = json_num_field(bl, mc, "rms_eps", -1);
+    if (eps < 0)
+        eps = json_num_field(mc, bl, "norm_eps", 1e-5);
+    if (!(theta > 0) || !isfinite(theta))
+        theta = 10000.0; /* LARQL's fallback for an absent or non-positive rope_base */
+    if (m->n_layer > LQ_MODEL_MAX_LAYERS || m->n_embd > LQ_MODEL_MAX_EMBD || m->n_ff < 1 ||
+        m->n_ff > LQ_MODEL_MAX_FF || m->n_vocab > LQ_MODEL_MAX_VOCAB || hd < 2 ||
+        hd > LQ_MODEL_MAX_HEAD_DIM || hd != floor(hd) || ((int)hd) % 2 || nh < 1 ||
+        nh > LQ_MODEL_MAX_HEADS || nh != floor(nh) || nkv < 1 || nkv > nh || nkv != floor(nkv) ||
+        ((int)nh) % ((int)nkv) || !(eps > 0) || !isfinite(eps))
+        return lq_err_set(err, LQ_EFORMAT,
+                          "%s: index.json configuration out of range: layers %d (max %d), hidden "
+                          "%d (max %d), ffn %d, vocab %d, head_dim %g, heads %g / kv %g (kv must "
+                          "divide heads), eps %g",
+                          dir, m->n_layer, LQ_MODEL_MAX_LAYERS, m->n_embd, LQ_MODEL_MAX_EMBD,
+                          m->n_ff, m->n_vocab, hd, nh, nkv, eps);
+    m->head_dim = (int)hd;
+    m->n_rot = m->head_dim;
+    m->n_head = (int)nh;
+    m->n_head_kv = (int)nkv;
+    m->q_dim = m->n_head * m->head_dim;
+    m->kv_dim = m->n_head_kv * m->head_dim;
+    m->rope_theta = theta;
+    m->eps = (float)eps;
+    m->rope_neox = 1;
+    double ctx = json_num_field(mc, bl, "max_position_embeddings", 4096);
+    m->n_ctx_train = ctx >= 1 && ctx <= LQ_MODEL_MAX_CTX ? (int)ctx : 4096;
+
+    /* embeddings (validated by lq_vindex_open: size = vocab x hidden x 4 or x 2) */
+    m->embd.data = s->v->embed.data;
+    m->embd.rows = m->n_vocab;
+    m->embd.cols = m->n_embd;
+    m->embd.type = vi->embed_dtype == LQ_VDT_F16 ? LQ_GGML_F16 : LQ_GGML_F32;
+
+    json_t *man = NULL;
+    if ((rc = load_manifest(dir, &man, err)) || (rc = map_in(dir, "norms.bin", &s->norms, err)))
+        goto out;
+    if ((rc = load_norm(s, man, "norm.weight", m->n_embd, &m->output_norm, err)))
+        goto out;
+    /* lm_head: the manifest's lm_head.weight in lm_head.bin, else tied to the embedding */
+    {
+        man_entry e;
+        int r = man_find(man, "lm_head.weight", &e, err);
+        if (r < 0) {
+            rc = r;
+            goto out;
+        }
+        m->lm_head.kind = LQ_WK_DENSE;
+        m->lm_head.rows = m->n_vocab;
+        m->lm_head.cols = m->n_embd;
+        if (r == 0) {
+            m->lm_head.dense = m->embd;
+        } else {
+            uint64_t n = (uint64_t)m->n_vocab * (uint64_t)m->n_embd;
+            if (strcmp(e.file, "lm_head.bin") || e.ndim != 2 || e.shape[0] != m->n_vocab ||
+                e.shape[1] != m->n_embd) {
+                rc = lq_err_set(err, LQ_EFORMAT,
+                                "weight_manifest.json: lm_head.weight must be [%d, %d] in lm_head.bin",
+                                m->n_vocab, m->n_embd);
+                goto out;
+            }
+            if ((rc = map_in(dir, "lm_head.bin", &s->lm_head, err)))
+                goto out;
+            int es = e.length == n * 4 ? 4 : e.length == n * 2 ? 2 : 0;
+            if (!es || e.offset % (uint64_t)es || e.offset > s->lm_head.size ||
+                e.length > s->lm_head.size - e.offset) {
+                rc = lq_err_set(err, LQ_EFORMAT,
+                                "lm_head.bin: entry [%llu, +%llu) does not fit the file (%zu bytes) "
+                                "or is not vocab %d x hidden %d in f32/f16",
+                                (unsigned long long)e.offset, (unsigned long long)e.length,
+                                s->lm_head.size, m->n_vocab, m->n_embd);
+                goto out;
+            }
+            m->lm_head.dense.data = s->lm_head.data + e.offset;
+            m->lm_head.dense.rows = m->n_vocab;
+            m->lm_head.dense.cols = m->n_embd;
+            m->lm_head.dense.type = es == 4 ? LQ_GGML_F32 : LQ_GGML_F16;
+        }
+        m->lm_head.src_type = m->lm_head.dense.type;
+        m->lm_head.bytes = (uint64_t)m->n_vocab * (uint64_t)m->n_embd *
+                           (m->lm_head.dense.type == LQ_GGML_F32 ? 4u : 2u);
+    }
+
+    /* the seven ternary projections of every layer */
+    {
+        const json_t *tensors = json_object_get(bl, "tensors");
+        if (!json_is_array(tensors)) {
+            rc = lq_err_set(err, LQ_EFORMAT, "index.json: bitnet_layout.tensors is not an array");
+            goto out;
+        }
+        lq_mapfile scm = {0};
+        if ((rc = map_in(dir, "bitnet/scales.f32", &scm, err)))
+            goto out;
+        long long tsc = -1;
+        json_int_field(bl, "total_scale_count", 0, INT64_MAX, &tsc);
+        if (tsc < 0 || (uint64_t)tsc * 4 != scm.size) {
+            rc = lq_err_set(err, LQ_EFORMAT,
+                            "bitnet/scales.f32: %zu bytes, bitnet_layout.total_scale_count %lld x 4 "
+                            "expected", scm.size, tsc);
+            lq_mapfile_close(&scm);
+            goto out;
+        }
+        /* page-aligned mapping: the floats are aligned */
+        const float *scales = (const float *)(const void *)scm.data;
+        m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+        if (!m->layers)
+            rc = lq_err_set(err, LQ_ENOMEM, "cannot allocate %d layers", m->n_layer);
+        for (int l = 0; l < m->n_layer && !rc; l++) {
+            lq_layer *L = &m->layers[l];
+            char k[128];
+#define NORM(name, n, dst) (snprintf(k, sizeof k, "layers.%d." name, l), load_norm(s, man, k, n, dst, err))
+#define PROJ(hf, r, c, w) load_proj(s, dir, tensors, scales, (uint64_t)tsc, l, hf, r, c, w, err)
+            if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
+                (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
+                (rc = NORM("attn_sub_norm.weight", m->q_dim, &L->attn_sub_norm)) ||
+                (rc = NORM("ffn_sub_norm.weight", m->n_ff, &L->ffn_sub_norm)) ||
+                (rc = PROJ("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
+                (rc = PROJ("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
+                (rc = PROJ("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
+                (rc = PROJ("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
+                (rc = PROJ("mlp.gate_proj.weight", m->n_ff, m->n_embd, &L->gate)) ||
+                (rc = PROJ("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
+                (rc = PROJ("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
+                break;
+#undef NORM
+#undef PROJ
+        }
+        lq_mapfile_close(&scm);
+        if (rc)
+            goto out;
+    }
+
+    m->tok = s->v->tok; /* borrowed: the vindex (owned by m->src) frees it */
+    m->tok_borrowed = 1;
+
+    lq_model_info *in = &m->info;
+    in->arch_name = m->arch_name;
+    in->arch = m->arch;
+    in->name = m->name;
+    in->n_layer = m->n_layer;
+    in->n_embd = m->n_embd;
+    in->n_ff = m->n_ff;
+    in->n_head = m->n_head;
+    in->n_head_kv = m->n_head_kv;
+    in->head_dim = m->head_dim;
+    in->n_vocab = m->n_vocab;
+    in->n_ctx_train = m->n_ctx_train;
+    in->rope_theta = m->rope_theta;
+    in->norm_eps = m->eps;
+    in->tied_embeddings = s->lm_head.data == NULL;
+    in->embd_type = m->embd.type;
+    in->lm_head_type = m->lm_head.src_type;
+    in->proj_type = LQ_GGML_I2_S;
+    uint64_t bpt = m->lm_head.bytes, np = (uint64_t)m->n_vocab * (uint64_t)m->n_embd * 2;
+    for (int l = 0; l < m->n_layer; l++) {
+        const lq_layer *L = &m->layers[l];
+        uint64_t b = L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes +
+                     L->up.bytes + L->down.bytes;
+        bpt += b;
+        np += b * 4 + (uint64_t)(2 * m->n_embd + m->q_dim + m->n_ff);
+    }
+    in->n_params = np + (uint64_t)m->n_embd;
+    in->bytes_per_token = bpt;
+    in->weight_bytes = s->v->embed.size + s->norms.size + s->lm_head.size + (bpt - m->lm_head.bytes);
+out:
+    json_decref(man);
+    return rc;
+}
+
+lq_vindex *lq_vx_model_vindex(const lq_model *m)
+{
+    return m && m->src_free == vx_src_free ? ((vx_src *)m->src)->v : NULL;
+}

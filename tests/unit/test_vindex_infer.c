@@ -1,0 +1,529 @@
+/* Running a model from a vindex directory: the LARQL -> microsoft trit repack, logits equal
+ * to the GGUF's (conformance models and a generated fixture, f32 and dense-only vindexes),
+ * an f16 vindex close to them, the conformance expectations, and the errors for vindexes
+ * that cannot run. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "larql/fixture.h"
+#include "larql/gguf.h"
+#include "larql/model.h"
+#include "larql/vindex.h"
+#include "vindex/vindex_internal.h"
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+
+static void test_repack(void)
+{
+    const int rows = 3, cols = 384;
+    int8_t tr[3 * 384];
+    uint8_t larql[3 * 96], ms[3 * 96];
+    memset(larql, 0, sizeof larql);
+    for (int i = 0; i < rows * cols; i++) {
+        tr[i] = (int8_t)((int)(rnd() % 3) - 1);
+        int code = tr[i] > 0 ? 1 : tr[i] < 0 ? 2 : 0;
+        if (tr[i] == 0 && i % 7 == 0)
+            code = 3; /* reserved code: read as 0, like LARQL */
+        larql[i / 4] |= (uint8_t)(code << (2 * (i % 4)));
+    }
+    lq_vx_i2s_larql_to_ms(larql, ms, rows, cols);
+    int bad = 0;
+    for (int i = 0; i < rows * cols; i++)
+        bad += lq_i2s_get(ms, (uint64_t)i) != tr[i];
+    CHECK_EQ_INT(bad, 0);
+    /* and it is what lq_i2s_pack writes (scale bytes aside) */
+    uint8_t ref[3 * 96 + 32];
+    CHECK(lq_i2s_pack(tr, (uint64_t)rows * cols, 1.0f, ref) >= 0);
+    CHECK(memcmp(ref, ms, sizeof ms) == 0);
+}
+
+static int build(const char *gguf, const char *dir, int level, int dense_only, int f16, lq_err *err)
+{
+    lq_vindex_build_opts bo;
+    lq_vindex_build_opts_init(&bo);
+    bo.extracted_at = "2026-01-01T00:00:00Z";
+    bo.n_threads = 2;
+    bo.level = level;
+    bo.keep_quant = level >= LQ_VLEVEL_INFERENCE || dense_only;
+    bo.dense_only = dense_only;
+    bo.f16 = f16;
+    return lq_vindex_build(gguf, dir, &bo, err);
+}
+
+/* all-position logits of ids through the model at path; NULL on error (reported) */
+static float *logits_of(const char *path, const int32_t *ids, size_t n, int act, int *V)
+{
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts mo = {.n_threads = 2, .act_mode = act};
+    if (lq_model_open(path, &mo, &m, &err)) {
+        CHECK_MSG(0, "open %s: %s", path, err.msg);
+        return NULL;
+    }
+    *V = lq_model_get_info(m)->n_vocab;
+    float *all = malloc(n * (size_t)*V * sizeof *all);
+    lq_session *s = NULL;
+    int rc = lq_session_create(m, 0, &s, &err);
+    if (!rc)
+        rc = lq_session_eval(s, ids, n, NULL, all, &err);
+    CHECK_MSG(rc == 0, "eval %s: %s", path, err.msg);
+    lq_session_free(s);
+    lq_model_close(m);
+    if (rc) {
+        free(all);
+        return NULL;
+    }
+    return all;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)a[i] - b[i]) > d)
+            d = fabs((double)a[i] - b[i]);
+    return d;
+}
+
+/* GGUF vs vindexes built from it: f32 (equal), dense-only (equal), f16 (close) */
+static void compare_model(const char *gguf, const char *tag, const int32_t *ids, size_t n,
+                          double *f16_diff)
+{
+    char d32[4400], ddo[4400], d16[4400];
+    snprintf(d32, sizeof d32, "%s/%s-inf", harness_tmpdir(), tag);
+    snprintf(ddo, sizeof ddo, "%s/%s-do", harness_tmpdir(), tag);
+    snprintf(d16, sizeof d16, "%s/%s-f16", harness_tmpdir(), tag);
+    lq_err err = {0};
+    if (build(gguf, d32, LQ_VLEVEL_INFERENCE, 0, 0, &err) || build(gguf, ddo, 0, 1, 0, &err) ||
+        build(gguf, d16, LQ_VLEVEL_ALL, 0, 1, &err)) {
+        CHECK_MSG(0, "%s: build: %s", tag, err.msg);
+        return;
+    }
+    for (int act = 0; act < 2; act++) {
+        int V = 0, V2 = 0;
+        float *g = logits_of(gguf, ids, n, act, &V);
+        float *a = logits_of(d32, ids, n, act, &V2);
+        float *b = logits_of(ddo, ids, n, act, &V2);
+        float *c = logits_of(d16, ids, n, act, &V2);
+        if (g && a && b && c) {
+            size_t N = n * (size_t)V;
+            CHECK_MSG(max_diff(g, a, N) <= 1e-5, "%s act %d: f32 vindex differs by %g", tag, act,
+                      max_diff(g, a, N));
+            CHECK_MSG(max_diff(g, b, N) <= 1e-5, "%s act %d: dense-only vindex differs by %g", tag,
+                      act, max_diff(g, b, N));
+            /* f16 norms (truncated as LARQL does) perturb every layer. With f32
+             * activations that stays small everywhere; with int8 activations a perturbed
+             * value flips roundings, which random weights amplify (measured ~0.1-0.2 at
+             * position 0, ~1.5 after 70 positions), so only position 0 is bounded there */
+            double d = max_diff(g, c, N), d0 = max_diff(g, c, (size_t)V);
+            if (d > *f16_diff)
+                *f16_diff = d;
+            printf("# %s act %d: f16 vindex max |dlogit| %.3g (position 0: %.3g)\n", tag, act, d, d0);
+            if (act == LQ_ACT_F32)
+                CHECK_MSG(d < 0.25, "%s f32 act: f16 vindex differs by %g", tag, d);
+            else
+                CHECK_MSG(d0 < 0.5, "%s int8 act: f16 vindex differs by %g at position 0", tag, d0);
+        }
+        free(g);
+        free(a);
+        free(b);
+        free(c);
+    }
+}
+
+static void test_fixture_equal(void)
+{
+    char g[4400];
+    snprintf(g, sizeof g, "%s/fx.gguf", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_err err = {0};
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.emb_type = LQ_GGML_F16;
+    o.seed = 7;
+    if (lq_fixture_write(&o, g, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    int32_t ids[70];
+    for (int i = 0; i < 70; i++) /* > LQ_MAX_BATCH positions: two prefill chunks */
+        ids[i] = (int32_t)(rnd() % 300);
+    double d16 = 0;
+    compare_model(g, "fx", ids, 70, &d16);
+    printf("# fixture: f16 vindex max |dlogit| %.3g\n", d16);
+}
+
+static void test_conformance(void)
+{
+    const char *cd = harness_conformance_dir();
+    if (!cd)
+        SKIP("../shared/conformance absent");
+    static const char *names[] = {"bitnet-tiny-a", "bitnet-tiny-b"};
+    for (int k = 0; k < 2; k++) {
+        char gpath[4300], jpath[4300], dir[4400];
+        snprintf(gpath, sizeof gpath, "%s/bitnet/%s.gguf", cd, names[k]);
+        snprintf(jpath, sizeof jpath, "%s/bitnet/%s.expected.json", cd, names[k]);
+        json_error_t je;
+        json_t *root = json_load_file(jpath, 0, &je);
+        if (!root) {
+            printf("# skip %s: %s\n", names[k], je.text);
+            continue;
+        }
+        json_t *jids = json_object_get(root, "ids");
+        size_t n = json_array_size(jids);
+        int32_t *ids = calloc(n ? n : 1, sizeof *ids);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+        double d16 = 0;
+        compare_model(gpath, names[k], ids, n, &d16);
+        printf("# %s: f16 vindex max |dlogit| %.3g\n", names[k], d16);
+        /* the vindex against the reference logits ("ms" mode, top-10 within 1e-3) and the
+         * greedy continuation */
+        snprintf(dir, sizeof dir, "%s/%s-inf", harness_tmpdir(), names[k]);
+        int V = 0;
+        float *lg = logits_of(dir, ids, n, LQ_ACT_INT8, &V);
+        json_t *pos = json_object_get(json_object_get(json_object_get(root, "modes"), "ms"), "positions");
+        double worst = 0;
+        for (size_t p = 0; lg && p < n && p < json_array_size(pos); p++) {
+            json_t *top = json_object_get(json_array_get(pos, p), "top");
+            for (size_t r = 0; r < json_array_size(top); r++) {
+                json_t *e = json_array_get(top, r);
+                int id = (int)json_integer_value(json_array_get(e, 0));
+                double want = json_number_value(json_array_get(e, 1));
+                if (id >= 0 && id < V && fabs(lg[p * (size_t)V + id] - want) > worst)
+                    worst = fabs(lg[p * (size_t)V + id] - want);
+            }
+        }
+        CHECK_MSG(lg && worst < 1e-3, "%s: vindex vs reference logits: %g", names[k], worst);
+        free(lg);
+        /* greedy continuation from the vindex */
+        json_t *greedy = json_object_get(json_object_get(json_object_get(root, "modes"), "ms"), "greedy");
+        lq_model *m = NULL;
+        lq_err err = {0};
+        lq_model_opts mo = {.n_threads = 2};
+        if (lq_model_open(dir, &mo, &m, &err) == 0) {
+            lq_session *s = NULL;
+            float *l = malloc((size_t)V * sizeof *l);
+            int ok = lq_session_create(m, 0, &s, &err) == 0 && lq_session_eval(s, ids, n, l, NULL, &err) == 0;
+            for (size_t g = 0; ok && g < json_array_size(greedy); g++) {
+                int best = 0;
+                for (int v = 1; v < V; v++)
+                    if (l[v] > l[best])
+                        best = v;
+                ok = best == json_integer_value(json_array_get(greedy, g));
+                CHECK_MSG(ok, "%s: greedy token %zu: %d, expected %lld", names[k], g, best,
+                          (long long)json_integer_value(json_array_get(greedy, g)));
+                if (ok && g + 1 < json_array_size(greedy))
+                    ok = lq_session_decode(s, best, l, &err) == 0;
+            }
+            free(l);
+            lq_session_free(s);
+            lq_model_close(m);
+        } else {
+            CHECK_MSG(0, "%s", err.msg);
+        }
+        free(ids);
+        json_decref(root);
+    }
+}
+
+/* ---- vindexes that cannot run ---- */
+
+static int expect_open_fails(const char *dir, int code, const char *needle)
+{
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts mo = {.n_threads = 1};
+    int rc = lq_model_open(dir, &mo, &m, &err);
+    lq_model_close(m);
+    CHECK_MSG(rc == code, "%s: rc %d (want %d): %s", dir, rc, code, err.msg);
+    CHECK_STR_CONTAINS(err.msg, needle);
+    return rc;
+}
+
+static void put_bytes(const char *dir, const char *name, long off, const void *b, size_t n)
+{
+    char p[4500];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fseek(f, off, SEEK_SET);
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void test_bad(void)
+{
+    char g[4400], d[4400];
+    lq_err err = {0};
+    snprintf(g, sizeof g, "%s/bad.gguf", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.seed = 11;
+    if (lq_fixture_write(&o, g, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    /* browse vindex: no weights */
+    snprintf(d, sizeof d, "%s/b-browse", harness_tmpdir());
+    CHECK(build(g, d, LQ_VLEVEL_BROWSE, 0, 0, &err) == 0);
+    expect_open_fails(d, LQ_EUNSUPPORTED, "does not contain model weights");
+    /* a directory without index.json is not a vindex: the GGUF path reports it */
+    char nd[4500];
+    snprintf(nd, sizeof nd, "%s/not-a-vindex", harness_tmpdir());
+    mkdir(nd, 0755);
+    lq_model *m = NULL;
+    CHECK(lq_model_open(nd, NULL, &m, &err) != 0 && m == NULL);
+
+    static const struct {
+        const char *what, *file;
+        long off;
+        int truncate_to; /* -1: write bytes instead */
+        int code;
+        const char *needle;
+    } cases[] = {
+        {"truncated i2s", "bitnet/layers.0.mlp.down_proj.weight.i2s", 0, 10, LQ_EFORMAT, "expected rows"},
+        {"truncated scales", "bitnet/scales.f32", 0, 8, LQ_EFORMAT, "total_scale_count"},
+        {"row scales differ", "bitnet/scales.f32", 4, -1, LQ_EUNSUPPORTED, "per-row scales"},
+        {"truncated norms", "norms.bin", 0, 16, LQ_EFORMAT, "past the end"},
+        {"missing manifest", "weight_manifest.json", 0, -2, LQ_ENOTFOUND, "weight_manifest.json"},
+        {"missing i2s", "bitnet/layers.1.self_attn.q_proj.weight.i2s", 0, -2, LQ_ENOTFOUND, "q_proj"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(d, sizeof d, "%s/b-%zu", harness_tmpdir(), i);
+        if (build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err)) {
+            CHECK_MSG(0, "build: %s", err.msg);
+            continue;
+        }
+        char p[4500];
+        snprintf(p, sizeof p, "%s/%s", d, cases[i].file);
+        if (cases[i].truncate_to >= 0) {
+            CHECK(truncate(p, cases[i].truncate_to) == 0);
+        } else if (cases[i].truncate_to == -2) {
+            CHECK(unlink(p) == 0);
+        } else {
+            float x = 123.5f;
+            put_bytes(d, cases[i].file, cases[i].off, &x, 4);
+        }
+        printf("# %s\n", cases[i].what);
+        expect_open_fails(d, cases[i].code, cases[i].needle);
+    }
+    /* llama vindex: not runnable */
+    lq_fixture_preset(&o, "tiny", &err);
+    o.arch = "llama";
+    snprintf(g, sizeof g, "%s/llama.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/b-llama", harness_tmpdir());
+    CHECK(lq_fixture_write(&o, g, &err) == 0);
+    CHECK(build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) == 0);
+    expect_open_fails(d, LQ_EUNSUPPORTED, "no bitnet_layout");
+}
+
+/* ---- infer ---- */
+
+static json_t *infer_body(lq_model *m, const char *prompt, const char *mode, int top,
+                          const lq_knn_store *ks)
+{
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    p.prompt = prompt;
+    p.mode = mode;
+    p.top = top;
+    p.knn = ks;
+    char *body = NULL;
+    lq_err err = {0};
+    int rc = lq_infer_json(m, &p, &body, &err);
+    CHECK_MSG(rc == 0, "infer %s: %s", mode, err.msg);
+    json_error_t je;
+    json_t *j = rc ? NULL : json_loads(body, 0, &je);
+    CHECK_MSG(rc || j, "infer %s: body is not JSON: %s", mode, body);
+    free(body);
+    return j;
+}
+
+static int keys_are(const json_t *o, const char *const *keys, size_t n)
+{
+    if (!json_is_object(o) || json_object_size(o) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!json_object_get(o, keys[i]))
+            return 0;
+    return 1;
+}
+
+static int rounded4(const json_t *preds)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(preds, i, x) {
+        double p = json_number_value(json_object_get(x, "probability"));
+        if (fabs(p * 1e4 - round(p * 1e4)) > 1e-6 || !json_is_string(json_object_get(x, "token")))
+            return 0;
+    }
+    return 1;
+}
+
+static void test_infer(void)
+{
+    char g[4400], d[4400], ddo[4400];
+    lq_err err = {0};
+    snprintf(g, sizeof g, "%s/inf.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/inf-v", harness_tmpdir());
+    snprintf(ddo, sizeof ddo, "%s/inf-do", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.seed = 21;
+    if (lq_fixture_write(&o, g, &err) || build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) ||
+        build(g, ddo, 0, 1, 0, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    lq_model *m = NULL, *mdo = NULL, *mg = NULL;
+    lq_model_opts mo = {.n_threads = 2};
+    if (lq_model_open(d, &mo, &m, &err) || lq_model_open(ddo, &mo, &mdo, &err) ||
+        lq_model_open(g, &mo, &mg, &err)) {
+        CHECK_MSG(0, "open: %s", err.msg);
+        goto out;
+    }
+    CHECK(lq_vindex_of_model(m) != NULL && lq_vindex_of_model(mg) == NULL);
+    const char *prompt = "the model reads";
+    /* walk (empty store) == dense, field sets as LARQL's */
+    json_t *w = infer_body(m, prompt, "walk", 5, NULL), *dn = infer_body(m, prompt, "dense", 5, NULL);
+    json_t *c = infer_body(m, prompt, "compare", 5, NULL), *u = infer_body(m, prompt, "bogus", 5, NULL);
+    static const char *kw[] = {"prompt", "predictions", "mode", "latency_ms"};
+    static const char *kc[] = {"prompt", "walk", "walk_ms", "dense", "dense_ms", "latency_ms"};
+    static const char *kd[] = {"prompt", "dense", "dense_ms", "latency_ms"};
+    static const char *ku[] = {"prompt", "latency_ms"};
+    if (w && dn && c && u) {
+        CHECK(keys_are(w, kw, 4) && !strcmp(json_string_value(json_object_get(w, "mode")), "walk"));
+        CHECK(keys_are(dn, kw, 4) && !strcmp(json_string_value(json_object_get(dn, "mode")), "bitnet"));
+        CHECK(keys_are(c, kc, 6));
+        CHECK(keys_are(u, ku, 2));
+        CHECK(!strcmp(json_string_value(json_object_get(w, "prompt")), prompt));
+        CHECK_EQ_INT((int)json_array_size(json_object_get(w, "predictions")), 5);
+        CHECK(json_equal(json_object_get(w, "predictions"), json_object_get(dn, "predictions")));
+        CHECK(json_equal(json_object_get(c, "walk"), json_object_get(c, "dense")));
+        CHECK(json_equal(json_object_get(c, "walk"), json_object_get(w, "predictions")));
+        CHECK(rounded4(json_object_get(w, "predictions")));
+        /* sorted by probability, summing to at most 1 */
+        double prev = 2, sum = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(w, "predictions"), i, x) {
+            double p = json_number_value(json_object_get(x, "probability"));
+            CHECK(p <= prev);
+            prev = p;
+            sum += p;
+        }
+        CHECK(sum <= 1.0005);
+    }
+    json_decref(w);
+    json_decref(dn);
+    json_decref(c);
+    json_decref(u);
+    /* the same predictions as the struct API, and as the GGUF (dense; walk coerced) */
+    json_t *gw = infer_body(mg, prompt, "walk", 5, NULL), *vw = infer_body(m, prompt, "dense", 5, NULL);
+    if (gw && vw) {
+        CHECK(!strcmp(json_string_value(json_object_get(gw, "mode")), "bitnet"));
+        CHECK(json_equal(json_object_get(gw, "predictions"), json_object_get(vw, "predictions")));
+    }
+    json_decref(gw);
+    json_decref(vw);
+    /* dense-only coercion: walk -> bitnet, compare -> dense only */
+    json_t *dw = infer_body(mdo, prompt, "walk", 3, NULL), *dc = infer_body(mdo, prompt, "compare", 3, NULL);
+    if (dw && dc) {
+        CHECK(keys_are(dw, kw, 4) && !strcmp(json_string_value(json_object_get(dw, "mode")), "bitnet"));
+        CHECK(keys_are(dc, kd, 4));
+        CHECK_EQ_INT((int)json_array_size(json_object_get(dc, "dense")), 3);
+    }
+    json_decref(dw);
+    json_decref(dc);
+    /* top 0: no predictions */
+    json_t *z = infer_body(m, prompt, "dense", 0, NULL);
+    CHECK(z && json_array_size(json_object_get(z, "predictions")) == 0);
+    json_decref(z);
+    /* bad requests */
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    char *body = NULL;
+    p.prompt = "";
+    CHECK(lq_infer_json(m, &p, &body, &err) == LQ_EINVAL && body == NULL);
+    CHECK_STR_CONTAINS(err.msg, "empty prompt");
+    p.prompt = "x";
+    p.top = -1;
+    CHECK(lq_infer_json(m, &p, &body, &err) == LQ_EINVAL);
+
+    /* KNN override: a key equal to the residual at layer 1 fires there with cosine 1 */
+    const lq_model_info *in = lq_model_get_info(m);
+    float *res = malloc((size_t)in->n_layer * in->n_embd * sizeof *res);
+    lq_knn_store *ks = NULL;
+    CHECK(lq_knn_store_create(in->n_embd, &ks, &err) == 0);
+    CHECK(lq_infer_residuals(m, prompt, res, &err) == 0);
+    /* a key pointing elsewhere does not fire */
+    float *other = malloc((size_t)in->n_embd * sizeof *other);
+    for (int i = 0; i < in->n_embd; i++)
+        other[i] = (i % 2 ? 1.0f : -1.0f) * (float)(1 + i % 5);
+    CHECK(lq_knn_store_add(ks, 0, other, -1, "Nowhere", &err) == 0);
+    json_t *nw = infer_body(m, prompt, "walk", 4, ks);
+    CHECK(nw && !json_object_get(nw, "knn_override"));
+    json_decref(nw);
+    CHECK(lq_knn_store_add(ks, 1, res + in->n_embd, -1, "Paris", &err) == 0);
+    CHECK_EQ_INT((int)lq_knn_store_count(ks), 2);
+    json_t *kw2 = infer_body(m, prompt, "walk", 4, ks), *kd2 = infer_body(m, prompt, "dense", 4, ks);
+    json_t *kc2 = infer_body(m, prompt, "compare", 4, ks);
+    if (kw2 && kd2 && kc2) {
+        json_t *ko = json_object_get(kw2, "knn_override"), *pr = json_object_get(kw2, "predictions");
+        CHECK(ko != NULL);
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "token")), "Paris"));
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(ko, "layer")), 1);
+        CHECK_NEAR(json_number_value(json_object_get(ko, "cosine")), 1.0, 1e-5);
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "source")), "knn_override"));
+        CHECK(!strcmp(json_string_value(json_object_get(ko, "stage")), "post_logits"));
+        CHECK(json_is_false(json_object_get(ko, "materialized")));
+        json_t *dp = json_object_get(kd2, "predictions");
+        CHECK(json_equal(json_object_get(ko, "model_top1"), json_array_get(dp, 0)));
+        CHECK_EQ_INT((int)json_array_size(pr), 4);
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(pr, 0), "token")), "Paris"));
+        CHECK(json_number_value(json_object_get(json_array_get(pr, 0), "probability")) == 1.0);
+        for (size_t i = 1; i < 4; i++)
+            CHECK(json_equal(json_array_get(pr, i), json_array_get(dp, i - 1)));
+        CHECK(!json_object_get(kd2, "knn_override")); /* dense ignores the store */
+        CHECK(json_object_get(kc2, "knn_override") != NULL);
+    }
+    json_decref(kw2);
+    json_decref(kd2);
+    json_decref(kc2);
+    memset(other, 0, (size_t)in->n_embd * sizeof *other);
+    CHECK(lq_knn_store_add(ks, 1, other, -1, "x", &err) == LQ_EINVAL); /* zero key */
+    CHECK(lq_knn_store_add(ks, -1, res, -1, "x", &err) == LQ_ERANGE);
+    free(other);
+    free(res);
+    lq_knn_store_free(ks);
+out:
+    lq_model_close(m);
+    lq_model_close(mdo);
+    lq_model_close(mg);
+}
+
+int main(void)
+{
+    RUN(test_repack);
+    RUN(test_fixture_equal);
+    RUN(test_conformance);
+    RUN(test_bad);
+    RUN(test_infer);
+    return harness_done();
+}
