@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/gen_step.h"
 #include "larql/chat.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -56,19 +57,32 @@ static float token_logprob(const float *logits, int32_t n, int32_t id, float tem
     return isnan(lp) ? -INFINITY : (float)lp;
 }
 
-#define GEN_MAX_EOS 64
-#define GEN_PIECE_CAP 512 /* detokenizer output per token; 64 suffices per the tokenizer API */
-
-int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
-                const lq_generate_params *p, lq_token_cb cb, void *user,
-                lq_generate_result *res, lq_err *err)
+double lq_gen_now_ms(void)
 {
-    lq_generate_result local;
-    if (!res)
-        res = &local;
+    return now_ms();
+}
+
+void lq_gen_free(lq_gen_state *g)
+{
+    if (!g)
+        return;
+    lq_detok_free(g->dt);
+    lq_stopper_free(g->stp);
+    lq_sampler_free(g->smp);
+    free(g->logits);
+    g->dt = NULL;
+    g->stp = NULL;
+    g->smp = NULL;
+    g->logits = NULL;
+}
+
+int lq_gen_begin(lq_gen_state *g, lq_model *m, int pos0, int n_ctx, const int32_t *prompt,
+                 size_t n_prompt, const lq_generate_params *p, lq_generate_result *res,
+                 lq_err *err)
+{
+    memset(g, 0, sizeof *g);
     memset(res, 0, sizeof *res);
-    if (!s)
-        return lq_err_set(err, LQ_EINVAL, "generate: session is NULL");
+    g->res = res;
     if (!prompt || n_prompt == 0)
         return lq_err_set(err, LQ_EINVAL, "generate: empty prompt (at least one token id is "
                                           "needed, e.g. BOS)");
@@ -83,14 +97,12 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     if (rc)
         return lq_err_prefix(err, "generate");
 
-    lq_model *m = lq_session_model(s);
     const lq_model_info *info = m ? lq_model_get_info(m) : NULL;
     if (!info || info->n_vocab < 1)
         return lq_err_set(err, LQ_EINVAL, "generate: session has no model");
     const int32_t n_vocab = info->n_vocab;
     const lq_tokenizer *tok = lq_model_tokenizer(m);
 
-    const int pos0 = lq_session_pos(s), n_ctx = lq_session_n_ctx(s);
     if (n_prompt > (size_t)(n_ctx - pos0))
         return lq_err_set(err, LQ_ECONTEXT,
                           "generate: prompt of %zu tokens at position %d does not fit the "
@@ -98,158 +110,192 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     res->n_prompt = (int)n_prompt;
 
     /* End-of-sequence ids: the caller's list, else the model's EOS and EOT. */
-    int32_t eos[GEN_MAX_EOS];
-    size_t n_eos = 0;
     if (p->eos_ids) {
-        if (p->n_eos > GEN_MAX_EOS)
+        if (p->n_eos > LQ_GEN_MAX_EOS)
             return lq_err_set(err, LQ_EINVAL, "generate: %zu eos_ids exceed the limit %d",
-                              p->n_eos, GEN_MAX_EOS);
+                              p->n_eos, LQ_GEN_MAX_EOS);
         for (size_t i = 0; i < p->n_eos; i++) {
             if (p->eos_ids[i] < 0 || p->eos_ids[i] >= n_vocab)
                 return lq_err_set(err, LQ_EINVAL,
                                   "generate: eos_ids[%zu] = %d outside the vocabulary [0, %d)",
                                   i, (int)p->eos_ids[i], (int)n_vocab);
-            eos[n_eos++] = p->eos_ids[i];
+            g->eos[g->n_eos++] = p->eos_ids[i];
         }
     } else if (p->n_eos > 0) {
         return lq_err_set(err, LQ_EINVAL, "generate: n_eos %zu but eos_ids is NULL", p->n_eos);
     } else if (tok) {
         int32_t e1 = lq_tokenizer_eos(tok), e2 = lq_tokenizer_eot(tok);
         if (e1 >= 0 && e1 < n_vocab)
-            eos[n_eos++] = e1;
+            g->eos[g->n_eos++] = e1;
         if (e2 >= 0 && e2 < n_vocab && e2 != e1)
-            eos[n_eos++] = e2;
+            g->eos[g->n_eos++] = e2;
     }
     if (p->ignore_eos)
-        n_eos = 0;
+        g->n_eos = 0;
+    g->n_vocab = n_vocab;
+    g->temperature = p->sampling.temperature;
+    g->max_tokens = p->max_tokens;
+    g->max_new = 0;
 
     /* Everything the loop needs, before any model work. */
-    float *logits = malloc((size_t)n_vocab * sizeof *logits); /* [n_vocab] next-token logits */
-    lq_sampler *smp = NULL;
-    lq_stopper *stp = NULL;
-    lq_detok *dt = NULL;
-    char piece[GEN_PIECE_CAP];
-    if (!logits) {
+    g->logits = malloc((size_t)n_vocab * sizeof *g->logits); /* [n_vocab] next-token logits */
+    if (!g->logits) {
         rc = lq_err_set(err, LQ_ENOMEM, "generate: out of memory for %d logits", (int)n_vocab);
-        goto done;
+        goto fail;
     }
-    rc = lq_sampler_create(&p->sampling, n_vocab, &smp, err);
+    rc = lq_sampler_create(&p->sampling, n_vocab, &g->smp, err);
     if (rc)
-        goto done;
-    rc = lq_stopper_create(p->stop, p->n_stop, &stp, err);
+        goto fail;
+    rc = lq_stopper_create(p->stop, p->n_stop, &g->stp, err);
     if (rc) {
         lq_err_prefix(err, "generate");
-        goto done;
+        goto fail;
     }
     if (tok) {
-        rc = lq_detok_create(tok, LQ_DETOK_SKIP_SPECIAL, &dt, err);
+        rc = lq_detok_create(tok, LQ_DETOK_SKIP_SPECIAL, &g->dt, err);
         if (rc)
-            goto done;
+            goto fail;
         /* The generated text continues the prompt (no SPM leading-space strip), except right
          * after a lone BOS at the start of the session, where it begins the text. */
         int32_t bos = lq_tokenizer_bos(tok);
-        lq_detok_reset(dt, pos0 == 0 && n_prompt == 1 && prompt[0] == bos);
+        lq_detok_reset(g->dt, pos0 == 0 && n_prompt == 1 && prompt[0] == bos);
     }
+    return LQ_OK;
+fail:
+    lq_gen_free(g);
+    return rc;
+}
+
+void lq_gen_set_limit(lq_gen_state *g, int limit)
+{
+    /* Every generated token must fit the context (the last one is never decoded, but a
+     * prompt + completion longer than the context could not be continued). */
+    g->max_new = g->max_tokens < limit ? g->max_tokens : limit;
+    if (g->max_new < 0)
+        g->max_new = 0;
+    g->res->finish = LQ_FINISH_LENGTH; /* unless something ends it first */
+}
+
+int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
+{
+    lq_generate_result *res = g->res;
+    if (g->i >= g->max_new)
+        return LQ_GEN_END; /* LENGTH (max_tokens 0 or no room left) */
+    double ts = now_ms();
+    int32_t id = lq_sampler_sample(g->smp, g->logits);
+    res->decode_ms += now_ms() - ts;
+    if (id < 0 || id >= g->n_vocab) {
+        res->finish = LQ_FINISH_NONE;
+        return lq_err_set(err, LQ_ERANGE, "generate: sampler returned id %d", (int)id);
+    }
+    for (size_t k = 0; k < g->n_eos; k++)
+        if (g->eos[k] == id) {
+            res->finish = LQ_FINISH_EOS;
+            return LQ_GEN_END;
+        }
+    lq_sampler_accept(g->smp, id);
+    res->n_generated++;
+
+    size_t plen = 0;
+    int rc = g->dt ? lq_detok_push(g->dt, id, g->piece, sizeof g->piece, &plen, err) : LQ_OK;
+    if (rc) {
+        res->finish = LQ_FINISH_NONE;
+        return rc;
+    }
+    const char *out;
+    size_t out_len;
+    int stopped = lq_stopper_push(g->stp, g->piece, plen, &out, &out_len);
+    if (cb) {
+        float lp = token_logprob(g->logits, g->n_vocab, id, g->temperature);
+        if (cb(user, id, out, out_len, lp, g->logits)) {
+            res->finish = LQ_FINISH_CANCELED;
+            return LQ_GEN_END;
+        }
+    }
+    if (stopped) {
+        res->finish = LQ_FINISH_STOP;
+        return LQ_GEN_END;
+    }
+    if (++g->i == g->max_new)
+        return LQ_GEN_END; /* LENGTH: no decode for a token nobody will sample after */
+    g->next_id = id;
+    return LQ_GEN_NEXT;
+}
+
+void lq_gen_end(lq_gen_state *g, lq_token_cb cb, void *user)
+{
+    lq_generate_result *res = g->res;
+    /* Release held-back text when the stream ended without a stop match or a cancel. */
+    if (res->finish != LQ_FINISH_LENGTH && res->finish != LQ_FINISH_EOS)
+        return;
+    size_t plen = 0;
+    if (g->dt)
+        lq_detok_flush(g->dt, g->piece, sizeof g->piece, &plen);
+    const char *out;
+    size_t out_len;
+    if (lq_stopper_push(g->stp, g->piece, plen, &out, &out_len)) {
+        /* the flushed bytes completed a stop string */
+        res->finish = LQ_FINISH_STOP;
+    } else {
+        const char *rest;
+        size_t rest_len;
+        lq_stopper_flush(g->stp, &rest, &rest_len);
+        if (rest_len && rest == out + out_len) {
+            out_len += rest_len; /* adjacent in the stopper's buffer: one call */
+        } else if (rest_len) {
+            if (cb && out_len)
+                cb(user, -1, out, out_len, 0.0f, NULL);
+            out = rest;
+            out_len = rest_len;
+        }
+    }
+    if (cb && out_len)
+        cb(user, -1, out, out_len, 0.0f, NULL);
+}
+
+int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
+                const lq_generate_params *p, lq_token_cb cb, void *user,
+                lq_generate_result *res, lq_err *err)
+{
+    lq_generate_result local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    if (!s)
+        return lq_err_set(err, LQ_EINVAL, "generate: session is NULL");
+    lq_gen_state g;
+    int rc = lq_gen_begin(&g, lq_session_model(s), lq_session_pos(s), lq_session_n_ctx(s),
+                          prompt, n_prompt, p, res, err);
+    if (rc)
+        return rc;
 
     /* Prefill. */
     double t0 = now_ms();
-    rc = lq_session_eval(s, prompt, n_prompt, logits, NULL, err);
+    rc = lq_session_eval(s, prompt, n_prompt, g.logits, NULL, err);
     res->prefill_ms = now_ms() - t0;
     if (rc)
         goto done;
-
-    /* Every generated token must fit the context (the last one is never decoded, but a
-     * prompt + completion longer than the context could not be continued). */
-    int limit = n_ctx - lq_session_pos(s);
-    int max_new = p->max_tokens < limit ? p->max_tokens : limit;
-    res->finish = LQ_FINISH_LENGTH; /* unless something below ends it first */
-    double tdec = 0.0;
-    for (int i = 0; i < max_new; i++) {
-        double ts = now_ms();
-        int32_t id = lq_sampler_sample(smp, logits);
-        tdec += now_ms() - ts;
-        if (id < 0 || id >= n_vocab) {
-            rc = lq_err_set(err, LQ_ERANGE, "generate: sampler returned id %d", (int)id);
-            res->finish = LQ_FINISH_NONE;
+    lq_gen_set_limit(&g, lq_session_n_ctx(s) - lq_session_pos(s));
+    for (;;) {
+        int st = lq_gen_step(&g, cb, user, err);
+        if (st < 0) {
+            rc = st;
             goto done;
         }
-        int is_eos = 0;
-        for (size_t k = 0; k < n_eos; k++)
-            is_eos |= eos[k] == id;
-        if (is_eos) {
-            res->finish = LQ_FINISH_EOS;
+        if (st == LQ_GEN_END)
             break;
-        }
-        lq_sampler_accept(smp, id);
-        res->n_generated++;
-
-        size_t plen = 0;
-        if (dt) {
-            rc = lq_detok_push(dt, id, piece, sizeof piece, &plen, err);
-            if (rc) {
-                res->finish = LQ_FINISH_NONE;
-                goto done;
-            }
-        }
-        const char *out;
-        size_t out_len;
-        int stopped = lq_stopper_push(stp, piece, plen, &out, &out_len);
-        if (cb) {
-            float lp = token_logprob(logits, n_vocab, id, p->sampling.temperature);
-            if (cb(user, id, out, out_len, lp, logits)) {
-                res->finish = LQ_FINISH_CANCELED;
-                break;
-            }
-        }
-        if (stopped) {
-            res->finish = LQ_FINISH_STOP;
-            break;
-        }
-        if (i + 1 == max_new)
-            break; /* LENGTH: no decode for a token nobody will sample after */
-        ts = now_ms();
-        rc = lq_session_decode(s, id, logits, err);
-        tdec += now_ms() - ts;
+        double ts = now_ms();
+        rc = lq_session_decode(s, g.next_id, g.logits, err);
+        res->decode_ms += now_ms() - ts;
         if (rc) {
             res->finish = LQ_FINISH_NONE;
             goto done;
         }
     }
-    res->decode_ms = tdec;
-
-    /* Release held-back text when the stream ended without a stop match or a cancel. */
-    if (res->finish == LQ_FINISH_LENGTH || res->finish == LQ_FINISH_EOS) {
-        size_t plen = 0;
-        if (dt)
-            lq_detok_flush(dt, piece, sizeof piece, &plen);
-        const char *out;
-        size_t out_len;
-        if (lq_stopper_push(stp, piece, plen, &out, &out_len)) {
-            /* the flushed bytes completed a stop string */
-            res->finish = LQ_FINISH_STOP;
-        } else {
-            const char *rest;
-            size_t rest_len;
-            lq_stopper_flush(stp, &rest, &rest_len);
-            if (rest_len && rest == out + out_len) {
-                out_len += rest_len; /* adjacent in the stopper's buffer: one call */
-            } else if (rest_len) {
-                if (cb && out_len)
-                    cb(user, -1, out, out_len, 0.0f, NULL);
-                out = rest;
-                out_len = rest_len;
-            }
-        }
-        if (cb && out_len)
-            cb(user, -1, out, out_len, 0.0f, NULL);
-    }
+    lq_gen_end(&g, cb, user);
     rc = LQ_OK;
-
 done:
-    lq_detok_free(dt);
-    lq_stopper_free(stp);
-    lq_sampler_free(smp);
-    free(logits);
+    lq_gen_free(&g);
     return rc;
 }
 

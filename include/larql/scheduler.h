@@ -1,0 +1,116 @@
+/* Continuous batching: many generation requests over one model, decoded together.
+ *
+ * A scheduler owns one thread that runs the model's decode loop. Callers submit requests
+ * (prompt ids, lq_generate_params, a token callback, a done callback, a user pointer) from
+ * any thread and get a handle. The loop:
+ *
+ *   admit     queued requests while fewer than max_active are running (each gets a pooled
+ *             session; a full queue refuses new submissions with LQ_EBUSY)
+ *   cancel    requests whose handle was cancelled finish with LQ_FINISH_CANCELED and their
+ *             session goes back to the pool
+ *   prefill   one chunk (prefill_chunk positions) of the oldest request still prefilling;
+ *             when its prompt is complete its first token is sampled at once. With no
+ *             stream decoding, chunks run back to back; otherwise one chunk per decode
+ *             step, so a long prompt delays running streams by one chunk per token
+ *   decode    ONE lq_session_decode_batch step for every request that has a token to feed,
+ *             then per request: sample (its own sampler and seed), EOS, detokenize, stop
+ *             strings, callback: the same code lq_generate runs, in the same order
+ *
+ * Same request, same seed -> the same tokens, text and finish as lq_generate on a fresh
+ * session, provided the batched decode gives each session the logits a lone decode gives it
+ * (lq_session_decode_batch's contract).
+ *
+ * Callbacks run on the scheduler thread, one request at a time; they must not block for
+ * long (every stream waits for them). A token callback returning non-zero cancels its
+ * request (LQ_FINISH_CANCELED), like lq_generate. The done callback runs exactly once per
+ * accepted request, after the last token callback, unless the handle was released first.
+ *
+ * Handles: every successful lq_scheduler_submit gives a handle the caller must release
+ * exactly once with lq_sched_release. Releasing a running request cancels it; after
+ * lq_sched_release returns, no callback of that request runs any more (so the user pointer
+ * may be freed at once). Release every handle before lq_scheduler_free. */
+#ifndef LARQL_SCHEDULER_H
+#define LARQL_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/generate.h"
+#include "larql/model.h"
+#include "larql/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lq_scheduler lq_scheduler;
+typedef struct lq_sched_req lq_sched_req;
+
+typedef struct lq_scheduler_opts {
+    int max_active;    /* requests decoding together (sessions held); 1..4096, default 8 */
+    int max_queued;    /* requests waiting for a slot; beyond -> LQ_EBUSY; 0..65536, default 64 */
+    int n_ctx;         /* context of each session; 0 = model default (as lq_session_create) */
+    int prefill_chunk; /* prompt positions per prefill slice; 1..65536, default 64 (the
+                        * engine's own prefill batch, so chunked prefill computes exactly
+                        * what one lq_session_eval of the whole prompt computes) */
+} lq_scheduler_opts;
+
+void lq_scheduler_opts_init(lq_scheduler_opts *o);
+
+/* Called once when a request ends (finished, cancelled or failed), on the scheduler thread.
+ * rc: LQ_OK or the error (err->msg says why); res: counts, finish, timings. */
+typedef void (*lq_sched_done_cb)(void *user, int rc, const lq_generate_result *res,
+                                 const lq_err *err);
+
+/* Starts the scheduler thread. The model must outlive the scheduler. Sessions are created
+ * on demand (up to max_active) and reused. Bad options -> LQ_EINVAL naming the field. */
+int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **out,
+                        lq_err *err);
+/* Cancels every request still queued or running (their done callbacks run with
+ * LQ_FINISH_CANCELED), joins the thread, frees the sessions. NULL-safe. */
+void lq_scheduler_free(lq_scheduler *s);
+/* The context length of the scheduler's sessions. */
+int lq_scheduler_n_ctx(const lq_scheduler *s);
+
+/* Queues a request. The prompt, the parameters and the strings they point to are copied:
+ * the caller may free them on return. Validation happens here, as lq_generate does it
+ * (empty prompt, bad sampler params, bad eos ids, empty stop strings -> LQ_EINVAL; a prompt
+ * that does not fit the context -> LQ_ECONTEXT); queue full -> LQ_EBUSY; scheduler shutting
+ * down -> LQ_ECANCELED. cb and done may be NULL. */
+int lq_scheduler_submit(lq_scheduler *s, const int32_t *prompt, size_t n_prompt,
+                        const lq_generate_params *p, lq_token_cb cb, lq_sched_done_cb done,
+                        void *user, lq_sched_req **out, lq_err *err);
+/* Asks the request to stop: it finishes with LQ_FINISH_CANCELED before its next token is
+ * delivered (also while queued or prefilling), and its session is freed. Any thread. */
+void lq_sched_cancel(lq_sched_req *r);
+/* Waits until the request has finished. timeout_ms < 0: no limit. Returns 1 when finished,
+ * 0 on timeout. */
+int lq_sched_wait(lq_sched_req *r, int timeout_ms);
+/* After the request finished: its status, result and error (any pointer may be NULL). */
+int lq_sched_result(lq_sched_req *r, lq_generate_result *res, lq_err *err);
+/* Gives up the handle (cancelling the request if it still runs); see the top comment. */
+void lq_sched_release(lq_sched_req *r);
+
+/* Counters since create (for /metrics and tests). */
+#define LQ_SCHED_HIST 17 /* batch sizes 1..16, the last bucket counts 17 and more */
+typedef struct lq_scheduler_stats {
+    int max_active;
+    int active;                /* requests holding a session now */
+    int queued;                /* waiting for a slot */
+    int sessions;              /* sessions created (pooled) */
+    uint64_t submitted, finished, canceled, failed;
+    uint64_t steps;            /* batched decode steps run */
+    uint64_t decode_tokens;    /* sum of batch sizes over those steps */
+    double decode_ms;          /* wall time inside the decode steps (batch + sampling) */
+    uint64_t prefill_tokens;   /* prompt positions run */
+    double prefill_ms;         /* wall time inside prefill chunks */
+    int max_batch;             /* largest batch one step has run */
+    uint64_t batch_hist[LQ_SCHED_HIST]; /* [b-1]: steps that ran b streams */
+} lq_scheduler_stats;
+
+void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

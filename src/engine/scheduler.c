@@ -1,0 +1,619 @@
+/* Continuous batching (include/larql/scheduler.h): one thread runs every request's token
+ * loop; a decode step is one lq_session_decode_batch over all running requests.
+ *
+ * Ownership and locks:
+ *   S->mu      the queue, the active list, n_active, stopping, each request's refs and
+ *              finished flag, the stats. Never held during model work or callbacks.
+ *   r->cb_mu   held while one of r's callbacks runs; lq_sched_release takes it to set
+ *              detached, so after release returns no callback of r can start or be running.
+ *   r->cancel  atomic: read by the loop before each token.
+ * Everything else in a request (session, generation state, result) belongs to the loop
+ * thread until the request is marked finished, and is read by others only after that
+ * (under S->mu, which orders the accesses).
+ *
+ * A request is referenced by its caller (until lq_sched_release) and by the loop (until it
+ * leaves the active list or the queue); the last one frees it. */
+#include "larql/scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/gen_step.h"
+
+enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
+
+struct lq_sched_req {
+    lq_scheduler *S;
+    lq_sched_req *next;      /* queue link */
+    int32_t *prompt;         /* [n_prompt] copy */
+    size_t n_prompt;
+    lq_token_cb cb;
+    lq_sched_done_cb done;
+    void *user;
+
+    /* loop thread */
+    int state;
+    size_t n_fed;            /* prompt positions prefilled */
+    lq_session *sess;
+    lq_gen_state g;
+    lq_generate_result res;
+    int rc;
+    lq_err err;
+
+    int cancel;              /* atomic */
+    pthread_mutex_t cb_mu;
+    int detached;            /* under cb_mu */
+    int finished, refs;      /* under S->mu */
+};
+
+struct lq_scheduler {
+    lq_model *m;
+    lq_scheduler_opts o;
+    int n_ctx;
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* the loop waits here when idle */
+    pthread_cond_t done_cv;  /* lq_sched_wait waits here */
+    int stopping;
+    lq_sched_req *q_head, *q_tail;
+    int n_queued;
+    lq_sched_req **active;   /* [max_active], admission order */
+    int n_active;
+    lq_scheduler_stats st;
+
+    /* loop thread only */
+    lq_session **pool;       /* [max_active] free sessions */
+    int n_pool, n_sessions;
+    lq_session **b_sess;     /* [max_active] one decode step's batch */
+    int32_t *b_ids;          /* [max_active] */
+    float **b_logits;        /* [max_active] */
+    lq_sched_req **b_req;    /* [max_active] */
+};
+
+void lq_scheduler_opts_init(lq_scheduler_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_active = 8;
+    o->max_queued = 64;
+    o->n_ctx = 0;
+    o->prefill_chunk = 64;
+}
+
+int lq_scheduler_n_ctx(const lq_scheduler *s)
+{
+    return s ? s->n_ctx : 0;
+}
+
+static void req_free(lq_sched_req *r)
+{
+    lq_gen_free(&r->g);
+    free(r->prompt);
+    pthread_mutex_destroy(&r->cb_mu);
+    free(r);
+}
+
+/* Drops one reference; the caller holds S->mu. Returns 1 if r must be freed (after the
+ * unlock). */
+static int unref_locked(lq_sched_req *r)
+{
+    return --r->refs == 0;
+}
+
+/* ---- callbacks, through the request's lock ---- */
+
+static int tramp_token(void *user, int32_t id, const char *text, size_t len, float logprob,
+                       const float *logits)
+{
+    lq_sched_req *r = user;
+    if (id >= 0 && __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE))
+        return 1; /* cancelled: this token is not delivered */
+    int ret = 0;
+    pthread_mutex_lock(&r->cb_mu);
+    if (r->detached)
+        ret = id >= 0;
+    else if (r->cb)
+        ret = r->cb(r->user, id, text, len, logprob, logits);
+    pthread_mutex_unlock(&r->cb_mu);
+    return ret;
+}
+
+/* ---- the loop's pieces ---- */
+
+static void session_put(lq_scheduler *S, lq_session *sess)
+{
+    lq_session_reset(sess);
+    S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
+}
+
+/* Ends r: session back to the pool, done callback, waiters woken. r stays in the active
+ * list (state RS_DONE) until the loop compacts it. */
+static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
+{
+    r->rc = rc;
+    if (rc && !r->err.code)
+        lq_err_set(&r->err, rc, "scheduler: %s", lq_status_str(rc));
+    if (rc)
+        r->res.finish = LQ_FINISH_NONE;
+    if (r->sess) {
+        session_put(S, r->sess);
+        r->sess = NULL;
+    }
+    lq_gen_free(&r->g);
+    r->state = RS_DONE;
+    pthread_mutex_lock(&r->cb_mu);
+    if (!r->detached && r->done)
+        r->done(r->user, rc, &r->res, &r->err);
+    pthread_mutex_unlock(&r->cb_mu);
+    pthread_mutex_lock(&S->mu);
+    r->finished = 1;
+    if (rc)
+        S->st.failed++;
+    else if (r->res.finish == LQ_FINISH_CANCELED)
+        S->st.canceled++;
+    S->st.finished++;
+    pthread_cond_broadcast(&S->done_cv);
+    pthread_mutex_unlock(&S->mu);
+}
+
+static void finish_canceled(lq_scheduler *S, lq_sched_req *r)
+{
+    r->res.finish = LQ_FINISH_CANCELED;
+    finish(S, r, LQ_OK);
+}
+
+/* One token from r's logits: sample, EOS, detok, stop, callback. */
+static void step_token(lq_scheduler *S, lq_sched_req *r)
+{
+    int st = lq_gen_step(&r->g, tramp_token, r, &r->err);
+    if (st < 0) {
+        finish(S, r, st);
+    } else if (st == LQ_GEN_END) {
+        lq_gen_end(&r->g, tramp_token, r);
+        finish(S, r, LQ_OK);
+    }
+}
+
+static int get_session(lq_scheduler *S, lq_sched_req *r)
+{
+    if (S->n_pool) {
+        r->sess = S->pool[--S->n_pool];
+        return LQ_OK;
+    }
+    int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
+    if (rc)
+        return rc;
+    S->n_sessions++;
+    pthread_mutex_lock(&S->mu);
+    S->st.sessions = S->n_sessions;
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
+}
+
+/* The next chunk of r's prompt; after the last one, r's first token. */
+static void prefill_chunk(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t left = r->n_prompt - r->n_fed;
+    size_t n = left < (size_t)S->o.prefill_chunk ? left : (size_t)S->o.prefill_chunk;
+    int last = n == left;
+    double t0 = lq_gen_now_ms();
+    int rc = lq_session_eval(r->sess, r->prompt + r->n_fed, n, last ? r->g.logits : NULL, NULL,
+                             &r->err);
+    double dt = lq_gen_now_ms() - t0;
+    r->res.prefill_ms += dt;
+    pthread_mutex_lock(&S->mu);
+    S->st.prefill_tokens += n;
+    S->st.prefill_ms += dt;
+    pthread_mutex_unlock(&S->mu);
+    if (rc) {
+        finish(S, r, rc);
+        return;
+    }
+    r->n_fed += n;
+    if (!last)
+        return;
+    lq_gen_set_limit(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess));
+    r->state = RS_DECODE;
+    step_token(S, r);
+}
+
+/* One lq_session_decode_batch for every request with a token to feed. */
+static void decode_step(lq_scheduler *S)
+{
+    int B = 0;
+    for (int i = 0; i < S->n_active; i++) {
+        lq_sched_req *r = S->active[i];
+        if (r->state != RS_DECODE)
+            continue;
+        if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) {
+            finish_canceled(S, r);
+            continue;
+        }
+        S->b_sess[B] = r->sess;
+        S->b_ids[B] = r->g.next_id;
+        S->b_logits[B] = r->g.logits;
+        S->b_req[B] = r;
+        B++;
+    }
+    if (B == 0)
+        return;
+    lq_err err = {0};
+    double t0 = lq_gen_now_ms();
+    int rc = lq_session_decode_batch(S->b_sess, S->b_ids, B, S->b_logits, &err);
+    double dt = lq_gen_now_ms() - t0;
+    pthread_mutex_lock(&S->mu);
+    S->st.steps++;
+    S->st.decode_tokens += (uint64_t)B;
+    S->st.decode_ms += dt;
+    S->st.batch_hist[B < LQ_SCHED_HIST ? B - 1 : LQ_SCHED_HIST - 1]++;
+    if (B > S->st.max_batch)
+        S->st.max_batch = B;
+    pthread_mutex_unlock(&S->mu);
+    for (int b = 0; b < B; b++) {
+        lq_sched_req *r = S->b_req[b];
+        if (rc) {
+            /* every check happens before anything changes, and the token limit keeps each
+             * session inside its context: this is a bug somewhere, so fail the batch */
+            r->err = err;
+            finish(S, r, rc);
+            continue;
+        }
+        r->res.decode_ms += dt;
+        step_token(S, r);
+    }
+}
+
+/* Removes finished requests from the active list, keeping the order; frees those whose
+ * handle was already released. */
+static void compact(lq_scheduler *S)
+{
+    lq_sched_req *to_free = NULL; /* linked through next (unused once admitted) */
+    pthread_mutex_lock(&S->mu);
+    int k = 0;
+    for (int i = 0; i < S->n_active; i++) {
+        lq_sched_req *r = S->active[i];
+        if (r->state != RS_DONE) {
+            S->active[k++] = r;
+        } else if (unref_locked(r)) {
+            r->next = to_free;
+            to_free = r;
+        }
+    }
+    S->n_active = k;
+    S->st.active = k;
+    pthread_mutex_unlock(&S->mu);
+    while (to_free) {
+        lq_sched_req *n = to_free->next;
+        req_free(to_free);
+        to_free = n;
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    lq_scheduler *S = arg;
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        while (S->q_head && S->n_active < S->o.max_active) {
+            lq_sched_req *r = S->q_head;
+            S->q_head = r->next;
+            if (!S->q_head)
+                S->q_tail = NULL;
+            S->n_queued--;
+            r->next = NULL;
+            r->state = RS_PREFILL;
+            S->active[S->n_active++] = r;
+        }
+        /* cancelled while waiting for a slot: end them now, not when a slot frees up */
+        lq_sched_req *reap = NULL, **pp = &S->q_head;
+        S->q_tail = NULL;
+        while (*pp) {
+            lq_sched_req *r = *pp;
+            if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) {
+                *pp = r->next;
+                S->n_queued--;
+                r->next = reap;
+                reap = r;
+            } else {
+                S->q_tail = r;
+                pp = &r->next;
+            }
+        }
+        S->st.active = S->n_active;
+        S->st.queued = S->n_queued;
+        if (reap) {
+            pthread_mutex_unlock(&S->mu);
+            while (reap) {
+                lq_sched_req *r = reap, *n = r->next;
+                finish_canceled(S, r);
+                pthread_mutex_lock(&S->mu);
+                int last = unref_locked(r);
+                pthread_mutex_unlock(&S->mu);
+                if (last)
+                    req_free(r);
+                reap = n;
+            }
+            pthread_mutex_lock(&S->mu);
+            continue;
+        }
+        if (S->n_active == 0) {
+            if (S->stopping)
+                break;
+            pthread_cond_wait(&S->work_cv, &S->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&S->mu);
+
+        /* sessions for the newly admitted; cancels of anything not decoding */
+        for (int i = 0; i < S->n_active; i++) {
+            lq_sched_req *r = S->active[i];
+            if (r->state == RS_DONE)
+                continue;
+            if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) {
+                finish_canceled(S, r);
+                continue;
+            }
+            if (!r->sess) {
+                int rc = get_session(S, r);
+                if (rc)
+                    finish(S, r, rc);
+            }
+        }
+        /* prefill: the oldest request still prefilling gets one chunk */
+        for (int i = 0; i < S->n_active; i++)
+            if (S->active[i]->state == RS_PREFILL) {
+                prefill_chunk(S, S->active[i]);
+                break;
+            }
+        decode_step(S);
+        compact(S);
+        pthread_mutex_lock(&S->mu);
+    }
+    pthread_mutex_unlock(&S->mu);
+    return NULL;
+}
+
+/* ---- API ---- */
+
+int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **out,
+                        lq_err *err)
+{
+    if (!out)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: out is NULL");
+    *out = NULL;
+    if (!m)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: model is NULL");
+    lq_scheduler_opts def;
+    if (!o) {
+        lq_scheduler_opts_init(&def);
+        o = &def;
+    }
+    if (o->max_active < 1 || o->max_active > 4096)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: max_active %d outside 1..4096",
+                          o->max_active);
+    if (o->max_queued < 0 || o->max_queued > 65536)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: max_queued %d outside 0..65536",
+                          o->max_queued);
+    if (o->prefill_chunk < 1 || o->prefill_chunk > 65536)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: prefill_chunk %d outside 1..65536",
+                          o->prefill_chunk);
+    if (o->n_ctx < 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: n_ctx %d is negative", o->n_ctx);
+    lq_scheduler *S = calloc(1, sizeof *S);
+    if (!S)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    S->m = m;
+    S->o = *o;
+    size_t A = (size_t)o->max_active;
+    S->active = calloc(A, sizeof *S->active);
+    S->pool = calloc(A, sizeof *S->pool);
+    S->b_sess = calloc(A, sizeof *S->b_sess);
+    S->b_ids = calloc(A, sizeof *S->b_ids);
+    S->b_logits = calloc(A, sizeof *S->b_logits);
+    S->b_req = calloc(A, sizeof *S->b_req);
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_cond_init(&S->work_cv, NULL);
+    pthread_cond_init(&S->done_cv, NULL);
+    S->st.max_active = o->max_active;
+    int rc;
+    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_logits || !S->b_req) {
+        rc = lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory for %d slots", o->max_active);
+        goto fail;
+    }
+    /* One session up front: it checks n_ctx against the model and fixes the context every
+     * submission is validated against. */
+    rc = lq_session_create(m, o->n_ctx, &S->pool[0], err);
+    if (rc) {
+        lq_err_prefix(err, "scheduler");
+        goto fail;
+    }
+    S->n_pool = S->n_sessions = S->st.sessions = 1;
+    S->n_ctx = lq_session_n_ctx(S->pool[0]);
+    if (pthread_create(&S->th, NULL, loop_main, S)) {
+        rc = lq_err_set(err, LQ_ENOMEM, "scheduler: cannot start its thread");
+        goto fail;
+    }
+    S->th_started = 1;
+    *out = S;
+    return LQ_OK;
+fail:
+    lq_scheduler_free(S);
+    return rc;
+}
+
+void lq_scheduler_free(lq_scheduler *S)
+{
+    if (!S)
+        return;
+    if (S->th_started) {
+        pthread_mutex_lock(&S->mu);
+        S->stopping = 1;
+        for (lq_sched_req *r = S->q_head; r; r = r->next)
+            __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < S->n_active; i++)
+            __atomic_store_n(&S->active[i]->cancel, 1, __ATOMIC_RELEASE);
+        pthread_cond_signal(&S->work_cv);
+        pthread_mutex_unlock(&S->mu);
+        pthread_join(S->th, NULL);
+    }
+    for (int i = 0; i < S->n_pool; i++)
+        lq_session_free(S->pool[i]);
+    free(S->active);
+    free(S->pool);
+    free(S->b_sess);
+    free(S->b_ids);
+    free(S->b_logits);
+    free(S->b_req);
+    pthread_mutex_destroy(&S->mu);
+    pthread_cond_destroy(&S->work_cv);
+    pthread_cond_destroy(&S->done_cv);
+    free(S);
+}
+
+int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
+                        const lq_generate_params *p, lq_token_cb cb, lq_sched_done_cb done,
+                        void *user, lq_sched_req **out, lq_err *err)
+{
+    if (!S || !out)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: submit needs a scheduler and out");
+    *out = NULL;
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    /* Everything lq_generate checks, checked now, on the caller's thread. The generation
+     * state copies what it keeps (stop strings, eos ids, sampler params). */
+    int rc = lq_gen_begin(&r->g, S->m, 0, S->n_ctx, prompt, n_prompt, p, &r->res, err);
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    pthread_mutex_init(&r->cb_mu, NULL);
+    r->prompt = malloc(n_prompt * sizeof *r->prompt); /* [n_prompt] */
+    if (!r->prompt) {
+        req_free(r);
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory for a %zu-token prompt",
+                          n_prompt);
+    }
+    memcpy(r->prompt, prompt, n_prompt * sizeof *r->prompt);
+    r->n_prompt = n_prompt;
+    r->S = S;
+    r->cb = cb;
+    r->done = done;
+    r->user = user;
+    r->state = RS_QUEUED;
+    r->refs = 2; /* the caller and the loop */
+
+    pthread_mutex_lock(&S->mu);
+    if (S->stopping) {
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
+    }
+    /* waiting line: the free slots plus max_queued */
+    int room = S->o.max_active - S->n_active + S->o.max_queued;
+    if (S->n_queued >= room) {
+        int na = S->n_active, nq = S->n_queued;
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_EBUSY,
+                          "scheduler: %d requests running and %d queued (max_active %d, "
+                          "max_queued %d)", na, nq, S->o.max_active, S->o.max_queued);
+    }
+    if (S->q_tail)
+        S->q_tail->next = r;
+    else
+        S->q_head = r;
+    S->q_tail = r;
+    S->n_queued++;
+    S->st.queued = S->n_queued;
+    S->st.submitted++;
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
+    *out = r;
+    return LQ_OK;
+}
+
+void lq_sched_cancel(lq_sched_req *r)
+{
+    if (!r)
+        return;
+    __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&r->S->mu);
+    pthread_cond_signal(&r->S->work_cv);
+    pthread_mutex_unlock(&r->S->mu);
+}
+
+int lq_sched_wait(lq_sched_req *r, int timeout_ms)
+{
+    if (!r)
+        return 1;
+    lq_scheduler *S = r->S;
+    struct timespec end;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &end);
+        end.tv_sec += timeout_ms / 1000;
+        end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (end.tv_nsec >= 1000000000L) {
+            end.tv_sec++;
+            end.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&S->mu);
+    while (!r->finished) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&S->done_cv, &S->mu);
+        } else if (pthread_cond_timedwait(&S->done_cv, &S->mu, &end) == ETIMEDOUT) {
+            break;
+        }
+    }
+    int f = r->finished;
+    pthread_mutex_unlock(&S->mu);
+    return f;
+}
+
+int lq_sched_result(lq_sched_req *r, lq_generate_result *res, lq_err *err)
+{
+    if (!r)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: result of a NULL request");
+    pthread_mutex_lock(&r->S->mu);
+    int fin = r->finished;
+    pthread_mutex_unlock(&r->S->mu);
+    if (!fin)
+        return lq_err_set(err, LQ_EBUSY, "scheduler: the request has not finished");
+    if (res)
+        *res = r->res;
+    if (err && r->rc)
+        *err = r->err;
+    return r->rc;
+}
+
+void lq_sched_release(lq_sched_req *r)
+{
+    if (!r)
+        return;
+    /* waits for a callback of r in progress; none starts afterwards */
+    pthread_mutex_lock(&r->cb_mu);
+    r->detached = 1;
+    pthread_mutex_unlock(&r->cb_mu);
+    __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+    lq_scheduler *S = r->S;
+    pthread_mutex_lock(&S->mu);
+    int last = unref_locked(r);
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
+    if (last)
+        req_free(r);
+}
+
+void lq_scheduler_get_stats(lq_scheduler *S, lq_scheduler_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!S)
+        return;
+    pthread_mutex_lock(&S->mu);
+    *out = S->st;
+    pthread_mutex_unlock(&S->mu);
+}

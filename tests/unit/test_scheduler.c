@@ -1,0 +1,572 @@
+/* lq_scheduler: many requests decoded together through lq_session_decode_batch must give
+ * exactly what each gives alone through lq_generate (tokens, text, logprobs, finish), and
+ * cancel / release / busy / shutdown must behave. Models come from the fixture generator
+ * (BitNet "tiny" and a small f32 llama), written to a temp dir. */
+#include "harness.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "larql/fixture.h"
+#include "larql/generate.h"
+#include "larql/model.h"
+#include "larql/scheduler.h"
+#include "larql/tokenizer.h"
+
+static char g_bitnet[4200], g_llama[4200];
+
+static int write_models(void)
+{
+    const char *tmp = harness_tmpdir();
+    if (!tmp)
+        return -1;
+    lq_err err = {0};
+    lq_fixture_opts o;
+    if (lq_fixture_preset(&o, "tiny", &err))
+        return -1;
+    o.seed = 11;
+    snprintf(g_bitnet, sizeof g_bitnet, "%s/bitnet.gguf", tmp);
+    if (lq_fixture_write(&o, g_bitnet, &err))
+        return -1;
+    if (lq_fixture_preset(&o, "tiny", &err))
+        return -1;
+    o.arch = "llama"; /* f32 dense weights: the other kernel path */
+    o.seed = 5;
+    snprintf(g_llama, sizeof g_llama, "%s/llama.gguf", tmp);
+    return lq_fixture_write(&o, g_llama, &err) ? -1 : 0;
+}
+
+static lq_model *open_model(const char *path, int threads)
+{
+    lq_model_opts mo = {0};
+    mo.n_threads = threads;
+    lq_model *m = NULL;
+    lq_err err = {0};
+    if (lq_model_open(path, &mo, &m, &err)) {
+        printf("#   open %s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+/* What the callbacks saw. */
+typedef struct rec {
+    int32_t ids[512];
+    float lp[512];
+    int n;
+    char text[16384];
+    size_t len;
+    int flush_calls;
+    int cancel_after;   /* token callback returns 1 after this many tokens (0 = never) */
+    int done_calls, done_rc;
+    lq_generate_result done_res;
+    int tokens_seen;    /* atomic: tokens so far (read by other threads) */
+    int after_release;  /* callbacks that came after release (must stay 0) */
+    int released;       /* atomic */
+} rec;
+
+static int on_token(void *user, int32_t id, const char *text, size_t len, float logprob,
+                    const float *logits)
+{
+    (void)logits;
+    rec *r = user;
+    if (__atomic_load_n(&r->released, __ATOMIC_ACQUIRE))
+        r->after_release++;
+    if (len && r->len + len < sizeof r->text) {
+        memcpy(r->text + r->len, text, len);
+        r->len += len;
+    }
+    if (id < 0) {
+        r->flush_calls++;
+        return 0;
+    }
+    if (r->n < 512) {
+        r->ids[r->n] = id;
+        r->lp[r->n] = logprob;
+    }
+    r->n++;
+    __atomic_store_n(&r->tokens_seen, r->n, __ATOMIC_RELEASE);
+    return r->cancel_after && r->n >= r->cancel_after;
+}
+
+static void on_done(void *user, int rc, const lq_generate_result *res, const lq_err *err)
+{
+    (void)err;
+    rec *r = user;
+    if (__atomic_load_n(&r->released, __ATOMIC_ACQUIRE))
+        r->after_release++;
+    r->done_calls++;
+    r->done_rc = rc;
+    r->done_res = *res;
+}
+
+/* One request's definition. */
+typedef struct job {
+    int32_t prompt[200];
+    size_t n_prompt;
+    lq_generate_params p;
+    const char *stops[2];
+} job;
+
+static void make_jobs(job *jobs, int n, int32_t n_vocab, int32_t bos)
+{
+    for (int k = 0; k < n; k++) {
+        job *j = &jobs[k];
+        lq_generate_defaults(&j->p);
+        /* prompt lengths 1 (lone BOS), short, and over one prefill chunk of 64 */
+        j->n_prompt = k == 0 ? 1 : k % 3 == 0 ? 150 : (size_t)(3 + 7 * k);
+        j->prompt[0] = bos;
+        for (size_t i = 1; i < j->n_prompt; i++)
+            j->prompt[i] = (int32_t)((i * 37 + (size_t)k * 101) % (size_t)(n_vocab - 3));
+        j->p.max_tokens = 12 + 9 * (k % 4);
+        if (k % 2 == 0) {
+            j->p.sampling.temperature = 0; /* greedy */
+        } else {
+            j->p.sampling.temperature = 0.9f;
+            j->p.sampling.seed = 1000 + (uint64_t)k;
+            j->p.sampling.has_seed = 1;
+            j->p.sampling.frequency_penalty = k % 3 == 1 ? 0.5f : 0.0f;
+        }
+        j->p.ignore_eos = k % 4 == 1;
+        if (k == 5) {
+            j->stops[0] = "e";
+            j->p.stop = j->stops;
+            j->p.n_stop = 1;
+        }
+    }
+}
+
+static int same_rec(const rec *a, const rec *b, const lq_generate_result *ra,
+                    const lq_generate_result *rb)
+{
+    if (a->n != b->n || a->len != b->len || memcmp(a->text, b->text, a->len) ||
+        a->flush_calls != b->flush_calls || ra->finish != rb->finish ||
+        ra->n_generated != rb->n_generated || ra->n_prompt != rb->n_prompt)
+        return 0;
+    /* Tokens and text must be identical. Logprobs may differ in the last float bits: the
+     * dense kernels accumulate a lone row (decode) in another order than a batch of rows
+     * (lq_session_decode_batch promises equality to 1e-4, not bit-identity). */
+    for (int i = 0; i < a->n && i < 512; i++)
+        if (a->ids[i] != b->ids[i] || fabsf(a->lp[i] - b->lp[i]) > 1e-5f) {
+            printf("#   token %d: id %d vs %d, logprob %.9g vs %.9g\n", i, a->ids[i], b->ids[i],
+                   (double)a->lp[i], (double)b->lp[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* N requests at once through the scheduler == each alone through lq_generate. */
+static void check_equal(const char *path, int threads, int max_active, int chunk)
+{
+    lq_model *m = open_model(path, threads);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    enum { N = 10 };
+    static job jobs[N];
+    static rec alone[N], together[N];
+    lq_generate_result ra[N], rt[N];
+    memset(alone, 0, sizeof alone);
+    memset(together, 0, sizeof together);
+    make_jobs(jobs, N, mi->n_vocab, lq_tokenizer_bos(lq_model_tokenizer(m)));
+    lq_err err = {0};
+    for (int k = 0; k < N; k++) {
+        lq_session *s = NULL;
+        CHECK(lq_session_create(m, 0, &s, &err) == 0);
+        CHECK_MSG(lq_generate(s, jobs[k].prompt, jobs[k].n_prompt, &jobs[k].p, on_token,
+                              &alone[k], &ra[k], &err) == 0, "%s", err.msg);
+        lq_session_free(s);
+    }
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = max_active;
+    so.prefill_chunk = chunk;
+    lq_scheduler *S = NULL;
+    CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
+    if (!S) {
+        lq_model_close(m);
+        return;
+    }
+    lq_sched_req *h[N];
+    for (int k = 0; k < N; k++)
+        CHECK_MSG(lq_scheduler_submit(S, jobs[k].prompt, jobs[k].n_prompt, &jobs[k].p, on_token,
+                                      on_done, &together[k], &h[k], &err) == 0, "%s", err.msg);
+    int all_same = 1;
+    for (int k = 0; k < N; k++) {
+        CHECK(lq_sched_wait(h[k], -1) == 1);
+        CHECK_EQ_INT(lq_sched_result(h[k], &rt[k], &err), 0);
+        CHECK_EQ_INT(together[k].done_calls, 1);
+        CHECK_EQ_INT(together[k].done_rc, 0);
+        CHECK_EQ_INT(together[k].done_res.n_generated, rt[k].n_generated);
+        int same = same_rec(&alone[k], &together[k], &ra[k], &rt[k]);
+        if (!same)
+            printf("#   request %d differs: alone %d tokens finish %d, together %d tokens finish %d\n", k,
+                   alone[k].n, ra[k].finish, together[k].n, rt[k].finish);
+        all_same &= same;
+        lq_sched_release(h[k]);
+    }
+    CHECK_MSG(all_same, "%s: scheduler output differs from lq_generate", path);
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.max_batch > 1 && st.max_batch <= max_active, "max_batch %d", st.max_batch);
+    uint64_t steps = 0, toks = 0;
+    for (int b = 0; b < LQ_SCHED_HIST; b++) {
+        steps += st.batch_hist[b];
+        toks += st.batch_hist[b] * (uint64_t)(b + 1);
+    }
+    CHECK(steps == st.steps && steps > 0);
+    if (max_active < LQ_SCHED_HIST)
+        CHECK(toks == st.decode_tokens);
+    CHECK_EQ_INT((int)st.submitted, N);
+    CHECK_EQ_INT((int)st.finished, N);
+    CHECK(st.sessions <= max_active);
+    /* finished requests leave the active list right after their done callbacks */
+    for (int i = 0; i < 1000 && st.active; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        lq_scheduler_get_stats(S, &st);
+    }
+    CHECK_EQ_INT(st.active, 0);
+    uint64_t prompt_total = 0;
+    for (int k = 0; k < N; k++)
+        prompt_total += jobs[k].n_prompt;
+    CHECK(st.prefill_tokens == prompt_total);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+static void test_equal_bitnet(void) { check_equal(g_bitnet, 2, 4, 64); }
+static void test_equal_bitnet_all_at_once(void) { check_equal(g_bitnet, 1, 16, 64); }
+static void test_equal_bitnet_small_chunks(void) { check_equal(g_bitnet, 2, 3, 5); }
+static void test_equal_llama(void) { check_equal(g_llama, 2, 4, 64); }
+
+/* ---- bad input ---- */
+
+static void test_bad_options(void)
+{
+    lq_model *m = open_model(g_bitnet, 1);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    lq_err err = {0};
+    lq_scheduler *S = NULL;
+    lq_scheduler_opts o;
+    CHECK_EQ_INT(lq_scheduler_create(NULL, NULL, &S, &err), LQ_EINVAL);
+    lq_scheduler_opts_init(&o);
+    o.max_active = 0;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), LQ_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "max_active");
+    lq_scheduler_opts_init(&o);
+    o.prefill_chunk = 0;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), LQ_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "prefill_chunk");
+    lq_scheduler_opts_init(&o);
+    o.max_queued = -1;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), LQ_EINVAL);
+    lq_scheduler_opts_init(&o);
+    o.n_ctx = 1 << 20; /* over the model's training context */
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), LQ_ERANGE);
+    CHECK(S == NULL);
+    lq_scheduler_free(NULL);
+
+    lq_scheduler_opts_init(&o);
+    o.n_ctx = 32;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), 0);
+    CHECK_EQ_INT(lq_scheduler_n_ctx(S), 32);
+    lq_generate_params p;
+    lq_generate_defaults(&p);
+    int32_t ids[40] = {1, 2, 3};
+    lq_sched_req *h = NULL;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 0, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    CHECK_EQ_INT(lq_scheduler_submit(S, NULL, 3, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 33, &p, NULL, NULL, NULL, &h, &err), LQ_ECONTEXT);
+    CHECK_STR_CONTAINS(err.msg, "context");
+    p.sampling.temperature = -0.0f;
+    p.sampling.top_p = 2.0f;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    lq_generate_defaults(&p);
+    p.max_tokens = -1;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    lq_generate_defaults(&p);
+    const char *empty[1] = {""};
+    p.stop = empty;
+    p.n_stop = 1;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    lq_generate_defaults(&p);
+    int32_t bad_eos[1] = {100000};
+    p.eos_ids = bad_eos;
+    p.n_eos = 1;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, NULL, NULL, NULL, &h, &err), LQ_EINVAL);
+    lq_generate_defaults(&p);
+    ids[1] = 100000; /* token id out of range: fails at prefill, reported through the result */
+    p.max_tokens = 4;
+    rec r;
+    memset(&r, 0, sizeof r);
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &r, &h, &err), 0);
+    CHECK(lq_sched_wait(h, -1));
+    lq_generate_result res;
+    CHECK_EQ_INT(lq_sched_result(h, &res, &err), LQ_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "out of range");
+    CHECK_EQ_INT(r.done_calls, 1);
+    CHECK_EQ_INT(r.done_rc, LQ_ERANGE);
+    CHECK_EQ_INT(r.n, 0);
+    lq_sched_release(h);
+    /* a prompt that fills the context exactly: no room, LENGTH with nothing generated */
+    for (int i = 0; i < 32; i++)
+        ids[i] = 1 + i;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 32, &p, NULL, NULL, NULL, &h, &err), 0);
+    CHECK(lq_sched_wait(h, -1));
+    CHECK_EQ_INT(lq_sched_result(h, &res, &err), 0);
+    CHECK_EQ_INT(res.finish, LQ_FINISH_LENGTH);
+    CHECK_EQ_INT(res.n_generated, 0);
+    lq_sched_release(h);
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_EQ_INT((int)st.failed, 1);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+/* ---- cancel, release, busy ---- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int wait_tokens(rec *r, int n)
+{
+    for (int i = 0; i < 20000; i++) {
+        if (__atomic_load_n(&r->tokens_seen, __ATOMIC_ACQUIRE) >= n)
+            return 1;
+        sleep_ms(1);
+    }
+    return 0;
+}
+
+static void long_params(lq_generate_params *p)
+{
+    lq_generate_defaults(p);
+    p->max_tokens = 100000; /* clamped to the context */
+    p->ignore_eos = 1;
+    p->sampling.temperature = 0;
+}
+
+static void test_cancel(void)
+{
+    lq_model *m = open_model(g_bitnet, 1);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    lq_err err = {0};
+    lq_scheduler_opts o;
+    lq_scheduler_opts_init(&o);
+    o.max_active = 2;
+    o.max_queued = 1;
+    lq_scheduler *S = NULL;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), 0);
+    lq_generate_params p;
+    long_params(&p);
+    int32_t ids[3] = {317, 5, 9};
+    static rec a, b, c, d, e;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
+    memset(&e, 0, sizeof e);
+    lq_sched_req *ha, *hb, *hc, *hd, *he;
+    /* a and b run, c waits in the queue, d is refused */
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &a, &ha, &err), 0);
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &b, &hb, &err), 0);
+    CHECK(wait_tokens(&a, 2) && wait_tokens(&b, 2));
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &c, &hc, &err), 0);
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &d, &hd, &err), LQ_EBUSY);
+    CHECK_STR_CONTAINS(err.msg, "max_active 2");
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_EQ_INT(st.active, 2);
+    CHECK_EQ_INT(st.queued, 1);
+    CHECK(lq_sched_wait(hc, 0) == 0); /* still queued */
+
+    /* cancel while queued: finishes with nothing generated */
+    lq_sched_cancel(hc);
+    CHECK(lq_sched_wait(hc, 20000));
+    lq_generate_result res;
+    CHECK_EQ_INT(lq_sched_result(hc, &res, &err), 0);
+    CHECK_EQ_INT(res.finish, LQ_FINISH_CANCELED);
+    CHECK_EQ_INT(c.n, 0);
+    CHECK_EQ_INT(c.done_calls, 1);
+    lq_sched_release(hc);
+
+    /* cancel while decoding: stops within one token of the cancel */
+    int seen = __atomic_load_n(&a.tokens_seen, __ATOMIC_ACQUIRE);
+    lq_sched_cancel(ha);
+    CHECK(lq_sched_wait(ha, 20000));
+    CHECK_EQ_INT(lq_sched_result(ha, &res, &err), 0);
+    CHECK_EQ_INT(res.finish, LQ_FINISH_CANCELED);
+    CHECK_MSG(a.n <= seen + 1, "%d tokens after cancel at %d", a.n, seen);
+    CHECK_EQ_INT(a.done_calls, 1);
+    CHECK(a.n < 200);
+    lq_sched_release(ha);
+
+    /* release while running: no callback after release returns, the slot is freed */
+    __atomic_store_n(&b.released, 1, __ATOMIC_RELEASE);
+    lq_sched_release(hb);
+    sleep_ms(50);
+    CHECK_EQ_INT(b.after_release, 0);
+    CHECK_EQ_INT(b.done_calls, 0);
+    int freed = 0;
+    for (int i = 0; i < 2000 && !freed; i++) {
+        lq_scheduler_get_stats(S, &st);
+        freed = st.active == 0 && st.queued == 0;
+        sleep_ms(5);
+    }
+    CHECK_MSG(freed, "active %d queued %d", st.active, st.queued);
+    CHECK_EQ_INT((int)st.canceled, 3);
+    CHECK(st.sessions <= 2);
+
+    /* the callback asking to stop, as with lq_generate */
+    e.cancel_after = 3;
+    CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &e, &he, &err), 0);
+    CHECK(lq_sched_wait(he, -1));
+    CHECK_EQ_INT(lq_sched_result(he, &res, &err), 0);
+    CHECK_EQ_INT(res.finish, LQ_FINISH_CANCELED);
+    CHECK_EQ_INT(e.n, 3);
+    CHECK_EQ_INT(res.n_generated, 3);
+    lq_sched_release(he);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+/* Freeing the scheduler with requests running and queued (handles released first, as
+ * the API asks) ends them and frees everything (checked under ASan). */
+static void test_free_while_busy(void)
+{
+    lq_model *m = open_model(g_bitnet, 1);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    lq_err err = {0};
+    lq_scheduler_opts o;
+    lq_scheduler_opts_init(&o);
+    o.max_active = 2;
+    lq_scheduler *S = NULL;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), 0);
+    lq_generate_params p;
+    long_params(&p);
+    int32_t ids[3] = {317, 5, 9};
+    static rec r[4];
+    memset(r, 0, sizeof r);
+    lq_sched_req *h[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(lq_scheduler_submit(S, ids, 3, &p, on_token, on_done, &r[i], &h[i], &err), 0);
+    CHECK(wait_tokens(&r[0], 2));
+    /* a handle kept until the end: its done callback reports the cancel */
+    for (int i = 1; i < 4; i++) {
+        __atomic_store_n(&r[i].released, 1, __ATOMIC_RELEASE);
+        lq_sched_release(h[i]);
+    }
+    lq_sched_cancel(h[0]);
+    CHECK(lq_sched_wait(h[0], 20000));
+    lq_sched_release(h[0]);
+    lq_scheduler_free(S);
+    CHECK_EQ_INT(r[0].done_calls, 1);
+    for (int i = 1; i < 4; i++)
+        CHECK_EQ_INT(r[i].after_release, 0);
+    lq_model_close(m);
+}
+
+/* Submissions from several threads at once while others are cancelled. */
+typedef struct thr_arg {
+    lq_scheduler *S;
+    int k, ok;
+} thr_arg;
+
+static void *submitter(void *arg)
+{
+    thr_arg *t = arg;
+    lq_generate_params p;
+    lq_generate_defaults(&p);
+    p.max_tokens = 6 + t->k % 5;
+    p.sampling.temperature = 0;
+    int32_t ids[4] = {317, (int32_t)(1 + t->k), 7, 9};
+    rec *r = calloc(1, sizeof *r);
+    lq_err err = {0};
+    lq_sched_req *h = NULL;
+    t->ok = 0;
+    if (!r)
+        return NULL;
+    if (lq_scheduler_submit(t->S, ids, 4, &p, on_token, on_done, r, &h, &err) == 0) {
+        if (t->k % 3 == 0)
+            lq_sched_cancel(h);
+        lq_sched_wait(h, -1);
+        lq_generate_result res;
+        int rc = lq_sched_result(h, &res, &err);
+        t->ok = rc == 0 && r->done_calls == 1 &&
+                (t->k % 3 == 0 ? res.n_generated <= p.max_tokens : res.n_generated == r->n);
+        lq_sched_release(h);
+    }
+    free(r);
+    return NULL;
+}
+
+static void test_many_threads(void)
+{
+    lq_model *m = open_model(g_bitnet, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    lq_err err = {0};
+    lq_scheduler_opts o;
+    lq_scheduler_opts_init(&o);
+    o.max_active = 5;
+    o.max_queued = 64;
+    lq_scheduler *S = NULL;
+    CHECK_EQ_INT(lq_scheduler_create(m, &o, &S, &err), 0);
+    enum { T = 24 };
+    pthread_t th[T];
+    thr_arg a[T];
+    for (int i = 0; i < T; i++) {
+        a[i].S = S;
+        a[i].k = i;
+        pthread_create(&th[i], NULL, submitter, &a[i]);
+    }
+    int good = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        good += a[i].ok;
+    }
+    CHECK_EQ_INT(good, T);
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_EQ_INT((int)st.finished, T);
+    CHECK(st.sessions <= 5);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+int main(void)
+{
+    if (write_models()) {
+        printf("not ok - cannot write the fixture models\n");
+        return 1;
+    }
+    RUN(test_bad_options);
+    RUN(test_equal_bitnet);
+    RUN(test_equal_bitnet_all_at_once);
+    RUN(test_equal_bitnet_small_chunks);
+    RUN(test_equal_llama);
+    RUN(test_cancel);
+    RUN(test_free_while_busy);
+    RUN(test_many_threads);
+    unlink(g_bitnet);
+    unlink(g_llama);
+    rmdir(harness_tmpdir());
+    return harness_done();
+}
