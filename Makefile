@@ -58,7 +58,7 @@ $(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/liblarql.a
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/liblarql.a $(LIBS)
+	$(CC) $(ALL_CFLAGS) -I. -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 
 # `make test`: every unit and conformance binary plus the CLI scripts; closes with
 # "N passed, N failed".
