@@ -3,6 +3,7 @@
  * F32-embedding fixture. Skips when the CPU has no AVX-512 VNNI (both runs take the
  * reference path then). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,59 @@ static void test_sketch_kernels(void)
         CHECK_NEAR(a[i], b[i], 1e-3);
 }
 
+/* per-thread scan modes give the same hits, also from threads running at once */
+typedef struct tjob {
+    lq_vindex *v;
+    const float *q;
+    int mode;
+    lq_vindex_hit hits[2 * 8];
+    size_t cnt[2];
+    int rc;
+} tjob;
+
+static void *tworker(void *arg)
+{
+    tjob *j = arg;
+    int layers[2] = {0, 1};
+    j->rc = lq_vindex_set_thread_scan(j->mode, NULL);
+    for (int rep = 0; rep < 20 && !j->rc; rep++)
+        j->rc = lq_vindex_gate_knn_batch(j->v, layers, 2, j->q, 1, 8, j->hits, j->cnt, NULL);
+    lq_vindex_thread_release();
+    return NULL;
+}
+
+static void test_thread_scan(void)
+{
+    char g[4400], d[4400];
+    snprintf(g, sizeof g, "%s/pf-bitnet-b1.58.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/pf-bitnet-b1.58-1", harness_tmpdir());
+    lq_vindex *v = NULL;
+    lq_err err = {0};
+    lq_vindex_open_opts oo = {.n_threads = 2};
+    if (lq_vindex_open(d, &oo, &v, &err))
+        SKIP("prefilter fixture missing: %s", err.msg);
+    int D = lq_vindex_get_info(v)->hidden_size;
+    float *q = malloc((size_t)D * sizeof *q);
+    lq_vindex_embed_row(v, 42, q, &err);
+    CHECK(lq_vindex_set_thread_scan(-1, &err) == LQ_EINVAL);
+    tjob jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (tjob){.v = v, .q = q, .mode = i % 3}; /* shared pool, inline, private pool of 2 */
+        jobs[i].mode = jobs[i].mode == 2 ? 2 : jobs[i].mode;
+        pthread_create(&th[i], NULL, tworker, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(jobs[i].rc, 0);
+        CHECK(jobs[i].cnt[0] == 8 && jobs[i].cnt[1] == 8);
+        CHECK(!memcmp(jobs[i].hits, jobs[0].hits, sizeof jobs[0].hits));
+    }
+    free(q);
+    lq_vindex_close(v);
+}
+
 int main(void)
 {
     RUN(test_f16);
@@ -202,5 +256,6 @@ int main(void)
     RUN(test_prefilter_bitnet);
     RUN(test_prefilter_llama);
     RUN(test_sketch_kernels);
+    RUN(test_thread_scan);
     return harness_done();
 }
