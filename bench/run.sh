@@ -20,3 +20,16 @@ if [ -x "$BUILD/bench/bench_kernels" ]; then
 fi
 echo "## engine (decode and prefill on $MODEL)"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}"
+
+# vindex: describe/walk latency, concurrent queries/s and the gate prefilter on the 2B-shaped
+# f16 browse vindex, built from the GGUF above on first use (a few minutes)
+VINDEX=${LQ_BENCH_VINDEX:-$BUILD/models/bench-2b4t.vindex}
+if [ -x "$BUILD/bench/bench_vindex" ]; then
+    if [ ! -f "$VINDEX/index.json" ]; then
+        echo "building $VINDEX (browse, f16)"
+        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$VINDEX" --f16
+    fi
+    echo
+    echo "## vindex ($VINDEX)"
+    "$BUILD/bench/bench_vindex" "$VINDEX" --runs "${LQ_BENCH_RUNS:-5}"
+fi

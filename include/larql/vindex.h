@@ -91,6 +91,12 @@ typedef struct lq_vindex_info {
 typedef struct lq_vindex_open_opts {
     int n_threads;          /* threads for gate scans; 0 = number of cores */
     int verify_checksums;   /* 1: hash every checksummed file at open (slow on big vindexes) */
+    int prefilter;          /* 1: build 2-bit sketches of the gate rows at open (1/8 of an f16
+                               gate file in memory); gate KNN then scans the sketches and
+                               re-scores the best 2K+32 rows per layer (8K+64 when the layer's
+                               rows are not unit trits) exactly from the mapped rows. Exact for
+                               unit-trit (BitNet) gates; an approximation for real-valued gates
+                               (recall measured in tests/unit/test_vindex_build.c). */
 } lq_vindex_open_opts;
 
 /* Opens and validates dir. Errors name the file and field: missing or truncated files,
@@ -161,6 +167,16 @@ int lq_vindex_gate_knn(const lq_vindex *v, int layer, const float *q, size_t k,
 int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers,
                              const float *Q, size_t n_q, size_t k, lq_vindex_hit *out,
                              size_t *counts, lq_err *err);
+
+/* Concurrency. Queries are safe from any number of threads; by default their gate scans
+ * share the vindex's pool, so concurrent callers take turns on it. A thread that wants its
+ * queries to run beside other callers' sets its own way to scan, for the queries it makes:
+ *   0 = the vindex's shared pool (default), 1 = on the calling thread alone (the server's
+ *   choice: one request per worker thread, no contention), n > 1 = a private pool of n
+ *   threads owned by the calling thread (created here, freed by lq_vindex_thread_release or
+ *   the next call with another count). */
+int lq_vindex_set_thread_scan(int n_threads, lq_err *err);
+void lq_vindex_thread_release(void);
 
 /* Raw scores of one layer for n_q queries: out [n_q, n_features]. Scalar reference
  * (force_scalar = 1) or the best SIMD kernel for this CPU. */
@@ -309,6 +325,8 @@ typedef struct lq_vindex_build_opts {
     int f16;                /* every float file in f16 (LARQL's truncating conversion) */
     int down_top_k;         /* default 10 */
     int n_threads;          /* 0 = cores */
+    int dm_exact;           /* 1: down_meta by the all-f32 scan (slow reference) instead of the
+                               int8 VNNI candidate pass + exact f32 re-scoring */
     const char *tokenizer_json; /* NULL = <gguf dir>/tokenizer.json if present, else from GGUF */
     lq_vindex_progress_fn progress;
     void *progress_ctx;

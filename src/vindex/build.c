@@ -48,6 +48,10 @@ typedef struct bctx {
     const char *tmp;
     lq_pool *pool;
     int use_avx2;
+    int use_vnni;             /* AVX-512 VNNI down_meta path (see dm_avx512.c) */
+    uint8_t *Ep;              /* [Vp/16][D4/4][16][4] embedding as u8 (q + 128), VNNI path */
+    float *escale;            /* [Vp] per-row int8 scale of Ep (0 for padding rows) */
+    int Vp, D4;
     lq_err *err;
     json_t *checksums;
     json_t *manifest;
@@ -247,6 +251,169 @@ static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     free(sc);
 }
 
+/* ---- down_meta, fast path: int8 x ternary GEMM (AVX-512 VNNI) picks Kc candidates per
+ * feature, exact f32 re-scoring picks the K written (dm_avx512.c explains the layout). The
+ * memory it adds: the embedding as int8 (vocab x hidden bytes, built once), one layer's
+ * trits (ffn x hidden bytes) and per-thread candidate lists. */
+
+#define DM_VBLOCK 128 /* vocabulary rows per work item: 128 x hidden u8 stays in L2 */
+
+typedef struct dmq_job {
+    bctx *c;
+    int failed;
+} dmq_job;
+
+static void dmq_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    dmq_job *j = ctx;
+    bctx *c = j->c;
+    int D = c->D, D4 = c->D4;
+    float *row = malloc((size_t)D * sizeof *row);
+    if (!row) {
+        j->failed = 1;
+        return;
+    }
+    for (int64_t p = start; p < end; p++) { /* one 16-row lane panel */
+        uint8_t *P = c->Ep + (size_t)p * D4 * 16;
+        for (int lane = 0; lane < 16; lane++) {
+            int64_t v = p * 16 + lane;
+            float amax = 0;
+            int have = v < c->V && lq_gguf_tensor_row_f32(c->embd, (uint64_t)v, row, NULL) == LQ_OK;
+            if (v < c->V && !have)
+                j->failed = 1;
+            for (int d = 0; have && d < D; d++)
+                if (fabsf(row[d]) > amax)
+                    amax = fabsf(row[d]);
+            float s = amax > 0 && isfinite(amax) ? amax / 127.0f : 0.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+            c->escale[v] = s;
+            for (int d = 0; d < D4; d++) {
+                int q = 0;
+                if (have && d < D && s > 0) {
+                    q = (int)lrintf(row[d] * inv);
+                    q = q > 127 ? 127 : q < -127 ? -127 : q;
+                }
+                P[(size_t)(d / 4) * 64 + lane * 4 + d % 4] = (uint8_t)(q + 128);
+            }
+        }
+    }
+    free(row);
+}
+
+static int dm_quantise_embedding(bctx *c)
+{
+    c->Vp = (c->V + 31) / 32 * 32;
+    c->D4 = (c->D + 3) / 4 * 4;
+    c->Ep = malloc((size_t)c->Vp * c->D4);
+    c->escale = calloc((size_t)c->Vp, sizeof *c->escale);
+    if (!c->Ep || !c->escale)
+        return lq_err_set(c->err, LQ_ENOMEM, "down_meta: cannot allocate the int8 embedding (%d x %d bytes)",
+                          c->Vp, c->D4);
+    dmq_job j = {c, 0};
+    lq_pool_for(c->pool, c->Vp / 16, 1, dmq_chunk, &j);
+    if (j.failed)
+        return lq_err_set(c->err, LQ_EFORMAT, "down_meta: cannot decode a token_embd.weight row");
+    return LQ_OK;
+}
+
+typedef struct dmv_job {
+    bctx *c;
+    const int8_t *Bt;         /* [Fp, D4] */
+    const int32_t *colsum;    /* [Fp] */
+    const uint8_t *keep;      /* [V] */
+    int Fp, Kc;
+    uint32_t *cids;           /* [n_threads][Fp][Kc] */
+    float *cvals;             /* [n_threads][Fp][Kc] */
+    /* exact re-scoring */
+    const float *WT;          /* [F, D] with the real scale */
+    int K;
+    uint32_t *ids;            /* [F, K] */
+    float *logits;            /* [F, K] */
+    int nthreads;
+} dmv_job;
+
+static void dmv_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    dmv_job *j = ctx;
+    bctx *c = j->c;
+    size_t off = (size_t)thread_idx * j->Fp * j->Kc;
+    for (int64_t b = start; b < end; b++) {
+        int v0 = (int)b * DM_VBLOCK, nv = c->Vp - v0 < DM_VBLOCK ? c->Vp - v0 : DM_VBLOCK;
+        lq_vx_dm_block_avx512(c->Ep, c->escale, j->keep, c->V, v0, nv, j->Bt, j->colsum, j->Fp, c->D4,
+                              j->Kc, j->cids + off, j->cvals + off);
+    }
+}
+
+/* exact score of the candidates of features [start, end), top K by (score desc, id asc) */
+static void dmr_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    dmv_job *j = ctx;
+    bctx *c = j->c;
+    lq_vx_scores_fn fn = c->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
+    int f16 = c->embd->type == LQ_GGML_F16;
+    size_t esz = f16 ? 2 : 4;
+    for (int64_t f = start; f < end; f++) {
+        uint32_t *oi = j->ids + (size_t)f * j->K;
+        float *ol = j->logits + (size_t)f * j->K;
+        for (int t = 0; t < j->nthreads; t++) {
+            const uint32_t *ci = j->cids + ((size_t)t * j->Fp + (size_t)f) * j->Kc;
+            const float *cv = j->cvals + ((size_t)t * j->Fp + (size_t)f) * j->Kc;
+            for (int k = 0; k < j->Kc && isfinite(cv[k]); k++) {
+                float sc;
+                fn(c->embd->data + (size_t)ci[k] * c->D * esz, f16, (size_t)c->D, 0, 1,
+                   j->WT + (size_t)f * c->D, 1, &sc, 1);
+                /* insert by (score desc, id asc) */
+                if (!(sc > ol[j->K - 1] || (sc == ol[j->K - 1] && ci[k] < oi[j->K - 1])))
+                    continue;
+                int i = j->K - 1;
+                while (i > 0 && (sc > ol[i - 1] || (sc == ol[i - 1] && ci[k] < oi[i - 1]))) {
+                    ol[i] = ol[i - 1];
+                    oi[i] = oi[i - 1];
+                    i--;
+                }
+                ol[i] = sc;
+                oi[i] = ci[k];
+            }
+        }
+    }
+}
+
+static int dm_layer_vnni(bctx *c, const float *Wd, const float *WT, const uint8_t *keep, int K, uint32_t *ids,
+                         float *lg)
+{
+    int Fp = (c->F + 11) / 12 * 12, nt = lq_pool_threads(c->pool);
+    int Kc = K <= 64 ? 4 * K : 2 * K;
+    int8_t *Bt = calloc((size_t)Fp * c->D4, 1);
+    int32_t *colsum = calloc((size_t)Fp, sizeof *colsum);
+    uint32_t *cids = malloc((size_t)nt * Fp * Kc * sizeof *cids);
+    float *cvals = malloc((size_t)nt * Fp * Kc * sizeof *cvals);
+    int rc = LQ_OK;
+    if (!Bt || !colsum || !cids || !cvals) {
+        rc = lq_err_set(c->err, LQ_ENOMEM, "down_meta: out of memory for the layer's trits");
+        goto out;
+    }
+    /* W_down [D, F] = trit * scale (scale > 0): the sign is the trit */
+    for (int d = 0; d < c->D; d++)
+        for (int f = 0; f < c->F; f++) {
+            float w = Wd[(size_t)d * c->F + f];
+            int8_t t = (int8_t)(w > 0 ? 1 : w < 0 ? -1 : 0);
+            Bt[(size_t)f * c->D4 + d] = t;
+            colsum[f] += t;
+        }
+    for (size_t i = 0; i < (size_t)nt * Fp * Kc; i++)
+        cids[i] = 0, cvals[i] = -INFINITY;
+    dmv_job j = {c, Bt, colsum, keep, Fp, Kc, cids, cvals, WT, K, ids, lg, nt};
+    lq_pool_for(c->pool, (c->Vp + DM_VBLOCK - 1) / DM_VBLOCK, 1, dmv_chunk, &j);
+    lq_pool_for(c->pool, c->F, 16, dmr_chunk, &j);
+out:
+    free(Bt);
+    free(colsum);
+    free(cids);
+    free(cvals);
+    return rc;
+}
+
 static int write_down_meta(bctx *c, const uint8_t *keep)
 {
     int K = c->o->down_top_k;
@@ -273,7 +440,13 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
                 WT[(size_t)f * c->D + d] = Wd[(size_t)d * c->F + f];
         for (size_t i = 0; i < (size_t)c->F * K; i++)
             ids[i] = 0, lg[i] = -INFINITY;
-        if (K > 0) {
+        int vnni = K > 0 && c->use_vnni && t->type == LQ_GGML_I2_S;
+        if (vnni && !c->Ep && (rc = dm_quantise_embedding(c)))
+            break;
+        if (vnni) {
+            if ((rc = dm_layer_vnni(c, Wd, WT, keep, K, ids, lg)))
+                break;
+        } else if (K > 0) {
             dm_job j = {c, WT, keep, K, ids, lg, 64, 0};
             int64_t nb = (c->F + j.fblock - 1) / j.fblock;
             lq_pool_for(c->pool, nb, 1, dm_chunk, &j);
@@ -828,6 +1001,9 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
     {
         const lq_cpu_features *cf = lq_cpu_features_get();
         c.use_avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
+        /* the VNNI down_meta path re-scores from the embedding's own rows: F16/F32 only */
+        c.use_vnni = c.use_avx2 && cf->avx512f && cf->avx512bw && cf->avx512vnni && !o->dm_exact &&
+                     (c.embd->type == LQ_GGML_F16 || c.embd->type == LQ_GGML_F32);
     }
     if ((rc = write_tokenizer(&c, gguf_path, &tok)))
         goto out;
@@ -898,6 +1074,8 @@ out:
         free(tmp);
     }
     lq_pool_free(c.pool);
+    free(c.Ep);
+    free(c.escale);
     lq_tokenizer_free(tok);
     free(keep_tok);
     json_decref(layers);

@@ -537,6 +537,12 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         const lq_cpu_features *cf = lq_cpu_features_get();
         v->use_avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
     }
+    if (!rc) {
+        const lq_cpu_features *cf = lq_cpu_features_get();
+        v->use_avx512 = cf && cf->avx512f;
+    }
+    if (!rc && opts && opts->prefilter && !in->dense_only)
+        rc = lq_vx_build_sketches(v, err);
     if (!rc && opts && opts->verify_checksums)
         rc = lq_vindex_verify_checksums(v, err);
     (void)bpf;
@@ -553,6 +559,13 @@ void lq_vindex_close(lq_vindex *v)
     if (!v)
         return;
     lq_pool_free(v->pool);
+    for (int l = 0; l < v->info.num_layers && v->sk; l++) {
+        free(v->sk[l]);
+        free(v->sk_scale[l]);
+    }
+    free(v->sk);
+    free(v->sk_scale);
+    free(v->sk_inexact);
     lq_mapfile_close(&v->gate);
     lq_mapfile_close(&v->embed);
     lq_mapfile_close(&v->down);

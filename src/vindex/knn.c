@@ -36,6 +36,135 @@ void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t 
     }
 }
 
+/* ---- prefilter sketches ----
+ * A gate row g becomes trits t_d = sign(g_d) where |g_d| > 0.5 * mean|g| (else 0) and a scale
+ * s = mean of |g_d| over the kept components, so that s * sum(t * q) approximates g . q. For
+ * BitNet's unit-trit gate rows this is exact (t = g, s = 1). */
+
+void lq_vx_sketch_scores_scalar(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
+                                const float *Q, size_t nq, float *out, size_t out_stride)
+{
+    size_t nc = d / 16;
+    for (size_t r = r0; r < r1; r++) {
+        const uint16_t *m = sk + r * nc * 2;
+        for (size_t q = 0; q < nq; q++) {
+            const float *x = Q + q * d;
+            float acc = 0;
+            for (size_t c = 0; c < nc; c++)
+                for (int b = 0; b < 16; b++) {
+                    if (m[2 * c] >> b & 1)
+                        acc += x[16 * c + b];
+                    if (m[2 * c + 1] >> b & 1)
+                        acc -= x[16 * c + b];
+                }
+            out[q * out_stride + r] = scale[r] * acc;
+        }
+    }
+}
+
+typedef struct sk_job {
+    lq_vindex *v;
+    int layer;
+    volatile int inexact;
+} sk_job;
+
+static void sk_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    sk_job *j = ctx;
+    lq_vindex *v = j->v;
+    size_t D = (size_t)v->info.hidden_size, nc = D / 16;
+    const void *rows;
+    int nf;
+    lq_vindex_gate_layer(v, j->layer, &rows, &nf, NULL);
+    int f16 = v->info.dtype == LQ_VDT_F16;
+    for (int64_t r = start; r < end; r++) {
+        const uint8_t *p = (const uint8_t *)rows + (size_t)r * D * (f16 ? 2 : 4);
+        double sum = 0;
+        for (size_t i = 0; i < D; i++) {
+            float g;
+            if (f16) {
+                uint16_t h;
+                memcpy(&h, p + 2 * i, 2);
+                g = lq_f16_to_f32(h);
+            } else {
+                memcpy(&g, p + 4 * i, 4);
+            }
+            sum += fabsf(g);
+        }
+        float thr = (float)(0.5 * sum / (double)D);
+        uint16_t *m = v->sk[j->layer] + (size_t)r * nc * 2;
+        double kept = 0;
+        size_t nk = 0;
+        for (size_t c = 0; c < nc; c++) {
+            uint16_t pm = 0, nm = 0;
+            for (int b = 0; b < 16; b++) {
+                size_t i = 16 * c + (size_t)b;
+                float g;
+                if (f16) {
+                    uint16_t h;
+                    memcpy(&h, p + 2 * i, 2);
+                    g = lq_f16_to_f32(h);
+                } else {
+                    memcpy(&g, p + 4 * i, 4);
+                }
+                if (fabsf(g) > thr && g > 0)
+                    pm |= (uint16_t)(1u << b);
+                else if (fabsf(g) > thr && g < 0)
+                    nm |= (uint16_t)(1u << b);
+                if (fabsf(g) > thr)
+                    kept += fabsf(g), nk++;
+            }
+            m[2 * c] = pm;
+            m[2 * c + 1] = nm;
+        }
+        float scale = nk ? (float)(kept / (double)nk) : 0.0f;
+        v->sk_scale[j->layer][r] = scale;
+        /* exact when every component is 0 or +-scale (unit trits) */
+        for (size_t i = 0; i < D && !j->inexact; i++) {
+            float g;
+            if (f16) {
+                uint16_t h;
+                memcpy(&h, p + 2 * i, 2);
+                g = lq_f16_to_f32(h);
+            } else {
+                memcpy(&g, p + 4 * i, 4);
+            }
+            if (g != 0 && fabsf(g) != scale)
+                j->inexact = 1; /* benign race: threads only ever store 1 */
+        }
+    }
+}
+
+int lq_vx_build_sketches(lq_vindex *v, lq_err *err)
+{
+    int L = v->info.num_layers;
+    size_t D = (size_t)v->info.hidden_size;
+    if (D % 16)
+        return LQ_OK; /* no prefilter: every query scans exactly */
+    v->sk = calloc((size_t)L, sizeof *v->sk);
+    v->sk_scale = calloc((size_t)L, sizeof *v->sk_scale);
+    v->sk_inexact = calloc((size_t)L, sizeof *v->sk_inexact);
+    if (!v->sk || !v->sk_scale || !v->sk_inexact)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int l = 0; l < L; l++) {
+        const void *rows;
+        int nf;
+        lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
+        if (!nf)
+            continue;
+        v->sk[l] = malloc((size_t)nf * (D / 16) * 2 * sizeof(uint16_t));
+        v->sk_scale[l] = malloc((size_t)nf * sizeof(float));
+        if (!v->sk[l] || !v->sk_scale[l])
+            return lq_err_set(err, LQ_ENOMEM, "out of memory for the layer %d prefilter sketch", l);
+        sk_job j = {v, l, 0};
+        lq_pool_for(v->pool, nf, 64, sk_chunk, &j);
+        v->sk_inexact[l] = j.inexact;
+    }
+    v->prefilter = 1;
+    return LQ_OK;
+}
+
 /* Is a better than b in the top-K order: larger |score|, then lower feature. */
 static int better(const lq_vindex_hit *a, const lq_vindex_hit *b)
 {
@@ -76,6 +205,12 @@ static void sift_up(lq_vindex_hit *h, size_t i)
     }
 }
 
+static int cmp_feature(const void *a, const void *b)
+{
+    const lq_vindex_hit *x = a, *y = b;
+    return (x->feature > y->feature) - (x->feature < y->feature);
+}
+
 static int cmp_hit(const void *a, const void *b)
 {
     const lq_vindex_hit *x = a, *y = b;
@@ -107,6 +242,7 @@ size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_
 
 typedef struct scan_job {
     const lq_vindex *v;
+    int sketch;                /* approximate scores from the prefilter sketches */
     const int *layers;
     size_t n_layers;
     const uint64_t *row_start; /* [n_layers + 1] prefix sums of rows */
@@ -132,12 +268,47 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         const void *rows;
         int nf;
         lq_vindex_gate_layer(j->v, j->layers[li], &rows, &nf, NULL);
-        fn(rows, f16, D, (size_t)(s - a), (size_t)(e - a), j->Q, j->nq, j->scores[li], (size_t)nf);
+        if (j->sketch)
+            (j->v->use_avx512 && !j->force_scalar ? lq_vx_sketch_scores_avx512 : lq_vx_sketch_scores_scalar)(
+                j->v->sk[j->layers[li]], j->v->sk_scale[j->layers[li]], D, (size_t)(s - a), (size_t)(e - a),
+                j->Q, j->nq, j->scores[li], (size_t)nf);
+        else
+            fn(rows, f16, D, (size_t)(s - a), (size_t)(e - a), j->Q, j->nq, j->scores[li], (size_t)nf);
     }
 }
 
+/* Per calling thread: how its queries scan (lq_vindex_set_thread_scan). */
+static _Thread_local int tl_scan_threads; /* 0 = the vindex's pool, 1 = inline, n = tl_pool */
+static _Thread_local lq_pool *tl_pool;
+
+int lq_vindex_set_thread_scan(int n_threads, lq_err *err)
+{
+    if (n_threads < 0 || n_threads > 256)
+        return lq_err_set(err, LQ_EINVAL, "scan threads %d outside [0, 256]", n_threads);
+    if (tl_pool && (n_threads <= 1 || lq_pool_threads(tl_pool) != n_threads)) {
+        lq_pool_free(tl_pool);
+        tl_pool = NULL;
+    }
+    if (n_threads > 1 && !tl_pool) {
+        int rc = lq_pool_create(n_threads, &tl_pool, err);
+        if (rc) {
+            tl_scan_threads = 0;
+            return rc;
+        }
+    }
+    tl_scan_threads = n_threads;
+    return LQ_OK;
+}
+
+void lq_vindex_thread_release(void)
+{
+    lq_pool_free(tl_pool);
+    tl_pool = NULL;
+    tl_scan_threads = 0;
+}
+
 static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t nq,
-                float **scores, int force_scalar, lq_err *err)
+                float **scores, int force_scalar, int sketch, lq_err *err)
 {
     uint64_t *row_start = malloc((n_layers + 1) * sizeof *row_start);
     if (!row_start)
@@ -149,12 +320,13 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
         row_start[i + 1] = row_start[i] + (uint64_t)nf;
     }
-    scan_job j = {v, layers, n_layers, row_start, Q, nq, scores, force_scalar};
+    scan_job j = {v, sketch, layers, n_layers, row_start, Q, nq, scores, force_scalar};
     uint64_t total = row_start[n_layers];
     if (total) {
         /* grain 64 rows keeps chunk borders away from shared cache lines of the outputs */
-        if (v->pool && total >= 256)
-            lq_pool_for(v->pool, (int64_t)total, 64, scan_chunk, &j);
+        lq_pool *pool = tl_scan_threads == 1 ? NULL : tl_pool ? tl_pool : v->pool;
+        if (pool && total >= 256)
+            lq_pool_for(pool, (int64_t)total, 64, scan_chunk, &j);
         else
             scan_chunk(&j, 0, (int64_t)total, 0);
     }
@@ -170,7 +342,7 @@ int lq_vindex_gate_scores(const lq_vindex *v, int layer, const float *Q, size_t 
     int rc = lq_vindex_gate_layer(v, layer, &rows, &nf, err);
     if (rc || nf == 0 || n_q == 0)
         return rc;
-    return scan(v, &layer, 1, Q, n_q, &out, force_scalar, err);
+    return scan(v, &layer, 1, Q, n_q, &out, force_scalar, 0, err);
 }
 
 int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers,
@@ -195,16 +367,53 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
         if (nf && !(scores[i] = malloc((size_t)nf * n_q * sizeof(float))))
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory for %d x %zu scores", nf, n_q);
     }
+    int pre = v->prefilter;
     if (!rc)
-        rc = scan(v, layers, n_layers, Q, n_q, scores, 0, err);
+        rc = scan(v, layers, n_layers, Q, n_q, scores, 0, pre, err);
+    lq_vindex_hit *cand = NULL;
+    float *cs = NULL, *row = NULL;
+    size_t kc = 0;
+    if (!rc && pre) {
+        /* candidates: the top kc by |approximate score|; exact f16/f32 scores for them only,
+         * computed for all queries of the batch at once like the full scan does (so that the
+         * exact values are bit-identical to a full scan's) */
+        kc = 8 * k + 64; /* the most any layer uses (inexact sketches) */
+        cand = malloc(kc * sizeof *cand);
+        cs = malloc(kc * sizeof *cs);
+        row = malloc(n_q * sizeof *row);
+        if (!cand || !cs || !row)
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    lq_vx_scores_fn fn = v->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
     for (size_t i = 0; !rc && i < n_layers; i++) {
         const void *rows;
         int nf;
         lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
-        for (size_t q = 0; q < n_q && nf; q++)
-            counts[q * n_layers + i] = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, k, layers[i],
-                                                  out + (q * n_layers + i) * k);
+        for (size_t q = 0; q < n_q && nf; q++) {
+            lq_vindex_hit *o = out + (q * n_layers + i) * k;
+            if (!pre) {
+                counts[q * n_layers + i] = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, k, layers[i], o);
+                continue;
+            }
+            /* unit-trit layers: the sketch order is the exact order, 2K+32 is margin for
+             * ties; real-valued gates: a wider net */
+            size_t kl = v->sk_inexact[layers[i]] ? 8 * k + 64 : 2 * k + 32;
+            size_t nc = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, kl, layers[i], cand);
+            qsort(cand, nc, sizeof *cand, cmp_feature); /* feature order: ties keep the lower one */
+            size_t D = (size_t)v->info.hidden_size, esz = v->info.dtype == LQ_VDT_F16 ? 2 : 4;
+            for (size_t c = 0; c < nc; c++) {
+                fn((const uint8_t *)rows + (size_t)cand[c].feature * D * esz, esz == 2, D, 0, 1, Q, n_q, row, 1);
+                cs[c] = row[q];
+            }
+            size_t m = lq_vx_topk(cs, nc, k, layers[i], o);
+            for (size_t h = 0; h < m; h++)
+                o[h].feature = cand[o[h].feature].feature;
+            counts[q * n_layers + i] = m;
+        }
     }
+    free(cand);
+    free(cs);
+    free(row);
     for (size_t i = 0; scores && i < n_layers; i++)
         free(scores[i]);
     free(scores);

@@ -105,6 +105,12 @@ struct lq_vindex {
     lq_pool *pool;
     int n_threads;
     int use_avx2;
+    /* gate prefilter (lq_vindex_open_opts.prefilter): per layer a 2-bit sketch of every gate
+     * row, [nf][hidden/16][2] uint16 (+1 mask, -1 mask), and its scale [nf] */
+    int prefilter, use_avx512;
+    uint16_t **sk;
+    float **sk_scale;
+    int *sk_inexact;           /* [num_layers] 1: the layer's rows are not unit trits */
 };
 
 /* ---- gate kernels ----
@@ -136,5 +142,23 @@ int lq_vx_tokenizer_json_from_gguf(const struct lq_gguf *g, char **json, size_t 
  * 10 = -1, 00/11 = 0) -> microsoft I2_S (128-element blocks of 32 bytes, element j at byte
  * j%32, shift 6-2*(j/32), codes 0/1/2 = -1/0/+1). src, dst: rows*cols/4 bytes; cols % 128 == 0. */
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
+
+/* down_meta candidates (dm_avx512.c): rows [v0, v0+nv) of the packed int8 embedding (nv a
+ * multiple of 32) against every feature's trits; keeps per feature the Kc best approximate
+ * logits (ids/vals [Fp][Kc], vals sorted desc, -inf = empty) among tokens with keep[v]. */
+void lq_vx_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                           int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                           int Kc, uint32_t *ids, float *vals);
+
+/* Approximate gate scores from 2-bit sketches (layout in struct lq_vindex), same output
+ * convention as lq_vx_scores_fn. d % 16 == 0. */
+typedef void (*lq_vx_sketch_fn)(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
+                                const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_sketch_scores_scalar(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
+                                const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_sketch_scores_avx512(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
+                                const float *Q, size_t nq, float *out, size_t out_stride);
+/* Builds the sketches of every gate layer (parallel on the vindex's pool). */
+int lq_vx_build_sketches(lq_vindex *v, lq_err *err);
 
 #endif
