@@ -1,144 +1,263 @@
-/* Engine benchmark: load time, prefill and decode tokens/s at 1 and 2 threads, peak RSS,
- * and the memory roofline they answer to (measured read bandwidth / bytes read per token).
- * Usage: bench_engine MODEL [--runs N] [--prefill N] [--decode N] [--threads-list 1,2]
- * Prints a Markdown table (median of N runs, min and max). No pass/fail. */
+/* Engine benchmark on one model: load time, decode tokens/s (1 and 2 threads), prefill
+ * tokens/s (128 and 512 tokens), batched decode aggregate tokens/s (B = 1, 2, 4, 8), peak RSS,
+ * each next to the roofline it answers to:
+ *
+ *   decode   memory bound:  measured read bandwidth / weight bytes read per token
+ *   prefill  compute bound: measured int8 MAC peak / ternary MACs per token
+ *   batched  memory bound per step (weights read once for all B), so up to B x decode
+ *
+ * The references come from bench/membw.h (the same functions bench_kernels uses). Every
+ * figure is the median of --runs runs with min and max, and the 1-minute load average when
+ * it was taken (other jobs on the machine lower everything).
+ *
+ * Usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2]
+ *                           [--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8]
+ *                           [--only refs,decode,prefill,batch]
+ * Prints Markdown tables. No pass/fail. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "bench/membw.h"
 #include "larql/model.h"
 #include "larql/sampler.h"
 
-static double now_ms(void)
+#define MAXL 8
+
+static int parse_list(const char *s, int *out)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    int n = 0;
+    for (const char *p = s; *p && n < MAXL;) {
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p || v < 1 || v > 4096)
+            return -1;
+        out[n++] = (int)v;
+        p = *e == ',' ? e + 1 : e;
+        if (*e && *e != ',')
+            return -1;
+    }
+    return n;
 }
 
-static int cmp_d(const void *a, const void *b)
+static const char *only;
+static int want(const char *section)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    if (!only || !*only)
+        return 1;
+    size_t n = strlen(section);
+    for (const char *p = only; (p = strstr(p, section)); p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
 }
 
-typedef struct stat3 {
-    double med, min, max;
-} stat3;
-
-static stat3 stats(double *v, int n)
+static void die(const char *what, const lq_err *err)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    stat3 s = {v[n / 2], v[0], v[n - 1]};
-    if (n % 2 == 0)
-        s.med = 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    return s;
+    fprintf(stderr, "bench_engine: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+/* Deterministic token ids in [1, 256] (valid for every vocabulary the bench is run on). */
+static void make_ids(int32_t *ids, int n, int V, unsigned seed)
+{
+    for (int k = 0; k < n; k++) {
+        seed = seed * 1103515245u + 12345u;
+        ids[k] = (int32_t)((seed >> 8) % (unsigned)(V > 256 ? 256 : V)) + 1;
+    }
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_engine MODEL [--runs N] [--prefill N] [--decode N] [--threads-list 1,2]\n");
+        fprintf(stderr, "usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2] "
+                        "[--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8] "
+                        "[--only refs,decode,prefill,batch]\n");
         return 2;
     }
     const char *path = argv[1];
-    int runs = 5, n_prefill = 128, n_decode = 32;
-    int threads[8] = {1, 2}, n_threads = 2;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--prefill")) n_prefill = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--decode")) n_decode = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads-list")) {
-            n_threads = 0;
-            for (char *p = argv[i + 1]; *p && n_threads < 8;) {
-                threads[n_threads++] = (int)strtol(p, &p, 10);
-                if (*p == ',') p++;
-            }
+    int runs = 5, n_decode = 32;
+    int threads[MAXL] = {1, 2}, n_threads = 2;
+    int prefill[MAXL] = {128, 512}, n_prefill = 2;
+    int batch[MAXL] = {1, 2, 4, 8}, n_batch = 4;
+    int lm_q8 = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = !v;
+        if (v && !strcmp(a, "--runs")) runs = atoi(v);
+        else if (v && !strcmp(a, "--decode")) n_decode = atoi(v);
+        else if (v && !strcmp(a, "--threads-list")) bad = (n_threads = parse_list(v, threads)) < 1;
+        else if (v && !strcmp(a, "--prefill-list")) bad = (n_prefill = parse_list(v, prefill)) < 1;
+        else if (v && !strcmp(a, "--batch-list")) bad = (n_batch = parse_list(v, batch)) < 1;
+        else if (v && !strcmp(a, "--lm-head")) { lm_q8 = !strcmp(v, "q8"); bad = !lm_q8 && strcmp(v, "f16"); }
+        else if (v && !strcmp(a, "--only")) only = v;
+        else bad = 1;
+        if (bad) {
+            fprintf(stderr, "bench_engine: bad argument %s\n", a);
+            return 2;
         }
+        i++;
     }
-    if (runs < 1 || runs > 100 || n_prefill < 1 || n_decode < 1)
+    if (runs < 1 || runs > 64 || n_decode < 1 || n_decode > 4096)
         return 2;
 
-    double bw[8];
-    for (int t = 0; t < n_threads; t++)
-        bw[t] = lq_bench_read_bw(threads[t]);
+    /* references, one per thread count */
+    double bw[MAXL] = {0}, peak[MAXL] = {0};
+    if (want("refs") || want("decode") || want("prefill") || want("batch")) {
+        printf("### references (bench/membw.h)\n\n| threads | read GB/s (min-max) | load | int8 G MAC/s (min-max) | load |\n|---|---|---|---|---|\n");
+        for (int t = 0; t < n_threads; t++) {
+            lq_bw_stat b = lq_bench_read_bw_stat(threads[t], runs);
+            double lb = lq_bench_loadavg();
+            lq_bw_stat p = lq_bench_mac_peak_stat(threads[t], runs);
+            bw[t] = b.med;
+            peak[t] = p.med;
+            printf("| %d | %.1f (%.1f-%.1f) | %.2f | %.0f (%.0f-%.0f) | %.2f |\n", threads[t], b.med,
+                   b.min, b.max, lb, p.med, p.min, p.max, lq_bench_loadavg());
+            fflush(stdout);
+        }
+    }
 
-    printf("| threads | load ms | prefill %d tok/s (min-max) | decode tok/s (min-max) | roofline tok/s | decode / roofline | read GB/s |\n",
-           n_prefill);
-    printf("|---|---|---|---|---|---|---|\n");
-    for (int t = 0; t < n_threads; t++) {
-        lq_model_opts o = {.n_threads = threads[t]};
+    double *v = malloc(sizeof(double) * (size_t)runs);
+    double load_ms[MAXL] = {0};
+    for (int ti = 0; ti < n_threads; ti++) {
+        lq_model_opts o = {.n_threads = threads[ti], .lm_head_q8 = lm_q8};
         lq_model *m;
         lq_err err = {0};
-        double t0 = now_ms();
-        if (lq_model_open(path, &o, &m, &err)) {
-            fprintf(stderr, "bench_engine: %s\n", err.msg);
-            return 1;
-        }
-        double load = now_ms() - t0;
+        double t0 = lq_bw_now();
+        if (lq_model_open(path, &o, &m, &err))
+            die(path, &err);
+        load_ms[ti] = (lq_bw_now() - t0) * 1e3;
         const lq_model_info *in = lq_model_get_info(m);
-        int V = in->n_vocab;
-        int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prefill);
-        float *logits = malloc(sizeof(float) * (size_t)V);
-        double *pf = malloc(sizeof(double) * (size_t)runs), *dc = malloc(sizeof(double) * (size_t)runs);
-        unsigned seed = 12345;
-        for (int k = 0; k < n_prefill; k++) {
-            seed = seed * 1103515245u + 12345u;
-            ids[k] = (int32_t)((seed >> 8) % (unsigned)(V > 256 ? 256 : V)) + 1;
-        }
-        lq_session *s;
-        if (lq_session_create(m, n_prefill + n_decode + 8, &s, &err)) {
-            fprintf(stderr, "bench_engine: %s\n", err.msg);
+        const int V = in->n_vocab;
+        const double qd = (double)in->n_head * in->head_dim, kvd = (double)in->n_head_kv * in->head_dim;
+        /* ternary MACs per token: q,k,v,o + gate,up,down in every layer */
+        const double macs = in->n_layer * ((double)in->n_embd * (qd + 2 * kvd) + qd * in->n_embd +
+                                           3.0 * in->n_embd * in->n_ff);
+        const double bpt = (double)in->bytes_per_token;
+        const double roof_dec = bw[ti] * 1e9 / bpt, roof_pf = peak[ti] * 1e9 / macs;
+        int max_pf = 8;
+        for (int i = 0; i < n_prefill; i++)
+            max_pf = prefill[i] > max_pf ? prefill[i] : max_pf;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)max_pf);
+        float *logits = malloc(sizeof(float) * (size_t)V * MAXL * 8);
+        if (!ids || !logits)
             return 1;
+        make_ids(ids, max_pf, V, 12345);
+        if (ti == 0) {
+            printf("\nmodel: %s, %s, %d layers, dim %d, ffn %d, heads %d/%d, vocab %d; kernels %s; lm_head %s\n",
+                   path, in->arch_name, in->n_layer, in->n_embd, in->n_ff, in->n_head, in->n_head_kv,
+                   V, in->kernels, lm_q8 ? "q8 (int8 per-row copy)" : "as stored");
+            printf("per decoded token: %.1f MB of weights read (%.1f MB mapped); %.3f G ternary MACs per token\n",
+                   bpt / 1e6, in->weight_bytes / 1e6, macs / 1e9);
         }
+        printf("\n### %d thread%s (load %.0f ms)\n\n", threads[ti], threads[ti] > 1 ? "s" : "", load_ms[ti]);
+        printf("| measure | median | min | max | roofline | fraction | load |\n|---|---|---|---|---|---|---|\n");
+
+        lq_session *s;
+        if (lq_session_create(m, max_pf + n_decode + 16, &s, &err))
+            die("session", &err);
         /* warm-up: touches every weight page once */
-        lq_session_eval(s, ids, 8, logits, NULL, &err);
-        for (int r = 0; r < runs; r++) {
-            lq_session_reset(s);
-            double a = now_ms();
-            if (lq_session_eval(s, ids, (size_t)n_prefill, logits, NULL, &err)) {
-                fprintf(stderr, "bench_engine: %s\n", err.msg);
-                return 1;
-            }
-            pf[r] = n_prefill * 1000.0 / (now_ms() - a);
-            lq_session_reset(s);
-            lq_session_eval(s, ids, 8, logits, NULL, &err);
-            int32_t tok;
-            float best;
-            lq_top_k(logits, V, 1, &tok, &best);
-            a = now_ms();
-            for (int k = 0; k < n_decode; k++) {
-                if (lq_session_decode(s, tok, logits, &err)) {
-                    fprintf(stderr, "bench_engine: %s\n", err.msg);
-                    return 1;
-                }
+        if (lq_session_eval(s, ids, 8, logits, NULL, &err))
+            die("eval", &err);
+
+        if (want("decode")) {
+            for (int r = 0; r < runs; r++) {
+                lq_session_reset(s);
+                lq_session_eval(s, ids, 8, logits, NULL, &err);
+                int32_t tok;
+                float best;
                 lq_top_k(logits, V, 1, &tok, &best);
+                double a = lq_bw_now();
+                for (int k = 0; k < n_decode; k++) {
+                    if (lq_session_decode(s, tok, logits, &err))
+                        die("decode", &err);
+                    lq_top_k(logits, V, 1, &tok, &best);
+                }
+                v[r] = n_decode / (lq_bw_now() - a);
             }
-            dc[r] = n_decode * 1000.0 / (now_ms() - a);
+            lq_bw_stat d = lq_bw_stats(v, runs);
+            printf("| decode tok/s (%d tokens after 8) | %.2f | %.2f | %.2f | %.1f tok/s (%.1f GB/s / %.0f MB) | %.0f%% (%.1f GB/s) | %.2f |\n",
+                   n_decode, d.med, d.min, d.max, roof_dec, bw[ti], bpt / 1e6,
+                   100 * d.med / roof_dec, d.med * bpt / 1e9, lq_bench_loadavg());
+            fflush(stdout);
         }
-        stat3 P = stats(pf, runs), D = stats(dc, runs);
-        double roof = bw[t] * 1e9 / (double)in->bytes_per_token;
-        printf("| %d | %.0f | %.1f (%.1f-%.1f) | %.2f (%.2f-%.2f) | %.1f | %.0f%% | %.1f |\n", threads[t], load,
-               P.med, P.min, P.max, D.med, D.min, D.max, roof, 100.0 * D.med / roof, bw[t]);
-        fflush(stdout);
-        if (t == n_threads - 1) {
-            struct rusage ru;
-            getrusage(RUSAGE_SELF, &ru);
-            printf("\nmodel: %s, %s, %d layers, dim %d, ffn %d, vocab %d; kernels %s\n", path, in->arch_name,
-                   in->n_layer, in->n_embd, in->n_ff, V, in->kernels);
-            printf("bytes read per decoded token: %.1f MB (weights %.1f MB mapped)\n",
-                   in->bytes_per_token / 1e6, in->weight_bytes / 1e6);
-            printf("peak RSS: %.1f MB\n", ru.ru_maxrss / 1024.0);
+        if (want("prefill")) {
+            for (int pi = 0; pi < n_prefill; pi++) {
+                int n = prefill[pi];
+                for (int r = 0; r < runs; r++) {
+                    lq_session_reset(s);
+                    double a = lq_bw_now();
+                    if (lq_session_eval(s, ids, (size_t)n, logits, NULL, &err))
+                        die("prefill", &err);
+                    v[r] = n / (lq_bw_now() - a);
+                }
+                lq_bw_stat p = lq_bw_stats(v, runs);
+                printf("| prefill %d tok/s | %.1f | %.1f | %.1f | %.0f tok/s (%.0f G MAC/s / %.2f G) | %.0f%% (%.0f G MAC/s) | %.2f |\n",
+                       n, p.med, p.min, p.max, roof_pf, peak[ti], macs / 1e9, 100 * p.med / roof_pf,
+                       p.med * macs / 1e9, lq_bench_loadavg());
+                fflush(stdout);
+            }
         }
         lq_session_free(s);
+
+        if (want("batch") && ti == n_threads - 1) {
+            double base = 0;
+            for (int bi = 0; bi < n_batch; bi++) {
+                int B = batch[bi];
+                lq_session **ss = calloc((size_t)B, sizeof *ss);
+                int32_t *tok = calloc((size_t)B, sizeof *tok);
+                float **lp = calloc((size_t)B, sizeof *lp);
+                float *lbuf = malloc(sizeof(float) * (size_t)V * (size_t)B);
+                if (!ss || !tok || !lp || !lbuf)
+                    return 1;
+                for (int b = 0; b < B; b++) {
+                    if (lq_session_create(m, 8 + n_decode + 8, &ss[b], &err))
+                        die("session", &err);
+                    lp[b] = lbuf + (size_t)b * V;
+                }
+                for (int r = 0; r < runs; r++) {
+                    for (int b = 0; b < B; b++) { /* different prompts per stream */
+                        int32_t pr[8];
+                        make_ids(pr, 8, V, 777u + (unsigned)b);
+                        lq_session_reset(ss[b]);
+                        lq_session_eval(ss[b], pr, 8, lp[b], NULL, &err);
+                        float best;
+                        lq_top_k(lp[b], V, 1, &tok[b], &best);
+                    }
+                    double a = lq_bw_now();
+                    for (int k = 0; k < n_decode; k++) {
+                        if (lq_session_decode_batch(ss, tok, B, lp, &err))
+                            die("decode_batch", &err);
+                        for (int b = 0; b < B; b++) {
+                            float best;
+                            lq_top_k(lp[b], V, 1, &tok[b], &best);
+                        }
+                    }
+                    v[r] = (double)B * n_decode / (lq_bw_now() - a);
+                }
+                lq_bw_stat p = lq_bw_stats(v, runs);
+                if (B == 1 || base == 0)
+                    base = p.med / B;
+                printf("| batched decode B=%d aggregate tok/s | %.2f | %.2f | %.2f | %.1f tok/s (B x decode roofline) | %.2fx B=1 | %.2f |\n",
+                       B, p.med, p.min, p.max, B * roof_dec, p.med / base, lq_bench_loadavg());
+                fflush(stdout);
+                for (int b = 0; b < B; b++)
+                    lq_session_free(ss[b]);
+                free(ss);
+                free(tok);
+                free(lp);
+                free(lbuf);
+            }
+        }
         lq_model_close(m);
         free(ids);
         free(logits);
-        free(pf);
-        free(dc);
     }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("\npeak RSS: %.1f MB (includes the 1 GiB bandwidth buffer when refs ran; the model's pages are file-backed and shared)\n",
+           ru.ru_maxrss / 1024.0);
+    free(v);
     return 0;
 }

@@ -30,6 +30,7 @@
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
 #include "larql/gguf.h"
+#include "bench/membw.h"
 
 #define MAX_RUNS 9
 
@@ -64,80 +65,6 @@ static uint64_t rnd64(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return rng;
-}
-
-/* ---- read bandwidth ---- */
-
-typedef struct bw_ctx {
-    const uint8_t *buf;
-    uint64_t sums[64];
-} bw_ctx;
-
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, int64_t bytes)
-{
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i + 128 <= bytes; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t out[4];
-    _mm256_storeu_si256((__m256i *)out, s);
-    return out[0] + out[1] + out[2] + out[3];
-}
-
-static uint64_t sum_plain(const uint8_t *p, int64_t bytes)
-{
-    const uint64_t *q = (const uint64_t *)p;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int64_t i = 0; i + 4 <= bytes / 8; i += 4) {
-        s0 += q[i];
-        s1 += q[i + 1];
-        s2 += q[i + 2];
-        s3 += q[i + 3];
-    }
-    return s0 + s1 + s2 + s3;
-}
-
-static int have_avx2;
-
-/* [start, end) in 1 MiB units */
-static void bw_fn(void *ctx, int64_t start, int64_t end, int idx)
-{
-    bw_ctx *c = ctx;
-    const uint8_t *p = c->buf + (start << 20);
-    int64_t bytes = (end - start) << 20;
-    c->sums[idx] += have_avx2 ? sum_avx2(p, bytes) : sum_plain(p, bytes);
-}
-
-/* ---- int8 MAC peak ---- */
-
-typedef struct peak_ctx {
-    int64_t iters;
-    int32_t sink[64];
-} peak_ctx;
-
-/* 12 independent vpdpbusd chains (latency x throughput of current cores is <= 12) */
-__attribute__((target("avx512f,avx512vnni"))) static void peak_fn(void *ctx, int64_t start,
-                                                                    int64_t end, int idx)
-{
-    peak_ctx *c = ctx;
-    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
-    __m512i acc[12];
-    for (int i = 0; i < 12; i++)
-        acc[i] = _mm512_set1_epi32(i);
-    for (int64_t it = 0; it < c->iters * (end - start); it++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++)
-            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-        __asm__ volatile("" : "+v"(a), "+v"(b)); /* keep the loop from being folded */
-    }
-    __m512i s = acc[0];
-    for (int i = 1; i < 12; i++)
-        s = _mm512_add_epi32(s, acc[i]);
-    c->sink[idx] = _mm512_reduce_add_epi32(s);
 }
 
 /* ---- kernels through the pool ---- */
@@ -207,7 +134,6 @@ int main(void)
     const int runs = quick ? 3 : 7;
     only = getenv("LQ_BENCH_ONLY");
     const lq_cpu_features *f = lq_cpu_features_get();
-    have_avx2 = f->avx2;
     const int have_vnni512 = f->avx512f && f->avx512vnni;
     lq_pool *pools[3] = {NULL, NULL, NULL};
     if (lq_pool_create(1, &pools[1], NULL) || lq_pool_create(2, &pools[2], NULL)) {
@@ -226,28 +152,12 @@ int main(void)
     /* 1. read bandwidth */
     double bw[3] = {0, 0, 0};
     if (want("bw")) {
-        const int64_t mib = 1024;
-        uint8_t *buf = aligned_alloc(64, (size_t)mib << 20);
-        if (!buf) {
-            fprintf(stderr, "bench_kernels: cannot allocate 1 GiB\n");
-            return 1;
-        }
-        memset(buf, 1, (size_t)mib << 20);
-        bw_ctx c = {buf, {0}};
         for (int nt = 1; nt <= 2; nt++) {
-            for (int r = 0; r < runs; r++) {
-                double t0 = now_s();
-                lq_pool_for(pools[nt], mib, 1, bw_fn, &c);
-                v[r] = (double)(mib << 20) / (now_s() - t0) / 1e9;
-            }
-            stat3 s = stats(v, runs);
+            lq_bw_stat s = lq_bench_read_bw_stat(nt, runs);
             bw[nt] = s.med;
-            printf("read bandwidth %d thread%s: %.1f GB/s (min %.1f, max %.1f)  [stream-sum of 1 GiB]\n",
-                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max);
+            printf("read bandwidth %d thread%s: %.1f GB/s (min %.1f, max %.1f)  [bench/membw.h: 256-bit stream-sum of 1 GiB; load %.2f]\n",
+                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max, lq_bench_loadavg());
         }
-        if (c.sums[0] == 42)
-            printf(" ");
-        free(buf);
     }
 
     /* 2. int8 MAC peak */
@@ -255,16 +165,10 @@ int main(void)
     if (!want("peak")) {
     } else if (have_vnni512) {
         for (int nt = 1; nt <= 2; nt++) {
-            peak_ctx c = {.iters = 2000000};
-            for (int r = 0; r < runs; r++) {
-                double t0 = now_s();
-                lq_pool_for(pools[nt], nt, 1, peak_fn, &c);
-                v[r] = (double)c.iters * 12 * 64 * nt / (now_s() - t0) / 1e9;
-            }
-            stat3 s = stats(v, runs);
+            lq_bw_stat s = lq_bench_mac_peak_stat(nt, runs);
             peak[nt] = s.med;
-            printf("int8 MAC peak %d thread%s: %.0f G MAC/s (min %.0f, max %.0f)  [12 vpdpbusd zmm chains]\n",
-                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max);
+            printf("int8 MAC peak %d thread%s: %.0f G MAC/s (min %.0f, max %.0f)  [bench/membw.h: 12 vpdpbusd zmm chains; load %.2f]\n",
+                   nt, nt > 1 ? "s" : "", s.med, s.min, s.max, lq_bench_loadavg());
         }
     } else {
         printf("int8 MAC peak: skipped (no AVX-512 VNNI)\n");

@@ -38,6 +38,9 @@ typedef struct lq_model_opts {
     int n_threads;    /* 0 = number of cores */
     int act_mode;     /* lq_act_mode */
     const char *kernels; /* NULL = best for this CPU; "scalar", "avx2", "avx512" */
+    int lm_head_q8;   /* 1: build at load an int8 copy of a dense lm_head with one f32 scale per
+                         row (half the bytes of f16; small logit error) and use it for logits */
+    int kv_f16;       /* 1: sessions keep their KV cache in f16 (half the memory; small error) */
 } lq_model_opts;
 
 typedef struct lq_model_info {
@@ -54,6 +57,10 @@ typedef struct lq_model_info {
     const char *kernels;         /* kernel set in use ("avx512", ...) */
     int n_threads;
     double load_ms;
+    int lm_head_q8;              /* the lm_head in use is the int8 per-row copy */
+    int kv_f16;                  /* sessions use an f16 KV cache */
+    uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
+    double repack_ms;            /* time spent building them (part of load_ms) */
 } lq_model_info;
 
 /* path: a GGUF file, or a vindex directory (holding index.json) built from a BitNet GGUF

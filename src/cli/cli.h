@@ -55,6 +55,8 @@ typedef struct lq_cli_model_args {
     int threads;         /* --threads N (0 = cores) */
     int act;             /* --act ms|float -> lq_act_mode */
     const char *kernels; /* --kernels scalar|avx2|avx512 */
+    int lm_head_q8;      /* --lm-head q8 (default f16: as stored) */
+    int kv_f16;          /* --kv f16 (default f32) */
     int ctx;             /* --ctx N (0 = model default) */
 } lq_cli_model_args;
 

@@ -16,7 +16,7 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 {
     const char *o = argv[*i];
     int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
-                !strcmp(o, "--ctx");
+                !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv");
     if (!known)
         return 0;
     if (*i + 1 >= argc) {
@@ -46,6 +46,21 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             lq_cli_usage(cmd, usage, "--act: '%s' (expected ms or float)", v);
             return -1;
         }
+    } else if (!strcmp(o, "--lm-head")) {
+        /* q8: an int8 per-row-scaled copy of the lm_head built at load (half the bytes) */
+        if (!strcmp(v, "q8") || !strcmp(v, "f16") || !strcmp(v, "stored"))
+            a->lm_head_q8 = !strcmp(v, "q8");
+        else {
+            lq_cli_usage(cmd, usage, "--lm-head: '%s' (expected f16 or q8)", v);
+            return -1;
+        }
+    } else if (!strcmp(o, "--kv")) {
+        if (!strcmp(v, "f16") || !strcmp(v, "f32"))
+            a->kv_f16 = !strcmp(v, "f16");
+        else {
+            lq_cli_usage(cmd, usage, "--kv: '%s' (expected f32 or f16)", v);
+            return -1;
+        }
     } else {
         a->kernels = v;
     }
@@ -54,7 +69,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a, lq_model **m)
 {
-    lq_model_opts o = {.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels};
+    lq_model_opts o = {.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
+                       .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16};
     lq_err err = {0};
     if (lq_model_open(path, &o, m, &err)) {
         lq_cli_error(cmd, "%s", err.msg);

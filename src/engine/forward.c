@@ -240,11 +240,9 @@ typedef struct att_job {
     float *out;     /* [T, q_dim] */
 } att_job;
 
-#define ATT_BLOCK 64
-
 /* Items are (head, row) pairs, head-major, so that each thread's contiguous chunk mixes
- * early and late rows (causal rows have unequal work). Softmax is max-subtracted, computed
- * block by block (online rescaling) so that no per-context buffer is needed. */
+ * early and late rows (causal rows have unequal work). Each item is one call of the kernel
+ * set's attention (online softmax over the row's causal prefix in its session's cache). */
 static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
 {
     (void)tid;
@@ -252,52 +250,29 @@ static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
     const lq_model *m = j->m;
     int hd = m->head_dim, group = m->n_head / m->n_head_kv;
     float scale = (float)(1.0 / sqrt((double)hd));
-    float acc[LQ_MODEL_MAX_HEAD_DIM];
-    float s[ATT_BLOCK];
+    size_t es = m->kv_f16 ? 2 : sizeof(float);
     for (int64_t it = start; it < end; it++) {
         int h = (int)(it / j->T), t = (int)(it % j->T);
         int kvh = h / group;
         lq_session *sess = j->rows[t].s;
-        int npos = j->rows[t].pos + 1;
-        const float *kc = lq_session_kcache(sess, j->layer) + (size_t)kvh * hd;
-        const float *vc = lq_session_vcache(sess, j->layer) + (size_t)kvh * hd;
+        const uint8_t *kc = (const uint8_t *)lq_session_kcache(sess, j->layer) + (size_t)kvh * hd * es;
+        const uint8_t *vc = (const uint8_t *)lq_session_vcache(sess, j->layer) + (size_t)kvh * hd * es;
         const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
-        size_t ld = (size_t)m->kv_dim;
-        float mx = -INFINITY, sum = 0;
-        for (int i = 0; i < hd; i++)
-            acc[i] = 0;
-        for (int p0 = 0; p0 < npos; p0 += ATT_BLOCK) {
-            int nb = npos - p0 < ATT_BLOCK ? npos - p0 : ATT_BLOCK;
-            float bm = -INFINITY;
-            for (int b = 0; b < nb; b++) {
-                const float *k = kc + (size_t)(p0 + b) * ld;
-                float d = 0;
-                for (int i = 0; i < hd; i++)
-                    d += q[i] * k[i];
-                s[b] = d * scale;
-                if (s[b] > bm)
-                    bm = s[b];
-            }
-            if (bm > mx) {
-                float r = expf(mx - bm); /* 0 on the first block (mx = -inf) */
-                sum *= r;
-                for (int i = 0; i < hd; i++)
-                    acc[i] *= r;
-                mx = bm;
-            }
-            for (int b = 0; b < nb; b++) {
-                const float *v = vc + (size_t)(p0 + b) * ld;
-                float e = expf(s[b] - mx);
-                sum += e;
-                for (int i = 0; i < hd; i++)
-                    acc[i] += e * v[i];
-            }
-        }
         float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
-        float inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++)
-            o[i] = acc[i] * inv;
+        m->kern->attn(q, kc, vc, (size_t)m->kv_dim, m->kv_f16, j->rows[t].pos + 1, hd, scale, o);
     }
+}
+
+/* Stores row v [n] into a KV cache row (f32, or f16 rounded to nearest even). */
+static void kv_store(const lq_model *m, void *dst, const float *v, int n)
+{
+    if (!m->kv_f16) {
+        memcpy(dst, v, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *d = dst;
+    for (int i = 0; i < n; i++)
+        d[i] = lq_f32_to_f16(v[i]);
 }
 
 /* ---- lm_head ---- */
@@ -329,6 +304,12 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
             sub.data += (size_t)r0 * (size_t)w->cols / 4;
             sub.rows = n;
             m->kern->i2s_f32(&sub, j->x, (size_t)m->n_embd, j->nl, buf, (size_t)n, 0, n);
+        } else if (w->kind == LQ_WK_Q8) {
+            lq_q8_mat sub = w->q8;
+            sub.data += (size_t)r0 * (size_t)w->cols;
+            sub.scale += r0;
+            sub.rows = n;
+            m->kern->q8_f32(&sub, j->x, (size_t)m->n_embd, j->nl, buf, (size_t)n, 0, n);
         } else {
             lq_dense_mat sub = w->dense;
             size_t es = sub.type == LQ_GGML_F32 ? 4 : 2;
@@ -368,10 +349,9 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             rope_row(m, sc->k + (size_t)t * KVD, m->n_head_kv, cs);
             /* K (after RoPE) and V go to the row's cache before attention, so that rows
              * of the same session in this batch see each other causally. */
-            memcpy(lq_session_kcache(rows[t].s, l) + (size_t)rows[t].pos * KVD,
-                   sc->k + (size_t)t * KVD, (size_t)KVD * sizeof(float));
-            memcpy(lq_session_vcache(rows[t].s, l) + (size_t)rows[t].pos * KVD,
-                   sc->v + (size_t)t * KVD, (size_t)KVD * sizeof(float));
+            size_t off = (size_t)rows[t].pos * KVD * (m->kv_f16 ? 2 : sizeof(float));
+            kv_store(m, (uint8_t *)lq_session_kcache(rows[t].s, l) + off, sc->k + (size_t)t * KVD, KVD);
+            kv_store(m, (uint8_t *)lq_session_vcache(rows[t].s, l) + off, sc->v + (size_t)t * KVD, KVD);
         }
         att_job aj = {m, rows, l, T, sc->q, sc->att};
         lq_pool_for(m->pool, (int64_t)T * m->n_head, 1, att_fn, &aj);

@@ -12,19 +12,23 @@
 struct lq_session {
     lq_model *m;
     int n_ctx, pos;
-    float *kv;   /* [n_layer, 2, n_ctx, kv_dim]: K then V of each layer */
+    void *kv;    /* [n_layer, 2, n_ctx, kv_dim]: K then V of each layer (f32, or f16 if kv_f16) */
     float *rope; /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
     lq_scratch sc;
 };
 
-float *lq_session_kcache(lq_session *s, int layer)
+static size_t kv_elem(const lq_session *s) { return s->m->kv_f16 ? 2 : sizeof(float); }
+
+void *lq_session_kcache(lq_session *s, int layer)
 {
-    return s->kv + (size_t)layer * 2 * (size_t)s->n_ctx * (size_t)s->m->kv_dim;
+    return (uint8_t *)s->kv +
+           (size_t)layer * 2 * (size_t)s->n_ctx * (size_t)s->m->kv_dim * kv_elem(s);
 }
 
-float *lq_session_vcache(lq_session *s, int layer)
+void *lq_session_vcache(lq_session *s, int layer)
 {
-    return lq_session_kcache(s, layer) + (size_t)s->n_ctx * (size_t)s->m->kv_dim;
+    return (uint8_t *)lq_session_kcache(s, layer) +
+           (size_t)s->n_ctx * (size_t)s->m->kv_dim * kv_elem(s);
 }
 
 const float *lq_session_rope(const lq_session *s) { return s->rope; }
@@ -48,13 +52,13 @@ int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
     size_t kv_floats = (size_t)m->n_layer * 2 * (size_t)n_ctx * (size_t)m->kv_dim;
     int half = m->n_rot / 2;
     /* The KV cache is not cleared: a position is always written before it is read. */
-    s->kv = malloc(kv_floats * sizeof(float));
+    s->kv = malloc(kv_floats * kv_elem(s));
     s->rope = malloc((size_t)n_ctx * (size_t)m->n_rot * sizeof(float));
     if (!s->kv || !s->rope || lq_scratch_init(&s->sc, m, n_ctx) != 0) {
         lq_session_free(s);
         return lq_err_set(err, LQ_ENOMEM,
                           "cannot allocate a session with n_ctx %d (KV cache %zu bytes)", n_ctx,
-                          kv_floats * sizeof(float));
+                          kv_floats * kv_elem(s));
     }
     /* Angles in double (pos * theta^(-2i/n_rot)), rounded once: no pow/sin/cos per token. */
     for (int i = 0; i < half; i++) {

@@ -31,6 +31,15 @@ typedef struct lq_dense_mat {
     int type;
 } lq_dense_mat;
 
+/* An int8 copy of a dense matrix with one f32 scale per row (the `--lm-head q8` lm_head):
+ * W[r][c] ≈ scale[r] * data[r*cols + c], data [rows, cols] int8, scale [rows]. Built by
+ * lq_q8_quantize_rows: scale = amax(row) / 127, q = round_half_even(w / scale). */
+typedef struct lq_q8_mat {
+    const int8_t *data;
+    const float *scale;
+    int64_t rows, cols;
+} lq_q8_mat;
+
 /* Per-token int8 activations, BitNet b1.58 definition ("ms"): s = 127 / max(amax, 1e-5),
  * q = clamp(round_half_even(x * s), -128, 127). Stores q[0..n), *inv_scale = 1/s (so that
  * x ≈ q * inv_scale) and *sum = Σ q (SIMD kernels use it for the unsigned-code trick). */
@@ -52,12 +61,26 @@ typedef void (*lq_i2s_f32_fn)(const lq_i2s_mat *w, const float *x, size_t ldx, i
 typedef void (*lq_dense_f32_fn)(const lq_dense_mat *w, const float *x, size_t ldx, int T,
                                 float *y, size_t ldy, int64_t r0, int64_t r1);
 
+/* Y[t][r] = scale[r] * Σ_c q[r][c] * x[t][c]   (int8 weights, f32 activations and
+ * accumulation; float tolerance across sets, like dense) */
+typedef void (*lq_q8_f32_fn)(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
+                             size_t ldy, int64_t r0, int64_t r1);
+
+/* One attention head of one query row over npos cached positions (causal prefix):
+ * out[hd] = Σ_p softmax_p(q·k_p * scale) v_p, max-subtracted, with k_p = k + p*ld and
+ * v_p = v + p*ld (f32, or f16 when kv_f16). Each set computes it in its own order (float
+ * tolerance across sets). */
+typedef void (*lq_attn_fn)(const float *q, const void *k, const void *v, size_t ld, int kv_f16,
+                           int npos, int hd, float scale, float *out);
+
 typedef struct lq_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     lq_quant_i8_fn quant_i8;
     lq_i2s_i8_fn i2s_i8;
     lq_i2s_f32_fn i2s_f32;
     lq_dense_f32_fn dense;
+    lq_q8_f32_fn q8_f32;
+    lq_attn_fn attn;
 } lq_kernels;
 
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the
@@ -67,5 +90,10 @@ const lq_kernels *lq_kernels_best(void);
 const lq_kernels *lq_kernels_by_name(const char *name);
 
 extern const lq_kernels lq_kernels_scalar;
+
+/* Rows [r0, r1) of the int8 per-row-scaled copy of w (F32/F16/BF16): q [rows, cols] and
+ * scale [rows] (see lq_q8_mat). An all-zero row gets scale 0 and zeros. Returns 0, or -1
+ * for an unsupported w->type (nothing written). */
+int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1);
 
 #endif

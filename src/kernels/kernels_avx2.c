@@ -314,10 +314,74 @@ static void dense_avx2(const lq_dense_mat *w, const float *x, size_t ldx, int T,
     }
 }
 
+/* ---- q8_f32 (int8 per-row-scaled lm_head) ------------------------------------------ */
+
+/* One row x TT <= 4 tokens; TT == 1 uses four accumulators against FMA latency. Columns past
+ * the last multiple of 8 are added in scalar. */
+AI void q8_row_avx2(const int8_t *w, int64_t cols, const float *x, size_t ldx, int TT, float out[4])
+{
+    const int U = TT == 1 ? 4 : 1;
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++)
+            acc[t][u] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 * U <= cols; c += 8 * U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            __m128i b8;
+            memcpy(&b8, w + c + 8 * u, 8); /* low 8 bytes; upper half unused */
+            __m256 wv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)t * ldx + c + 8 * u), acc[t][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        __m256 a = acc[t][0];
+#pragma GCC unroll 4
+        for (int u = 1; u < U; u++)
+            a = _mm256_add_ps(a, acc[t][u]);
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        float sum = _mm_cvtss_f32(h);
+        for (int64_t cc = c; cc < cols; cc++)
+            sum += (float)w[cc] * x[(size_t)t * ldx + cc];
+        out[t] = sum;
+    }
+}
+
+static void q8_f32_avx2(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
+                        size_t ldy, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const int8_t *wr = w->data + (size_t)r * (size_t)w->cols;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            const float *xt = x + (size_t)t * ldx;
+            float out[4];
+            switch (TT) {
+            case 1: q8_row_avx2(wr, w->cols, xt, ldx, 1, out); break;
+            case 2: q8_row_avx2(wr, w->cols, xt, ldx, 2, out); break;
+            case 3: q8_row_avx2(wr, w->cols, xt, ldx, 3, out); break;
+            default: q8_row_avx2(wr, w->cols, xt, ldx, 4, out); break;
+            }
+            for (int tt = 0; tt < TT; tt++)
+                y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale[r];
+        }
+    }
+}
+
 const lq_kernels lq_kernels_avx2 = {
     .name = "avx2",
     .quant_i8 = quant_i8_avx2,
     .i2s_i8 = i2s_i8_avx2,
     .i2s_f32 = i2s_f32_avx2,
     .dense = dense_avx2,
+    .q8_f32 = q8_f32_avx2,
+    .attn = lq_attn_scalar, /* the AVX-512 machines this targets use attn_avx512 */
 };

@@ -22,6 +22,7 @@
  * the outer loop, so weights stream from memory once per call (prefill re-reads them from
  * L1 for later token groups). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/f16.h"
@@ -373,10 +374,214 @@ static void dense_avx512(const lq_dense_mat *w, const float *x, size_t ldx, int 
     }
 }
 
+/* ---- q8_f32 (int8 per-row-scaled lm_head) ------------------------------------------ */
+
+/* 16 int8 weights from p as f32 (masked lanes read 0). */
+AI __m512 q8x16(const int8_t *p, __mmask16 m)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
+/* R <= 2 rows x TT <= 4 tokens. With one token, 4 column chunks go to separate accumulators
+ * (8 FMA chains for 2 rows, enough to hide the FMA latency); with more tokens the token
+ * chains do that. */
+AI void q8_tile_avx512(const int8_t *w, int64_t cols, const float *x, size_t ldx, int R, int TT,
+                       float out[2][4])
+{
+    const int U = TT == 1 ? 4 : 1;
+    __m512 acc[2][4][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++)
+                acc[r][t][u] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 16 * U <= cols; c += 16 * U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            __m512 wv[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++)
+                wv[r] = q8x16(w + (size_t)r * (size_t)cols + c + 16 * u, 0xffff);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + c + 16 * u);
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++)
+                    acc[r][t][u] = _mm512_fmadd_ps(wv[r], xv, acc[r][t][u]);
+            }
+        }
+    }
+    for (; c < cols; c += 16) {
+        __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);
+        __m512 wv[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+            wv[r] = q8x16(w + (size_t)r * (size_t)cols + c, m);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + c);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++)
+                acc[r][t][0] = _mm512_fmadd_ps(wv[r], xv, acc[r][t][0]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            __m512 a = acc[r][t][0];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; u++)
+                a = _mm512_add_ps(a, acc[r][t][u]);
+            out[r][t] = _mm512_reduce_add_ps(a);
+        }
+}
+
+#define Q8TILE(R, TT)                                                                      \
+    case (R) * 8 + (TT):                                                                   \
+        q8_tile_avx512(wr, w->cols, xt, ldx, R, TT, out);                                  \
+        break
+
+static void q8_f32_avx512(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
+                          size_t ldy, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int R = r1 - r < 2 ? 1 : 2;
+        const int8_t *wr = w->data + (size_t)r * (size_t)w->cols;
+        for (int t = 0; t < T; t += 4) {
+            const int TT = T - t < 4 ? T - t : 4;
+            const float *xt = x + (size_t)t * ldx;
+            float out[2][4];
+            switch (R * 8 + TT) {
+                Q8TILE(1, 1); Q8TILE(1, 2); Q8TILE(1, 3); Q8TILE(1, 4);
+                Q8TILE(2, 1); Q8TILE(2, 2); Q8TILE(2, 3);
+            default: q8_tile_avx512(wr, w->cols, xt, ldx, 2, 4, out); break;
+            }
+            for (int rr = 0; rr < R; rr++)
+                for (int tt = 0; tt < TT; tt++)
+                    y[(size_t)(t + tt) * ldy + r + rr] = out[rr][tt] * w->scale[r + rr];
+        }
+    }
+}
+#undef Q8TILE
+
+/* ---- attention ----------------------------------------------------------------------- */
+
+/* e^x for 16 lanes (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, then
+ * scalef by n): relative error ~2 ulp; inputs below -87 give ~0, as softmax wants. */
+AI __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3f)), _mm512_set1_ps(-87.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+AI __m512 kv16(const void *p, int f16, size_t i)
+{
+    if (f16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+    return _mm512_loadu_ps((const float *)p + i);
+}
+
+/* NV = head_dim / 16 vectors; the accumulator stays in registers. */
+AI void attn_nv_avx512(const float *q, const void *k, const void *v, size_t ld, int f16, int npos,
+                       int NV, float scale, float *out)
+{
+    __m512 qv[8], acc[8];
+    float s[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++) {
+        qv[u] = _mm512_mul_ps(_mm512_loadu_ps(q + 16 * u), _mm512_set1_ps(scale));
+        acc[u] = _mm512_setzero_ps();
+    }
+    float mx = -INFINITY, sum = 0;
+    for (int p0 = 0; p0 < npos; p0 += LQ_ATT_BLOCK) {
+        const int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
+        __m512 vbm = _mm512_set1_ps(-INFINITY);
+        for (int b = 0; b < nb; b++) {
+            size_t o = (size_t)(p0 + b) * ld;
+            __m512 d0 = _mm512_mul_ps(qv[0], kv16(k, f16, o)), d1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int u = 1; u < NV; u++) {
+                if (u & 1)
+                    d1 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d1);
+                else
+                    d0 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d0);
+            }
+            s[b] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
+        }
+        for (int b = 0; b < nb; b += 16) {
+            __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+            vbm = _mm512_mask_max_ps(vbm, m, vbm, _mm512_maskz_loadu_ps(m, s + b));
+        }
+        const float bm = _mm512_reduce_max_ps(vbm);
+        if (bm > mx) {
+            const float r = expf(mx - bm); /* 0 on the first block (mx = -inf) */
+            sum *= r;
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++)
+                acc[u] = _mm512_mul_ps(acc[u], _mm512_set1_ps(r));
+            mx = bm;
+        }
+        __m512 vs = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b += 16) {
+            __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+            __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + b), _mm512_set1_ps(mx)));
+            e = _mm512_maskz_mov_ps(m, e);
+            vs = _mm512_add_ps(vs, e);
+            _mm512_store_ps(s + b, e);
+        }
+        sum += _mm512_reduce_add_ps(vs);
+        for (int b = 0; b < nb; b++) {
+            size_t o = (size_t)(p0 + b) * ld;
+            __m512 e = _mm512_set1_ps(s[b]);
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++)
+                acc[u] = _mm512_fmadd_ps(e, kv16(v, f16, o + 16 * (size_t)u), acc[u]);
+        }
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / sum);
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++)
+        _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[u], inv));
+}
+
+static void attn_avx512(const float *q, const void *k, const void *v, size_t ld, int kv_f16,
+                        int npos, int hd, float scale, float *out)
+{
+    /* constant NV per case, so that q and the accumulator live in registers */
+    switch (hd % 16 ? 0 : hd / 16) {
+    case 1: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 1, scale, out); break;
+    case 2: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 2, scale, out); break;
+    case 3: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 3, scale, out); break;
+    case 4: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 4, scale, out); break;
+    case 5: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 5, scale, out); break;
+    case 6: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 6, scale, out); break;
+    case 7: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 7, scale, out); break;
+    case 8: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 8, scale, out); break;
+    default: lq_attn_scalar(q, k, v, ld, kv_f16, npos, hd, scale, out); break;
+    }
+}
+
 const lq_kernels lq_kernels_avx512 = {
     .name = "avx512",
     .quant_i8 = quant_i8_avx512,
     .i2s_i8 = i2s_i8_avx512,
     .i2s_f32 = i2s_f32_avx512,
     .dense = dense_avx512,
+    .q8_f32 = q8_f32_avx512,
+    .attn = attn_avx512,
 };

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/f16.h"
 #include "kernels/kernels.h"
 
 /* The "ms" activation scale: s = 127 / max(amax, 1e-5) in f32. Written with a comparison
@@ -61,6 +62,20 @@ static inline int lq_i2s_trit(unsigned code)
 #ifndef LQ_I2S_PF_HINT
 #define LQ_I2S_PF_HINT _MM_HINT_T0
 #endif
+
+/* Attention (lq_attn_fn): positions per online-softmax block, and the largest head_dim the
+ * kernels accept (the model loader caps head_dim at LQ_MODEL_MAX_HEAD_DIM = this). */
+#define LQ_ATT_BLOCK 64
+#define LQ_ATT_MAX_HD 1024
+
+/* Element i of a KV cache row stored as f32 or f16. */
+static inline float lq_kv_elem(const void *p, int f16, size_t i)
+{
+    return f16 ? lq_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
+                    int hd, float scale, float *out);
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;

@@ -106,10 +106,91 @@ static void dense_scalar(const lq_dense_mat *w, const float *x, size_t ldx, int 
     }
 }
 
+static void q8_f32_scalar(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
+                          size_t ldy, int64_t r0, int64_t r1)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        for (int64_t r = r0; r < r1; r++) {
+            const int8_t *row = w->data + (size_t)r * (size_t)w->cols;
+            float acc = 0.0f;
+            for (int64_t c = 0; c < w->cols; c++)
+                acc += (float)row[c] * xt[c];
+            y[(size_t)t * ldy + r] = acc * w->scale[r];
+        }
+    }
+}
+
+int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1)
+{
+    if (w->type != LQ_GGML_F32 && w->type != LQ_GGML_F16 && w->type != LQ_GGML_BF16)
+        return -1;
+    for (int64_t r = r0; r < r1; r++) {
+        float amax = 0.0f;
+        for (int64_t c = 0; c < w->cols; c++) {
+            float a = fabsf(dense_elem(w->data, w->type, r * w->cols + c));
+            if (a > amax) /* NaN never wins */
+                amax = a;
+        }
+        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        int8_t *qr = q + (size_t)r * (size_t)w->cols;
+        for (int64_t c = 0; c < w->cols; c++) {
+            float v = nearbyintf(dense_elem(w->data, w->type, r * w->cols + c) * id);
+            qr[c] = (int8_t)(v > 127.0f ? 127.0f : (v < -127.0f || v != v) ? -127.0f : v);
+        }
+        scale[r] = d;
+    }
+    return 0;
+}
+
+/* Online softmax over blocks of LQ_ATT_BLOCK positions (running max, rescaled sum and
+ * accumulator), so that no per-context buffer is needed. */
+void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
+                    int hd, float scale, float *out)
+{
+    float acc[LQ_ATT_MAX_HD];
+    float s[LQ_ATT_BLOCK];
+    float mx = -INFINITY, sum = 0;
+    for (int i = 0; i < hd; i++)
+        acc[i] = 0;
+    for (int p0 = 0; p0 < npos; p0 += LQ_ATT_BLOCK) {
+        int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
+        float bm = -INFINITY;
+        for (int b = 0; b < nb; b++) {
+            size_t o = (size_t)(p0 + b) * ld;
+            float d = 0;
+            for (int i = 0; i < hd; i++)
+                d += q[i] * lq_kv_elem(k, kv_f16, o + (size_t)i);
+            s[b] = d * scale;
+            if (s[b] > bm)
+                bm = s[b];
+        }
+        if (bm > mx) {
+            float r = expf(mx - bm); /* 0 on the first block (mx = -inf) */
+            sum *= r;
+            for (int i = 0; i < hd; i++)
+                acc[i] *= r;
+            mx = bm;
+        }
+        for (int b = 0; b < nb; b++) {
+            size_t o = (size_t)(p0 + b) * ld;
+            float e = expf(s[b] - mx);
+            sum += e;
+            for (int i = 0; i < hd; i++)
+                acc[i] += e * lq_kv_elem(v, kv_f16, o + (size_t)i);
+        }
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++)
+        out[i] = acc[i] * inv;
+}
+
 const lq_kernels lq_kernels_scalar = {
     .name = "scalar",
     .quant_i8 = quant_i8_scalar,
     .i2s_i8 = i2s_i8_scalar,
     .i2s_f32 = i2s_f32_scalar,
     .dense = dense_scalar,
+    .q8_f32 = q8_f32_scalar,
+    .attn = lq_attn_scalar,
 };

@@ -430,6 +430,51 @@ static void fill_info(lq_model *m)
     in->n_threads = lq_pool_threads(m->pool);
 }
 
+/* ---- the q8 lm_head (lq_model_opts.lm_head_q8) ---- */
+
+typedef struct q8_job {
+    const lq_dense_mat *src;
+    int8_t *q;   /* [rows, cols] */
+    float *scale; /* [rows] */
+} q8_job;
+
+static void q8_fn(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    const q8_job *j = ctx;
+    lq_q8_quantize_rows(j->src, j->q, j->scale, r0, r1);
+}
+
+/* Replaces a dense lm_head by an owned int8 copy with one scale per row, quantised on the
+ * pool (the tied embedding itself stays in the mapping for token lookups). Other lm_head
+ * kinds (an I2_S output.weight) are left as they are: they are already smaller. */
+static int build_lm_q8(lq_model *m, lq_err *err)
+{
+    lq_wmat *w = &m->lm_head;
+    if (w->kind != LQ_WK_DENSE)
+        return LQ_OK;
+    double t0 = now_ms();
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    int8_t *q = owned_alloc(m, n);
+    float *sc = q ? owned_alloc(m, (size_t)w->rows * sizeof(float)) : NULL;
+    if (!q || !sc)
+        return lq_err_set(err, LQ_ENOMEM, "lm_head q8: cannot allocate %zu bytes for [%lld, %lld]",
+                          n + (size_t)w->rows * sizeof(float), (long long)w->rows,
+                          (long long)w->cols);
+    q8_job j = {&w->dense, q, sc};
+    lq_pool_for(m->pool, w->rows, 256, q8_fn, &j);
+    uint64_t old = w->bytes;
+    w->kind = LQ_WK_Q8;
+    w->q8 = (lq_q8_mat){q, sc, w->rows, w->cols};
+    w->bytes = (uint64_t)n + (uint64_t)w->rows * sizeof(float);
+    if (m->info.bytes_per_token >= old)
+        m->info.bytes_per_token = m->info.bytes_per_token - old + w->bytes;
+    m->info.lm_head_q8 = 1;
+    m->info.repack_bytes += w->bytes;
+    m->info.repack_ms += now_ms() - t0;
+    return LQ_OK;
+}
+
 int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err)
 {
     if (!path || !out)
@@ -456,6 +501,7 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
         return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
     m->kern = kern;
     m->act_mode = o.act_mode;
+    m->kv_f16 = o.kv_f16 != 0;
     int rc;
     if (lq_vx_path_is_vindex(path)) {
         /* a vindex directory: weights from its files (src/vindex/vx_model.c) */
@@ -466,6 +512,9 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
             goto fail;
         m->info.kernels = m->kern->name;
         m->info.n_threads = lq_pool_threads(m->pool);
+        m->info.kv_f16 = m->kv_f16;
+        if (o.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
+            goto fail;
         m->info.load_ms = now_ms() - t0;
         *out = m;
         return LQ_OK;
@@ -527,6 +576,9 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
     if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
         goto fail;
     fill_info(m);
+    m->info.kv_f16 = m->kv_f16;
+    if (o.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
+        goto fail;
     m->info.load_ms = now_ms() - t0;
     *out = m;
     return LQ_OK;

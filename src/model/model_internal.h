@@ -27,7 +27,7 @@
  * Scratch buffers are sized for this; longer prompts run in chunks of this many. */
 #define LQ_MAX_BATCH 64
 
-enum { LQ_WK_I2S = 1, LQ_WK_DENSE = 2 };
+enum { LQ_WK_I2S = 1, LQ_WK_DENSE = 2, LQ_WK_Q8 = 3 };
 
 /* One projection matrix, ready for a kernel. */
 typedef struct lq_wmat {
@@ -36,6 +36,7 @@ typedef struct lq_wmat {
     int64_t rows, cols;  /* W: [rows, cols] */
     lq_i2s_mat i2s;      /* kind == LQ_WK_I2S: zero-copy view + per-tensor scale */
     lq_dense_mat dense;  /* kind == LQ_WK_DENSE: F32/F16/BF16 in place, or an owned f32 decode */
+    lq_q8_mat q8;        /* kind == LQ_WK_Q8: owned int8 per-row-scaled copy (lm_head q8) */
     uint64_t bytes;      /* weight bytes one product with this matrix reads */
 } lq_wmat;
 
@@ -72,6 +73,7 @@ struct lq_model {
     int act_mode;               /* lq_act_mode; llama ignores it (no BitLinear) */
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_rot, n_vocab, n_ctx_train;
     int q_dim, kv_dim;          /* n_head*head_dim, n_head_kv*head_dim */
+    int kv_f16;                 /* sessions store K and V as f16 */
     int rope_neox;              /* 1: pairs (i, i+n_rot/2) (BitNet); 0: pairs (2i, 2i+1) */
     double rope_theta;
     float eps;
@@ -145,8 +147,9 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
                 int T, float *const *out);
 
 /* Session internals the forward pass needs. */
-float *lq_session_kcache(lq_session *s, int layer); /* [n_ctx, kv_dim] */
-float *lq_session_vcache(lq_session *s, int layer); /* [n_ctx, kv_dim] */
+/* [n_ctx, kv_dim] of f32, or of f16 (uint16_t) when m->kv_f16 */
+void *lq_session_kcache(lq_session *s, int layer);
+void *lq_session_vcache(lq_session *s, int layer);
 const float *lq_session_rope(const lq_session *s);  /* [n_ctx, n_rot/2, 2] (cos, sin) */
 
 #endif

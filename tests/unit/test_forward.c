@@ -465,6 +465,130 @@ static void test_fixture_tiny_preset(void)
     lq_model_close(m);
 }
 
+/* ---- lm_head q8 and f16 KV cache ---- */
+
+static lq_model *open_opts(const char *path, int threads, int lm_q8, int kv_f16, const char *kernels)
+{
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts mo = {0};
+    mo.n_threads = threads;
+    mo.lm_head_q8 = lm_q8;
+    mo.kv_f16 = kv_f16;
+    mo.kernels = kernels;
+    if (!path || lq_model_open(path, &mo, &m, &err) != 0) {
+        printf("#   open %s: %s\n", path ? path : "(null)", err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+/* Logits of a with the option vs b without: top-1 agreement and the largest error relative
+ * to the largest logit magnitude of the position. */
+static void option_effect(lq_model *a, lq_model *b, int np, int *agree, double *rel)
+{
+    int V = lq_model_get_info(a)->n_vocab;
+    float *la = eval_all(a, g_ids, np), *lb = eval_all(b, g_ids, np);
+    *agree = 0;
+    *rel = 1e30;
+    CHECK(la && lb);
+    if (la && lb) {
+        *rel = 0;
+        for (int p = 0; p < np; p++) {
+            const float *x = la + (size_t)p * V, *y = lb + (size_t)p * V;
+            *agree += argmax(x, V) == argmax(y, V);
+            double mag = 0;
+            for (int v = 0; v < V; v++)
+                mag = fabs(y[v]) > mag ? fabs(y[v]) : mag;
+            double r = max_diff(x, y, V) / (mag > 0 ? mag : 1);
+            *rel = r > *rel ? r : *rel;
+        }
+    }
+    free(la);
+    free(lb);
+}
+
+static void test_lm_head_q8(void)
+{
+    const char *p = bitnet_model();
+    lq_model *a = open_opts(p, 2, 1, 0, NULL), *b = open_opts(p, 2, 0, 0, NULL);
+    CHECK(a && b);
+    if (!a || !b)
+        goto out;
+    const lq_model_info *ia = lq_model_get_info(a), *ib = lq_model_get_info(b);
+    CHECK_EQ_INT(ia->lm_head_q8, 1);
+    CHECK_EQ_INT(ib->lm_head_q8, 0);
+    /* the tied lm_head (f32 or f16 here): q8 reads V*(D + 4) bytes instead of V*D*es */
+    uint64_t VD = (uint64_t)ia->n_vocab * (uint64_t)ia->n_embd;
+    uint64_t es = ib->lm_head_type == LQ_GGML_F32 ? 4 : 2;
+    CHECK(ib->lm_head_type == LQ_GGML_F32 || ib->lm_head_type == LQ_GGML_F16);
+    CHECK(ib->bytes_per_token - ia->bytes_per_token == es * VD - (VD + 4 * (uint64_t)ia->n_vocab));
+    CHECK(ia->repack_bytes == VD + 4 * (uint64_t)ia->n_vocab);
+    int agree;
+    double rel;
+    enum { NP = 40 };
+    option_effect(a, b, NP, &agree, &rel);
+    printf("#   lm_head q8 vs f16 (tiny model): top-1 %d/%d, max |dlogit| / max |logit| %.2e\n", agree, NP, rel);
+    CHECK(agree >= NP * 8 / 10);
+    CHECK(rel < 0.05);
+    /* q8 path: kernel sets and thread counts agree, prefill == decode */
+    lq_model *c = open_opts(p, 1, 1, 0, "scalar");
+    compare_models(a, c, 1e-4, 1);
+    lq_model_close(c);
+out:
+    lq_model_close(a);
+    lq_model_close(b);
+}
+
+static void test_kv_f16(void)
+{
+    const char *p = bitnet_model();
+    lq_model *a = open_opts(p, 2, 0, 1, NULL), *b = open_opts(p, 2, 0, 0, NULL);
+    CHECK(a && b);
+    if (!a || !b)
+        goto out;
+    CHECK_EQ_INT(lq_model_get_info(a)->kv_f16, 1);
+    int agree;
+    double rel;
+    enum { NP = 40 };
+    option_effect(a, b, NP, &agree, &rel);
+    printf("#   KV f16 vs f32 (tiny model): top-1 %d/%d, max |dlogit| / max |logit| %.2e\n", agree, NP, rel);
+    CHECK(agree >= NP * 8 / 10);
+    /* prefill (attention over rows written in the same batch) == token-by-token decode */
+    int V = lq_model_get_info(a)->n_vocab;
+    float *all = eval_all(a, g_ids, 70), *one = malloc((size_t)V * sizeof(float));
+    lq_session *s = NULL;
+    lq_err err = {0};
+    CHECK(lq_session_create(a, 0, &s, &err) == 0);
+    double d = 0;
+    for (int i = 0; i < 70 && all; i++) {
+        CHECK(lq_session_decode(s, g_ids[i], one, &err) == 0);
+        double di = max_diff(all + (size_t)i * V, one, V);
+        d = di > d ? di : d;
+    }
+    CHECK(all != NULL);
+    CHECK_NEAR(d, 0, 1e-4);
+    lq_session_free(s);
+    free(all);
+    free(one);
+    /* scalar and SIMD attention read the f16 cache alike */
+    lq_model *c = open_opts(p, 2, 0, 1, "scalar");
+    compare_models(a, c, 1e-3, 2);
+    lq_model_close(c);
+out:
+    lq_model_close(a);
+    lq_model_close(b);
+}
+
 int main(void)
 {
     uint64_t r = 7;
@@ -482,6 +606,8 @@ int main(void)
     RUN(test_decode_batch_equals_separate);
     RUN(test_concurrent_sessions);
     RUN(test_fixture_tiny_preset);
+    RUN(test_lm_head_q8);
+    RUN(test_kv_f16);
     tg_cleanup_dir(harness_tmpdir());
     return harness_done();
 }

@@ -329,6 +329,169 @@ static void run_dense(int si)
 static void test_dense_avx2(void) { run_dense(0); }
 static void test_dense_avx512(void) { run_dense(1); }
 
+/* ---- q8_f32 (int8 per-row-scaled lm_head) ---- */
+
+static int check_q8_case(const lq_kernels *k, int64_t rows, int64_t cols, int T, int64_t r0, int64_t r1)
+{
+    size_t ldx = (size_t)cols + rnd() % 9;
+    size_t ldy = (size_t)rows + rnd() % 5;
+    int8_t *q = malloc((size_t)(rows * cols));
+    float *sc = malloc((size_t)rows * 4);
+    for (int64_t i = 0; i < rows * cols; i++)
+        q[i] = (int8_t)((int)(rnd() % 255) - 127);
+    for (int64_t r = 0; r < rows; r++)
+        sc[r] = (rndf() + 1.5f) / 127.0f;
+    lq_q8_mat w = {q, sc, rows, cols};
+    float *x = malloc(ldx * T * 4);
+    for (size_t i = 0; i < ldx * T; i++)
+        x[i] = rndf();
+    size_t ny = ldy * T;
+    float *y_ref = malloc(ny * 4), *y = malloc(ny * 4), *mag = calloc(ny, 4);
+    memset(y_ref, sentinel_byte, ny * 4);
+    memset(y, sentinel_byte, ny * 4);
+    for (int t = 0; t < T; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            float m = 0;
+            for (int64_t c = 0; c < cols; c++)
+                m += fabsf(q[r * cols + c] * x[t * ldx + c]);
+            mag[t * ldy + r] = m * sc[r];
+        }
+    lq_kernels_scalar.q8_f32(&w, x, ldx, T, y_ref, ldy, r0, r1);
+    k->q8_f32(&w, x, ldx, T, y, ldy, r0, r1);
+    int ok = compare_tol("q8_f32", k, y, y_ref, mag, ldy, T, rows, r0, r1);
+    free(q);
+    free(sc);
+    free(x);
+    free(y_ref);
+    free(y);
+    free(mag);
+    return ok;
+}
+
+static void run_q8(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    static const int64_t qcols[] = {1, 7, 8, 15, 16, 17, 33, 64, 100, 128, 300};
+    static const int64_t qrows[] = {1, 2, 3, 5, 17};
+    int bad = 0;
+    for (size_t a = 0; a < sizeof qrows / sizeof *qrows; a++)
+        for (size_t b = 0; b < sizeof qcols / sizeof *qcols; b++)
+            for (size_t c = 0; c < sizeof t_set / sizeof *t_set; c++) {
+                int64_t rows = qrows[a];
+                bad += !check_q8_case(k, rows, qcols[b], t_set[c], 0, rows);
+                if (rows > 2)
+                    bad += !check_q8_case(k, rows, qcols[b], t_set[c], 1, rows - 1);
+            }
+    bad += !check_q8_case(k, 9, 2560, 3, 0, 9);
+    bad += !check_q8_case(k, 9, 2560, 1, 1, 8);
+    CHECK_EQ_INT(bad, 0);
+}
+static void test_q8_avx2(void) { run_q8(0); }
+static void test_q8_avx512(void) { run_q8(1); }
+
+/* lq_q8_quantize_rows: scale = amax/127, round half to even, zero rows, every source type,
+ * and a round trip within half a quantum of each row. */
+static void test_q8_quantize_known(void)
+{
+    float w[3][4] = {{1.0f, -0.5f, 0.25f, 0.0f}, {0, 0, 0, 0}, {-2.54f, 0.01f, 1.27f, 0.015f}};
+    lq_dense_mat d = {w, 3, 4, LQ_GGML_F32};
+    int8_t q[12];
+    float sc[3];
+    CHECK_EQ_INT(lq_q8_quantize_rows(&d, q, sc, 0, 3), 0);
+    CHECK_NEAR(sc[0], 1.0 / 127, 1e-9);
+    CHECK_EQ_INT(q[0], 127);
+    CHECK_EQ_INT(q[1], -64); /* -63.5 -> -64 (half to even) */
+    CHECK_EQ_INT(q[2], 32);  /* 31.75 */
+    CHECK_EQ_INT(q[3], 0);
+    CHECK_NEAR(sc[1], 0, 0);
+    CHECK(q[4] == 0 && q[5] == 0 && q[6] == 0 && q[7] == 0);
+    CHECK_NEAR(sc[2], 2.54 / 127, 1e-8);
+    CHECK_EQ_INT(q[8], -127);
+    CHECK_EQ_INT(q[9], 0);  /* 0.5 -> 0 (half to even) */
+    CHECK_EQ_INT(q[10], 64); /* 63.5 -> 64 */
+    CHECK_EQ_INT(q[11], 1);  /* 0.75 */
+    /* f16 source: the round trip error is at most half a quantum */
+    enum { R = 5, C = 300 };
+    uint16_t h[R * C];
+    float f[R * C];
+    for (int i = 0; i < R * C; i++) {
+        h[i] = lq_f32_to_f16(rndf() * 3.0f);
+        f[i] = lq_f16_to_f32(h[i]);
+    }
+    lq_dense_mat dh = {h, R, C, LQ_GGML_F16};
+    int8_t qh[R * C];
+    float sh[R];
+    memset(qh, 0x55, sizeof qh);
+    CHECK_EQ_INT(lq_q8_quantize_rows(&dh, qh, sh, 1, 4), 0);
+    double worst = 0;
+    for (int r = 1; r < 4; r++)
+        for (int c = 0; c < C; c++) {
+            double e = fabs(qh[r * C + c] * sh[r] - f[r * C + c]) / sh[r];
+            worst = e > worst ? e : worst;
+        }
+    CHECK(worst <= 0.5 + 1e-4);
+    CHECK(qh[0] == 0x55 && qh[4 * C] == 0x55); /* rows outside [1, 4) untouched */
+    lq_dense_mat bad = {h, R, C, 99};
+    CHECK_EQ_INT(lq_q8_quantize_rows(&bad, qh, sh, 0, 1), -1);
+}
+
+/* ---- attention ---- */
+
+/* SIMD attention against the scalar reference, f32 and f16 caches, positions across block
+ * boundaries (64), head_dims with and without a SIMD path. Also: one position returns v_0. */
+static void run_attn(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    static const int hds[] = {16, 40, 64, 128};
+    static const int nposs[] = {1, 2, 63, 64, 65, 130, 300};
+    int bad = 0;
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+            for (size_t b = 0; b < sizeof nposs / sizeof *nposs; b++) {
+                int hd = hds[a], np = nposs[b];
+                size_t ld = (size_t)hd * 3; /* other heads interleaved */
+                size_t es = f16 ? 2 : 4;
+                uint8_t *kc = malloc(ld * np * es), *vc = malloc(ld * np * es);
+                for (size_t i = 0; i < ld * np; i++) {
+                    float kv = rndf() * 3.0f, vv = rndf();
+                    if (f16) {
+                        ((uint16_t *)kc)[i] = lq_f32_to_f16(kv);
+                        ((uint16_t *)vc)[i] = lq_f32_to_f16(vv);
+                    } else {
+                        ((float *)kc)[i] = kv;
+                        ((float *)vc)[i] = vv;
+                    }
+                }
+                float q[128], o1[128], o2[128];
+                for (int i = 0; i < hd; i++)
+                    q[i] = rndf() * 2.0f;
+                float scale = 1.0f / sqrtf((float)hd);
+                lq_kernels_scalar.attn(q, kc, vc, ld, f16, np, hd, scale, o1);
+                k->attn(q, kc, vc, ld, f16, np, hd, scale, o2);
+                for (int i = 0; i < hd; i++)
+                    if (!(fabsf(o1[i] - o2[i]) <= 2e-5f)) {
+                        printf("#   %s attn f16=%d hd=%d npos=%d out[%d] %.8g vs %.8g\n", k->name,
+                               f16, hd, np, i, o2[i], o1[i]);
+                        bad++;
+                        break;
+                    }
+                if (np == 1) /* softmax of one position: exactly v_0 */
+                    for (int i = 0; i < hd; i++) {
+                        float v0 = f16 ? lq_f16_to_f32(((uint16_t *)vc)[i]) : ((float *)vc)[i];
+                        bad += fabsf(o2[i] - v0) > 1e-6f;
+                    }
+                free(kc);
+                free(vc);
+            }
+    CHECK_EQ_INT(bad, 0);
+}
+static void test_attn_avx2(void) { run_attn(0); }
+static void test_attn_avx512(void) { run_attn(1); }
+
 /* ---- the scalar reference itself ---- */
 
 /* The worked example of the I2_S notes: one 128-element row, byte0 = 0x86 holds
@@ -473,5 +636,10 @@ int main(void)
     RUN(test_i2s_f32_avx512);
     RUN(test_dense_avx2);
     RUN(test_dense_avx512);
+    RUN(test_q8_quantize_known);
+    RUN(test_q8_avx2);
+    RUN(test_q8_avx512);
+    RUN(test_attn_avx2);
+    RUN(test_attn_avx512);
     return harness_done();
 }
