@@ -15,7 +15,7 @@
  * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
  * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
  * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
- * runs only the named sections (bw, peak, pool, matvec, gemm, f16; the estimate needs bw,
+ * runs only the named sections (bw, peak, pool, matvec, gemm, f16, q8; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
 #include <immintrin.h>
@@ -93,6 +93,20 @@ static void dense_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
     mv_ctx *c = ctx;
     c->k->dense(c->d, c->xf, c->ldx, c->T, c->y, c->ldy, s, e);
+}
+
+typedef struct q8_ctx {
+    const lq_kernels *k;
+    const lq_q8_mat *w;
+    const int16_t *x;
+    float inv;
+    float *y;
+} q8_ctx;
+
+static void q8_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    q8_ctx *c = ctx;
+    c->k->q8_i16(c->w, c->x, (size_t)c->w->cols, &c->inv, 1, c->y, (size_t)c->w->rows, s, e);
 }
 
 static const char *only;
@@ -285,7 +299,7 @@ int main(void)
     uint16_t *lm = aligned_alloc(64, lm_bytes);
     float *logits = aligned_alloc(64, (size_t)vocab * 4);
     double f16_rate[3] = {0, 0, 0};
-    if (lm && logits && want("f16")) {
+    if (lm && logits && (want("f16") || want("q8"))) {
         uint16_t pattern[4096];
         for (int i = 0; i < 4096; i++)
             pattern[i] = lq_f32_to_f16((float)((int)(rnd64() % 2001) - 1000) / 16000.0f);
@@ -316,6 +330,41 @@ int main(void)
         }
         printf("  (scalar skipped: software f16 conversion, ~1 GB/s)\n");
     }
+    /* 6b. the same lm_head as the int8 per-row copy (--lm-head q8): half the bytes */
+    int8_t *lq8 = malloc((size_t)vocab * cols);
+    float *lsc = malloc((size_t)vocab * 4);
+    if (lm && logits && lq8 && lsc && want("q8")) {
+        lq_dense_mat d = {lm, vocab, cols, LQ_GGML_F16};
+        double t0 = now_s();
+        lq_q8_quantize_rows(&d, lq8, lsc, 0, vocab);
+        printf("\nq8 lm_head matvec %lldx%lld T=1 (%.0f MB; built from f16 in %.0f ms on 1 thread)\n",
+               (long long)vocab, (long long)cols, (vocab * (cols + 4.0)) / 1e6, (now_s() - t0) * 1e3);
+        lq_q8_mat q = {lq8, lsc, vocab, cols};
+        int16_t x16[2560];
+        float inv16;
+        lq_quant_i16(xf, cols, x16, &inv16);
+        for (int si = 1; si < 3; si++) {
+            if (!sets[si])
+                continue;
+            for (int nt = 1; nt <= 2; nt++) {
+                for (int r = 0; r < runs; r++) {
+                    q8_ctx c = {sets[si], &q, x16, inv16, logits};
+                    double a = now_s();
+                    lq_pool_for(pools[nt], vocab, 256, q8_fn, &c);
+                    v[r] = now_s() - a;
+                }
+                stat3 s = stats(v, runs);
+                double gbs = vocab * (cols + 4.0) / s.med / 1e9;
+                printf("  %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s", set_names[si], nt,
+                       s.med * 1e3, s.min * 1e3, s.max * 1e3, gbs);
+                if (bw[nt] > 0)
+                    printf(" = %3.0f%% of measured read bandwidth %.1f GB/s", 100 * gbs / bw[nt], bw[nt]);
+                printf("  [load %.2f]\n", lq_bench_loadavg());
+            }
+        }
+    }
+    free(lq8);
+    free(lsc);
     free(lm);
     free(logits);
 

@@ -20,7 +20,15 @@
  * job's generation — normally worker i, but the caller, once its own chunk is done, claims
  * and runs any chunk whose worker has not started yet. Each chunk (and thus each
  * thread_idx) still runs exactly once per call, so per-thread_idx scratch stays exclusive. A
- * worker that wakes up late finds its chunk taken and goes back to waiting. */
+ * worker that wakes up late finds its chunk taken and goes back to waiting.
+ *
+ * Dynamic jobs (lq_pool_for_dyn): K small chunks are handed out by one 64-bit ticket =
+ * generation (32 bits) | K (16) | next chunk (16), advanced by compare-and-swap. Carrying the
+ * generation and K in the ticket means a late worker can never claim a chunk of a finished
+ * job or read a stale K: a successful claim of chunk i < K of generation g proves job g is
+ * still running (chunk i is not done), so its fields are stable while the worker reads them.
+ * The caller waits for `done` to reach K. For a dynamic job the caller marks every static
+ * claim slot with g first, so no worker takes the static path for it. */
 #include "core/threadpool.h"
 
 #include <errno.h>
@@ -58,13 +66,20 @@ struct lq_pool {
     atomic_int caller_sleeping; /* the caller is waiting on done_cv */
     atomic_int stop;
     atomic_ulong *claim; /* [n_threads]: generation that last claimed chunk i */
+    atomic_ullong ticket; /* dynamic jobs: gen << 32 | K << 16 | next chunk */
+    atomic_int done;      /* dynamic jobs: chunks finished */
 
     /* the current job: written by the caller before the generation bump (release), read
      * by workers after they observe it (acquire) */
     lq_pool_fn fn;
     void *ctx;
     int64_t n, grain;
+    int64_t dyn_chunk; /* dynamic jobs: elements per chunk (a multiple of grain) */
+    int static_only;   /* LQ_POOL_STATIC=1: lq_pool_for_dyn runs as lq_pool_for (A/B runs) */
 };
+
+#define DYN_CHUNKS_PER_THREAD 8
+#define DYN_MAX_CHUNKS 4096 /* < 2^16: K and the chunk index share the ticket */
 
 typedef struct worker_arg {
     lq_pool *pool;
@@ -120,6 +135,31 @@ static void run_chunk(lq_pool *p, int i)
         p->fn(p->ctx, s, e, i);
 }
 
+/* Runs chunks of dynamic job g as thread tid until none is left; returns how many it ran. */
+static int run_dyn(lq_pool *p, unsigned long g, int tid)
+{
+    int ran = 0;
+    for (;;) {
+        unsigned long long t = atomic_load(&p->ticket);
+        if ((uint32_t)(t >> 32) != (uint32_t)g)
+            break;
+        unsigned k = (unsigned)(t >> 16) & 0xffff, i = (unsigned)t & 0xffff;
+        if (i >= k)
+            break;
+        if (!atomic_compare_exchange_weak(&p->ticket, &t, t + 1))
+            continue;
+        int64_t s = (int64_t)i * p->dyn_chunk, e = s + p->dyn_chunk;
+        p->fn(p->ctx, s, e < p->n ? e : p->n, tid);
+        ran++;
+        if (atomic_fetch_add(&p->done, 1) + 1 == (int)k && atomic_load(&p->caller_sleeping)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return ran;
+}
+
 static void *worker_main(void *argp)
 {
     worker_arg *a = argp;
@@ -157,7 +197,7 @@ static void *worker_main(void *argp)
             break;
         /* the job's fields are read only after the claim succeeds: while chunk idx of
          * generation g is claimed and unfinished, the caller cannot move on to a new job */
-        if (claim_chunk(p, idx, g)) {
+        if (run_dyn(p, g, idx) == 0 && claim_chunk(p, idx, g)) {
             run_chunk(p, idx);
             chunk_done(p);
         }
@@ -202,6 +242,8 @@ int lq_pool_create(int n_threads, lq_pool **out, lq_err *err)
         if (*endp == 0 && us >= 0 && us <= 1000000)
             p->spin_ns = us * 1000;
     }
+    env = getenv("LQ_POOL_STATIC");
+    p->static_only = env && !strcmp(env, "1");
     pthread_mutex_init(&p->call_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
@@ -313,6 +355,72 @@ void lq_pool_for(lq_pool *p, int64_t n, int64_t grain, lq_pool_fn fn, void *ctx)
                 atomic_store(&p->caller_sleeping, 0);
                 pthread_mutex_unlock(&p->mu);
                 break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&p->call_mu);
+}
+
+void lq_pool_for_dyn(lq_pool *p, int64_t n, int64_t grain, lq_pool_fn fn, void *ctx)
+{
+    if (n <= 0 || !fn)
+        return;
+    if (grain < 1)
+        grain = 1;
+    if (p && p->static_only) {
+        lq_pool_for(p, n, grain, fn, ctx);
+        return;
+    }
+    if (!p || p->n_threads == 1 || n <= grain || tl_running == p) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    int64_t nblk = (n + grain - 1) / grain;
+    int64_t k = (int64_t)p->n_threads * DYN_CHUNKS_PER_THREAD;
+    if (k > DYN_MAX_CHUNKS)
+        k = DYN_MAX_CHUNKS;
+    if (k > nblk)
+        k = nblk;
+    int64_t per = (nblk + k - 1) / k; /* blocks per chunk */
+    k = (nblk + per - 1) / per;
+    pthread_mutex_lock(&p->call_mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->grain = grain;
+    p->dyn_chunk = per * grain;
+    atomic_store(&p->done, 0);
+    /* only this caller (under call_mu) bumps gen, so the next generation is known */
+    unsigned long g = atomic_load(&p->gen) + 1;
+    for (int i = 1; i < p->n_threads; i++) /* no static claims for this generation */
+        atomic_store(&p->claim[i], g);
+    atomic_store(&p->ticket, (unsigned long long)(uint32_t)g << 32 | (unsigned long long)k << 16);
+    publish(p);
+
+    const lq_pool *prev = tl_running;
+    tl_running = p;
+    run_dyn(p, g, 0);
+    tl_running = prev;
+
+    if (atomic_load(&p->done) < (int)k) {
+        /* a worker holds the last chunks: spin (yielding the core after a while, in case
+         * that worker is waiting for it), then sleep */
+        long t0 = now_ns();
+        for (unsigned spins = 1; atomic_load(&p->done) < (int)k; spins++) {
+            cpu_relax();
+            if ((spins & 255) == 0) {
+                long dt = now_ns() - t0;
+                if (dt > p->spin_ns) {
+                    pthread_mutex_lock(&p->mu);
+                    atomic_store(&p->caller_sleeping, 1);
+                    while (atomic_load(&p->done) < (int)k)
+                        pthread_cond_wait(&p->done_cv, &p->mu);
+                    atomic_store(&p->caller_sleeping, 0);
+                    pthread_mutex_unlock(&p->mu);
+                    break;
+                }
+                if (dt > 20000)
+                    sched_yield();
             }
         }
     }

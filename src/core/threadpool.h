@@ -22,6 +22,14 @@ void lq_pool_free(lq_pool *pool); /* NULL-safe; joins the workers */
 int lq_pool_threads(const lq_pool *pool);
 void lq_pool_for(lq_pool *pool, int64_t n, int64_t grain, lq_pool_fn fn, void *ctx);
 
+/* The same loop with dynamic scheduling: [0, n) is cut into about 8 chunks per thread
+ * (boundaries multiples of grain) that threads claim one at a time from a shared counter, so
+ * a thread that is slow or descheduled (a busy machine) holds up at most one small chunk
+ * while the others take the rest. fn may run several times per call on one thread, always
+ * with that thread's index (0 = the caller), so per-thread_idx scratch stays exclusive.
+ * Which thread runs which rows varies from call to call. */
+void lq_pool_for_dyn(lq_pool *pool, int64_t n, int64_t grain, lq_pool_fn fn, void *ctx);
+
 /* Number of online CPUs (at least 1). */
 int lq_cpu_count(void);
 

@@ -36,8 +36,11 @@ int lq_scratch_init(lq_scratch *sc, const lq_model *m, int n_ctx)
     sc->xinv = malloc(B * sizeof(float));
     sc->xsum = malloc(B * sizeof(int32_t));
     sc->lm_tile = malloc((size_t)sc->n_threads * B * LQ_LM_TILE * sizeof(float));
+    sc->xq16 = malloc(B * (size_t)m->n_embd * sizeof(int16_t));
+    sc->xinv16 = malloc(B * sizeof(float));
     if (!sc->x || !sc->h || !sc->q || !sc->k || !sc->v || !sc->att || !sc->g || !sc->u ||
-        !sc->tmp || !sc->xdq || !sc->xq || !sc->xinv || !sc->xsum || !sc->lm_tile) {
+        !sc->tmp || !sc->xdq || !sc->xq || !sc->xinv || !sc->xsum || !sc->lm_tile || !sc->xq16 ||
+        !sc->xinv16) {
         lq_scratch_free(sc);
         return LQ_ENOMEM;
     }
@@ -62,6 +65,8 @@ void lq_scratch_free(lq_scratch *sc)
     free(sc->xinv);
     free(sc->xsum);
     free(sc->lm_tile);
+    free(sc->xq16);
+    free(sc->xinv16);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -209,7 +214,7 @@ static void mm_run(const lq_model *m, mm_job *j)
     j->off[0] = 0;
     for (int p = 0; p < j->n; p++)
         j->off[p + 1] = j->off[p] + j->w[p]->rows;
-    lq_pool_for(m->pool, j->off[j->n], 16, mm_fn, j);
+    lq_pool_for_dyn(m->pool, j->off[j->n], 16, mm_fn, j);
 }
 
 /* y_i = W_i · x for up to three matrices with the same input x [T, cols]. */
@@ -309,7 +314,8 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
             sub.data += (size_t)r0 * (size_t)w->cols;
             sub.scale += r0;
             sub.rows = n;
-            m->kern->q8_f32(&sub, j->x, (size_t)m->n_embd, j->nl, buf, (size_t)n, 0, n);
+            m->kern->q8_i16(&sub, j->sc->xq16, (size_t)m->n_embd, j->sc->xinv16, j->nl, buf,
+                            (size_t)n, 0, n);
         } else {
             lq_dense_mat sub = w->dense;
             size_t es = sub.type == LQ_GGML_F32 ? 4 : 2;
@@ -354,7 +360,7 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             kv_store(m, (uint8_t *)lq_session_vcache(rows[t].s, l) + off, sc->v + (size_t)t * KVD, KVD);
         }
         att_job aj = {m, rows, l, T, sc->q, sc->att};
-        lq_pool_for(m->pool, (int64_t)T * m->n_head, 1, att_fn, &aj);
+        lq_pool_for_dyn(m->pool, (int64_t)T * m->n_head, 1, att_fn, &aj);
         const float *oin = sc->att;
         if (L->attn_sub_norm) {
             for (int t = 0; t < T; t++)
@@ -421,7 +427,10 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
     }
     if (nl == 0)
         return;
+    if (m->lm_head.kind == LQ_WK_Q8) /* int16 activations, once per row for every tile */
+        for (int t = 0; t < nl; t++)
+            lq_quant_i16(sc->h + (size_t)t * D, D, sc->xq16 + (size_t)t * D, &sc->xinv16[t]);
     lm_job lj = {m, sc, sc->h, lout, nl};
     int64_t ntiles = (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
-    lq_pool_for(m->pool, ntiles, 1, lm_fn, &lj);
+    lq_pool_for_dyn(m->pool, ntiles, 1, lm_fn, &lj);
 }

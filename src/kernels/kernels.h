@@ -61,10 +61,16 @@ typedef void (*lq_i2s_f32_fn)(const lq_i2s_mat *w, const float *x, size_t ldx, i
 typedef void (*lq_dense_f32_fn)(const lq_dense_mat *w, const float *x, size_t ldx, int T,
                                 float *y, size_t ldy, int64_t r0, int64_t r1);
 
-/* Y[t][r] = scale[r] * Σ_c q[r][c] * x[t][c]   (int8 weights, f32 activations and
- * accumulation; float tolerance across sets, like dense) */
-typedef void (*lq_q8_f32_fn)(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
-                             size_t ldy, int64_t r0, int64_t r1);
+/* Per-token int16 activations for the q8 lm_head: s = 32767 / amax (1 if amax is 0),
+ * q = round_half_even(x * s) (|q| <= 32767), *inv_scale = 1/s. The error (<= amax/65534 per
+ * element) is ~250x below that of the int8 weights. Shared scalar code (one row per token). */
+void lq_quant_i16(const float *x, int64_t n, int16_t *q, float *inv_scale);
+
+/* Y[t][r] = (float)D * (inv_scale[t] * scale[r]), D = Σ_c q[r][c] * xq[t][c] computed exactly
+ * (int64), so every set gives bit-identical results. */
+typedef void (*lq_q8_i16_fn)(const lq_q8_mat *w, const int16_t *xq, size_t ldx,
+                             const float *inv_scale, int T, float *y, size_t ldy, int64_t r0,
+                             int64_t r1);
 
 /* One attention head of one query row over npos cached positions (causal prefix):
  * out[hd] = Σ_p softmax_p(q·k_p * scale) v_p, max-subtracted, with k_p = k + p*ld and
@@ -79,7 +85,7 @@ typedef struct lq_kernels {
     lq_i2s_i8_fn i2s_i8;
     lq_i2s_f32_fn i2s_f32;
     lq_dense_f32_fn dense;
-    lq_q8_f32_fn q8_f32;
+    lq_q8_i16_fn q8_i16;
     lq_attn_fn attn;
 } lq_kernels;
 
@@ -92,8 +98,8 @@ const lq_kernels *lq_kernels_by_name(const char *name);
 extern const lq_kernels lq_kernels_scalar;
 
 /* Rows [r0, r1) of the int8 per-row-scaled copy of w (F32/F16/BF16): q [rows, cols] and
- * scale [rows] (see lq_q8_mat). An all-zero row gets scale 0 and zeros. Returns 0, or -1
- * for an unsupported w->type (nothing written). */
+ * scale [rows] (see lq_q8_mat). An all-zero row gets scale 0 and zeros. Returns 0, -1 for
+ * an unsupported w->type or -2 when a row buffer cannot be allocated (nothing written). */
 int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1);
 
 #endif

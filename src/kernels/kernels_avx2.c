@@ -316,54 +316,52 @@ static void dense_avx2(const lq_dense_mat *w, const float *x, size_t ldx, int T,
 
 /* ---- q8_f32 (int8 per-row-scaled lm_head) ------------------------------------------ */
 
-/* One row x TT <= 4 tokens; TT == 1 uses four accumulators against FMA latency. Columns past
- * the last multiple of 8 are added in scalar. */
-AI void q8_row_avx2(const int8_t *w, int64_t cols, const float *x, size_t ldx, int TT, float out[4])
+/* One row x TT <= 4 tokens: int8 -> int16, pmaddwd into int32 lanes (exact), flushed to
+ * int64 every LQ_Q8_BLOCK columns; the columns past the last multiple of 16 in scalar. */
+AI void q8_row_avx2(const int8_t *w, int64_t cols, const int16_t *x, size_t ldx, int TT, int64_t out[4])
 {
-    const int U = TT == 1 ? 4 : 1;
-    __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
+        out[t] = 0;
+    const int64_t cv = cols / 16 * 16;
+    /* 8 lanes: half the AVX-512 block keeps a lane's sum below 2^30 */
+    for (int64_t c0 = 0; c0 < cv; c0 += LQ_Q8_BLOCK / 2) {
+        const int64_t c1 = cv - c0 < LQ_Q8_BLOCK / 2 ? cv : c0 + LQ_Q8_BLOCK / 2;
+        __m256i acc[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < U; u++)
-            acc[t][u] = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 8 * U <= cols; c += 8 * U) {
-#pragma GCC unroll 4
-        for (int u = 0; u < U; u++) {
-            __m128i b8;
-            memcpy(&b8, w + c + 8 * u, 8); /* low 8 bytes; upper half unused */
-            __m256 wv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8));
+        for (int t = 0; t < TT; t++)
+            acc[t] = _mm256_setzero_si256();
+        for (int64_t c = c0; c < c1; c += 16) {
+            __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + c)));
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++)
-                acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)t * ldx + c + 8 * u), acc[t][u]);
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(wv, _mm256_loadu_si256(
+                                                      (const __m256i *)(x + (size_t)t * ldx + c))));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            /* lanes are exact int32, but their sum may not be: widen first */
+            __m256i wide = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(acc[t])),
+                                            _mm256_cvtepi32_epi64(_mm256_extracti128_si256(acc[t], 1)));
+            __m128i h = _mm_add_epi64(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+            out[t] += _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1);
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) {
-        __m256 a = acc[t][0];
-#pragma GCC unroll 4
-        for (int u = 1; u < U; u++)
-            a = _mm256_add_ps(a, acc[t][u]);
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        float sum = _mm_cvtss_f32(h);
-        for (int64_t cc = c; cc < cols; cc++)
-            sum += (float)w[cc] * x[(size_t)t * ldx + cc];
-        out[t] = sum;
-    }
+    for (int t = 0; t < TT; t++)
+        for (int64_t c = cv; c < cols; c++)
+            out[t] += (int32_t)w[c] * x[(size_t)t * ldx + c];
 }
 
-static void q8_f32_avx2(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
-                        size_t ldy, int64_t r0, int64_t r1)
+static void q8_i16_avx2(const lq_q8_mat *w, const int16_t *xq, size_t ldx, const float *inv_scale,
+                        int T, float *y, size_t ldy, int64_t r0, int64_t r1)
 {
     for (int64_t r = r0; r < r1; r++) {
         const int8_t *wr = w->data + (size_t)r * (size_t)w->cols;
         for (int t = 0; t < T; t += 4) {
             const int TT = T - t < 4 ? T - t : 4;
-            const float *xt = x + (size_t)t * ldx;
-            float out[4];
+            const int16_t *xt = xq + (size_t)t * ldx;
+            int64_t out[4];
             switch (TT) {
             case 1: q8_row_avx2(wr, w->cols, xt, ldx, 1, out); break;
             case 2: q8_row_avx2(wr, w->cols, xt, ldx, 2, out); break;
@@ -371,7 +369,7 @@ static void q8_f32_avx2(const lq_q8_mat *w, const float *x, size_t ldx, int T, f
             default: q8_row_avx2(wr, w->cols, xt, ldx, 4, out); break;
             }
             for (int tt = 0; tt < TT; tt++)
-                y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale[r];
+                y[(size_t)(t + tt) * ldy + r] = lq_q8_out(out[tt], inv_scale[t + tt], w->scale[r]);
         }
     }
 }
@@ -382,6 +380,6 @@ const lq_kernels lq_kernels_avx2 = {
     .i2s_i8 = i2s_i8_avx2,
     .i2s_f32 = i2s_f32_avx2,
     .dense = dense_avx2,
-    .q8_f32 = q8_f32_avx2,
+    .q8_i16 = q8_i16_avx2,
     .attn = lq_attn_scalar, /* the AVX-512 machines this targets use attn_avx512 */
 };

@@ -43,6 +43,17 @@ static inline float lq_i2s_i8_out(int32_t dot, float inv_scale, float w_scale)
     return (float)dot * k;
 }
 
+/* The one final float expression of the q8 lm_head (exact int64 dot). */
+static inline float lq_q8_out(int64_t dot, float inv_scale, float w_scale)
+{
+    float k = inv_scale * w_scale;
+    return (float)dot * k;
+}
+
+/* Columns per int32 accumulation block of the AVX-512 q8 kernel: a 16-lane accumulator sums
+ * 4096/16 products of |q| <= 127 by |x| <= 32767 per block (< 2^30; two summed < 2^31). */
+#define LQ_Q8_BLOCK 4096
+
 /* I2_S code (0/1/2) -> trit (-1/0/+1). The reference reads the never-written code 3 as 0;
  * SIMD kernels compute code - 1 via the Σq correction and so would read it as +2. The GGUF
  * writers (microsoft's and ours) never emit 3, and the model loader may reject it. */

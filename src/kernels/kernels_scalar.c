@@ -1,6 +1,8 @@
 /* Reference kernels: plain C, exact definitions, no cleverness. Every SIMD kernel set is
  * tested against these (bit for bit on the int8 path, within float tolerance on f32 paths). */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/f16.h"
@@ -106,40 +108,87 @@ static void dense_scalar(const lq_dense_mat *w, const float *x, size_t ldx, int 
     }
 }
 
-static void q8_f32_scalar(const lq_q8_mat *w, const float *x, size_t ldx, int T, float *y,
-                          size_t ldy, int64_t r0, int64_t r1)
+void lq_quant_i16(const float *x, int64_t n, int16_t *q, float *inv_scale)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) /* NaN never wins */
+            amax = a;
+    }
+    float s = amax > 0 ? 32767.0f / amax : 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float r = nearbyintf(x[i] * s);
+        q[i] = (int16_t)(r > 32767.0f ? 32767.0f : (r < -32767.0f || r != r) ? -32767.0f : r);
+    }
+    *inv_scale = 1.0f / s;
+}
+
+static void q8_i16_scalar(const lq_q8_mat *w, const int16_t *xq, size_t ldx, const float *inv_scale,
+                          int T, float *y, size_t ldy, int64_t r0, int64_t r1)
 {
     for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * ldx;
+        const int16_t *xt = xq + (size_t)t * ldx;
         for (int64_t r = r0; r < r1; r++) {
             const int8_t *row = w->data + (size_t)r * (size_t)w->cols;
-            float acc = 0.0f;
+            int64_t acc = 0;
             for (int64_t c = 0; c < w->cols; c++)
-                acc += (float)row[c] * xt[c];
-            y[(size_t)t * ldy + r] = acc * w->scale[r];
+                acc += (int32_t)row[c] * xt[c];
+            y[(size_t)t * ldy + r] = lq_q8_out(acc, inv_scale[t], w->scale[r]);
         }
     }
+}
+
+/* f16 -> f32 for every half value, built once (the loader quantises 300M+ weights). */
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+static void f16_table_init(void)
+{
+    for (uint32_t h = 0; h < 65536; h++)
+        f16_table[h] = lq_f16_to_f32((uint16_t)h);
+}
+
+/* Round half to even for |v| < 2^22 without a libm call: adding 1.5 * 2^23 leaves no
+ * fraction bits, so the addition itself rounds (default rounding mode), as nearbyintf does. */
+static inline float round_even_small(float v)
+{
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
 }
 
 int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1)
 {
     if (w->type != LQ_GGML_F32 && w->type != LQ_GGML_F16 && w->type != LQ_GGML_BF16)
         return -1;
+    float *row = malloc((size_t)w->cols * sizeof(float));
+    if (!row)
+        return -2;
+    if (w->type == LQ_GGML_F16)
+        pthread_once(&f16_once, f16_table_init);
     for (int64_t r = r0; r < r1; r++) {
+        const size_t base = (size_t)r * (size_t)w->cols;
+        if (w->type == LQ_GGML_F16)
+            for (int64_t c = 0; c < w->cols; c++)
+                row[c] = f16_table[((const uint16_t *)w->data)[base + (size_t)c]];
+        else
+            for (int64_t c = 0; c < w->cols; c++)
+                row[c] = dense_elem(w->data, w->type, (int64_t)base + c);
         float amax = 0.0f;
         for (int64_t c = 0; c < w->cols; c++) {
-            float a = fabsf(dense_elem(w->data, w->type, r * w->cols + c));
+            float a = fabsf(row[c]);
             if (a > amax) /* NaN never wins */
                 amax = a;
         }
         float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        int8_t *qr = q + (size_t)r * (size_t)w->cols;
+        int8_t *qr = q + base;
         for (int64_t c = 0; c < w->cols; c++) {
-            float v = nearbyintf(dense_elem(w->data, w->type, r * w->cols + c) * id);
-            qr[c] = (int8_t)(v > 127.0f ? 127.0f : (v < -127.0f || v != v) ? -127.0f : v);
+            float v = row[c] * id; /* |v| <= 127 (+ rounding), or NaN/inf for bad input */
+            v = v == v && fabsf(v) < 128.0f ? round_even_small(v) : (v > 0 ? 127.0f : -127.0f);
+            qr[c] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
         }
         scale[r] = d;
     }
+    free(row);
     return 0;
 }
 
@@ -191,6 +240,6 @@ const lq_kernels lq_kernels_scalar = {
     .i2s_i8 = i2s_i8_scalar,
     .i2s_f32 = i2s_f32_scalar,
     .dense = dense_scalar,
-    .q8_f32 = q8_f32_scalar,
+    .q8_i16 = q8_i16_scalar,
     .attn = lq_attn_scalar,
 };

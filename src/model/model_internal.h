@@ -86,6 +86,8 @@ struct lq_model {
     lq_layer *layers;           /* [n_layer] */
 
     lq_owned owned;
+    void *lm_q8_map;            /* the q8 lm_head's anonymous mapping (int8 rows, then scales) */
+    size_t lm_q8_map_size;
 
     /* Set when the model was opened from a vindex directory (src/vindex/vx_model.c): src
      * holds that loader's mappings and buffers, freed by src_free at close; the tokenizer
@@ -121,6 +123,8 @@ typedef struct lq_scratch {
     float *xinv;     /* [B] 1/scale of each row's int8 activations */
     int32_t *xsum;   /* [B] Σ q of each row */
     float *lm_tile;  /* [n_threads, B * LQ_LM_TILE] lm_head output tiles */
+    int16_t *xq16;   /* [B, n_embd] int16 final-normed rows for a q8 lm_head */
+    float *xinv16;   /* [B] their 1/scale */
     int n_threads;
     /* NULL (lq_scratch_init's default), or [n_layer, n_embd] set by the caller: lq_forward
      * copies the last row's residual stream after each layer's FFN add into it (the vindex

@@ -337,34 +337,39 @@ static int check_q8_case(const lq_kernels *k, int64_t rows, int64_t cols, int T,
     size_t ldy = (size_t)rows + rnd() % 5;
     int8_t *q = malloc((size_t)(rows * cols));
     float *sc = malloc((size_t)rows * 4);
+    int extreme = cols >= 2560; /* all weights and activations at their limits: int32 lanes must not overflow */
     for (int64_t i = 0; i < rows * cols; i++)
-        q[i] = (int8_t)((int)(rnd() % 255) - 127);
+        q[i] = extreme ? (int8_t)(i % 7 == 3 ? 127 : -127) : (int8_t)((int)(rnd() % 255) - 127);
     for (int64_t r = 0; r < rows; r++)
         sc[r] = (rndf() + 1.5f) / 127.0f;
     lq_q8_mat w = {q, sc, rows, cols};
-    float *x = malloc(ldx * T * 4);
+    int16_t *x = malloc(ldx * T * 2);
+    float inv[8];
     for (size_t i = 0; i < ldx * T; i++)
-        x[i] = rndf();
+        x[i] = extreme ? (int16_t)(i % 7 == 3 ? 32767 : -32767) : (int16_t)((int)(rnd() % 65535) - 32767);
+    for (int t = 0; t < T; t++)
+        inv[t] = (rndf() + 1.5f) / 32767.0f;
     size_t ny = ldy * T;
-    float *y_ref = malloc(ny * 4), *y = malloc(ny * 4), *mag = calloc(ny, 4);
+    float *y_ref = malloc(ny * 4), *y = malloc(ny * 4);
     memset(y_ref, sentinel_byte, ny * 4);
     memset(y, sentinel_byte, ny * 4);
-    for (int t = 0; t < T; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float m = 0;
-            for (int64_t c = 0; c < cols; c++)
-                m += fabsf(q[r * cols + c] * x[t * ldx + c]);
-            mag[t * ldy + r] = m * sc[r];
-        }
-    lq_kernels_scalar.q8_f32(&w, x, ldx, T, y_ref, ldy, r0, r1);
-    k->q8_f32(&w, x, ldx, T, y, ldy, r0, r1);
-    int ok = compare_tol("q8_f32", k, y, y_ref, mag, ldy, T, rows, r0, r1);
+    lq_kernels_scalar.q8_i16(&w, x, ldx, inv, T, y_ref, ldy, r0, r1);
+    k->q8_i16(&w, x, ldx, inv, T, y, ldy, r0, r1);
+    int ok = memcmp(y, y_ref, ny * 4) == 0; /* exact integer dots: bit-identical */
+    if (!ok)
+        printf("#   %s q8_i16 rows=%lld cols=%lld T=%d [%lld,%lld) differs\n", k->name, (long long)rows,
+               (long long)cols, T, (long long)r0, (long long)r1);
+    if (extreme && ok) { /* and the reference itself is the exact sum */
+        int64_t d = 0;
+        for (int64_t c = 0; c < cols; c++)
+            d += (int64_t)q[r0 * cols + c] * x[c];
+        ok = y_ref[r0] == (float)d * (inv[0] * sc[r0]);
+    }
     free(q);
     free(sc);
     free(x);
     free(y_ref);
     free(y);
-    free(mag);
     return ok;
 }
 
@@ -386,10 +391,28 @@ static void run_q8(int si)
             }
     bad += !check_q8_case(k, 9, 2560, 3, 0, 9);
     bad += !check_q8_case(k, 9, 2560, 1, 1, 8);
+    bad += !check_q8_case(k, 3, 10000, 1, 0, 3); /* several int32 blocks */
+    bad += !check_q8_case(k, 3, 10000, 5, 0, 3);
     CHECK_EQ_INT(bad, 0);
 }
 static void test_q8_avx2(void) { run_q8(0); }
 static void test_q8_avx512(void) { run_q8(1); }
+
+/* lq_quant_i16: scale 32767/amax, round half to even, zeros. */
+static void test_quant_i16_known(void)
+{
+    float x[4] = {1.0f, -0.5f, 0.25f, 0.0f}, inv;
+    int16_t q[4];
+    lq_quant_i16(x, 4, q, &inv);
+    CHECK_EQ_INT(q[0], 32767);
+    CHECK_EQ_INT(q[1], -16384); /* -16383.5 -> -16384 (half to even) */
+    CHECK_EQ_INT(q[2], 8192);   /* 8191.75 */
+    CHECK_EQ_INT(q[3], 0);
+    CHECK_NEAR(inv, 1.0 / 32767, 1e-12);
+    float z[3] = {0, 0, 0};
+    lq_quant_i16(z, 3, q, &inv);
+    CHECK(q[0] == 0 && q[1] == 0 && q[2] == 0 && inv == 1.0f);
+}
 
 /* lq_q8_quantize_rows: scale = amax/127, round half to even, zero rows, every source type,
  * and a round trip within half a quantum of each row. */
@@ -637,6 +660,7 @@ int main(void)
     RUN(test_dense_avx2);
     RUN(test_dense_avx512);
     RUN(test_q8_quantize_known);
+    RUN(test_quant_i16_known);
     RUN(test_q8_avx2);
     RUN(test_q8_avx512);
     RUN(test_attn_avx2);
