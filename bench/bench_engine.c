@@ -12,7 +12,8 @@
  *
  * Usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2]
  *                           [--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8]
- *                           [--only refs,decode,prefill,batch]
+ *                           [--only refs,decode,prefill,batch,q8acc]
+ * q8acc: top-1 agreement and max logit error of --lm-head q8 against the stored lm_head.
  * Prints Markdown tables. No pass/fail. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,9 +119,52 @@ int main(int argc, char **argv)
         }
     }
 
+    if (want("q8acc")) { /* effect of --lm-head q8 on the logits: one model of each kind */
+        lq_model *mf = NULL, *mq = NULL;
+        lq_err err = {0};
+        lq_model_opts of = {.n_threads = threads[n_threads - 1]}, oq = of;
+        oq.lm_head_q8 = 1;
+        if (lq_model_open(path, &of, &mf, &err) || lq_model_open(path, &oq, &mq, &err))
+            die(path, &err);
+        const int V = lq_model_get_info(mf)->n_vocab, N = 64;
+        int32_t ids[64];
+        make_ids(ids, N, V, 4242);
+        float *a = malloc(sizeof(float) * (size_t)V * N), *b = malloc(sizeof(float) * (size_t)V * N);
+        lq_session *sf, *sq;
+        if (!a || !b || lq_session_create(mf, N, &sf, &err) || lq_session_create(mq, N, &sq, &err) ||
+            lq_session_eval(sf, ids, N, NULL, a, &err) || lq_session_eval(sq, ids, N, NULL, b, &err))
+            die("q8acc", &err);
+        int agree = 0;
+        double maxerr = 0, maxmag = 0;
+        for (int p = 0; p < N; p++) {
+            const float *x = a + (size_t)p * V, *y = b + (size_t)p * V;
+            int ia = 0, ib = 0;
+            for (int i = 1; i < V; i++) {
+                ia = x[i] > x[ia] ? i : ia;
+                ib = y[i] > y[ib] ? i : ib;
+            }
+            agree += ia == ib;
+            for (int i = 0; i < V; i++) {
+                double e = x[i] > y[i] ? x[i] - y[i] : y[i] - x[i];
+                maxerr = e > maxerr ? e : maxerr;
+                double mg = x[i] > 0 ? x[i] : -x[i];
+                maxmag = mg > maxmag ? mg : maxmag;
+            }
+        }
+        printf("\n### --lm-head q8 vs as stored (%s, %d positions)\n\ntop-1 agreement %d/%d; max |logit error| %.4g (largest |logit| %.3g)\n",
+               path, N, agree, N, maxerr, maxmag);
+        lq_session_free(sf);
+        lq_session_free(sq);
+        lq_model_close(mf);
+        lq_model_close(mq);
+        free(a);
+        free(b);
+    }
+
     double *v = malloc(sizeof(double) * (size_t)runs);
     double load_ms[MAXL] = {0};
-    for (int ti = 0; ti < n_threads; ti++) {
+    int engine = want("decode") || want("prefill") || want("batch");
+    for (int ti = 0; ti < n_threads && engine; ti++) {
         lq_model_opts o = {.n_threads = threads[ti], .lm_head_q8 = lm_q8};
         lq_model *m;
         lq_err err = {0};

@@ -18,8 +18,11 @@ if [ -x "$BUILD/bench/bench_kernels" ]; then
     "$BUILD/bench/bench_kernels"
     echo
 fi
-echo "## engine (decode and prefill on $MODEL)"
+echo "## engine ($MODEL): decode 1/2 threads, prefill 128/512, batched decode B=1/2/4/8"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}"
+echo
+echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
+"$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 
 # vindex: describe/walk latency, concurrent queries/s and the gate prefilter on the 2B-shaped
 # f16 browse vindex, built from the GGUF above on first use (a few minutes)

@@ -589,6 +589,74 @@ out:
     lq_model_close(b);
 }
 
+/* ---- lq_pool_for_dyn (the forward pass's scheduler) ---- */
+
+#include <stdatomic.h>
+
+#include "core/threadpool.h"
+
+typedef struct dyn_cover {
+    atomic_int hits[3000];
+    atomic_int bad;
+    int64_t n, grain;
+    int nt;
+} dyn_cover;
+
+static void dyn_fn(void *ctx, int64_t s, int64_t e, int tid)
+{
+    dyn_cover *c = ctx;
+    if (s < 0 || e > c->n || s >= e || s % c->grain || (e != c->n && e % c->grain) || tid < 0 ||
+        tid >= c->nt)
+        atomic_fetch_add(&c->bad, 1);
+    for (int64_t i = s; i < e && i < 3000; i++)
+        atomic_fetch_add(&c->hits[i], 1);
+}
+
+/* Every index exactly once, grain-aligned chunks, thread indices in range, for several
+ * pool sizes, lengths and grains, repeated (generations advance), with and without spinning
+ * workers; and a nested call runs inline. */
+static void test_pool_dyn_coverage(void)
+{
+    static dyn_cover c;
+    static const int nts[] = {1, 2, 3, 5};
+    static const int64_t ns[] = {0, 1, 7, 16, 17, 100, 1000, 2999};
+    static const int64_t gs[] = {1, 3, 16, 64};
+    int bad = 0;
+    for (int spin = 0; spin <= 1; spin++)
+        for (size_t a = 0; a < sizeof nts / sizeof *nts; a++) {
+            if (!spin)
+                setenv("LQ_POOL_SPIN_US", "0", 1);
+            lq_pool *p = NULL;
+            CHECK_EQ_INT(lq_pool_create(nts[a], &p, NULL), 0);
+            unsetenv("LQ_POOL_SPIN_US");
+            for (int rep = 0; rep < 20; rep++)
+                for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+                    for (size_t g = 0; g < sizeof gs / sizeof *gs; g++) {
+                        memset(&c, 0, sizeof c);
+                        c.n = ns[b];
+                        c.grain = gs[g];
+                        c.nt = nts[a];
+                        lq_pool_for_dyn(p, c.n, c.grain, dyn_fn, &c);
+                        int ok = atomic_load(&c.bad) == 0;
+                        for (int64_t i = 0; i < c.n; i++)
+                            ok &= atomic_load(&c.hits[i]) == 1;
+                        bad += !ok;
+                        /* a static call in between: both kinds share the workers */
+                        if (rep % 5 == 0) {
+                            memset(&c, 0, sizeof c);
+                            c.n = 500;
+                            c.grain = 4;
+                            c.nt = nts[a];
+                            lq_pool_for(p, 500, 4, dyn_fn, &c);
+                            for (int64_t i = 0; i < 500; i++)
+                                bad += atomic_load(&c.hits[i]) != 1;
+                        }
+                    }
+            lq_pool_free(p);
+        }
+    CHECK_EQ_INT(bad, 0);
+}
+
 int main(void)
 {
     uint64_t r = 7;
@@ -608,6 +676,7 @@ int main(void)
     RUN(test_fixture_tiny_preset);
     RUN(test_lm_head_q8);
     RUN(test_kv_f16);
+    RUN(test_pool_dyn_coverage);
     tg_cleanup_dir(harness_tmpdir());
     return harness_done();
 }
