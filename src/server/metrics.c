@@ -292,9 +292,10 @@ void route_runtime(lq_server *s, req *q, reply *r)
         json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
     }
     json_object_set_new(j, "scheduler",
-                        json_pack("{s:i,s:i,s:i,s:I,s:I,s:i,s:o,s:f}", "max_active", st.max_active, "active",
+                        json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,
-                                  "decode_tokens", (json_int_t)st.decode_tokens, "max_batch_seen", st.max_batch,
+                                  "decode_tokens", (json_int_t)st.decode_tokens, "decode_step_seconds",
+                                  lq_round(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
                                   "batch_size_histogram", hist, "aggregate_decode_tokens_per_second",
                                   lq_round(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
     reply_json(r, 200, j);
