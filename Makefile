@@ -74,6 +74,11 @@ asan:
 bench: $(BUILD)/larql $(BENCH_BIN)
 	@BUILD=$(BUILD) sh bench/run.sh
 
+# `make bench-server`: larql serve under load on loopback (bench/server.sh).
+.PHONY: bench-server
+bench-server: $(BUILD)/larql $(BUILD)/bench/bench_server
+	@BUILD=$(BUILD) sh bench/server.sh
+
 # The README's main job: generate the embedded default model and run it.
 demo: $(BUILD)/larql
 	@sh scripts/demo.sh $(BUILD)

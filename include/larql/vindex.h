@@ -7,6 +7,8 @@
  *   down_meta.bin        per feature the top tokens its down projection writes (see below)
  *   tokenizer.json       HuggingFace tokenizer
  *   norms.bin, lm_head.bin, weight_manifest.json       (level inference/all, dense-only)
+ *   attn_weights.bin, up_weights.bin, down_weights.bin (level inference/all, not dense-only:
+ *                        dense projections in the dtype; unit-scale trits for BitNet)
  *   bitnet/<key>.i2s, bitnet/scales.f32, bitnet_layout.json   (--keep-quant on BitNet)
  *   feature_labels.json  optional probe labels {"L{layer}_F{feature}": "relation"}
  *

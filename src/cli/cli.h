@@ -68,6 +68,42 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 /* Opens a model, printing "larql <cmd>: <error>" on failure. Returns 0 or 1. */
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a,
                       struct lq_model **m);
+/* Table-driven option parsing for the subcommands. */
+typedef enum lq_opt_kind {
+    LQ_OPT_FLAG,   /* int* set to 1 */
+    LQ_OPT_STR,    /* const char** */
+    LQ_OPT_INT,    /* int*, within [lo, hi] */
+    LQ_OPT_NUM,    /* double*, within [lo, hi] */
+    LQ_OPT_CHOICE, /* const char**, one of the '|'-separated words in choices */
+} lq_opt_kind;
+
+typedef struct lq_opt {
+    const char *name; /* "--limit" */
+    lq_opt_kind kind;
+    void *out;
+    double lo, hi;
+    const char *choices;
+    int *seen; /* optional: set to 1 when the option is given */
+} lq_opt;
+
+/* Table entries (designated initializers keep -Wextra quiet about the unused fields). */
+#define LQ_FLAG(n, p) {.name = (n), .kind = LQ_OPT_FLAG, .out = (p)}
+#define LQ_STR(n, p) {.name = (n), .kind = LQ_OPT_STR, .out = (p)}
+#define LQ_INT(n, p, l, h) {.name = (n), .kind = LQ_OPT_INT, .out = (p), .lo = (l), .hi = (h)}
+#define LQ_INT_SEEN(n, p, l, h, s) {.name = (n), .kind = LQ_OPT_INT, .out = (p), .lo = (l), .hi = (h), .seen = (s)}
+#define LQ_NUM(n, p, l, h) {.name = (n), .kind = LQ_OPT_NUM, .out = (p), .lo = (l), .hi = (h)}
+#define LQ_CHOICE(n, p, c) {.name = (n), .kind = LQ_OPT_CHOICE, .out = (p), .choices = (c)}
+#define LQ_OPT_END {.name = NULL}
+
+#define LQ_CLI_HELP (-1)
+/* Parses argv[first..argc): options from opts (a {NULL} entry ends the table), the shared
+ * model options when ma is non-NULL, and up to max_pos positionals into pos (count in
+ * *n_pos). Returns 0, LQ_CLI_HELP after printing the usage to stdout (exit 0), or 2 after a
+ * usage error on stderr. */
+int lq_cli_parse(const char *cmd, const char *usage, int argc, char **argv, int first,
+                 const lq_opt *opts, lq_cli_model_args *ma, const char **pos, int max_pos,
+                 int *n_pos);
+
 /* Writes s as a JSON string literal (quotes included) to f. */
 void lq_cli_json_str(FILE *f, const char *s, size_t len);
 

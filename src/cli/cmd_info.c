@@ -11,26 +11,13 @@ static const char *USAGE = "larql info MODEL [--json]";
 int lq_cli_info(int argc, char **argv)
 {
     const char *C = "info", *path = NULL;
-    int json = 0;
+    int json = 0, np = 0;
     lq_cli_model_args ma;
     lq_cli_model_args_init(&ma);
-    for (int i = 1; i < argc; i++) {
-        int r = lq_cli_model_opt(C, USAGE, argc, argv, &i, &ma);
-        if (r < 0)
-            return 2;
-        if (r)
-            continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: %s\n", USAGE);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (argv[i][0] == '-' || path) {
-            return lq_cli_usage(C, USAGE, "unexpected argument '%s'", argv[i]);
-        } else {
-            path = argv[i];
-        }
-    }
+    const lq_opt opts[] = {LQ_FLAG("--json", &json), LQ_OPT_END};
+    int r = lq_cli_parse(C, USAGE, argc, argv, 1, opts, &ma, &path, 1, &np);
+    if (r)
+        return r == LQ_CLI_HELP ? 0 : r;
     if (!path)
         return lq_cli_usage(C, USAGE, "MODEL is required");
     lq_model *m = NULL;

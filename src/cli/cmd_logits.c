@@ -17,34 +17,14 @@ static const char *USAGE =
 int lq_cli_logits(int argc, char **argv)
 {
     const char *C = "logits", *model_path = NULL, *ids_arg = NULL, *prompt = NULL;
-    long top = 10;
+    int top = 10, np = 0;
     lq_cli_model_args ma;
     lq_cli_model_args_init(&ma);
-    for (int i = 1; i < argc; i++) {
-        int r = lq_cli_model_opt(C, USAGE, argc, argv, &i, &ma);
-        if (r < 0)
-            return 2;
-        if (r)
-            continue;
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: %s\n", USAGE);
-            return 0;
-        } else if (!strcmp(a, "--ids") && i + 1 < argc) {
-            ids_arg = argv[++i];
-        } else if (!strcmp(a, "--prompt") && i + 1 < argc) {
-            prompt = argv[++i];
-        } else if (!strcmp(a, "--top") && i + 1 < argc) {
-            if (lq_parse_long(argv[++i], 1, 1000000, &top))
-                return lq_cli_usage(C, USAGE, "--top: '%s' is not a positive integer", argv[i]);
-        } else if (a[0] == '-') {
-            return lq_cli_usage(C, USAGE, "unknown option or missing value: '%s'", a);
-        } else if (!model_path) {
-            model_path = a;
-        } else {
-            return lq_cli_usage(C, USAGE, "unexpected argument '%s'", a);
-        }
-    }
+    const lq_opt opts[] = {LQ_STR("--ids", &ids_arg), LQ_STR("--prompt", &prompt),
+                           LQ_INT("--top", &top, 1, 1000000), LQ_OPT_END};
+    int r = lq_cli_parse(C, USAGE, argc, argv, 1, opts, &ma, &model_path, 1, &np);
+    if (r)
+        return r == LQ_CLI_HELP ? 0 : r;
     if (!model_path)
         return lq_cli_usage(C, USAGE, "MODEL is required");
     if (!ids_arg == !prompt)

@@ -18,11 +18,11 @@
 #include "larql/tokenizer.h"
 
 static const char TOK_USAGE[] = "larql tokenize SOURCE TEXT [--special] [--bos|--no-bos]\n"
-                                "  SOURCE: a .gguf file or a tokenizer.json\n"
+                                "  SOURCE: a .gguf file, a tokenizer.json or a vindex directory\n"
                                 "  --special  match special-token text such as <|eot_id|>\n"
                                 "  --bos / --no-bos  override the tokenizer's add-BOS default";
 static const char DETOK_USAGE[] = "larql detokenize SOURCE 1,2,3 [--skip-special]\n"
-                                  "  SOURCE: a .gguf file or a tokenizer.json";
+                                  "  SOURCE: a .gguf file, a tokenizer.json or a vindex directory";
 
 /* Loads a tokenizer from a GGUF or tokenizer.json; prints the error and returns NULL. */
 static lq_tokenizer *load_source(const char *cmd, const char *path)
@@ -32,10 +32,15 @@ static lq_tokenizer *load_source(const char *cmd, const char *path)
         lq_cli_error(cmd, "cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
+    char vindex_tok[4096];
     if (S_ISDIR(st.st_mode)) {
-        lq_cli_error(cmd, "'%s' is a directory: vindex tokenizers are not supported yet; pass "
-                     "the GGUF or its tokenizer.json", path);
-        return NULL;
+        /* a vindex directory: its tokenizer.json */
+        snprintf(vindex_tok, sizeof vindex_tok, "%s/tokenizer.json", path);
+        if (stat(vindex_tok, &st) != 0) {
+            lq_cli_error(cmd, "'%s' is a directory without tokenizer.json (not a vindex?)", path);
+            return NULL;
+        }
+        path = vindex_tok;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {

@@ -99,3 +99,91 @@ void lq_cli_json_str(FILE *f, const char *s, size_t len)
     }
     fputc('"', f);
 }
+
+static int choice_ok(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *c = choices; *c;) {
+        const char *e = strchr(c, '|');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        if (len == n && !strncmp(c, v, n))
+            return 1;
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    return 0;
+}
+
+static int parse_one(const char *cmd, const char *usage, const lq_opt *o, const char *v)
+{
+    long n;
+    double d;
+    switch (o->kind) {
+    case LQ_OPT_STR:
+        *(const char **)o->out = v;
+        return 0;
+    case LQ_OPT_CHOICE:
+        if (!choice_ok(o->choices, v))
+            return lq_cli_usage(cmd, usage, "%s: '%s' (expected %s)", o->name, v, o->choices);
+        *(const char **)o->out = v;
+        return 0;
+    case LQ_OPT_INT:
+        if (lq_parse_long(v, (long)o->lo, (long)o->hi, &n))
+            return lq_cli_usage(cmd, usage, "%s: '%s' is not an integer in [%.0f, %.0f]", o->name, v, o->lo, o->hi);
+        *(int *)o->out = (int)n;
+        return 0;
+    case LQ_OPT_NUM:
+        if (lq_parse_double(v, o->lo, o->hi, &d))
+            return lq_cli_usage(cmd, usage, "%s: '%s' is not a number in [%g, %g]", o->name, v, o->lo, o->hi);
+        *(double *)o->out = d;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int lq_cli_parse(const char *cmd, const char *usage, int argc, char **argv, int first,
+                 const lq_opt *opts, lq_cli_model_args *ma, const char **pos, int max_pos,
+                 int *n_pos)
+{
+    int np = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: %s\n", usage);
+            return LQ_CLI_HELP;
+        }
+        if (ma) {
+            int r = lq_cli_model_opt(cmd, usage, argc, argv, &i, ma);
+            if (r < 0)
+                return 2;
+            if (r)
+                continue;
+        }
+        if (a[0] == '-' && a[1]) {
+            const lq_opt *o = opts;
+            while (o && o->name && strcmp(o->name, a))
+                o++;
+            if (!o || !o->name)
+                return lq_cli_usage(cmd, usage, "unknown option '%s'", a);
+            if (o->seen)
+                *o->seen = 1;
+            if (o->kind == LQ_OPT_FLAG) {
+                *(int *)o->out = 1;
+                continue;
+            }
+            if (i + 1 >= argc)
+                return lq_cli_usage(cmd, usage, "option '%s' needs a value", a);
+            if (parse_one(cmd, usage, o, argv[++i]))
+                return 2;
+        } else if (np < max_pos) {
+            pos[np++] = a;
+        } else {
+            return lq_cli_usage(cmd, usage, "unexpected argument '%s'", a);
+        }
+    }
+    if (n_pos)
+        *n_pos = np;
+    return 0;
+}

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "larql/model.h"
+#include "larql/scheduler.h"
 #include "larql/server.h"
 #include "larql/status.h"
 #include "larql/vindex.h"
@@ -68,11 +69,13 @@ struct lq_server {
     /* model: eager or single-flight lazy load */
     pthread_mutex_t load_mu;
     lq_model *model;          /* set once, read with __atomic_load_n */
+    lq_scheduler *sched;      /* generation: created with the model, set before it */
     double load_ms;
     int load_failed;
     lq_err load_err;
 
-    /* session pool: at most max_concurrent sessions, reused (reset) between requests */
+    /* session pool for the single-pass routes (/v1/infer): at most max_concurrent sessions,
+     * reused (reset) between requests. Generation sessions belong to the scheduler. */
     pthread_mutex_t pool_mu;
     lq_session **pool_free;
     int n_free, n_sessions;
@@ -134,6 +137,7 @@ void srv_log(lq_server *s, const char *fmt, ...) __attribute__((format(printf, 2
 
 /* server.c: model and sessions */
 int srv_model(lq_server *s, lq_model **m, lq_err *err);          /* loads if lazy */
+lq_scheduler *srv_sched(lq_server *s); /* after srv_model succeeded */
 int srv_session_get(lq_server *s, lq_session **out, lq_err *err);
 void srv_session_put(lq_server *s, lq_session *sess);
 int srv_conn_gone(struct MHD_Connection *c); /* the peer hung up (poll, no wait) */

@@ -54,6 +54,19 @@ static double rate(uint64_t tokens, uint64_t us)
     return us ? (double)tokens * 1e6 / (double)us : 0.0;
 }
 
+/* The scheduler's counters (zeros before the model is loaded). */
+static void sched_stats(lq_server *s, lq_scheduler_stats *st)
+{
+    lq_scheduler_get_stats(srv_sched(s), st);
+}
+
+/* Sessions holding a KV cache now: generation requests in the scheduler plus the
+ * single-pass routes' pool. */
+static int64_t sessions_in_use(lq_server *s, const lq_scheduler_stats *st)
+{
+    return LD(s->m.active_sessions) + st->active;
+}
+
 /* A growing text buffer for the Prometheus page. */
 typedef struct tbuf {
     char *p;
@@ -106,6 +119,8 @@ void route_metrics(lq_server *s, req *q, reply *r)
                 tb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[i], st,
                           (unsigned long long)v);
         }
+    lq_scheduler_stats st;
+    sched_stats(s, &st);
     struct { const char *name, *type, *help; double v; } rows[] = {
         {"larql_prompt_tokens_total", "counter", "Prompt tokens processed.", (double)LD(m->prompt_tokens)},
         {"larql_generated_tokens_total", "counter", "Tokens generated.", (double)LD(m->generated_tokens)},
@@ -115,11 +130,19 @@ void route_metrics(lq_server *s, req *q, reply *r)
          rate(LD(m->prefill_tokens), LD(m->prefill_us))},
         {"larql_decode_tokens_per_second", "gauge", "Decode tokens/s per stream over all traffic so far.",
          rate(LD(m->decode_tokens), LD(m->decode_us))},
+        {"larql_decode_aggregate_tokens_per_second", "gauge",
+         "Decode tokens/s of all streams together: tokens over the wall time of the batched steps.",
+         st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0},
+        {"larql_decode_steps_total", "counter", "Batched decode steps (one weight pass for every running stream).",
+         (double)st.steps},
+        {"larql_decode_batch_max", "gauge", "Largest number of streams one decode step has run.", (double)st.max_batch},
         {"larql_active_requests", "gauge", "Requests in flight (counted against --max-concurrent).",
          (double)LD(m->active_requests)},
         {"larql_active_streams", "gauge", "Streaming generations in flight.", (double)LD(m->active_streams)},
-        {"larql_active_sessions", "gauge", "Sessions (KV caches) in use.", (double)LD(m->active_sessions)},
-        {"larql_queue_depth", "gauge", "Requests waiting for a slot (always 0: over the limit is 503).", 0.0},
+        {"larql_active_sessions", "gauge", "Sessions (KV caches) in use.", (double)sessions_in_use(s, &st)},
+        {"larql_queue_depth", "gauge",
+         "Generation requests waiting for a decode slot (over --max-concurrent is 503, not a queue).",
+         (double)st.queued},
         {"larql_rejected_busy_total", "counter", "Requests refused with 503 at --max-concurrent.",
          (double)LD(m->rejected_busy)},
         {"larql_errors_total", "counter", "Responses with status >= 400.", (double)LD(m->errors)},
@@ -130,6 +153,24 @@ void route_metrics(lq_server *s, req *q, reply *r)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         tb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.6g\n", rows[i].name, rows[i].help, rows[i].name,
                   rows[i].type, rows[i].name, rows[i].v);
+    /* batch sizes as a Prometheus histogram (cumulative buckets) */
+    tb_printf(&b, "# HELP larql_decode_batch_size Streams per batched decode step.\n"
+                  "# TYPE larql_decode_batch_size histogram\n");
+    static const int les[] = {1, 2, 4, 8, 16};
+    uint64_t cum = 0, sum = 0;
+    int bi = 0;
+    for (size_t k = 0; k < sizeof les / sizeof les[0]; k++) {
+        for (; bi < les[k] && bi < LQ_SCHED_HIST - 1; bi++)
+            cum += st.batch_hist[bi];
+        tb_printf(&b, "larql_decode_batch_size_bucket{le=\"%d\"} %llu\n", les[k], (unsigned long long)cum);
+    }
+    for (int k = 0; k < LQ_SCHED_HIST - 1; k++)
+        sum += st.batch_hist[k] * (uint64_t)(k + 1);
+    /* the last bucket holds 17 and more: the exact sum comes from decode_tokens */
+    sum = st.decode_tokens > sum ? st.decode_tokens : sum;
+    tb_printf(&b, "larql_decode_batch_size_bucket{le=\"+Inf\"} %llu\nlarql_decode_batch_size_sum %llu\n"
+                  "larql_decode_batch_size_count %llu\n",
+              (unsigned long long)st.steps, (unsigned long long)sum, (unsigned long long)st.steps);
     if (b.oom) {
         free(b.p);
         reply_larql_err(r, 500, "out of memory");
@@ -144,6 +185,8 @@ void route_metrics(lq_server *s, req *q, reply *r)
 static json_t *counters_json(lq_server *s)
 {
     metrics *m = &s->m;
+    lq_scheduler_stats sst;
+    sched_stats(s, &sst);
     json_t *by = json_object();
     for (int i = 0; i < R_COUNT; i++) {
         json_t *st = NULL;
@@ -168,7 +211,7 @@ static json_t *counters_json(lq_server *s)
                      "decode_tokens_per_second", lq_round(rate(LD(m->decode_tokens), LD(m->decode_us)), 1),
                      "active_requests", (json_int_t)LD(m->active_requests),
                      "active_streams", (json_int_t)LD(m->active_streams),
-                     "active_sessions", (json_int_t)LD(m->active_sessions), "queue_depth", 0,
+                     "active_sessions", (json_int_t)sessions_in_use(s, &sst), "queue_depth", sst.queued,
                      "rejected_busy", (json_int_t)LD(m->rejected_busy), "errors", (json_int_t)LD(m->errors),
                      "streams_canceled", (json_int_t)LD(m->streams_canceled));
 }
@@ -224,7 +267,9 @@ void route_runtime(lq_server *s, req *q, reply *r)
     lq_model *m = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
     const lq_model_info *mi = m ? lq_model_get_info(m) : NULL;
     metrics *mt = &s->m;
-    int64_t sessions = LD(mt->active_sessions);
+    lq_scheduler_stats st;
+    sched_stats(s, &st);
+    int64_t sessions = sessions_in_use(s, &st);
     json_t *j = json_pack(
         "{s:s,s:b,s:s,s:i,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "model", s->model_id, "loaded",
         m != NULL, "kernels", mi && mi->kernels ? mi->kernels : "", "threads", mi ? mi->n_threads : 0,
@@ -233,9 +278,25 @@ void route_runtime(lq_server *s, req *q, reply *r)
         "prefill_tokens_per_second", lq_round(rate(LD(mt->prefill_tokens), LD(mt->prefill_us)), 1),
         "active_sessions", (json_int_t)sessions, "active_streams", (json_int_t)LD(mt->active_streams),
         "active_requests", (json_int_t)LD(mt->active_requests),
-        "pooled_sessions", (json_int_t)s->n_sessions,
+        "pooled_sessions", (json_int_t)(s->n_sessions + st.sessions),
         "kv_bytes_per_session", (json_int_t)s->kv_bytes_per_session,
         "kv_bytes_in_use", (json_int_t)(sessions * (int64_t)s->kv_bytes_per_session),
-        "batched_decode", 0, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
+        "batched_decode", m != NULL, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
+    /* continuous batching: how many streams each decode step carried */
+    json_t *hist = json_object();
+    for (int k = 0; k < LQ_SCHED_HIST; k++) {
+        if (!st.batch_hist[k])
+            continue;
+        char key[16];
+        snprintf(key, sizeof key, k == LQ_SCHED_HIST - 1 ? "%d+" : "%d", k + 1);
+        json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
+    }
+    json_object_set_new(j, "scheduler",
+                        json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
+                                  st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,
+                                  "decode_tokens", (json_int_t)st.decode_tokens, "decode_step_seconds",
+                                  lq_round(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
+                                  "batch_size_histogram", hist, "aggregate_decode_tokens_per_second",
+                                  lq_round(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
     reply_json(r, 200, j);
 }

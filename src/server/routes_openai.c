@@ -3,11 +3,14 @@
  * response_format refused with a 400 until constrained decoding exists); sampling, stop
  * strings, UTF-8-complete text and logprobs come from lq_generate.
  *
- * Streams: a producer thread runs lq_generate on a pooled session and appends SSE events to
- * a buffer; libmicrohttpd's content reader (the connection's own thread) drains it. While
- * waiting, the reader polls the socket for a hang-up, so a client that goes away cancels the
- * generation at the next token and the session goes back to the pool. Each stream ends with
- * exactly one "data: [DONE]". */
+ * Generation goes through the server's lq_scheduler: every request in flight is decoded in
+ * the same batched step, so concurrent streams share each weight read. The scheduler's
+ * thread calls on_token/on_done; for a stream they append SSE events to the job's buffer
+ * and libmicrohttpd's content reader (the connection's own thread) drains it. While
+ * waiting, the reader polls the socket for a hang-up, so a client that goes away cancels its
+ * request before the next token and its session goes back to the scheduler. A non-streaming
+ * request waits in its connection thread, polling the socket the same way. Each stream ends
+ * with exactly one "data: [DONE]". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +44,7 @@ typedef struct job {
     char *prompt_text;       /* for echo */
     size_t prompt_len;
 
-    lq_session *sess;
+    lq_sched_req *h;         /* the scheduler's handle (released in job_free) */
     const lq_tokenizer *tok;
     int32_t n_vocab;
     char id[48];
@@ -58,13 +61,11 @@ typedef struct job {
     lq_err err;
 
     /* stream plumbing */
-    pthread_t th;
-    int th_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     char *out;
     size_t out_len, out_off, out_cap;
-    int finished;
+    int finished;            /* stream: on_done appended the end (under mu) */
     int cancel;              /* client gone (set by the reader) */
     int oom;
 } job;
@@ -86,6 +87,13 @@ static void job_free(job *jb)
 {
     if (!jb)
         return;
+    if (jb->h) {
+        /* cancel (a no-op when finished) and wait: on_done runs, so the metrics see
+         * every request, and nothing of this job is touched after the release */
+        lq_sched_cancel(jb->h);
+        lq_sched_wait(jb->h, -1);
+        lq_sched_release(jb->h);
+    }
     for (size_t i = 0; i < jb->n_stop; i++)
         free(jb->stops[i]);
     free(jb->ids);
@@ -98,8 +106,6 @@ static void job_free(job *jb)
     json_decref(jb->c_lps);
     json_decref(jb->c_tops);
     json_decref(jb->c_offs);
-    if (jb->sess)
-        srv_session_put(jb->s, jb->sess);
     pthread_mutex_destroy(&jb->mu);
     pthread_cond_destroy(&jb->cv);
     free(jb);
@@ -603,9 +609,6 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     }
     if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
         return 1;
-    /* non-streaming runs in the connection's thread: it may look at the socket itself */
-    if (!jb->stream && srv_conn_gone(jb->conn))
-        return 1;
     if (jb->want_lp)
         record_logprobs(jb, id, logits);
     if (jb->stream) {
@@ -629,24 +632,20 @@ static json_t *usage_json(const job *jb)
                      jb->res.n_generated, "total_tokens", (int)jb->n_ids + jb->res.n_generated);
 }
 
-static void run_generate(job *jb)
+/* The scheduler's end-of-request callback (scheduler thread). */
+static void on_done(void *user, int rc, const lq_generate_result *res, const lq_err *err)
 {
-    lq_err err = {0};
-    jb->gen_rc = lq_generate(jb->sess, jb->ids, jb->n_ids, &jb->gp, on_token, jb, &jb->res, &err);
-    jb->err = err;
-    metrics_gen(jb->s, jb->res.n_prompt, jb->res.n_generated, jb->res.prefill_ms, jb->res.decode_ms);
-    /* the KV cache goes back to the pool as soon as the tokens are out */
-    srv_session_put(jb->s, jb->sess);
-    jb->sess = NULL;
-}
-
-static void *stream_main(void *arg)
-{
-    job *jb = arg;
-    run_generate(jb);
-    if (jb->res.finish == LQ_FINISH_CANCELED && __atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE))
+    job *jb = user;
+    jb->gen_rc = rc;
+    jb->res = *res;
+    if (rc && err)
+        jb->err = *err;
+    metrics_gen(jb->s, res->n_prompt, res->n_generated, res->prefill_ms, res->decode_ms);
+    if (!jb->stream)
+        return; /* the connection thread waits with lq_sched_wait */
+    if (res->finish == LQ_FINISH_CANCELED && __atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE))
         __atomic_add_fetch(&jb->s->m.streams_canceled, 1, __ATOMIC_RELAXED);
-    if (jb->gen_rc) {
+    if (rc) {
         json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
         sse_event(jb, e);
     } else {
@@ -663,7 +662,6 @@ static void *stream_main(void *arg)
     jb->finished = 1;
     pthread_cond_signal(&jb->cv);
     pthread_mutex_unlock(&jb->mu);
-    return NULL;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -699,6 +697,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (jb->out_len == jb->out_off && !jb->finished && srv_conn_gone(jb->conn)) {
             __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&jb->mu);
+            lq_sched_cancel(jb->h); /* also while it waits or prefills */
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -707,11 +706,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     job *jb = cls;
+    lq_server *s = jb->s;
     __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
-    if (jb->th_started)
-        pthread_join(jb->th, NULL);
-    __atomic_sub_fetch(&jb->s->m.active_streams, 1, __ATOMIC_RELAXED);
-    job_free(jb);
+    job_free(jb); /* cancels the request if it still runs, waits for its end */
+    __atomic_sub_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- the two generation routes ---- */
@@ -816,44 +814,41 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
         jb->c_tops = json_array();
         jb->c_offs = json_array();
     }
+    lq_scheduler *sched = srv_sched(s);
+    int n_ctx = lq_scheduler_n_ctx(sched);
+    if (jb->n_ids >= (size_t)n_ctx) {
+        reply_oai_err(r, 400, chat ? "messages" : "prompt",
+                      "prompt is %zu tokens; the context holds %d (prompt + completion)", jb->n_ids, n_ctx);
+        goto fail;
+    }
+    if (jb->stream && chat)
+        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
     lq_err err = {0};
-    int rc = srv_session_get(s, &jb->sess, &err);
+    int rc = lq_scheduler_submit(sched, jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);
     if (rc) {
         reply_oai_err(r, status_from_lq(rc), NULL, "%s", err.msg);
         if (rc == LQ_EBUSY)
             r->retry_after = 1;
         goto fail;
     }
-    int n_ctx = lq_session_n_ctx(jb->sess);
-    if (jb->n_ids >= (size_t)n_ctx) {
-        reply_oai_err(r, 400, chat ? "messages" : "prompt",
-                      "prompt is %zu tokens; the context holds %d (prompt + completion)", jb->n_ids, n_ctx);
-        goto fail;
-    }
     if (!jb->stream) {
-        run_generate(jb);
+        /* wait in the connection's thread, watching for a client that hangs up and for
+         * the server's shutdown */
+        while (!lq_sched_wait(jb->h, 20)) {
+            if (srv_conn_gone(q->conn) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
+                lq_sched_cancel(jb->h);
+        }
         non_stream_reply(jb, r);
         job_free(jb);
         return;
     }
+    /* tokens may already be in the buffer: the reader sends them from the start */
     r->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, jb, stream_free);
     if (!r->stream) {
         reply_oai_err(r, 500, NULL, "cannot create the stream response");
-        goto fail;
+        goto fail; /* job_free cancels the request */
     }
     __atomic_add_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
-    if (chat)
-        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
-    if (pthread_create(&jb->th, NULL, stream_main, jb)) {
-        /* no producer: end the stream at once with an error event */
-        json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", "cannot start generation thread", "type",
-                              "server_error");
-        sse_event(jb, e);
-        sse_raw(jb, "data: [DONE]\n\n", 14);
-        jb->finished = 1;
-    } else {
-        jb->th_started = 1;
-    }
     r->status = 200;
     r->ctype = "text/event-stream";
     MHD_add_response_header(r->stream, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

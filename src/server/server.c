@@ -63,8 +63,25 @@ static int load_model(lq_server *s, lq_err *err)
     if (rc)
         return rc;
     s->load_ms = (lq_now() - t) * 1000.0;
-    __atomic_store_n(&s->model, m, __ATOMIC_RELEASE);
+    /* Every generation request goes through one scheduler, so that concurrent streams
+     * decode together (one batched step per token). Its slots match --max-concurrent: the
+     * HTTP gate already bounds requests in flight, so the queue only absorbs the moment
+     * between a request's end and its slot's release. */
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = s->o.max_concurrent;
+    so.max_queued = s->o.max_concurrent;
+    so.n_ctx = s->o.n_ctx;
+    rc = lq_scheduler_create(m, &so, &s->sched, err);
+    if (rc) {
+        lq_model_close(m);
+        return rc;
+    }
     const lq_model_info *mi = lq_model_get_info(m);
+    /* K and V per layer: n_ctx x (n_head_kv * head_dim) f32 */
+    s->kv_bytes_per_session = (size_t)2 * mi->n_layer * (size_t)lq_scheduler_n_ctx(s->sched) *
+                              mi->n_head_kv * mi->head_dim * sizeof(float);
+    __atomic_store_n(&s->model, m, __ATOMIC_RELEASE);
     srv_log(s, "loaded %s (%s, %d layers, %d dim, vocab %d, kernels %s, %d threads) in %.1f ms",
             s->model_path, mi->arch_name, mi->n_layer, mi->n_embd, mi->n_vocab,
             mi->kernels ? mi->kernels : "?", mi->n_threads, s->load_ms);
@@ -132,6 +149,12 @@ int srv_session_get(lq_server *s, lq_session **out, lq_err *err)
     }
     __atomic_add_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+lq_scheduler *srv_sched(lq_server *s)
+{
+    /* written before the model pointer is published (release/acquire on s->model) */
+    return __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) ? s->sched : NULL;
 }
 
 void srv_session_put(lq_server *s, lq_session *sess)
@@ -454,6 +477,8 @@ static void server_free(lq_server *s)
             lq_session_free(s->pool_free[i]);
         free(s->pool_free);
     }
+    /* after the daemon stopped: every stream has released its scheduler handle */
+    lq_scheduler_free(s->sched);
     lq_model_close(s->model);
     lq_vindex_close(s->vx);
     if (s->stop_pipe[0] > 0)

@@ -517,11 +517,110 @@ static int write_norm(bctx *c, lq_vx_file *w, const lq_gguf_tensor *t, const cha
     return rc;
 }
 
+/* One projection as a dense [rows, cols] tensor (GGUF ne = [cols, rows]) appended to w, row
+ * by row (memory: one row), with its manifest entry {key, "tensor", [rows, cols], offset,
+ * length, file}. I2_S tensors are written as unit-scale trits (the per-tensor scale divided
+ * back out: LARQL dequantises the raw codes without it); other types with their real values.
+ * Absent tensors are skipped, as LARQL's writer does. */
+static int write_dense(bctx *c, lq_vx_file *w, int l, const char *gguf, const char *hf, const char *file)
+{
+    const lq_gguf_tensor *t = tensor_l(c->g, l, gguf);
+    if (!t)
+        return LQ_OK;
+    if (t->n_dims != 2 || !lq_ggml_type_supported(t->type))
+        return lq_err_set(c->err, LQ_EUNSUPPORTED, "GGUF: blk.%d.%s: %u-D tensor of type %s cannot be written as a dense tensor",
+                          l, gguf, (unsigned)t->n_dims, lq_ggml_type_name(t->type));
+    uint64_t rows = t->ne[1], cols = t->ne[0], off = w->written;
+    float s = 1.0f;
+    int rc = LQ_OK;
+    if (t->type == LQ_GGML_I2_S) {
+        rc = lq_gguf_i2s_scale(t, &s, c->err);
+        if (!rc && !(s > 0 && isfinite(s)))
+            rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.%s: non-positive/NaN I2_S scale", l, gguf);
+        if (rc)
+            return rc;
+    }
+    float *row = malloc((size_t)cols * sizeof *row); /* [cols] */
+    if (!row)
+        return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+    for (uint64_t r = 0; r < rows && !rc; r++) {
+        rc = lq_gguf_tensor_row_f32(t, r, row, c->err);
+        if (!rc && t->type == LQ_GGML_I2_S)
+            for (uint64_t k = 0; k < cols; k++)
+                row[k] /= s; /* scale * trit / scale: exactly the trit */
+        if (!rc)
+            rc = write_floats(w, row, (size_t)cols, c->o->f16, c->err);
+    }
+    free(row);
+    if (rc)
+        return rc;
+    char key[128];
+    snprintf(key, sizeof key, "layers.%d.%s", l, hf);
+    json_array_append_new(c->manifest, manifest_entry(key, "tensor",
+                                                      json_pack("[II]", (json_int_t)rows, (json_int_t)cols),
+                                                      off, w->written - off, file));
+    return LQ_OK;
+}
+
+/* attn_weights.bin (per layer q, k, v, o), then up_weights.bin and down_weights.bin (per
+ * layer up then down in the manifest), in LARQL's write_model_weights order. */
+static int write_projections(bctx *c)
+{
+    static const struct {
+        const char *gguf, *hf;
+    } attn[] = {
+        {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"},
+    };
+    lq_vx_file w, wu, wd;
+    int rc = lq_vx_file_open(&w, c->tmp, "attn_weights.bin", 1, c->err);
+    if (rc)
+        return rc;
+    for (int l = 0; l < c->L && !rc; l++) {
+        for (int i = 0; i < 4 && !rc; i++)
+            rc = write_dense(c, &w, l, attn[i].gguf, attn[i].hf, "attn_weights.bin");
+        progress(c, "attention weights", (uint64_t)l + 1, (uint64_t)c->L);
+    }
+    if (rc) {
+        lq_vx_file_abort(&w);
+        return rc;
+    }
+    if ((rc = finish_checksummed(c, &w, "attn_weights.bin")))
+        return rc;
+    if ((rc = lq_vx_file_open(&wu, c->tmp, "up_weights.bin", 1, c->err)))
+        return rc;
+    if ((rc = lq_vx_file_open(&wd, c->tmp, "down_weights.bin", 1, c->err))) {
+        lq_vx_file_abort(&wu);
+        return rc;
+    }
+    for (int l = 0; l < c->L && !rc; l++) {
+        rc = write_dense(c, &wu, l, "ffn_up.weight", "mlp.up_proj.weight", "up_weights.bin");
+        if (!rc)
+            rc = write_dense(c, &wd, l, "ffn_down.weight", "mlp.down_proj.weight", "down_weights.bin");
+        progress(c, "ffn weights", (uint64_t)l + 1, (uint64_t)c->L);
+    }
+    if (rc) {
+        lq_vx_file_abort(&wu);
+        lq_vx_file_abort(&wd);
+        return rc;
+    }
+    rc = finish_checksummed(c, &wu, "up_weights.bin");
+    if (rc) {
+        lq_vx_file_abort(&wd);
+        return rc;
+    }
+    return finish_checksummed(c, &wd, "down_weights.bin");
+}
+
 static int write_weights(bctx *c)
 {
+    int rc;
+    if (!c->o->dense_only && (rc = write_projections(c)))
+        return rc;
     lq_vx_file w;
-    int rc = lq_vx_file_open(&w, c->tmp, "norms.bin", 1, c->err);
-    if (rc)
+    if ((rc = lq_vx_file_open(&w, c->tmp, "norms.bin", 1, c->err)))
         return rc;
     static const struct {
         const char *gguf, *hf;
@@ -893,12 +992,19 @@ static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int le
     json_object_set_new(ix, "has_model_weights", json_boolean(level >= LQ_VLEVEL_INFERENCE));
     json_t *mc = json_object();
     json_object_set_new(mc, "model_type", json_string(c->arch));
-    json_object_set_new(mc, "head_dim", json_integer((json_int_t)meta_f64(c->g, c->arch, "rope.dimension_count", 128)));
-    json_object_set_new(mc, "num_q_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count", 0)));
+    /* head_dim as LARQL's GGUF config: attention.key_length, else hidden / heads */
+    double nh = meta_f64(c->g, c->arch, "attention.head_count", 0);
+    double hd = meta_f64(c->g, c->arch, "attention.key_length", nh > 0 ? floor(c->D / nh) : 128);
+    double nrot = meta_f64(c->g, c->arch, "rope.dimension_count", hd);
+    json_object_set_new(mc, "head_dim", json_integer((json_int_t)hd));
+    json_object_set_new(mc, "num_q_heads", json_integer((json_int_t)nh));
     json_object_set_new(mc, "num_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 0)));
     json_object_set_new(mc, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
     json_object_set_new(mc, "sliding_window", json_null());
     json_object_set_new(mc, "norm_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
+    /* partial rotary (rope.dimension_count < head_dim): LARQL's optional field */
+    if (hd > 0 && nrot > 0 && nrot < hd)
+        json_object_set_new(mc, "partial_rotary_factor", json_real(nrot / hd));
     json_object_set_new(ix, "model_config", mc);
     if (bitnet_layout)
         json_object_set(ix, "bitnet_layout", bitnet_layout);

@@ -521,8 +521,20 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         else if (!file_exists(v->dir, "tokenizer.json"))
             rc = lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
-        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err)))
-            lq_err_prefix(err, "%s", p);
+        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err))) {
+            /* SentencePiece vocabularies come as a Unigram model (tokjson.c) */
+            lq_err e2 = {0};
+            int r2 = lq_vx_tokenizer_from_unigram(p, &v->tok, &e2);
+            if (r2 == LQ_OK)
+                rc = LQ_OK;
+            else if (r2 != LQ_EUNSUPPORTED) { /* a Unigram file, but a bad one: its error */
+                rc = r2;
+                if (err)
+                    *err = e2;
+            }
+            if (rc)
+                lq_err_prefix(err, "%s", p);
+        }
         free(p);
     }
     if (!rc)

@@ -137,6 +137,9 @@ int lq_vx_family_bands(const char *family, int num_layers, lq_vindex_band bands[
 /* tokenizer.json text synthesised from GGUF tokenizer.ggml.* metadata (malloc'd). */
 struct lq_gguf;
 int lq_vx_tokenizer_json_from_gguf(const struct lq_gguf *g, char **json, size_t *len, lq_err *err);
+/* Tokenizer from a Unigram (SentencePiece) tokenizer.json, as written above or by HF's llama
+ * converters; LQ_EUNSUPPORTED when the file's model is not Unigram. */
+int lq_vx_tokenizer_from_unigram(const char *path, lq_tokenizer **out, lq_err *err);
 
 /* LARQL kernel-layout trits (row-major, column 4b+s of a row in bits 2s of byte b, 01 = +1,
  * 10 = -1, 00/11 = 0) -> microsoft I2_S (128-element blocks of 32 bytes, element j at byte

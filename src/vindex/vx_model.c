@@ -23,9 +23,19 @@
  * The engine applies one scale per tensor, so a tensor whose row scales differ is refused
  * with LQ_EUNSUPPORTED rather than computed wrongly.
  *
+ * A llama inference vindex (--level inference|all; no bitnet_layout, model_config.model_type
+ * "llama") runs from the dense files LARQL's write_model_weights writes:
+ *   attn_weights.bin  per layer q, k, v, o [rows, cols] in the vindex dtype (manifest "tensor")
+ *   up_weights.bin, down_weights.bin        per layer up [n_ff, n_embd], down [n_embd, n_ff]
+ *   gate_vectors.bin  the gate projection (the layer's rows, index.json layers[])
+ * all used in place from the mappings (f32 and f16 are dense-kernel types; offsets are
+ * multiples of the element size in page-aligned mappings). q/k rows are as the GGUF stored
+ * them, so RoPE pairs adjacent dimensions as the GGUF path does for llama.
+ *
  * The result is numerically the same model as the GGUF it was built from when the vindex is
  * f32 (every tensor carries the same values; the same kernels run). An --f16 vindex stores
- * the norms truncated to f16 (LARQL's conversion), so its logits differ slightly. */
+ * the norms (and for llama the projections) truncated to f16 (LARQL's conversion), so its
+ * logits differ slightly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +48,7 @@
 typedef struct vx_src {
     lq_vindex *v;
     lq_mapfile norms, lm_head;
+    lq_mapfile dense[3];    /* attn_weights.bin, up_weights.bin, down_weights.bin (llama) */
     void **owned;           /* repacked projections and decoded norms */
     int n_owned, cap_owned;
 } vx_src;
@@ -52,6 +63,8 @@ static void vx_src_free(void *p)
     free(s->owned);
     lq_mapfile_close(&s->norms);
     lq_mapfile_close(&s->lm_head);
+    for (int i = 0; i < 3; i++)
+        lq_mapfile_close(&s->dense[i]);
     lq_vindex_close(s->v);
     free(s);
 }
@@ -351,6 +364,99 @@ static int map_in(const char *dir, const char *name, lq_mapfile *m, lq_err *err)
     return rc;
 }
 
+/* ---- dense projections (llama vindexes) ---- */
+
+static const char *const dense_files[3] = {"attn_weights.bin", "up_weights.bin", "down_weights.bin"};
+
+/* W [rows, cols] for manifest key (kind "tensor") in attn/up/down_weights.bin, used in place:
+ * f32 or f16 from the entry's length, the offset a multiple of the element size (the mapping
+ * is page-aligned, so the rows are aligned for the dense kernels). */
+static int load_dense(vx_src *s, const char *dir, const json_t *man, int layer, const char *hf,
+                      int64_t rows, int64_t cols, lq_wmat *w, lq_err *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "layers.%d.%s", layer, hf);
+    man_entry e;
+    int r = man_find(man, key, &e, err);
+    if (r < 0)
+        return r;
+    if (r == 0)
+        return lq_err_set(err, LQ_ENOTFOUND,
+                          "weight_manifest.json: no entry '%s' (a llama vindex needs --level "
+                          "inference or all)", key);
+    int fi = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(e.file, dense_files[i]))
+            fi = i;
+    if (fi < 0)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "weight_manifest.json: '%s' is in '%s', expected attn_weights.bin, "
+                          "up_weights.bin or down_weights.bin", key, e.file);
+    if (e.ndim != 2 || e.shape[0] != rows || e.shape[1] != cols)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "weight_manifest.json: '%s' shape [%lld, %lld], the model needs [%lld, %lld]",
+                          key, (long long)e.shape[0], (long long)(e.ndim > 1 ? e.shape[1] : 0),
+                          (long long)rows, (long long)cols);
+    if (!s->dense[fi].data) {
+        int rc = map_in(dir, dense_files[fi], &s->dense[fi], err);
+        if (rc)
+            return rc;
+    }
+    const lq_mapfile *mf = &s->dense[fi];
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    int es = e.length == n * 4 ? 4 : e.length == n * 2 ? 2 : 0;
+    if (!es)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "weight_manifest.json: '%s' length %llu is neither %lld x %lld x 4 nor x 2",
+                          key, (unsigned long long)e.length, (long long)rows, (long long)cols);
+    if (e.offset % (uint64_t)es || e.offset > mf->size || e.length > mf->size - e.offset)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "%s: '%s' range [%llu, +%llu) is past the end of the file (%zu bytes) or "
+                          "not aligned to %d bytes", dense_files[fi], key,
+                          (unsigned long long)e.offset, (unsigned long long)e.length, mf->size, es);
+    memset(w, 0, sizeof *w);
+    w->kind = LQ_WK_DENSE;
+    w->src_type = es == 4 ? LQ_GGML_F32 : LQ_GGML_F16;
+    w->rows = rows;
+    w->cols = cols;
+    w->dense.data = mf->data + e.offset;
+    w->dense.rows = rows;
+    w->dense.cols = cols;
+    w->dense.type = w->src_type;
+    w->bytes = e.length;
+    return LQ_OK;
+}
+
+/* The gate projection of a llama layer is the layer's rows of gate_vectors.bin
+ * ([n_ff, n_embd] in the vindex dtype; lq_vindex_open checked the range). */
+static int load_gate(vx_src *s, int layer, int64_t rows, int64_t cols, lq_wmat *w, lq_err *err)
+{
+    const lq_vindex *v = s->v;
+    const lq_vx_layer *ly = &v->layers[layer];
+    if (!v->has_gate || !ly->present || ly->num_features != rows)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "gate_vectors.bin: layer %d has %d features, the model needs %lld "
+                          "(index.json layers[])", layer, ly->present ? ly->num_features : 0,
+                          (long long)rows);
+    int es = v->info.dtype == LQ_VDT_F16 ? 2 : 4;
+    if (ly->length != (uint64_t)rows * (uint64_t)cols * (uint64_t)es || ly->offset % (uint64_t)es)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "gate_vectors.bin: layer %d length %llu / offset %llu is not [%lld, %lld] "
+                          "of %d-byte floats", layer, (unsigned long long)ly->length,
+                          (unsigned long long)ly->offset, (long long)rows, (long long)cols, es);
+    memset(w, 0, sizeof *w);
+    w->kind = LQ_WK_DENSE;
+    w->src_type = es == 4 ? LQ_GGML_F32 : LQ_GGML_F16;
+    w->rows = rows;
+    w->cols = cols;
+    w->dense.data = v->gate.data + ly->offset;
+    w->dense.rows = rows;
+    w->dense.cols = cols;
+    w->dense.type = w->src_type;
+    w->bytes = ly->length;
+    return LQ_OK;
+}
+
 int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
 {
     vx_src *s = calloc(1, sizeof *s);
@@ -370,21 +476,24 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
                           "with `larql convert gguf-to-vindex --keep-quant --level inference`",
                           dir, vi->extract_level_str);
     const json_t *bl = json_object_get(ix, "bitnet_layout");
-    if (!vi->has_bitnet || !json_is_object(bl))
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "%s: no bitnet_layout in index.json: running a vindex needs its ternary "
-                          "weights (rebuild a BitNet GGUF with --keep-quant --level inference); "
-                          "llama vindexes cannot run (their attention/FFN weights are not written)",
-                          dir);
     const json_t *mc = json_object_get(ix, "model_config");
     const char *mt = json_string_value(json_object_get(mc, "model_type"));
+    /* llama: dense projections in attn/up/down_weights.bin + gate_vectors.bin. BitNet: the
+     * ternary bitnet/ artifacts (the dense files of a BitNet vindex hold unit-scale trits,
+     * the per-tensor scales are only in bitnet/scales.f32). */
+    int llama = mt && !strcmp(mt, "llama") && !json_is_object(bl);
+    if (!llama && (!vi->has_bitnet || !json_is_object(bl)))
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "%s: no bitnet_layout in index.json and model_type '%s' is not llama: "
+                          "running a BitNet vindex needs its ternary weights (rebuild the GGUF "
+                          "with --keep-quant --level inference)", dir, mt ? mt : "(none)");
     if (!mt)
         mt = "bitnet-b1.58";
     snprintf(m->arch_name, sizeof m->arch_name, "%s", mt);
-    m->arch = !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
+    m->arch = llama ? LQ_ARCH_LLAMA : !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
     snprintf(m->name, sizeof m->name, "%s", vi->model ? vi->model : "");
     if (vi->embed_scale != 1.0f)
-        return lq_err_set(err, LQ_EUNSUPPORTED, "%s: index.json embed_scale %g (BitNet runs with 1.0)",
+        return lq_err_set(err, LQ_EUNSUPPORTED, "%s: index.json embed_scale %g (BitNet and llama run with 1.0)",
                           dir, (double)vi->embed_scale);
 
     /* configuration: index.json sizes, bitnet_layout (fallback model_config) for heads/rope */
@@ -417,13 +526,29 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
                           m->n_ff, m->n_vocab, hd, nh, nkv, eps);
     m->head_dim = (int)hd;
     m->n_rot = m->head_dim;
+    {
+        /* LARQL's partial_rotary_factor (written by our builder when the GGUF's
+         * rope.dimension_count < head_dim): rotate the first n_rot dimensions */
+        json_t *prf = json_object_get(mc, "partial_rotary_factor");
+        if (json_is_number(prf)) {
+            double nr = floor(json_number_value(prf) * hd + 0.5);
+            if (!(nr >= 2 && nr <= hd) || ((int)nr) % 2)
+                return lq_err_set(err, LQ_EFORMAT,
+                                  "%s: index.json model_config.partial_rotary_factor %g gives %g "
+                                  "rotated dimensions of %g (must be even, 2..head_dim)",
+                                  dir, json_number_value(prf), nr, hd);
+            m->n_rot = (int)nr;
+        }
+    }
     m->n_head = (int)nh;
     m->n_head_kv = (int)nkv;
     m->q_dim = m->n_head * m->head_dim;
     m->kv_dim = m->n_head_kv * m->head_dim;
     m->rope_theta = theta;
     m->eps = (float)eps;
-    m->rope_neox = 1;
+    /* the same pairing as the GGUF path (src/model/model.c): llama's q/k rows are stored as
+     * the GGUF holds them (permuted for adjacent pairs), BitNet's in HF order (NEOX) */
+    m->rope_neox = !llama;
     double ctx = json_num_field(mc, bl, "max_position_embeddings", 4096);
     m->n_ctx_train = ctx >= 1 && ctx <= LQ_MODEL_MAX_CTX ? (int)ctx : 4096;
 
@@ -482,8 +607,32 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
                            (m->lm_head.dense.type == LQ_GGML_F32 ? 4u : 2u);
     }
 
-    /* the seven ternary projections of every layer */
-    {
+    if (llama) {
+        m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+        if (!m->layers)
+            rc = lq_err_set(err, LQ_ENOMEM, "cannot allocate %d layers", m->n_layer);
+        for (int l = 0; l < m->n_layer && !rc; l++) {
+            lq_layer *L = &m->layers[l];
+            char k[128];
+#define NORM(name, n, dst) (snprintf(k, sizeof k, "layers.%d." name, l), load_norm(s, man, k, n, dst, err))
+#define DENSE(hf, r, c, w) load_dense(s, dir, man, l, hf, r, c, w, err)
+            if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
+                (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
+                (rc = DENSE("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
+                (rc = DENSE("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
+                (rc = DENSE("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
+                (rc = DENSE("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
+                (rc = load_gate(s, l, m->n_ff, m->n_embd, &L->gate, err)) ||
+                (rc = DENSE("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
+                (rc = DENSE("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
+                break;
+#undef NORM
+#undef DENSE
+        }
+        if (rc)
+            goto out;
+    } else {
+        /* the seven ternary projections of every layer */
         const json_t *tensors = json_object_get(bl, "tensors");
         if (!json_is_array(tensors)) {
             rc = lq_err_set(err, LQ_EFORMAT, "index.json: bitnet_layout.tensors is not an array");
@@ -551,14 +700,17 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
     in->tied_embeddings = s->lm_head.data == NULL;
     in->embd_type = m->embd.type;
     in->lm_head_type = m->lm_head.src_type;
-    in->proj_type = LQ_GGML_I2_S;
+    in->proj_type = llama ? m->layers[0].q.src_type : LQ_GGML_I2_S;
     uint64_t bpt = m->lm_head.bytes, np = (uint64_t)m->n_vocab * (uint64_t)m->n_embd * 2;
     for (int l = 0; l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];
         uint64_t b = L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes +
                      L->up.bytes + L->down.bytes;
         bpt += b;
-        np += b * 4 + (uint64_t)(2 * m->n_embd + m->q_dim + m->n_ff);
+        /* parameters: 4 trits per byte (I2_S), or one per element (dense) */
+        uint64_t e = (uint64_t)m->q_dim * m->n_embd * 2 + (uint64_t)m->kv_dim * m->n_embd * 2 +
+                     (uint64_t)m->n_ff * m->n_embd * 3;
+        np += (llama ? e : b * 4) + (uint64_t)(2 * m->n_embd + (llama ? 0 : m->q_dim + m->n_ff));
     }
     in->n_params = np + (uint64_t)m->n_embd;
     in->bytes_per_token = bpt;

@@ -109,6 +109,18 @@ else
     fail "guarded server starts"
 fi
 
+# ---- continuous batching: concurrent requests decode together, answers as alone ----
+if start_server batch "$SLOW" --max-concurrent 32 --threads 2 --ctx 4096; then
+    python3 "$HTTP_DIR/protocol.py" batch "$PORT" >"$T_TMP/batch.log" 2>&1
+    cat "$T_TMP/batch.log"
+    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/batch.log")))
+    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/batch.log")))
+    if grep -q Traceback "$T_TMP/batch.log"; then fail "protocol.py batch ran to the end" "$(tail -n 5 "$T_TMP/batch.log")"; fi
+    stop_server "$PID"; [ "$RC" = 0 ] || fail "batch server exit 0" "exit $RC: $(tail -n 3 "$T_TMP/batch.err")"
+else
+    fail "batch server starts"
+fi
+
 # ---- a vindex directory: browse routes answer with the CLI's --json bodies ----
 V="$T_TMP/vx"
 if "$LARQL" convert gguf-to-vindex "$M" --output "$V" >/dev/null 2>&1; then

@@ -15,7 +15,13 @@ check_fails "no arguments is a usage error" "usage" "$LARQL" tokenize
 check_fails "missing TEXT" "missing TEXT" "$LARQL" tokenize somefile
 check_fails "unknown option" "unknown option" "$LARQL" tokenize a b --frobnicate
 check_fails "missing file" "cannot open" "$LARQL" tokenize "$T_TMP/nope.json" hi
-check_fails "directory source" "directory" "$LARQL" tokenize "$T_TMP" hi
+check_fails "directory without tokenizer.json" "directory without tokenizer.json" "$LARQL" tokenize "$T_TMP" hi
+# a vindex directory: its tokenizer.json, same ids as the GGUF it was built from
+"$LARQL" make-model --out "$T_TMP/fx.gguf" --preset tiny 2>/dev/null
+"$LARQL" convert gguf-to-vindex "$T_TMP/fx.gguf" --output "$T_TMP/fx.vindex" 2>/dev/null
+"$LARQL" tokenize "$T_TMP/fx.gguf" "The capital of France is Paris" >"$T_TMP/g.json" 2>&1
+check "tokenize a vindex directory" "$LARQL" tokenize "$T_TMP/fx.vindex" "The capital of France is Paris"
+if cmp -s "$T_TMP/out" "$T_TMP/g.json"; then pass "vindex and GGUF tokenize alike"; else fail "vindex and GGUF tokenize alike" "$(cat "$T_TMP/out") vs $(cat "$T_TMP/g.json")"; fi
 printf 'not json at all' >"$T_TMP/garbage.json"
 check_fails "garbage tokenizer.json" "tokenizer.json" "$LARQL" tokenize "$T_TMP/garbage.json" hi
 printf '{"model":{"type":"WordPiece","vocab":{"a":0}}}' >"$T_TMP/wp.json"

@@ -33,6 +33,15 @@ for x in t:
     assert os.path.getsize('$T_TMP/kq/bitnet/%s.i2s' % x['name']) == x['rows'] * x['cols'] // 4
 m = json.load(open('$T_TMP/kq/weight_manifest.json'))
 assert m[-1]['key'] == 'lm_head.weight' and sum(1 for e in m if e['file'] == 'norms.bin') == 2 * 4 + 1
+# dense projections in LARQL's order: per layer q,k,v,o; per layer up, down; then norms
+L = d['num_layers']
+want = ['layers.%d.self_attn.%s_proj.weight' % (l, p) for l in range(L) for p in 'qkvo']
+want += ['layers.%d.mlp.%s_proj.weight' % (l, p) for l in range(L) for p in ('up', 'down')]
+assert [e['key'] for e in m[:len(want)]] == want, [e['key'] for e in m[:len(want)]]
+for f in ('attn_weights.bin', 'up_weights.bin', 'down_weights.bin'):
+    es = [e for e in m if e['file'] == f]
+    assert all(e['kind'] == 'tensor' and e['length'] == e['shape'][0] * e['shape'][1] * 2 for e in es)
+    assert os.path.getsize('$T_TMP/kq/' + f) == sum(e['length'] for e in es) and f in d['checksums']
 assert json.load(open('$T_TMP/kq/bitnet_layout.json')) == bl
 assert os.path.getsize('$T_TMP/kq/embeddings.bin') == d['vocab_size'] * d['hidden_size'] * 2
 " 2>"$T_TMP/err"; then pass "keep-quant layout, manifest, sizes"; else fail "keep-quant layout, manifest, sizes" "$(cat "$T_TMP/err")"; fi
@@ -46,6 +55,19 @@ if cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "f32 vindex logits == GGUF logits";
 check "run from a vindex" "$LARQL" run "$T_TMP/kq32" --prompt "the model" -n 6 --temp 0 --ids-out --ignore-eos
 if cmp -s "$T_TMP/rg" "$T_TMP/out" && [ -s "$T_TMP/rg" ]; then pass "run: vindex tokens == GGUF tokens"; else fail "run: vindex tokens == GGUF tokens"; fi
 check_fails "logits from a browse vindex" "does not contain model weights" "$LARQL" logits "$V" --ids 1,2
+# a llama vindex (level inference: dense projections) runs like its GGUF
+C=$(conformance_dir)
+S="$C/llama/stories260K.gguf"
+if [ -n "$C" ] && [ -f "$S" ]; then
+    check "convert llama inference" "$LARQL" convert gguf-to-vindex "$S" --output "$T_TMP/st" --level inference
+    "$LARQL" logits "$S" --prompt "Once upon a time" --top 5 >"$T_TMP/lg" 2>/dev/null
+    "$LARQL" logits "$T_TMP/st" --prompt "Once upon a time" --top 5 >"$T_TMP/lv" 2>/dev/null
+    if cmp -s "$T_TMP/lg" "$T_TMP/lv" && [ -s "$T_TMP/lg" ]; then pass "llama vindex logits == GGUF logits"; else fail "llama vindex logits == GGUF logits"; fi
+    check "run llama vindex" "$LARQL" run "$T_TMP/st" --prompt "Once upon a time, there was a dog" -n 10 --temp 0 --ids-out
+    if grep -q "^395,392,412,444,426,392,412,444,401,396$" "$T_TMP/out"; then pass "llama vindex greedy == llama2.c golden"; else fail "llama vindex greedy == llama2.c golden" "$(cat "$T_TMP/out")"; fi
+else
+    skip "llama vindex inference" "../shared/conformance absent"
+fi
 check "convert dense-only" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/do" --keep-quant --dense-only
 if [ ! -e "$T_TMP/do/gate_vectors.bin" ] && python3 -c "
 import json; d = json.load(open('$T_TMP/do/index.json')); assert d['layers'] == [] and d['down_top_k'] == 0 and d['extract_level'] == 'inference'

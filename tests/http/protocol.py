@@ -3,6 +3,7 @@
 
 usage: protocol.py main PORT            routes, bad input, concurrency, slow clients
        protocol.py guarded PORT KEY     auth, CORS, --max-concurrent 1, client closing mid-stream
+       protocol.py batch PORT           concurrent streams decode together and answer as alone
 Prints TAP-style "ok - name" / "not ok - name" lines; run by tests/cli/server.sh."""
 import http.client
 import json
@@ -517,11 +518,124 @@ def guarded_tests():
     ok("slot available again after the disconnect", st == 200, raw)
 
 
+def open_stream(body, path="/v1/chat/completions"):
+    """A raw streaming request left open; returns the socket once 3 events arrived."""
+    s = socket.create_connection((HOST, PORT))
+    b = json.dumps(dict(body, stream=True)).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (path.encode(), len(b), b))
+    s.settimeout(30)
+    got = b""
+    while got.count(b"data: ") < 3:
+        d = s.recv(4096)
+        if not d:
+            break
+        got += d
+    return s, got
+
+
+def batch_tests():
+    """Concurrent generation requests go through one scheduler: they must decode together
+    (batch size > 1 seen) and give the same bodies as when each runs alone."""
+    cases = [
+        ("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}),
+        ("POST", "/v1/completions", {"prompt": "The cat", "max_tokens": 30, "temperature": 0.9, "seed": 42}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 35,
+                                          "temperature": 0}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me"}], "max_tokens": 25,
+                                          "temperature": 0.7, "seed": 7, "top_p": 0.9}),
+        ("SSE", "/v1/completions", {"prompt": "A long road", "max_tokens": 40, "temperature": 0}),
+        ("SSE", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Go"}], "max_tokens": 30,
+                                         "temperature": 1.0, "seed": 3}),
+        ("POST", "/v1/completions", {"prompt": "Numbers", "max_tokens": 20, "temperature": 0, "logprobs": 2}),
+    ]
+
+    def run(case):
+        kind, path, body = case
+        if kind == "SSE":
+            st, _, events = sse(path, dict(body, stream=True))
+            return st, stream_text(events, "chat" in path), len(events)
+        st, _, d = req("POST", path, body)
+        return st, json.dumps(strip_volatile(json.loads(d)), sort_keys=True)
+
+    st, _, j, _ = jreq("GET", "/v1/runtime")
+    ok("runtime: batched decode on, no step yet", st == 200 and j["batched_decode"] is True and
+       j["scheduler"]["decode_steps"] == 0 and j["scheduler"]["max_batch_seen"] == 0, j)
+    alone = [run(c) for c in cases]
+    ok("alone: every request answered 200", all(a[0] == 200 for a in alone), alone)
+    st, _, j, _ = jreq("GET", "/v1/runtime")
+    ok("alone: one stream per decode step", j["scheduler"]["max_batch_seen"] == 1, j["scheduler"])
+
+    # a long stream runs in the background so that the others certainly overlap it
+    long_sock, got = open_stream({"messages": [{"role": "user", "content": "Tell me a long story"}],
+                                  "max_tokens": 3000, "temperature": 0})
+    ok("background stream started", b"200 OK" in got, got[:200])
+    results = [None] * (2 * len(cases))
+    errors = []
+    barrier = threading.Barrier(len(results))
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = run(cases[i % len(cases)])
+        except Exception as e:  # noqa
+            errors.append(repr(e))
+    ths = [threading.Thread(target=worker, args=(i,)) for i in range(len(results))]
+    for t in ths:
+        t.start()
+    st, _, j, _ = jreq("GET", "/v1/token/encode?text=hello")
+    ok("read-only routes answer while streams decode", st == 200, j)
+    for t in ths:
+        t.join()
+    ok("%d concurrent requests answered" % len(results), not errors and all(r is not None for r in results), errors[:3])
+    def same_logprobs(a, b):
+        """Bodies equal except logprobs, which may differ in the last float bits: the dense
+        lm_head kernel sums a lone row (decode) in another order than a batch of rows."""
+        ja, jb = json.loads(a[1]), json.loads(b[1])
+        la, lb = ja["choices"][0].pop("logprobs"), jb["choices"][0].pop("logprobs")
+        close = len(la["token_logprobs"]) == len(lb["token_logprobs"]) and all(
+            abs(x - y) < 1e-4 for x, y in zip(la["token_logprobs"], lb["token_logprobs"]))
+        la.pop("token_logprobs"), lb.pop("token_logprobs"), la.pop("top_logprobs"), lb.pop("top_logprobs")
+        return a[0] == b[0] and ja == jb and la == lb and close
+    for i, r in enumerate(results):
+        if r is None:
+            continue
+        kind, path, body = cases[i % len(cases)]
+        what = "%s %s %s" % (kind, path, "greedy" if body.get("temperature") == 0 else "seed %s" % body.get("seed"))
+        if "logprobs" in body:
+            ok("concurrent == alone: %s with logprobs: same tokens and text, logprobs within 1e-4 (#%d)" % (what, i),
+               same_logprobs(r, alone[i % len(cases)]), (r, alone[i % len(cases)]))
+        else:
+            ok("concurrent == alone, byte for byte: %s (#%d)" % (what, i), r == alone[i % len(cases)],
+               (r, alone[i % len(cases)]))
+    st, _, j, _ = jreq("GET", "/v1/runtime")
+    sch = j["scheduler"]
+    ok("streams were batched: max batch > 1 (%s)" % sch.get("max_batch_seen"), sch["max_batch_seen"] > 1 and
+       sch["active"] >= 1 and any(int(k.rstrip("+")) > 1 for k in sch["batch_size_histogram"]), sch)
+    ok("aggregate decode tok/s reported", sch["aggregate_decode_tokens_per_second"] > 0, sch)
+    st, _, _, raw = jreq("GET", "/metrics")
+    text = raw.decode()
+    mx = [l for l in text.split("\n") if l.startswith("larql_decode_batch_max ")]
+    ok("metrics: batch size histogram and max batch > 1", 'larql_decode_batch_size_bucket{le="+Inf"}' in text and
+       mx and float(mx[0].split()[1]) > 1, mx)
+    long_sock.close()
+    freed = False
+    for _ in range(100):
+        st, _, j, _ = jreq("GET", "/v1/runtime")
+        if j["active_streams"] == 0 and j["scheduler"]["active"] == 0 and j["active_sessions"] == 0:
+            freed = True
+            break
+        time.sleep(0.1)
+    ok("background stream cancelled and its session freed after the client left", freed, j)
+
+
 if __name__ == "__main__":
     mode, PORT = sys.argv[1], int(sys.argv[2])
     if mode == "guarded":
         KEY = sys.argv[3]
         guarded_tests()
+    elif mode == "batch":
+        batch_tests()
     elif mode == "vindex":
         vindex_tests(sys.argv[3], sys.argv[4])
     else:

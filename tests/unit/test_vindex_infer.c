@@ -322,14 +322,282 @@ static void test_bad(void)
         printf("# %s\n", cases[i].what);
         expect_open_fails(d, cases[i].code, cases[i].needle);
     }
-    /* llama vindex: not runnable */
+    /* llama vindexes: browse level has no projections; broken dense files are named */
     lq_fixture_preset(&o, "tiny", &err);
     o.arch = "llama";
     snprintf(g, sizeof g, "%s/llama.gguf", harness_tmpdir());
-    snprintf(d, sizeof d, "%s/b-llama", harness_tmpdir());
     CHECK(lq_fixture_write(&o, g, &err) == 0);
-    CHECK(build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) == 0);
-    expect_open_fails(d, LQ_EUNSUPPORTED, "no bitnet_layout");
+    snprintf(d, sizeof d, "%s/b-llama-browse", harness_tmpdir());
+    CHECK(build(g, d, LQ_VLEVEL_BROWSE, 0, 0, &err) == 0);
+    expect_open_fails(d, LQ_EUNSUPPORTED, "does not contain model weights");
+    static const struct {
+        const char *what, *file;
+        int truncate_to; /* -2: delete */
+        int code;
+        const char *needle;
+    } lcases[] = {
+        {"truncated attn_weights", "attn_weights.bin", 100, LQ_EFORMAT, "past the end"},
+        {"missing up_weights", "up_weights.bin", -2, LQ_ENOTFOUND, "up_weights.bin"},
+        {"truncated down_weights", "down_weights.bin", 0, LQ_EFORMAT, "down_weights.bin"},
+    };
+    for (size_t i = 0; i < sizeof lcases / sizeof lcases[0]; i++) {
+        snprintf(d, sizeof d, "%s/b-llama-%zu", harness_tmpdir(), i);
+        if (build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err)) {
+            CHECK_MSG(0, "build: %s", err.msg);
+            continue;
+        }
+        char p[4500];
+        snprintf(p, sizeof p, "%s/%s", d, lcases[i].file);
+        if (lcases[i].truncate_to >= 0)
+            CHECK(truncate(p, lcases[i].truncate_to) == 0);
+        else
+            CHECK(unlink(p) == 0);
+        printf("# llama: %s\n", lcases[i].what);
+        expect_open_fails(d, lcases[i].code, lcases[i].needle);
+    }
+    /* a manifest shape that disagrees with the model */
+    snprintf(d, sizeof d, "%s/b-llama-shape", harness_tmpdir());
+    if (build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) == 0) {
+        char p[4500];
+        snprintf(p, sizeof p, "%s/weight_manifest.json", d);
+        json_t *man = json_load_file(p, 0, NULL);
+        json_t *e = json_array_get(man, 1); /* layers.0.self_attn.k_proj.weight */
+        json_array_set_new(json_object_get(e, "shape"), 0, json_integer(3));
+        CHECK(json_dump_file(man, p, JSON_INDENT(2)) == 0);
+        json_decref(man);
+        expect_open_fails(d, LQ_EFORMAT, "k_proj");
+    }
+}
+
+/* ---- llama vindexes: the dense projections LARQL writes, run in place ---- */
+
+/* The manifest of an inference vindex in LARQL's write_model_weights order: per layer q, k,
+ * v, o (attn_weights.bin); per layer up, down; norms; lm_head. Each dense entry's bytes are
+ * the GGUF tensor's values (unit trits for I2_S) in the vindex dtype. */
+static void check_manifest(const char *gguf, const char *dir, int f16)
+{
+    char p[4500];
+    snprintf(p, sizeof p, "%s/weight_manifest.json", dir);
+    json_t *man = json_load_file(p, 0, NULL);
+    lq_gguf *g = NULL;
+    lq_err err = {0};
+    if (!man || lq_gguf_open(gguf, &g, &err)) {
+        CHECK_MSG(0, "%s: %s", p, err.msg);
+        json_decref(man);
+        return;
+    }
+    uint64_t L = 0;
+    while (1) {
+        char n[64];
+        snprintf(n, sizeof n, "blk.%llu.attn_q.weight", (unsigned long long)L);
+        if (!lq_gguf_find_tensor(g, n))
+            break;
+        L++;
+    }
+    static const char *ag[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+    static const char *ah[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
+    size_t idx = 0, bad = 0;
+    uint64_t off[3] = {0, 0, 0};
+    static const char *files[3] = {"attn_weights.bin", "up_weights.bin", "down_weights.bin"};
+    lq_mapfile mf[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        CHECK(lq_mapfile_open(&mf[i], p, &err) == 0);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t l = 0; l < L; l++)
+            for (int j = 0; j < (pass ? 2 : 4); j++) {
+                const char *gn = pass ? (j ? "ffn_down" : "ffn_up") : ag[j];
+                const char *hn = pass ? (j ? "mlp.down_proj" : "mlp.up_proj") : ah[j];
+                int fi = pass ? 1 + j : 0;
+                char gname[96], key[96];
+                snprintf(gname, sizeof gname, "blk.%llu.%s.weight", (unsigned long long)l, gn);
+                snprintf(key, sizeof key, "layers.%llu.%s.weight", (unsigned long long)l, hn);
+                const lq_gguf_tensor *t = lq_gguf_find_tensor(g, gname);
+                json_t *e = json_array_get(man, idx++);
+                const char *k = json_string_value(json_object_get(e, "key"));
+                json_t *sh = json_object_get(e, "shape");
+                uint64_t n = t ? t->ne[0] * t->ne[1] : 0, es = f16 ? 2 : 4;
+                int ok = t && k && !strcmp(k, key) &&
+                         !strcmp(json_string_value(json_object_get(e, "kind")), "tensor") &&
+                         !strcmp(json_string_value(json_object_get(e, "file")), files[fi]) &&
+                         json_integer_value(json_array_get(sh, 0)) == (json_int_t)t->ne[1] &&
+                         json_integer_value(json_array_get(sh, 1)) == (json_int_t)t->ne[0] &&
+                         json_integer_value(json_object_get(e, "offset")) == (json_int_t)off[fi] &&
+                         json_integer_value(json_object_get(e, "length")) == (json_int_t)(n * es);
+                CHECK_MSG(ok, "manifest entry %zu: '%s', expected '%s' at %llu", idx - 1, k ? k : "?", key,
+                          (unsigned long long)off[fi]);
+                if (!ok || !mf[fi].data || off[fi] + n * es > mf[fi].size) {
+                    bad++;
+                    continue;
+                }
+                /* values: the GGUF's (unit trits for I2_S), f16 by LARQL's truncation */
+                float *row = malloc(t->ne[0] * sizeof *row), s = 1.0f;
+                if (t->type == LQ_GGML_I2_S)
+                    lq_gguf_i2s_scale(t, &s, NULL);
+                for (uint64_t r = 0; r < t->ne[1]; r++) {
+                    lq_gguf_tensor_row_f32(t, r, row, NULL);
+                    for (uint64_t c = 0; c < t->ne[0]; c++) {
+                        float want = t->type == LQ_GGML_I2_S ? row[c] / s : row[c];
+                        const uint8_t *q = mf[fi].data + off[fi] + (r * t->ne[0] + c) * es;
+                        if (f16) {
+                            uint16_t h;
+                            memcpy(&h, q, 2);
+                            bad += h != lq_vx_f32_to_f16_trunc(want);
+                        } else {
+                            bad += memcmp(q, &want, 4) != 0;
+                        }
+                    }
+                }
+                free(row);
+                off[fi] += n * es;
+            }
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(mf[i].size == off[i], "%s: %zu bytes, manifest covers %llu", files[i], mf[i].size,
+                  (unsigned long long)off[i]);
+        lq_mapfile_close(&mf[i]);
+    }
+    CHECK_MSG(bad == 0, "%s: %zu dense values/entries differ from the GGUF", dir, bad);
+    /* then norms, lm_head last */
+    const char *last = json_string_value(json_object_get(json_array_get(man, json_array_size(man) - 1), "key"));
+    CHECK(last && !strcmp(last, "lm_head.weight"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(man, idx), "file")), "norms.bin"));
+    /* the checksums cover the dense files and verify */
+    lq_vindex *v = NULL;
+    if (lq_vindex_open(dir, NULL, &v, &err) == 0) {
+        json_t *cs = json_object_get(v->index, "checksums");
+        for (int i = 0; i < 3; i++)
+            CHECK_MSG(json_is_string(json_object_get(cs, files[i])), "checksums.%s missing", files[i]);
+        CHECK_MSG(lq_vindex_verify_checksums(v, &err) == 0, "%s", err.msg);
+        lq_vindex_close(v);
+    } else {
+        CHECK_MSG(0, "open %s: %s", dir, err.msg);
+    }
+    lq_gguf_close(g);
+    json_decref(man);
+}
+
+static void compare_llama(const char *gguf, const char *tag, const int32_t *ids, size_t n)
+{
+    char d32[4400], d16[4400];
+    snprintf(d32, sizeof d32, "%s/%s-inf", harness_tmpdir(), tag);
+    snprintf(d16, sizeof d16, "%s/%s-f16", harness_tmpdir(), tag);
+    lq_err err = {0};
+    if (build(gguf, d32, LQ_VLEVEL_INFERENCE, 0, 0, &err) || build(gguf, d16, LQ_VLEVEL_ALL, 0, 1, &err)) {
+        CHECK_MSG(0, "%s: build: %s", tag, err.msg);
+        return;
+    }
+    check_manifest(gguf, d32, 0);
+    check_manifest(gguf, d16, 1);
+    int V = 0, V2 = 0;
+    float *g = logits_of(gguf, ids, n, LQ_ACT_F32, &V);
+    float *a = logits_of(d32, ids, n, LQ_ACT_F32, &V2);
+    float *c = logits_of(d16, ids, n, LQ_ACT_F32, &V2);
+    if (g && a && c) {
+        size_t N = n * (size_t)V;
+        CHECK_MSG(max_diff(g, a, N) <= 1e-5, "%s: f32 llama vindex differs by %g", tag, max_diff(g, a, N));
+        double d = max_diff(g, c, N);
+        printf("# %s: f32 vindex max |dlogit| %.3g, f16 vindex %.3g\n", tag, max_diff(g, a, N), d);
+        CHECK_MSG(d < 0.5, "%s: f16 llama vindex differs by %g", tag, d);
+    }
+    free(g);
+    free(a);
+    free(c);
+    /* the model runs the vindex's mapped rows in place */
+    lq_model *m = NULL;
+    lq_model_opts mo = {.n_threads = 1};
+    if (lq_model_open(d32, &mo, &m, &err) == 0) {
+        const lq_model_info *in = lq_model_get_info(m);
+        CHECK(in->arch == LQ_ARCH_LLAMA && in->proj_type == LQ_GGML_F32);
+        lq_model_close(m);
+    } else {
+        CHECK_MSG(0, "%s", err.msg);
+    }
+}
+
+static void test_llama_fixture(void)
+{
+    char g[4400];
+    snprintf(g, sizeof g, "%s/llama-fx.gguf", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_err err = {0};
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.arch = "llama";
+    o.seed = 5;
+    if (lq_fixture_write(&o, g, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    int32_t ids[70];
+    for (int i = 0; i < 70; i++)
+        ids[i] = (int32_t)(rnd() % 300);
+    compare_llama(g, "llama-fx", ids, 70);
+    /* a BitNet inference vindex holds the projections too, as unit-scale trits */
+    char gb[4400], db[4400];
+    snprintf(gb, sizeof gb, "%s/bitnet-dense.gguf", harness_tmpdir());
+    snprintf(db, sizeof db, "%s/bitnet-dense", harness_tmpdir());
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.seed = 6;
+    if (lq_fixture_write(&o, gb, &err) || build(gb, db, LQ_VLEVEL_INFERENCE, 0, 0, &err)) {
+        CHECK_MSG(0, "bitnet: %s", err.msg);
+        return;
+    }
+    check_manifest(gb, db, 0);
+}
+
+/* stories260K (llama2.c, SentencePiece): vindex logits equal the GGUF's, and the greedy
+ * continuation of prompt [B] of stories260K_golden.txt */
+static void test_stories(void)
+{
+    const char *cd = harness_conformance_dir();
+    if (!cd)
+        SKIP("../shared/conformance absent");
+    char gpath[4300];
+    snprintf(gpath, sizeof gpath, "%s/llama/stories260K.gguf", cd);
+    if (access(gpath, R_OK) != 0)
+        SKIP("stories260K.gguf absent");
+    static const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 400, 428};
+    static const int32_t want[] = {395, 392, 412, 444, 426, 392, 412, 444, 401, 396, 267, 337, 335, 345,
+                                   267, 422, 419, 269, 352, 379, 261, 420, 277, 264, 426, 385, 328, 432,
+                                   392, 412, 444, 394, 261, 370, 268, 414, 444, 322};
+    compare_llama(gpath, "stories", prompt, sizeof prompt / sizeof prompt[0]);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/stories-inf", harness_tmpdir());
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts mo = {.n_threads = 2};
+    if (lq_model_open(dir, &mo, &m, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    /* the vindex's tokenizer.json (SentencePiece as Unigram) encodes the prompt as llama2.c */
+    int32_t *tids = NULL;
+    size_t nt = 0;
+    const char *text = "Once upon a time, there was a dog";
+    CHECK(lq_tokenizer_encode(lq_model_tokenizer(m), text, strlen(text), LQ_TOK_ADD_BOS, &tids, &nt, &err) == 0);
+    CHECK_EQ_INT((int)nt, (int)(sizeof prompt / sizeof prompt[0]));
+    for (size_t i = 0; tids && i < nt && i < sizeof prompt / sizeof prompt[0]; i++)
+        CHECK_EQ_INT(tids[i], prompt[i]);
+    free(tids);
+    int V = lq_model_get_info(m)->n_vocab;
+    lq_session *s = NULL;
+    float *l = malloc((size_t)V * sizeof *l);
+    int ok = lq_session_create(m, 0, &s, &err) == 0 &&
+             lq_session_eval(s, prompt, sizeof prompt / sizeof prompt[0], l, NULL, &err) == 0;
+    CHECK_MSG(ok, "%s", err.msg);
+    for (size_t i = 0; ok && i < sizeof want / sizeof want[0]; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (l[v] > l[best])
+                best = v;
+        ok = best == want[i];
+        CHECK_MSG(ok, "stories greedy token %zu: %d, expected %d", i, best, want[i]);
+        if (ok && i + 1 < sizeof want / sizeof want[0])
+            ok = lq_session_decode(s, best, l, &err) == 0;
+    }
+    free(l);
+    lq_session_free(s);
+    lq_model_close(m);
 }
 
 /* ---- infer ---- */
@@ -524,6 +792,8 @@ int main(void)
     RUN(test_fixture_equal);
     RUN(test_conformance);
     RUN(test_bad);
+    RUN(test_llama_fixture);
+    RUN(test_stories);
     RUN(test_infer);
     return harness_done();
 }
