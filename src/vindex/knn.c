@@ -36,6 +36,13 @@ void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t 
     }
 }
 
+lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
+{
+    if (force_scalar || !v->use_avx2)
+        return lq_vx_scores_scalar;
+    return v->use_avx512 ? lq_vx_scores_avx512 : lq_vx_scores_avx2;
+}
+
 /* ---- prefilter sketches ----
  * A gate row g becomes trits t_d = sign(g_d) where |g_d| > 0.5 * mean|g| (else 0) and a scale
  * s = mean of |g_d| over the kept components, so that s * sum(t * q) approximates g . q. For
@@ -258,7 +265,7 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     scan_job *j = ctx;
     size_t D = (size_t)j->v->info.hidden_size;
     int f16 = j->v->info.dtype == LQ_VDT_F16;
-    lq_vx_scores_fn fn = j->force_scalar || !j->v->use_avx2 ? lq_vx_scores_scalar : lq_vx_scores_avx2;
+    lq_vx_scores_fn fn = lq_vx_scores_pick(j->v, j->force_scalar);
     for (size_t li = 0; li < j->n_layers; li++) {
         uint64_t a = j->row_start[li], b = j->row_start[li + 1];
         uint64_t s = (uint64_t)start > a ? (uint64_t)start : a;
@@ -384,7 +391,7 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
         if (!cand || !cs || !row)
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    lq_vx_scores_fn fn = v->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
+    lq_vx_scores_fn fn = lq_vx_scores_pick(v, 0);
     for (size_t i = 0; !rc && i < n_layers; i++) {
         const void *rows;
         int nf;

@@ -107,7 +107,7 @@ struct lq_vindex {
     int use_avx2;
     /* gate prefilter (lq_vindex_open_opts.prefilter): per layer a 2-bit sketch of every gate
      * row, [nf][hidden/16][2] uint16 (+1 mask, -1 mask), and its scale [nf] */
-    int prefilter, use_avx512;
+    int prefilter, use_avx512, use_vnni;
     uint16_t **sk;
     float **sk_scale;
     int *sk_inexact;           /* [num_layers] 1: the layer's rows are not unit trits */
@@ -122,6 +122,11 @@ void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t 
                          const float *Q, size_t nq, float *out, size_t out_stride);
 void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
                        const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride);
+/* The exact gate kernel a vindex scans with (the prefilter re-scores with the same one, so
+ * its exact scores are bit-identical to a full scan's). */
+lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar);
 
 /* Top-k by |score| of scores[0..n) into hits (sorted, |score| desc, ties lower feature
  * first); returns the count. */
