@@ -588,10 +588,9 @@ void lq_vindex_close(lq_vindex *v)
     if (!v)
         return;
     lq_pool_free(v->pool);
-    for (int l = 0; l < v->info.num_layers && v->sk; l++) {
-        free(v->sk[l]);
+    for (int l = 0; l < v->info.num_layers && v->sk; l++)
         free(v->sk_scale[l]);
-    }
+    free(v->sk_block); /* every layer's codes */
     free(v->sk);
     free(v->sk_scale);
     free(v->sk_inexact);

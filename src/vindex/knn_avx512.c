@@ -18,6 +18,8 @@
 
 #include "vindex/vindex_internal.h"
 
+#define UNROLL _Pragma("GCC unroll 4")
+
 #ifndef LQ_VX_PF_BYTES
 #define LQ_VX_PF_BYTES 8192 /* software prefetch distance along the row stream */
 #endif
@@ -44,6 +46,7 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
 {
     size_t esz = f16 ? 2 : 4, d64 = d & ~(size_t)63;
     __m512 a[4][4];
+    UNROLL
     for (int q = 0; q < 4; q++)
         for (int s = 0; s < 4; s++)
             a[q][s] = _mm512_setzero_ps();
@@ -62,6 +65,7 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
         }
         __m512 w0 = load16(p, f16, i), w1 = load16(p, f16, i + 16), w2 = load16(p, f16, i + 32),
                w3 = load16(p, f16, i + 48);
+        UNROLL
         for (int q = 0; q < NQ; q++) {
             const float *xq = x + (size_t)q * xs + i;
             a[q][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xq), a[q][0]);
@@ -77,6 +81,7 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
         size_t j = d64 + 16 * (k), n = d - j < 16 ? d - j : 16;                                    \
         __mmask16 m = (__mmask16)(n == 16 ? 0xFFFFu : (1u << n) - 1);                              \
         __m512 w = load16_m(p, f16, j, m);                                                         \
+        UNROLL                                                                                     \
         for (int q = 0; q < NQ; q++)                                                               \
             a[q][k] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, x + (size_t)q * xs + j), a[q][k]); \
     }
@@ -85,6 +90,7 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
     REST(2)
     REST(3)
 #undef REST
+    UNROLL
     for (int q = 0; q < NQ; q++)
         out[(size_t)q * os] = _mm512_reduce_add_ps(
             _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][1]), _mm512_add_ps(a[q][2], a[q][3])));
