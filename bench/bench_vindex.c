@@ -2,7 +2,7 @@
  * queries/s at 1, 2, 4 and 16 concurrent callers, each next to the memory roofline (bytes a
  * query touches / measured read bandwidth). Then the gate prefilter: bytes per query, speed
  * and recall of the top edges against the exact scan.
- * Usage: bench_vindex DIR [--runs N] [--seconds S]
+ * Usage: bench_vindex DIR [--runs N] [--seconds S] [--scan-only 1]
  * Prints Markdown (median of N runs, min and max). No pass/fail. */
 #include <math.h>
 #include <pthread.h>
@@ -92,12 +92,15 @@ static void *qworker(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_vindex DIR [--runs N] [--seconds S]\n");
+        fprintf(stderr, "usage: bench_vindex DIR [--runs N] [--seconds S] [--scan-only 1]\n");
         return 2;
     }
     int runs = 5;
     double seconds = 3;
+    int scan_only = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--scan-only"))
+            scan_only = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--runs"))
             runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds"))
@@ -124,6 +127,56 @@ int main(int argc, char **argv)
 
     /* warm the page cache: one scan of every layer */
     describe_once("warm", "all", &err);
+
+    /* the gate scan alone (one query, top 20, all layers) per kernel set and thread count,
+     * against the read bandwidth of the same number of threads */
+    {
+        static const char *ks[] = {"avx2", "avx512"};
+        int D = in->hidden_size, L = in->num_layers;
+        float *q = malloc((size_t)D * sizeof *q);
+        int *ly = malloc((size_t)L * sizeof *ly);
+        lq_vindex_hit *h = malloc((size_t)L * 20 * sizeof *h);
+        size_t *cnt = malloc((size_t)L * sizeof *cnt);
+        size_t ntk = 0;
+        lq_vindex_entity_vector(V, "France", q, &ntk, &err);
+        for (int i = 0; i < L; i++)
+            ly[i] = i;
+        double bytes = layer_bytes * L;
+        printf("gate scan alone (1 query, top 20, all %d layers, %.0f MB):\n\n"
+               "| kernels | threads | median ms | min | max | GB/s | %% of read bandwidth (same threads) |\n"
+               "|---|---|---|---|---|---|---|\n", L, bytes / 1e6);
+        for (int k = 0; k < 2; k++)
+            for (int nt = 1; nt <= 2; nt++) {
+                lq_vindex *S = NULL;
+                lq_vindex_open_opts so = {.n_threads = nt, .kernels = ks[k]};
+                if (lq_vindex_open(argv[1], &so, &S, &err)) {
+                    printf("| %s | %d | (%s) | | | | |\n", ks[k], nt, err.msg);
+                    continue;
+                }
+                double *t = malloc((size_t)runs * sizeof *t);
+                lq_vindex_gate_knn_batch(S, ly, (size_t)L, q, 1, 20, h, cnt, &err); /* warm */
+                for (int r = 0; r < runs; r++) {
+                    double a = now_ms();
+                    lq_vindex_gate_knn_batch(S, ly, (size_t)L, q, 1, 20, h, cnt, &err);
+                    t[r] = now_ms() - a;
+                }
+                stat3 st = stats(t, runs);
+                double gbs = bytes / (st.med * 1e6), bw = nt == 1 ? bw1 : bw2;
+                printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", ks[k], nt, st.med, st.min, st.max, gbs,
+                       100 * gbs / bw);
+                free(t);
+                lq_vindex_close(S);
+            }
+        printf("\n");
+        free(q);
+        free(ly);
+        free(h);
+        free(cnt);
+    }
+    if (scan_only) {
+        lq_vindex_close(V);
+        return 0;
+    }
 
     printf("| query | bytes touched | median ms | min | max | roofline ms (bytes / %.1f GB/s) | "
            "%% of bandwidth |\n|---|---|---|---|---|---|---|\n", bw2);

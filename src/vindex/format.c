@@ -546,12 +546,29 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         if (v->n_threads > 64)
             v->n_threads = 64;
         rc = lq_pool_create(v->n_threads, &v->pool, err);
-        const lq_cpu_features *cf = lq_cpu_features_get();
-        v->use_avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
     }
     if (!rc) {
+        /* gate kernels: the best this CPU runs, or the one opts->kernels names */
         const lq_cpu_features *cf = lq_cpu_features_get();
-        v->use_avx512 = cf && cf->avx512f;
+        int avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
+        int avx512 = avx2 && cf->avx512f && cf->avx512bw && cf->avx512vl;
+        v->use_vnni = avx512 && cf->avx512vnni;
+        const char *k = opts ? opts->kernels : NULL;
+        if (!k) {
+            v->use_avx2 = avx2;
+            v->use_avx512 = avx512;
+        } else if (!strcmp(k, "scalar")) {
+            v->use_vnni = 0;
+        } else if (!strcmp(k, "avx2") && avx2) {
+            v->use_avx2 = 1;
+            v->use_vnni = 0;
+        } else if (!strcmp(k, "avx512") && avx512) {
+            v->use_avx2 = v->use_avx512 = 1;
+        } else if (!strcmp(k, "avx2") || !strcmp(k, "avx512")) {
+            rc = lq_err_set(err, LQ_EUNSUPPORTED, "gate kernels '%s' are not supported by this CPU", k);
+        } else {
+            rc = lq_err_set(err, LQ_EINVAL, "gate kernels '%s' (scalar, avx2, avx512)", k);
+        }
     }
     if (!rc && opts && opts->prefilter && !in->dense_only)
         rc = lq_vx_build_sketches(v, err);
@@ -571,10 +588,9 @@ void lq_vindex_close(lq_vindex *v)
     if (!v)
         return;
     lq_pool_free(v->pool);
-    for (int l = 0; l < v->info.num_layers && v->sk; l++) {
-        free(v->sk[l]);
+    for (int l = 0; l < v->info.num_layers && v->sk; l++)
         free(v->sk_scale[l]);
-    }
+    free(v->sk_block); /* every layer's codes */
     free(v->sk);
     free(v->sk_scale);
     free(v->sk_inexact);

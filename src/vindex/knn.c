@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/f16.h"
 #include "vindex/vindex_internal.h"
@@ -36,28 +37,98 @@ void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t 
     }
 }
 
-/* ---- prefilter sketches ----
- * A gate row g becomes trits t_d = sign(g_d) where |g_d| > 0.5 * mean|g| (else 0) and a scale
- * s = mean of |g_d| over the kept components, so that s * sum(t * q) approximates g . q. For
- * BitNet's unit-trit gate rows this is exact (t = g, s = 1). */
-
-void lq_vx_sketch_scores_scalar(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
-                                const float *Q, size_t nq, float *out, size_t out_stride)
+lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
 {
-    size_t nc = d / 16;
+    if (force_scalar || !v->use_avx2)
+        return lq_vx_scores_scalar;
+    return v->use_avx512 ? lq_vx_scores_avx512 : lq_vx_scores_avx2;
+}
+
+/* ---- prefilter sketches (layout and arithmetic in vindex_internal.h) ---- */
+
+size_t lq_vx_sketch_dp(size_t d) { return (d + 255) / 256 * 256; }
+
+static inline float comp(const uint8_t *p, int f16, size_t i)
+{
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return lq_f16_to_f32(h);
+    }
+    float g;
+    memcpy(&g, p + 4 * i, 4);
+    return g;
+}
+
+void lq_vx_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact)
+{
+    const uint8_t *p = row;
+    size_t dp = lq_vx_sketch_dp(d);
+    float sum = 0;
+    for (size_t i = 0; i < d; i++)
+        sum += fabsf(comp(p, f16, i));
+    float thr = 0.5f * (sum / (float)d);
+    memset(codes, 0x55, dp / 4); /* code 1 (trit 0) everywhere, padding included */
+    float kept = 0;
+    size_t nk = 0;
+    for (size_t i = 0; i < d; i++) {
+        float g = comp(p, f16, i);
+        if (!(fabsf(g) > thr))
+            continue;
+        size_t blk = i / 256, j = i % 256;
+        uint8_t *c = codes + blk * 64 + j % 64;
+        int sh = 2 * (int)(j / 64);
+        *c = (uint8_t)((*c & ~(3u << sh)) | (unsigned)(g > 0 ? 2 : 0) << sh);
+        kept += fabsf(g);
+        nk++;
+    }
+    *scale = nk ? kept / (float)nk : 0.0f;
+    for (size_t i = 0; i < d && !*inexact; i++) {
+        float g = comp(p, f16, i);
+        if (g != 0 && fabsf(g) != *scale)
+            *inexact = 1;
+    }
+}
+
+void lq_vx_quantise_queries(const float *Q, size_t nq, size_t d, int8_t *q8, float *qs, int32_t *qsum)
+{
+    size_t dp = lq_vx_sketch_dp(d);
+    for (size_t q = 0; q < nq; q++) {
+        const float *x = Q + q * d;
+        int8_t *o = q8 + q * dp;
+        float amax = 0;
+        for (size_t i = 0; i < d; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        float s = amax > 0 && isfinite(amax) ? amax / 127.0f : 0.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+        int32_t sum = 0;
+        for (size_t i = 0; i < dp; i++) {
+            int v = i < d && s > 0 ? (int)lrintf(x[i] * inv) : 0;
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            o[i] = (int8_t)v;
+            sum += v;
+        }
+        qs[q] = s;
+        qsum[q] = sum;
+    }
+}
+
+void lq_vx_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
+                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
+                                size_t out_stride)
+{
+    size_t rb = dp / 4;
     for (size_t r = r0; r < r1; r++) {
-        const uint16_t *m = sk + r * nc * 2;
+        const uint8_t *c = codes + r * rb;
         for (size_t q = 0; q < nq; q++) {
-            const float *x = Q + q * d;
-            float acc = 0;
-            for (size_t c = 0; c < nc; c++)
-                for (int b = 0; b < 16; b++) {
-                    if (m[2 * c] >> b & 1)
-                        acc += x[16 * c + b];
-                    if (m[2 * c + 1] >> b & 1)
-                        acc -= x[16 * c + b];
+            const int8_t *x = q8 + q * dp;
+            int32_t dot = 0;
+            for (size_t blk = 0; blk < dp / 256; blk++)
+                for (size_t j = 0; j < 64; j++) {
+                    unsigned b = c[blk * 64 + j];
+                    for (int k = 0; k < 4; k++)
+                        dot += (int32_t)(b >> (2 * k) & 3) * x[blk * 256 + 64 * (size_t)k + j];
                 }
-            out[q * out_stride + r] = scale[r] * acc;
+            out[q * out_stride + r] = (float)(dot - qsum[q]) * (scale[r] * qs[q]);
         }
     }
 }
@@ -73,89 +144,57 @@ static void sk_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     (void)thread_idx;
     sk_job *j = ctx;
     lq_vindex *v = j->v;
-    size_t D = (size_t)v->info.hidden_size, nc = D / 16;
+    size_t D = (size_t)v->info.hidden_size, rb = v->sk_dp / 4;
     const void *rows;
     int nf;
     lq_vindex_gate_layer(v, j->layer, &rows, &nf, NULL);
-    int f16 = v->info.dtype == LQ_VDT_F16;
+    int f16 = v->info.dtype == LQ_VDT_F16, inexact = 0;
     for (int64_t r = start; r < end; r++) {
         const uint8_t *p = (const uint8_t *)rows + (size_t)r * D * (f16 ? 2 : 4);
-        double sum = 0;
-        for (size_t i = 0; i < D; i++) {
-            float g;
-            if (f16) {
-                uint16_t h;
-                memcpy(&h, p + 2 * i, 2);
-                g = lq_f16_to_f32(h);
-            } else {
-                memcpy(&g, p + 4 * i, 4);
-            }
-            sum += fabsf(g);
-        }
-        float thr = (float)(0.5 * sum / (double)D);
-        uint16_t *m = v->sk[j->layer] + (size_t)r * nc * 2;
-        double kept = 0;
-        size_t nk = 0;
-        for (size_t c = 0; c < nc; c++) {
-            uint16_t pm = 0, nm = 0;
-            for (int b = 0; b < 16; b++) {
-                size_t i = 16 * c + (size_t)b;
-                float g;
-                if (f16) {
-                    uint16_t h;
-                    memcpy(&h, p + 2 * i, 2);
-                    g = lq_f16_to_f32(h);
-                } else {
-                    memcpy(&g, p + 4 * i, 4);
-                }
-                if (fabsf(g) > thr && g > 0)
-                    pm |= (uint16_t)(1u << b);
-                else if (fabsf(g) > thr && g < 0)
-                    nm |= (uint16_t)(1u << b);
-                if (fabsf(g) > thr)
-                    kept += fabsf(g), nk++;
-            }
-            m[2 * c] = pm;
-            m[2 * c + 1] = nm;
-        }
-        float scale = nk ? (float)(kept / (double)nk) : 0.0f;
-        v->sk_scale[j->layer][r] = scale;
-        /* exact when every component is 0 or +-scale (unit trits) */
-        for (size_t i = 0; i < D && !j->inexact; i++) {
-            float g;
-            if (f16) {
-                uint16_t h;
-                memcpy(&h, p + 2 * i, 2);
-                g = lq_f16_to_f32(h);
-            } else {
-                memcpy(&g, p + 4 * i, 4);
-            }
-            if (g != 0 && fabsf(g) != scale)
-                j->inexact = 1; /* benign race: threads only ever store 1 */
-        }
+        (v->use_avx512 ? lq_vx_sketch_row_avx512 : lq_vx_sketch_row_scalar)(
+            p, f16, D, v->sk[j->layer] + (size_t)r * rb, &v->sk_scale[j->layer][r], &inexact);
     }
+    if (inexact)
+        j->inexact = 1; /* benign race: threads only ever store 1 */
 }
 
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err)
 {
     int L = v->info.num_layers;
     size_t D = (size_t)v->info.hidden_size;
-    if (D % 16)
-        return LQ_OK; /* no prefilter: every query scans exactly */
+    v->sk_dp = lq_vx_sketch_dp(D);
     v->sk = calloc((size_t)L, sizeof *v->sk);
     v->sk_scale = calloc((size_t)L, sizeof *v->sk_scale);
     v->sk_inexact = calloc((size_t)L, sizeof *v->sk_inexact);
     if (!v->sk || !v->sk_scale || !v->sk_inexact)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    /* one block for every layer's codes, in 2 MB pages where the kernel allows (the scan
+     * streams it; 4 KB pages stop the hardware prefetchers at every page border) */
+    size_t total = 0, huge = (size_t)2 << 20;
+    for (int l = 0; l < L; l++) {
+        const void *rows;
+        int nf;
+        lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
+        total += (size_t)nf * (v->sk_dp / 4);
+    }
+    size_t alloc = (total + huge - 1) / huge * huge;
+    void *blk = NULL;
+    if (alloc && posix_memalign(&blk, huge, alloc))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory for the prefilter sketches (%zu bytes)", alloc);
+    if (blk)
+        madvise(blk, alloc, MADV_HUGEPAGE); /* advisory: 4 KB pages work too */
+    v->sk_block = blk;
+    size_t off = 0;
     for (int l = 0; l < L; l++) {
         const void *rows;
         int nf;
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         if (!nf)
             continue;
-        v->sk[l] = malloc((size_t)nf * (D / 16) * 2 * sizeof(uint16_t));
+        v->sk[l] = v->sk_block + off;
+        off += (size_t)nf * (v->sk_dp / 4);
         v->sk_scale[l] = malloc((size_t)nf * sizeof(float));
-        if (!v->sk[l] || !v->sk_scale[l])
+        if (!v->sk_scale[l])
             return lq_err_set(err, LQ_ENOMEM, "out of memory for the layer %d prefilter sketch", l);
         sk_job j = {v, l, 0};
         lq_pool_for(v->pool, nf, 64, sk_chunk, &j);
@@ -243,6 +282,9 @@ size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_
 typedef struct scan_job {
     const lq_vindex *v;
     int sketch;                /* approximate scores from the prefilter sketches */
+    const int8_t *q8;          /* sketch: quantised queries [nq][sk_dp], scales, sums */
+    const float *qs;
+    const int32_t *qsum;
     const int *layers;
     size_t n_layers;
     const uint64_t *row_start; /* [n_layers + 1] prefix sums of rows */
@@ -258,7 +300,7 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     scan_job *j = ctx;
     size_t D = (size_t)j->v->info.hidden_size;
     int f16 = j->v->info.dtype == LQ_VDT_F16;
-    lq_vx_scores_fn fn = j->force_scalar || !j->v->use_avx2 ? lq_vx_scores_scalar : lq_vx_scores_avx2;
+    lq_vx_scores_fn fn = lq_vx_scores_pick(j->v, j->force_scalar);
     for (size_t li = 0; li < j->n_layers; li++) {
         uint64_t a = j->row_start[li], b = j->row_start[li + 1];
         uint64_t s = (uint64_t)start > a ? (uint64_t)start : a;
@@ -268,10 +310,13 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         const void *rows;
         int nf;
         lq_vindex_gate_layer(j->v, j->layers[li], &rows, &nf, NULL);
-        if (j->sketch)
-            (j->v->use_avx512 && !j->force_scalar ? lq_vx_sketch_scores_avx512 : lq_vx_sketch_scores_scalar)(
-                j->v->sk[j->layers[li]], j->v->sk_scale[j->layers[li]], D, (size_t)(s - a), (size_t)(e - a),
-                j->Q, j->nq, j->scores[li], (size_t)nf);
+        if (j->sketch) {
+            lq_vx_sketch_fn sf = j->force_scalar || !j->v->use_avx512 ? lq_vx_sketch_scores_scalar
+                                 : j->v->use_vnni                   ? lq_vx_sketch_scores_avx512
+                                                                    : lq_vx_sketch_scores_avx512bw;
+            sf(j->v->sk[j->layers[li]], j->v->sk_scale[j->layers[li]], j->v->sk_dp, (size_t)(s - a),
+               (size_t)(e - a), j->q8, j->qs, j->qsum, j->nq, j->scores[li], (size_t)nf);
+        }
         else
             fn(rows, f16, D, (size_t)(s - a), (size_t)(e - a), j->Q, j->nq, j->scores[li], (size_t)nf);
     }
@@ -307,12 +352,33 @@ void lq_vindex_thread_release(void)
     tl_scan_threads = 0;
 }
 
+/* The pool the calling thread's queries run on (NULL: inline). */
+static lq_pool *scan_pool(const lq_vindex *v)
+{
+    return tl_scan_threads == 1 ? NULL : tl_pool ? tl_pool : v->pool;
+}
+
 static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t nq,
                 float **scores, int force_scalar, int sketch, lq_err *err)
 {
+    int8_t *q8 = NULL;
+    float *qs = NULL;
+    int32_t *qsum = NULL;
+    if (sketch) {
+        q8 = malloc(nq * v->sk_dp);
+        qs = malloc(nq * sizeof *qs);
+        qsum = malloc(nq * sizeof *qsum);
+        if (!q8 || !qs || !qsum) {
+            free(q8), free(qs), free(qsum);
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        }
+        lq_vx_quantise_queries(Q, nq, (size_t)v->info.hidden_size, q8, qs, qsum);
+    }
     uint64_t *row_start = malloc((n_layers + 1) * sizeof *row_start);
-    if (!row_start)
+    if (!row_start) {
+        free(q8), free(qs), free(qsum);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
     row_start[0] = 0;
     for (size_t i = 0; i < n_layers; i++) {
         const void *rows;
@@ -320,18 +386,89 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
         row_start[i + 1] = row_start[i] + (uint64_t)nf;
     }
-    scan_job j = {v, sketch, layers, n_layers, row_start, Q, nq, scores, force_scalar};
+    scan_job j = {v, sketch, q8, qs, qsum, layers, n_layers, row_start, Q, nq, scores, force_scalar};
     uint64_t total = row_start[n_layers];
     if (total) {
         /* grain 64 rows keeps chunk borders away from shared cache lines of the outputs */
-        lq_pool *pool = tl_scan_threads == 1 ? NULL : tl_pool ? tl_pool : v->pool;
+        lq_pool *pool = scan_pool(v);
         if (pool && total >= 256)
             lq_pool_for(pool, (int64_t)total, 64, scan_chunk, &j);
         else
             scan_chunk(&j, 0, (int64_t)total, 0);
     }
     free(row_start);
+    free(q8), free(qs), free(qsum);
     return LQ_OK;
+}
+
+/* ---- prefilter: candidates from the sketch scores, exact re-scoring ----
+ * Per (query, layer): the top kl rows by |approximate score| (unit-trit layers: the sketch
+ * order is the exact order up to the int8 query rounding, 2K+32 is the margin; real-valued
+ * gates: a wider net, 8K+64), then the exact f16/f32 score of those rows with the scan's own
+ * kernel (bit-identical to a full scan's score), top K of them. The candidate rows are
+ * visited in address order, each prefetched whole two rows ahead (they are scattered 5 KB
+ * reads that the hardware prefetchers cannot predict). */
+
+typedef struct rescore_job {
+    const lq_vindex *v;
+    const int *layers;
+    size_t n_layers;
+    const float *Q;
+    size_t n_q, k;
+    float **scores;           /* [n_layers] -> [n_q, nf] approximate */
+    lq_vindex_hit *out;       /* [n_q][n_layers][k] */
+    size_t *counts;           /* [n_q][n_layers] */
+    volatile int failed;
+} rescore_job;
+
+static void prefetch_row(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
+static void rescore_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    rescore_job *j = ctx;
+    const lq_vindex *v = j->v;
+    size_t D = (size_t)v->info.hidden_size, esz = v->info.dtype == LQ_VDT_F16 ? 2 : 4, rb = D * esz;
+    size_t kc = 8 * j->k + 64; /* the most any layer uses */
+    lq_vindex_hit *cand = malloc(kc * sizeof *cand);
+    float *cs = malloc(kc * sizeof *cs);
+    if (!cand || !cs) {
+        j->failed = 1;
+        free(cand);
+        free(cs);
+        return;
+    }
+    lq_vx_scores_fn fn = lq_vx_scores_pick(v, 0);
+    for (int64_t i = start; i < end; i++) {
+        const void *rows;
+        int nf;
+        int layer = j->layers[i];
+        lq_vindex_gate_layer(v, layer, &rows, &nf, NULL);
+        const uint8_t *base = rows;
+        for (size_t q = 0; q < j->n_q && nf; q++) {
+            lq_vindex_hit *o = j->out + (q * j->n_layers + (size_t)i) * j->k;
+            size_t kl = v->sk_inexact[layer] ? 8 * j->k + 64 : 2 * j->k + 32;
+            size_t nc = lq_vx_topk(j->scores[i] + q * (size_t)nf, (size_t)nf, kl, layer, cand);
+            qsort(cand, nc, sizeof *cand, cmp_feature); /* address order; ties keep the lower feature */
+            for (size_t c = 0; c < nc && c < 2; c++)
+                prefetch_row(base + (size_t)cand[c].feature * rb, rb);
+            for (size_t c = 0; c < nc; c++) {
+                if (c + 2 < nc)
+                    prefetch_row(base + (size_t)cand[c + 2].feature * rb, rb);
+                fn(base + (size_t)cand[c].feature * rb, esz == 2, D, 0, 1, j->Q + q * D, 1, &cs[c], 1);
+            }
+            size_t m = lq_vx_topk(cs, nc, j->k, layer, o);
+            for (size_t h = 0; h < m; h++)
+                o[h].feature = cand[o[h].feature].feature;
+            j->counts[q * j->n_layers + (size_t)i] = m;
+        }
+    }
+    free(cand);
+    free(cs);
 }
 
 int lq_vindex_gate_scores(const lq_vindex *v, int layer, const float *Q, size_t n_q, float *out,
@@ -370,50 +507,26 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
     int pre = v->prefilter;
     if (!rc)
         rc = scan(v, layers, n_layers, Q, n_q, scores, 0, pre, err);
-    lq_vindex_hit *cand = NULL;
-    float *cs = NULL, *row = NULL;
-    size_t kc = 0;
-    if (!rc && pre) {
-        /* candidates: the top kc by |approximate score|; exact f16/f32 scores for them only,
-         * computed for all queries of the batch at once like the full scan does (so that the
-         * exact values are bit-identical to a full scan's) */
-        kc = 8 * k + 64; /* the most any layer uses (inexact sketches) */
-        cand = malloc(kc * sizeof *cand);
-        cs = malloc(kc * sizeof *cs);
-        row = malloc(n_q * sizeof *row);
-        if (!cand || !cs || !row)
-            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-    }
-    lq_vx_scores_fn fn = v->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
-    for (size_t i = 0; !rc && i < n_layers; i++) {
-        const void *rows;
-        int nf;
-        lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
-        for (size_t q = 0; q < n_q && nf; q++) {
-            lq_vindex_hit *o = out + (q * n_layers + i) * k;
-            if (!pre) {
-                counts[q * n_layers + i] = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, k, layers[i], o);
-                continue;
-            }
-            /* unit-trit layers: the sketch order is the exact order, 2K+32 is margin for
-             * ties; real-valued gates: a wider net */
-            size_t kl = v->sk_inexact[layers[i]] ? 8 * k + 64 : 2 * k + 32;
-            size_t nc = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, kl, layers[i], cand);
-            qsort(cand, nc, sizeof *cand, cmp_feature); /* feature order: ties keep the lower one */
-            size_t D = (size_t)v->info.hidden_size, esz = v->info.dtype == LQ_VDT_F16 ? 2 : 4;
-            for (size_t c = 0; c < nc; c++) {
-                fn((const uint8_t *)rows + (size_t)cand[c].feature * D * esz, esz == 2, D, 0, 1, Q, n_q, row, 1);
-                cs[c] = row[q];
-            }
-            size_t m = lq_vx_topk(cs, nc, k, layers[i], o);
-            for (size_t h = 0; h < m; h++)
-                o[h].feature = cand[o[h].feature].feature;
-            counts[q * n_layers + i] = m;
+    if (!rc && !pre) {
+        for (size_t i = 0; i < n_layers; i++) {
+            const void *rows;
+            int nf;
+            lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
+            for (size_t q = 0; q < n_q && nf; q++)
+                counts[q * n_layers + i] = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, k, layers[i],
+                                                      out + (q * n_layers + i) * k);
         }
+    } else if (!rc) {
+        /* candidates per (query, layer), exact re-scoring; the layers spread over the pool */
+        rescore_job j = {v, layers, n_layers, Q, n_q, k, scores, out, counts, 0};
+        lq_pool *pool = scan_pool(v);
+        if (pool && n_layers > 1)
+            lq_pool_for(pool, (int64_t)n_layers, 1, rescore_chunk, &j);
+        else
+            rescore_chunk(&j, 0, (int64_t)n_layers, 0);
+        if (j.failed)
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory for the prefilter candidates");
     }
-    free(cand);
-    free(cs);
-    free(row);
     for (size_t i = 0; scores && i < n_layers; i++)
         free(scores[i]);
     free(scores);

@@ -106,9 +106,11 @@ struct lq_vindex {
     int n_threads;
     int use_avx2;
     /* gate prefilter (lq_vindex_open_opts.prefilter): per layer a 2-bit sketch of every gate
-     * row, [nf][hidden/16][2] uint16 (+1 mask, -1 mask), and its scale [nf] */
-    int prefilter, use_avx512;
-    uint16_t **sk;
+     * row, codes [nf][sk_dp / 4] (layout at lq_vx_sketch_row_scalar), and its scale [nf] */
+    int prefilter, use_avx512, use_vnni;
+    size_t sk_dp;              /* hidden rounded up to a multiple of 256 */
+    uint8_t **sk;              /* [num_layers] -> codes inside sk_block */
+    uint8_t *sk_block;
     float **sk_scale;
     int *sk_inexact;           /* [num_layers] 1: the layer's rows are not unit trits */
 };
@@ -122,6 +124,11 @@ void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t 
                          const float *Q, size_t nq, float *out, size_t out_stride);
 void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
                        const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_vx_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride);
+/* The exact gate kernel a vindex scans with (the prefilter re-scores with the same one, so
+ * its exact scores are bit-identical to a full scan's). */
+lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar);
 
 /* Top-k by |score| of scores[0..n) into hits (sorted, |score| desc, ties lower feature
  * first); returns the count. */
@@ -153,14 +160,38 @@ void lq_vx_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t
                            int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
                            int Kc, uint32_t *ids, float *vals);
 
-/* Approximate gate scores from 2-bit sketches (layout in struct lq_vindex), same output
- * convention as lq_vx_scores_fn. d % 16 == 0. */
-typedef void (*lq_vx_sketch_fn)(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
-                                const float *Q, size_t nq, float *out, size_t out_stride);
-void lq_vx_sketch_scores_scalar(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
-                                const float *Q, size_t nq, float *out, size_t out_stride);
-void lq_vx_sketch_scores_avx512(const uint16_t *sk, const float *scale, size_t d, size_t r0, size_t r1,
-                                const float *Q, size_t nq, float *out, size_t out_stride);
+/* ---- prefilter sketches ----
+ * A gate row g (d components) becomes trits t_i = sign(g_i) where |g_i| > 0.5 * mean|g| (else
+ * 0) and a scale s = mean of |g_i| over the kept components, so that s * sum(t * q)
+ * approximates g . q (exactly the trits and s = 1 for BitNet's unit-trit gate rows).
+ * Codes: dp / 4 bytes per row (dp = d rounded up to 256, padding codes 1); in each block of
+ * 256 components, byte j holds components j, j+64, j+128, j+192 in bits 0-1, 2-3, 4-5, 6-7
+ * as t + 1 (0, 1, 2): one 64-byte load and three shifts give 64 consecutive codes per
+ * byte lane, ready for a u8 x s8 dot product.
+ * Queries are quantised to int8 per query (q8 = round(q * 127 / amax), scale qs = amax /
+ * 127, padded with zeros to dp, qsum = sum q8); a row's approximate score is
+ * (float)(sum (t+1) q8 - qsum) * (s * qs), integer-exact, so every kernel gives the same
+ * float. */
+size_t lq_vx_sketch_dp(size_t d);
+/* Writes the codes (dp / 4 bytes) and scale of one row (f32 or f16); sets *inexact when a
+ * nonzero component's magnitude differs from the scale. */
+void lq_vx_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact);
+void lq_vx_sketch_row_avx512(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact);
+/* q8: [nq][dp], qs, qsum: [nq]. */
+void lq_vx_quantise_queries(const float *Q, size_t nq, size_t d, int8_t *q8, float *qs, int32_t *qsum);
+typedef void (*lq_vx_sketch_fn)(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
+                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
+                                size_t out_stride);
+void lq_vx_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
+                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
+                                size_t out_stride);
+/* AVX-512BW; vnni = 1 uses vpdpbusd (AVX512-VNNI), else vpmaddubsw + vpmaddwd */
+void lq_vx_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
+                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
+                                size_t out_stride);
+void lq_vx_sketch_scores_avx512bw(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
+                                  const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
+                                  size_t out_stride);
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);
 

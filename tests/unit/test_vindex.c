@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/cpu.h"
 #include "harness.h"
 #include "larql/fixture.h"
 #include "larql/gguf.h"
@@ -104,6 +105,34 @@ static void test_kernels_vs_scalar(void)
             memset(b, 0, nq * n * 4);
             lq_vx_scores_avx2(r, f16, d, 5, 9, Q, nq, b, n);
             CHECK(b[4] == 0 && b[9] == 0 && fabsf(b[5] - a[5]) < 1e-3f);
+            /* AVX-512: close to the scalar reference, and every (row, query) score is
+             * bit-identical however rows and queries are grouped (a row alone, one query
+             * alone, odd ranges), which the prefilter's exact re-scoring relies on */
+            const lq_cpu_features *cf = lq_cpu_features_get();
+            if (!(cf && cf->avx512f && cf->avx512bw && cf->avx512vl && cf->f16c))
+                continue;
+            lq_vx_scores_avx512(r, f16, d, 0, n, Q, nq, b, n);
+            maxerr = 0;
+            for (size_t i = 0; i < nq * n; i++)
+                maxerr = fmax(maxerr, fabs((double)a[i] - b[i]));
+            CHECK_MSG(maxerr < 1e-4 * sqrt((double)d) + 1e-5, "avx512 d=%zu f16=%d maxerr %g", d, f16, maxerr);
+            size_t same = 0;
+            for (size_t row = 0; row < n; row++)
+                for (size_t q = 0; q < nq; q++) {
+                    float one;
+                    lq_vx_scores_avx512((const uint8_t *)r + row * d * (f16 ? 2 : 4), f16, d, 0, 1, Q + q * d, 1,
+                                        &one, 1);
+                    same += memcmp(&one, &b[q * n + row], 4) == 0;
+                }
+            CHECK_EQ_INT((int)same, (int)(n * nq));
+            float *c = calloc(nq * n, 4);
+            lq_vx_scores_avx512(r, f16, d, 3, 18, Q + d, nq - 1, c + n, n);
+            same = 0;
+            for (size_t q = 1; q < nq; q++)
+                for (size_t row = 0; row < n; row++)
+                    same += row < 3 || row >= 18 ? c[q * n + row] == 0 : memcmp(&c[q * n + row], &b[q * n + row], 4) == 0;
+            CHECK_EQ_INT((int)same, (int)((nq - 1) * n));
+            free(c);
         }
         free(rows), free(Q), free(rows16), free(a), free(b);
     }
