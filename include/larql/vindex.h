@@ -387,10 +387,45 @@ int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_e
 typedef struct lq_knn_store lq_knn_store;
 int lq_knn_store_create(int hidden, lq_knn_store **out, lq_err *err);
 void lq_knn_store_free(lq_knn_store *s); /* NULL-safe */
-/* key: [hidden] residual (L2-normalised on insert); target_token: the text put first. */
+/* key: [hidden] residual (L2-normalised on insert); target_token: the text put first.
+ * Entity and relation "", confidence 1.0. */
 int lq_knn_store_add(lq_knn_store *s, int layer, const float *key, int32_t target_id,
                      const char *target_token, lq_err *err);
 size_t lq_knn_store_count(const lq_knn_store *s);
+int lq_knn_store_hidden(const lq_knn_store *s);
+
+/* One entry with LARQL's metadata. From lq_knn_store_get the pointers point into the store
+ * (valid until it changes) and key is unit length. */
+typedef struct lq_knn_entry {
+    int layer;
+    const float *key;           /* [hidden] */
+    int32_t target_id;
+    const char *target_token, *entity, *relation; /* entity/relation NULL -> "" on add */
+    float confidence;
+} lq_knn_entry;
+int lq_knn_store_add_entry(lq_knn_store *s, const lq_knn_entry *e, lq_err *err);
+/* Entry i (insertion order); 0 if i is out of range. */
+int lq_knn_store_get(const lq_knn_store *s, size_t i, lq_knn_entry *e);
+
+/* knn_store.bin in LARQL's layout (magic "LKNN", version 1, f16 keys, u32 target ids, JSON
+ * metadata per entry; src/vindex/knn_store.c). Save writes path.partial and renames it over
+ * path. Load checks every count and length against the file and that the key dim equals
+ * hidden (LQ_EFORMAT otherwise); keys are re-normalised after the f16 round trip. */
+int lq_knn_store_save(const lq_knn_store *s, const char *path, lq_err *err);
+int lq_knn_store_load(const char *path, int hidden, lq_knn_store **out, lq_err *err);
+
+/* LQL INSERT INTO EDGES (entity, relation, target) ... MODE KNN with model weights: key =
+ * the last token's residual at the install layer for the prompt "The {relation, '-'/'_' as
+ * spaces} of {entity} is"; target_id = first token of " " + target; target_token = target. */
+typedef struct lq_knn_insert_params {
+    const char *entity, *relation, *target; /* required, non-empty */
+    int layer;                  /* -1 (default): the knowledge band's last layer - 1 (LARQL);
+                                   larger than the model: the last layer */
+    float confidence;           /* default 1.0 */
+} lq_knn_insert_params;
+void lq_knn_insert_params_init(lq_knn_insert_params *p);
+struct lq_model;
+int lq_knn_insert(struct lq_model *m, lq_knn_store *s, const lq_knn_insert_params *p, lq_err *err);
 
 struct lq_model;
 typedef struct lq_infer_params {

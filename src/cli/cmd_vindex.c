@@ -445,15 +445,19 @@ int lq_cli_infer(int argc, char **argv)
     const char *C = "infer",
                *U = "larql infer MODEL PROMPT [--top 5] [--mode walk|dense|compare] [--json] "
                     "[--threads N] [--act ms|float]\n"
+                    "       [--knn FILE] [--knn-insert ENTITY:RELATION:TARGET[@LAYER]] [--knn-save FILE]\n"
                     "  MODEL: a vindex directory with model weights (--keep-quant --level inference, "
-                    "or --dense-only), or a GGUF file (dense)";
-    const char *pos[2] = {0}, *mode = "walk";
+                    "or --dense-only), or a GGUF file (dense)\n"
+                    "  --knn: a KNN store (knn_store.bin, LARQL's layout) for walk mode; --knn-insert adds an\n"
+                    "  INSERT ... MODE KNN entry (before the query); --knn-save writes the store afterwards";
+    const char *pos[2] = {0}, *mode = "walk", *knn = NULL, *ins = NULL, *save = NULL;
     int json = 0, top = 5, np = 0;
     lq_cli_model_args ma;
     lq_cli_model_args_init(&ma);
     const lq_opt opts[] = {
         LQ_FLAG("--json", &json), LQ_INT("--top", &top, 0, 1 << 20),
-        LQ_CHOICE("--mode", &mode, "walk|dense|compare"), LQ_OPT_END};
+        LQ_CHOICE("--mode", &mode, "walk|dense|compare"), LQ_STR("--knn", &knn),
+        LQ_STR("--knn-insert", &ins), LQ_STR("--knn-save", &save), LQ_OPT_END};
     int r = lq_cli_parse(C, U, argc, argv, 1, opts, &ma, pos, 2, &np);
     if (r)
         return r == LQ_CLI_HELP ? 0 : r;
@@ -461,9 +465,37 @@ int lq_cli_infer(int argc, char **argv)
         return lq_cli_usage(C, U, "MODEL and PROMPT are required");
     if (!*pos[1])
         return lq_cli_usage(C, U, "empty prompt");
+    /* ENTITY:RELATION:TARGET[@LAYER] */
+    char *ib = ins ? strdup(ins) : NULL;
+    lq_knn_insert_params kip;
+    lq_knn_insert_params_init(&kip);
+    if (ins) {
+        char *a = ib ? strchr(ib, ':') : NULL, *b = a ? strchr(a + 1, ':') : NULL;
+        char *at = b ? strrchr(b + 1, '@') : NULL;
+        if (!a || !b) {
+            free(ib);
+            return lq_cli_usage(C, U, "--knn-insert wants ENTITY:RELATION:TARGET[@LAYER]");
+        }
+        *a = *b = 0;
+        if (at) {
+            char *end;
+            long l = strtol(at + 1, &end, 10);
+            if (*end || l < 0 || l > 1 << 20) {
+                free(ib);
+                return lq_cli_usage(C, U, "--knn-insert: LAYER must be a non-negative integer");
+            }
+            *at = 0;
+            kip.layer = (int)l;
+        }
+        kip.entity = ib;
+        kip.relation = a + 1;
+        kip.target = b + 1;
+    }
     struct lq_model *m = NULL;
-    if (lq_cli_open_model(C, pos[0], &ma, &m))
+    if (lq_cli_open_model(C, pos[0], &ma, &m)) {
+        free(ib);
         return 1;
+    }
     lq_infer_params p;
     lq_infer_params_init(&p);
     p.prompt = pos[1];
@@ -471,6 +503,23 @@ int lq_cli_infer(int argc, char **argv)
     p.mode = mode;
     lq_err err = {0};
     int rc = 0;
+    lq_knn_store *ks = NULL;
+    int hidden = lq_model_get_info(m)->n_embd;
+    if (knn ? lq_knn_store_load(knn, hidden, &ks, &err)
+            : (ins || save) ? lq_knn_store_create(hidden, &ks, &err) : 0) {
+        fprintf(stderr, "larql %s: %s\n", C, err.msg);
+        lq_model_close(m);
+        free(ib);
+        return 1;
+    }
+    if (ins && lq_knn_insert(m, ks, &kip, &err)) {
+        fprintf(stderr, "larql %s: --knn-insert: %s\n", C, err.msg);
+        lq_knn_store_free(ks);
+        lq_model_close(m);
+        free(ib);
+        return 1;
+    }
+    p.knn = ks;
     if (json) {
         char *body = NULL;
         int qrc = lq_infer_json(m, &p, &body, &err);
@@ -500,6 +549,12 @@ int lq_cli_infer(int argc, char **argv)
             lq_infer_result_free(&res);
         }
     }
+    if (!rc && save && lq_knn_store_save(ks, save, &err)) {
+        fprintf(stderr, "larql %s: --knn-save: %s\n", C, err.msg);
+        rc = 1;
+    }
+    lq_knn_store_free(ks);
     lq_model_close(m);
+    free(ib);
     return rc;
 }

@@ -254,6 +254,8 @@ double lq_round_to(double x, double scale) { return round(x * scale) / scale; }
 
 char *lq_vx_join(const char *dir, const char *name)
 {
+    if (!dir) /* name is a path of its own */
+        return strdup(name);
     size_t a = strlen(dir), n = strlen(name);
     char *p = malloc(a + n + 2);
     if (!p)

@@ -64,7 +64,7 @@ int lq_vx_file_write(lq_vx_file *w, const void *data, size_t n, lq_err *err);
 /* Flushes, fsyncs and closes; hex (may be NULL) receives the sha256. */
 int lq_vx_file_close(lq_vx_file *w, char hex[65], lq_err *err);
 void lq_vx_file_abort(lq_vx_file *w);
-char *lq_vx_join(const char *dir, const char *name); /* malloc'd "dir/name" */
+char *lq_vx_join(const char *dir, const char *name); /* malloc'd "dir/name" (dir NULL: name) */
 
 /* LARQL's f32 -> f16: truncates the mantissa, flushes below-normal results to signed zero,
  * overflow to inf (crates/larql-models/src/quant/half.rs). */
@@ -194,5 +194,20 @@ void lq_vx_sketch_scores_avx512bw(const uint8_t *codes, const float *scale, size
                                   size_t out_stride);
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);
+
+/* ---- KNN store (knn_store.c) ---- */
+typedef struct lq_vx_knn_entry {
+    int layer;
+    int32_t target_id;
+    char *target_token, *entity, *relation;
+    float confidence;
+    float *key; /* [hidden], unit length */
+} lq_vx_knn_entry;
+
+struct lq_knn_store {
+    int hidden;
+    lq_vx_knn_entry *e;
+    size_t n, cap;
+};
 
 #endif

@@ -55,6 +55,17 @@ if cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "f32 vindex logits == GGUF logits";
 check "run from a vindex" "$LARQL" run "$T_TMP/kq32" --prompt "the model" -n 6 --temp 0 --ids-out --ignore-eos
 if cmp -s "$T_TMP/rg" "$T_TMP/out" && [ -s "$T_TMP/rg" ]; then pass "run: vindex tokens == GGUF tokens"; else fail "run: vindex tokens == GGUF tokens"; fi
 check_fails "logits from a browse vindex" "does not contain model weights" "$LARQL" logits "$V" --ids 1,2
+# KNN store: INSERT ... MODE KNN from the CLI, saved as knn_store.bin (LARQL layout), loaded back
+check "infer --knn-insert --knn-save" "$LARQL" infer "$T_TMP/kq32" "The capital of France is" --json \
+    --knn-insert "France:capital:Paris" --knn-save "$T_TMP/knn.bin"
+if grep -q '"knn_override":{"token":"Paris"' "$T_TMP/out" && [ "$(head -c 4 "$T_TMP/knn.bin")" = "LKNN" ]; then
+    pass "knn insert fires and is saved"; else fail "knn insert fires and is saved" "$(head -c 300 "$T_TMP/out")"; fi
+check "infer --knn" "$LARQL" infer "$T_TMP/kq32" "The capital of France is" --json --knn "$T_TMP/knn.bin"
+if grep -q '"knn_override":{"token":"Paris"' "$T_TMP/out"; then pass "loaded knn store fires"; else fail "loaded knn store fires"; fi
+check_fails "infer --knn missing file" "nope.bin" "$LARQL" infer "$T_TMP/kq32" "Hello" --knn "$T_TMP/nope.bin"
+head -c 10 "$T_TMP/knn.bin" >"$T_TMP/knn-trunc.bin"
+check_fails "infer --knn truncated file" "knn_store" "$LARQL" infer "$T_TMP/kq32" "Hello" --knn "$T_TMP/knn-trunc.bin"
+check_fails "infer --knn-insert malformed" "ENTITY:RELATION:TARGET" "$LARQL" infer "$T_TMP/kq32" "Hello" --knn-insert "France"
 # a llama vindex (level inference: dense projections) runs like its GGUF
 C=$(conformance_dir)
 S="$C/llama/stories260K.gguf"

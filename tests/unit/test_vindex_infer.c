@@ -786,6 +786,208 @@ out:
     lq_model_close(mg);
 }
 
+/* ---- KNN store: INSERT ... MODE KNN, knn_store.bin in LARQL's layout ---- */
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
+    *n = b ? fread(b, 1, (size_t)sz, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(b, 1, n, f);
+        fclose(f);
+    }
+}
+
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void test_knn_store(void)
+{
+    char g[4400], d[4400], kp[4500], kp2[4500], bad[4500];
+    lq_err err = {0};
+    snprintf(g, sizeof g, "%s/knn.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/knn-v", harness_tmpdir());
+    snprintf(kp, sizeof kp, "%s/knn_store.bin", harness_tmpdir());
+    snprintf(kp2, sizeof kp2, "%s/knn_store2.bin", harness_tmpdir());
+    snprintf(bad, sizeof bad, "%s/knn_bad.bin", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.seed = 23;
+    lq_model *m = NULL;
+    lq_model_opts mo = {.n_threads = 2};
+    if (lq_fixture_write(&o, g, &err) || build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err) ||
+        lq_model_open(d, &mo, &m, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    int D = lq_model_get_info(m)->n_embd, L = lq_model_get_info(m)->n_layer;
+    lq_knn_store *s = NULL, *t = NULL;
+    CHECK(lq_knn_store_create(D, &s, &err) == 0);
+    /* INSERT (France, capital, Paris) MODE KNN: the canonical prompt then fires it */
+    lq_knn_insert_params ip;
+    lq_knn_insert_params_init(&ip);
+    ip.entity = "France";
+    ip.relation = "capital";
+    ip.target = "Paris";
+    CHECK_MSG(lq_knn_insert(m, s, &ip, &err) == 0, "%s", err.msg);
+    ip.entity = "";
+    CHECK(lq_knn_insert(m, s, &ip, &err) == LQ_EINVAL);
+    CHECK_EQ_INT((int)lq_knn_store_count(s), 1);
+    lq_knn_entry e0;
+    CHECK(lq_knn_store_get(s, 0, &e0) && !strcmp(e0.entity, "France") && !strcmp(e0.relation, "capital") &&
+          !strcmp(e0.target_token, "Paris") && e0.confidence == 1.0f && e0.layer >= 0 && e0.layer < L);
+    lq_infer_params p;
+    lq_infer_params_init(&p);
+    p.prompt = "The capital of France is";
+    p.knn = s;
+    lq_infer_result r;
+    if (lq_infer(m, &p, &r, &err) == 0) {
+        CHECK(r.knn_fired && r.knn_layer == e0.layer && r.knn_cosine > 0.999f && !strcmp(r.knn_token, "Paris"));
+        lq_infer_result_free(&r);
+    }
+    /* more entries: layers out of order, a confidence that is not exact in f32 */
+    float *key = malloc((size_t)D * sizeof *key);
+    for (int i = 0; i < D; i++)
+        key[i] = (float)((i * 7) % 13) - 6.0f;
+    lq_knn_entry e1 = {L - 1, key, 42, "Berlin", "Germany", "capital", 0.9f};
+    lq_knn_entry e2 = {0, key, 7, "x\"y", "", "", 1.0f};
+    CHECK(lq_knn_store_add_entry(s, &e1, &err) == 0 && lq_knn_store_add_entry(s, &e2, &err) == 0);
+    CHECK(lq_knn_store_save(s, kp, &err) == 0);
+    size_t n = 0;
+    uint8_t *b = slurp(kp, &n);
+    CHECK(b && n > 16);
+    if (b && n > 16) {
+        /* header, then layers ascending: 0 (e2), e0.layer (e0), L-1 (e1) */
+        CHECK(!memcmp(b, "LKNN", 4) && rd32(b + 4) == 1 && rd32(b + 8) == (uint32_t)D);
+        int nl = e0.layer == 0 || e0.layer == L - 1 ? 2 : 3;
+        CHECK_EQ_INT((int)rd32(b + 12), nl);
+        CHECK(rd32(b + 16) == 0 && rd32(b + 20) == (uint32_t)(e0.layer == 0 ? 2 : 1));
+        /* layer 0's first key (e0's if it went to layer 0, else e2's), normalised then f16
+         * (truncating) */
+        lq_knn_entry g2;
+        lq_knn_store_get(s, e0.layer == 0 ? 0 : 2, &g2);
+        int kbad = 0;
+        for (int i = 0; i < D; i++) {
+            uint16_t h;
+            memcpy(&h, b + 24 + 2 * (size_t)i, 2);
+            kbad += h != lq_vx_f32_to_f16_trunc(g2.key[i]);
+        }
+        CHECK_EQ_INT(kbad, 0);
+        /* the metadata JSON LARQL writes (serde_json: sorted keys, f32 confidence as f64) */
+        const char *want1 = "{\"confidence\":0.8999999761581421,\"entity\":\"Germany\",\"relation\":\"capital\","
+                            "\"target_token\":\"Berlin\"}";
+        const char *want0 = "{\"confidence\":1.0,\"entity\":\"France\",\"relation\":\"capital\",\"target_token\":\"Paris\"}";
+        CHECK(memmem(b, n, want1, strlen(want1)) != NULL);
+        CHECK(memmem(b, n, want0, strlen(want0)) != NULL);
+        CHECK(memmem(b, n, "\"target_token\":\"x\\\"y\"", 21) != NULL);
+    }
+    /* load: same entries (layer order ascending, insertion order within a layer), keys back
+     * to unit length within f16 precision, and a byte-identical save */
+    CHECK_MSG(lq_knn_store_load(kp, D, &t, &err) == 0, "%s", err.msg);
+    if (t) {
+        CHECK_EQ_INT((int)lq_knn_store_count(t), 3);
+        int prev = -1;
+        for (size_t i = 0; i < 3; i++) {
+            lq_knn_entry a, c;
+            lq_knn_store_get(t, i, &a);
+            /* the source entry with the same target */
+            for (size_t j = 0; j < 3; j++) {
+                lq_knn_store_get(s, j, &c);
+                if (!strcmp(c.target_token, a.target_token))
+                    break;
+            }
+            double dot = 0;
+            for (int k = 0; k < D; k++)
+                dot += (double)a.key[k] * c.key[k];
+            CHECK(a.layer == c.layer && a.target_id == c.target_id && !strcmp(a.entity, c.entity) &&
+                  !strcmp(a.relation, c.relation) && a.confidence == c.confidence && dot > 0.9999);
+            CHECK(a.layer >= prev); /* layers ascending */
+            prev = a.layer;
+        }
+        CHECK(lq_knn_store_save(t, kp2, &err) == 0);
+        size_t n2 = 0;
+        uint8_t *b2 = slurp(kp2, &n2);
+        CHECK(b && b2 && n2 == n && !memcmp(b, b2, n));
+        free(b2);
+        /* the loaded store fires the same override */
+        p.knn = t;
+        if (lq_infer(m, &p, &r, &err) == 0) {
+            CHECK(r.knn_fired && r.knn_layer == e0.layer && !strcmp(r.knn_token, "Paris"));
+            lq_infer_result_free(&r);
+        }
+        lq_knn_store_free(t);
+        t = NULL;
+    }
+    /* bad files: each a clear LQ_EFORMAT (or the I/O error), never a crash */
+    CHECK(lq_knn_store_load(kp, D + 1, &t, &err) == LQ_EFORMAT && t == NULL);
+    CHECK_STR_CONTAINS(err.msg, "hidden size");
+    if (b && n > 40) {
+        struct {
+            const char *what;
+            size_t cut;          /* 0: keep length */
+            size_t at;
+            uint32_t val;        /* written at `at` when cut == 0 */
+        } cases[] = {
+            {"truncated header", 10, 0, 0},
+            {"truncated keys", 30, 0, 0},
+            {"truncated metadata", n - 3, 0, 0},
+            {"bad magic", 0, 0, 0x4e4e4b4d},
+            {"version 2", 0, 4, 2},
+            {"huge layer count", 0, 12, 0x7fffffff},
+            {"huge entry count", 0, 20, 0x40000000},
+            {"dim 0 with layers", 0, 8, 0},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            uint8_t *c = malloc(n);
+            memcpy(c, b, n);
+            size_t len = cases[i].cut ? cases[i].cut : n;
+            if (!cases[i].cut)
+                memcpy(c + cases[i].at, &cases[i].val, 4);
+            spit(bad, c, len);
+            free(c);
+            int rc = lq_knn_store_load(bad, D, &t, &err);
+            CHECK_MSG(rc == LQ_EFORMAT && t == NULL, "%s: rc %d (%s)", cases[i].what, rc, err.msg);
+            printf("# knn_store.bin %s: %s\n", cases[i].what, err.msg);
+            lq_knn_store_free(t);
+            t = NULL;
+        }
+        /* trailing garbage */
+        uint8_t *c = malloc(n + 3);
+        memcpy(c, b, n);
+        memcpy(c + n, "xyz", 3);
+        spit(bad, c, n + 3);
+        free(c);
+        CHECK(lq_knn_store_load(bad, D, &t, &err) == LQ_EFORMAT && t == NULL);
+    }
+    char missing[4500];
+    snprintf(missing, sizeof missing, "%s/no-such-knn.bin", harness_tmpdir());
+    CHECK(lq_knn_store_load(missing, D, &t, &err) != 0 && t == NULL);
+    /* an empty store round-trips (dim 0, no layers) */
+    lq_knn_store *z = NULL;
+    CHECK(lq_knn_store_create(D, &z, &err) == 0 && lq_knn_store_save(z, kp2, &err) == 0);
+    lq_knn_store_free(z);
+    z = NULL;
+    CHECK(lq_knn_store_load(kp2, D, &z, &err) == 0 && z && lq_knn_store_count(z) == 0);
+    lq_knn_store_free(z);
+    free(b);
+    free(key);
+    lq_knn_store_free(s);
+    lq_model_close(m);
+}
+
 int main(void)
 {
     RUN(test_repack);
@@ -795,5 +997,6 @@ int main(void)
     RUN(test_llama_fixture);
     RUN(test_stories);
     RUN(test_infer);
+    RUN(test_knn_store);
     return harness_done();
 }
