@@ -156,6 +156,7 @@ static const char *RUN_USAGE =
     "larql run MODEL (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16]\n"
+    "       [--weights auto|copy|mmap]\n"
     "       [--chat [--template T] [--system S]]\n"
     "       [--ids-out] [--ignore-eos]";
 

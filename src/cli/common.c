@@ -16,7 +16,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 {
     const char *o = argv[*i];
     int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
-                !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv");
+                !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv") ||
+                !strcmp(o, "--weights");
     if (!known)
         return 0;
     if (*i + 1 >= argc) {
@@ -61,6 +62,14 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             lq_cli_usage(cmd, usage, "--kv: '%s' (expected f32 or f16)", v);
             return -1;
         }
+    } else if (!strcmp(o, "--weights")) {
+        /* copy: 2 MB-page private copy (fast streaming); mmap: shared read-only file pages */
+        if (!strcmp(v, "copy") || !strcmp(v, "mmap") || !strcmp(v, "auto"))
+            a->hugepages = !strcmp(v, "copy") ? 1 : !strcmp(v, "mmap") ? -1 : 0;
+        else {
+            lq_cli_usage(cmd, usage, "--weights: '%s' (expected copy, mmap or auto)", v);
+            return -1;
+        }
     } else {
         a->kernels = v;
     }
@@ -70,7 +79,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a, lq_model **m)
 {
     lq_model_opts o = {.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
-                       .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16};
+                       .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16,
+                       .hugepages = a->hugepages};
     lq_err err = {0};
     if (lq_model_open(path, &o, m, &err)) {
         lq_cli_error(cmd, "%s", err.msg);

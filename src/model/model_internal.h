@@ -62,6 +62,8 @@ typedef struct lq_owned {
 
 struct lq_model {
     lq_gguf *gguf;              /* kept open: every zero-copy view points into its mapping */
+    void *hp_copy;              /* opts.hugepages: the file copied into 2 MB pages (gguf parses it) */
+    size_t hp_copy_size;
     lq_tokenizer *tok;          /* NULL when the GGUF carries no tokenizer */
     lq_pool *pool;
     const lq_kernels *kern;

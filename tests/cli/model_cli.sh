@@ -24,6 +24,10 @@ for i, l in enumerate(open('$T_TMP/out')):
     d = json.loads(l); assert d['pos'] == i and len(d['top']) == 5
     v = [x[1] for x in d['top']]; assert v == sorted(v, reverse=True); assert d['lse'] >= v[0]
 " 2>"$T_TMP/err"; then pass "logits JSON lines well formed"; else fail "logits JSON lines well formed" "$(cat "$T_TMP/err")"; fi
+"$LARQL" logits "$M" --ids 1,2,3,4 --top 8 --weights copy >"$T_TMP/wc" 2>&1
+"$LARQL" logits "$M" --ids 1,2,3,4 --top 8 --weights mmap >"$T_TMP/wm" 2>&1
+if [ -s "$T_TMP/wc" ] && cmp -s "$T_TMP/wc" "$T_TMP/wm"; then pass "--weights copy and mmap give identical logits"; else fail "--weights copy and mmap give identical logits" "$(head -c 300 "$T_TMP/wc")"; fi
+check_fails "bad --weights" "--weights" "$LARQL" logits "$M" --ids 1 --weights huge
 check "logits on prompt" "$LARQL" logits "$M" --prompt "The capital of France" --top 3
 
 check "run --ignore-eos parses" "$LARQL" run "$M" --ids 5 -n 2 --temp 0 --ignore-eos
