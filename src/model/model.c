@@ -393,7 +393,7 @@ static int load_tensors(lq_model *m, lq_err *err)
     return LQ_OK;
 }
 
-static void fill_info(lq_model *m)
+void lq_model_info_from_config(lq_model *m)
 {
     lq_model_info *in = &m->info;
     in->arch_name = m->arch_name;
@@ -409,6 +409,12 @@ static void fill_info(lq_model *m)
     in->n_ctx_train = m->n_ctx_train;
     in->rope_theta = m->rope_theta;
     in->norm_eps = m->eps;
+}
+
+static void fill_info(lq_model *m)
+{
+    lq_model_info *in = &m->info;
+    lq_model_info_from_config(m);
     in->tied_embeddings = lq_gguf_find_tensor(m->gguf, "output.weight") == NULL;
     in->embd_type = lq_gguf_find_tensor(m->gguf, "token_embd.weight")->type;
     in->lm_head_type = m->lm_head.src_type;

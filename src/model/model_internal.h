@@ -158,4 +158,8 @@ void *lq_session_kcache(lq_session *s, int layer);
 void *lq_session_vcache(lq_session *s, int layer);
 const float *lq_session_rope(const lq_session *s);  /* [n_ctx, n_rot/2, 2] (cos, sin) */
 
+/* Copies the configuration fields (arch, shapes, rope, eps) into m->info; the loaders fill
+ * the source-specific rest (types, parameter and byte counts). */
+void lq_model_info_from_config(lq_model *m);
+
 #endif

@@ -684,19 +684,7 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
     m->tok_borrowed = 1;
 
     lq_model_info *in = &m->info;
-    in->arch_name = m->arch_name;
-    in->arch = m->arch;
-    in->name = m->name;
-    in->n_layer = m->n_layer;
-    in->n_embd = m->n_embd;
-    in->n_ff = m->n_ff;
-    in->n_head = m->n_head;
-    in->n_head_kv = m->n_head_kv;
-    in->head_dim = m->head_dim;
-    in->n_vocab = m->n_vocab;
-    in->n_ctx_train = m->n_ctx_train;
-    in->rope_theta = m->rope_theta;
-    in->norm_eps = m->eps;
+    lq_model_info_from_config(m);
     in->tied_embeddings = s->lm_head.data == NULL;
     in->embd_type = m->embd.type;
     in->lm_head_type = m->lm_head.src_type;
