@@ -197,28 +197,8 @@ AI void i2s_f32_tile_avx2(const uint8_t *row, const float *x, size_t ldx, int64_
         out[t] = hsum_ps(acc[t]);
 }
 
-static void i2s_f32_avx2(const lq_i2s_mat *w, const float *x, size_t ldx, int T, float *y,
-                         size_t ldy, int64_t r0, int64_t r1)
-{
-    const size_t rb = (size_t)(w->cols / 4);
-    const int64_t nblk = w->cols / 128;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = w->data + (size_t)r * rb;
-        for (int t = 0; t < T; t += 4) {
-            const int TT = T - t < 4 ? T - t : 4;
-            float out[4];
-            const float *xt = x + (size_t)t * ldx;
-            switch (TT) {
-            case 1: i2s_f32_tile_avx2(row, xt, ldx, nblk, 1, out); break;
-            case 2: i2s_f32_tile_avx2(row, xt, ldx, nblk, 2, out); break;
-            case 3: i2s_f32_tile_avx2(row, xt, ldx, nblk, 3, out); break;
-            default: i2s_f32_tile_avx2(row, xt, ldx, nblk, 4, out); break;
-            }
-            for (int tt = 0; tt < TT; tt++)
-                y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale;
-        }
-    }
-}
+/* row loop, token groups of 4 (kernels_internal.h) */
+LQ_I2S_F32_DRIVER(i2s_f32_avx2, i2s_f32_tile_avx2)
 
 /* ---- dense --------------------------------------------------------------------------- */
 

@@ -91,4 +91,31 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;
 
+/* The i2s_f32 entry point every SIMD set shares: rows [r0, r1), tokens in groups of up to 4
+ * through the set's tile (TILE(row, x, ldx, nblk, TT, out[4]) with a constant TT so the
+ * tile unrolls), then the per-tensor scale. */
+#define LQ_I2S_F32_DRIVER(NAME, TILE)                                                        \
+    static void NAME(const lq_i2s_mat *w, const float *x, size_t ldx, int T, float *y,       \
+                     size_t ldy, int64_t r0, int64_t r1)                                     \
+    {                                                                                        \
+        const size_t rb = (size_t)(w->cols / 4);                                             \
+        const int64_t nblk = w->cols / 128;                                                  \
+        for (int64_t r = r0; r < r1; r++) {                                                  \
+            const uint8_t *row = w->data + (size_t)r * rb;                                   \
+            for (int t = 0; t < T; t += 4) {                                                 \
+                const int TT = T - t < 4 ? T - t : 4;                                        \
+                float out[4];                                                                \
+                const float *xt = x + (size_t)t * ldx;                                       \
+                switch (TT) {                                                                \
+                case 1: TILE(row, xt, ldx, nblk, 1, out); break;                             \
+                case 2: TILE(row, xt, ldx, nblk, 2, out); break;                             \
+                case 3: TILE(row, xt, ldx, nblk, 3, out); break;                             \
+                default: TILE(row, xt, ldx, nblk, 4, out); break;                            \
+                }                                                                            \
+                for (int tt = 0; tt < TT; tt++)                                              \
+                    y[(size_t)(t + tt) * ldy + r] = out[tt] * w->scale;                      \
+            }                                                                                \
+        }                                                                                    \
+    }
+
 #endif
