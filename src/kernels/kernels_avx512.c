@@ -373,41 +373,44 @@ AI __m512 load16(const void *w, int type, int64_t i, __mmask16 m)
     return _mm512_maskz_loadu_ps(m, (const float *)w + i);
 }
 
-/* One row, TT <= 4 tokens; TT == 1 (decode) uses four accumulators against FMA latency. */
+/* One row, TT <= 4 tokens. Every token keeps four accumulators over columns c, c+16, c+32,
+ * c+48 (four FMA chains per token hide the FMA latency), and the sum is formed the same way
+ * for every TT: a token's result does not depend on how many tokens share the call, so a
+ * batched decode step gives bit-identical logits to a single one. */
 AI void dense_tile_avx512(const void *w, int type, int64_t base, int64_t cols, const float *x,
                           size_t ldx, int TT, float out[4])
 {
     int64_t c = 0;
     const __mmask16 all = 0xffff;
-    if (TT == 1) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (; c + 64 <= cols; c += 64) {
-            a0 = _mm512_fmadd_ps(load16(w, type, base + c, all), _mm512_loadu_ps(x + c), a0);
-            a1 = _mm512_fmadd_ps(load16(w, type, base + c + 16, all), _mm512_loadu_ps(x + c + 16), a1);
-            a2 = _mm512_fmadd_ps(load16(w, type, base + c + 32, all), _mm512_loadu_ps(x + c + 32), a2);
-            a3 = _mm512_fmadd_ps(load16(w, type, base + c + 48, all), _mm512_loadu_ps(x + c + 48), a3);
-        }
-        for (; c < cols; c += 16) {
-            __mmask16 m = cols - c >= 16 ? all : (__mmask16)((1u << (cols - c)) - 1);
-            a0 = _mm512_fmadd_ps(load16(w, type, base + c, m), _mm512_maskz_loadu_ps(m, x + c), a0);
-        }
-        out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-        return;
-    }
-    __m512 acc[4];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
-        acc[t] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            acc[t][u] = _mm512_setzero_ps();
+    for (; c + 64 <= cols; c += 64) {
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            wv[u] = load16(w, type, base + c + 16 * u, all);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[t][u] = _mm512_fmadd_ps(wv[u], _mm512_loadu_ps(x + (size_t)t * ldx + c + 16 * u),
+                                            acc[t][u]);
+    }
     for (; c < cols; c += 16) {
         __mmask16 m = cols - c >= 16 ? all : (__mmask16)((1u << (cols - c)) - 1);
         __m512 wv = load16(w, type, base + c, m);
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
-            acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + c), acc[t]);
+            acc[t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + c), acc[t][0]);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
-        out[t] = _mm512_reduce_add_ps(acc[t]);
+        out[t] = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
 }
 
 AI void dense_rows_avx512(const lq_dense_mat *w, int type, const float *x, size_t ldx, int T,
