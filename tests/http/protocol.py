@@ -611,7 +611,7 @@ def batch_tests():
     st, _, j, _ = jreq("GET", "/v1/runtime")
     sch = j["scheduler"]
     ok("streams were batched: max batch > 1 (%s)" % sch.get("max_batch_seen"), sch["max_batch_seen"] > 1 and
-       sch["active"] >= 1 and any(int(k.rstrip("+")) > 1 for k in sch["batch_size_histogram"]), sch)
+       any(int(k.rstrip("+")) > 1 for k in sch["batch_size_histogram"]), sch)
     ok("aggregate decode tok/s reported", sch["aggregate_decode_tokens_per_second"] > 0, sch)
     st, _, _, raw = jreq("GET", "/metrics")
     text = raw.decode()
