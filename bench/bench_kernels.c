@@ -15,7 +15,7 @@
  * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
  * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
  * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
- * runs only the named sections (bw, peak, pool, matvec, gemm, f16, q8; the estimate needs bw,
+ * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, q8; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
 #include <immintrin.h>
@@ -259,6 +259,35 @@ int main(void)
             if (bw[nt] > 0)
                 printf(" = %3.0f%% of measured read bandwidth %.1f GB/s", 100 * gbs / bw[nt], bw[nt]);
             printf("\n");
+        }
+    }
+
+    /* 4b. batched decode shapes: the same sweep with T = 2 and 4 tokens per weight read;
+     * "x T=1" is tokens per second relative to one token (the batched decode gain) */
+    if (want("batch"))
+        printf("\nI2_S matvec %lldx%lld, T = 1/2/4 tokens per weight read (batched decode), from DRAM\n",
+               (long long)rows, (long long)cols);
+    for (int si = 1; si < 3; si++) {
+        if (!sets[si] || !want("batch"))
+            continue;
+        for (int nt = 1; nt <= 2; nt++) {
+            double t1 = 0;
+            for (int T = 1; T <= 4; T *= 2) {
+                for (int r = 0; r < runs; r++) {
+                    double t0 = now_s();
+                    for (int m = 0; m < copies; m++) {
+                        mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                        lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
+                    }
+                    v[r] = (now_s() - t0) / copies;
+                }
+                stat3 s = stats(v, runs);
+                if (T == 1)
+                    t1 = s.med;
+                printf("  T=%d %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s, %6.1f G MAC/s, %.2fx T=1\n",
+                       T, set_names[si], nt, s.med * 1e6, s.min * 1e6, s.max * 1e6, mat_bytes / s.med / 1e9,
+                       (double)rows * cols * T / s.med / 1e9, T * t1 / s.med);
+            }
         }
     }
 
