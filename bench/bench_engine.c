@@ -206,7 +206,12 @@ int main(int argc, char **argv)
             die("eval", &err);
 
         if (want("decode")) {
+            /* each run is paired with read-bandwidth passes taken just before and after it */
+            size_t bwb_bytes = 0;
+            uint8_t *bwb = lq_bw_buf_new(&bwb_bytes);
+            double frac[64];
             for (int r = 0; r < runs; r++) {
+                double run_bw = bwb ? lq_bw_buf_read(bwb, bwb_bytes, threads[ti]) : 0;
                 lq_session_reset(s);
                 lq_session_eval(s, ids, 8, logits, NULL, &err);
                 int32_t tok;
@@ -219,11 +224,17 @@ int main(int argc, char **argv)
                     lq_top_k(logits, V, 1, &tok, &best);
                 }
                 v[r] = n_decode / (lq_bw_now() - a);
+                if (bwb) /* bracketed: the mean of a pass before and one after the run */
+                    run_bw = 0.5 * (run_bw + lq_bw_buf_read(bwb, bwb_bytes, threads[ti]));
+                frac[r] = run_bw > 0 ? v[r] * bpt / 1e9 / run_bw : 0;
             }
-            lq_bw_stat d = lq_bw_stats(v, runs);
-            printf("| decode tok/s (%d tokens after 8) | %.2f | %.2f | %.2f | %.1f tok/s (%.1f GB/s / %.0f MB) | %.0f%% (%.1f GB/s) | %.2f |\n",
+            if (bwb)
+                munmap(bwb, bwb_bytes);
+            lq_bw_stat d = lq_bw_stats(v, runs), f = lq_bw_stats(frac, runs);
+            printf("| decode tok/s (%d tokens after 8) | %.2f | %.2f | %.2f | %.1f tok/s (%.1f GB/s / %.0f MB) | %.0f%% (%.1f GB/s); same-run pairs %.0f%% (%.0f-%.0f%%) | %.2f |\n",
                    n_decode, d.med, d.min, d.max, roof_dec, bw[ti], bpt / 1e6,
-                   100 * d.med / roof_dec, d.med * bpt / 1e9, lq_bench_loadavg());
+                   100 * d.med / roof_dec, d.med * bpt / 1e9, 100 * f.med, 100 * f.min,
+                   100 * f.max, lq_bench_loadavg());
             fflush(stdout);
         }
         if (want("prefill")) {

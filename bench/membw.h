@@ -117,39 +117,55 @@ static inline double lq_bw_run(void *(*fn)(void *), lq_bw_job *jobs, int threads
     return lq_bw_now() - a;
 }
 
+/* A buffer for read-bandwidth passes: 1 GiB (far larger than any cache) in 2 MB pages, as
+ * the engine holds its weights: with 4 KB pages the hardware prefetcher stops at every page
+ * and the figure under-reports what the machine can stream. NULL on failure. */
+static inline uint8_t *lq_bw_buf_new(size_t *bytes)
+{
+    *bytes = (size_t)1 << 30;
+    uint8_t *buf = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, *bytes, MADV_HUGEPAGE);
+#endif
+    memset(buf, 1, *bytes); /* faults every page in before timing */
+    return buf;
+}
+
+/* One read pass over buf with `threads` threads (1..32): GB/s. Benchmarks call it right
+ * before each timed run, so that a run's fraction of the roofline compares two figures
+ * taken under the same load from neighbours. */
+static inline double lq_bw_buf_read(const uint8_t *buf, size_t bytes, int threads)
+{
+    void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? lq_bw_worker_avx2 : lq_bw_worker_plain;
+    lq_bw_job jobs[32];
+    size_t per = bytes / (size_t)threads / 128 * 128;
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (lq_bw_job){buf + per * (size_t)t, per, 0, 0};
+    double s = lq_bw_run(fn, jobs, threads);
+    uint64_t total = 0;
+    for (int t = 0; t < threads; t++)
+        total += jobs[t].sum;
+    double gbs = (double)per * threads / s / 1e9;
+    return total == 42 ? gbs + 1e-12 : gbs; /* keeps the sums live */
+}
+
 /* Read bandwidth in GB/s with `threads` threads (1..32): median/min/max of `runs` passes
  * over 1 GiB. All zero on failure. */
 static inline lq_bw_stat lq_bench_read_bw_stat(int threads, int runs)
 {
     lq_bw_stat z = {0, 0, 0};
-    const size_t bytes = (size_t)1 << 30;
     if (threads < 1 || threads > 32 || runs < 1 || runs > 64)
         return z;
-    /* 2 MB pages, as the engine holds its weights: with 4 KB pages the hardware prefetcher
-     * stops at every page and the figure under-reports what the machine can stream. */
-    uint8_t *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
+    size_t bytes;
+    uint8_t *buf = lq_bw_buf_new(&bytes);
+    if (!buf)
         return z;
-#ifdef MADV_HUGEPAGE
-    madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
-    memset(buf, 1, bytes); /* faults every page in before timing */
-    void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? lq_bw_worker_avx2 : lq_bw_worker_plain;
-    lq_bw_job jobs[32];
-    size_t per = bytes / (size_t)threads / 128 * 128;
     double v[64];
-    uint64_t total = 0;
-    for (int r = 0; r < runs; r++) {
-        for (int t = 0; t < threads; t++)
-            jobs[t] = (lq_bw_job){buf + per * (size_t)t, per, 0, 0};
-        double s = lq_bw_run(fn, jobs, threads);
-        for (int t = 0; t < threads; t++)
-            total += jobs[t].sum;
-        v[r] = (double)per * threads / s / 1e9;
-    }
+    for (int r = 0; r < runs; r++)
+        v[r] = lq_bw_buf_read(buf, bytes, threads);
     munmap(buf, bytes);
-    if (total == 42) /* keeps the sums live */
-        v[0] += 1e-12;
     return lq_bw_stats(v, runs);
 }
 
