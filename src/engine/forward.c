@@ -78,12 +78,22 @@ void lq_scratch_free(lq_scratch *sc)
  * logit by a quantum). out may alias x. */
 static void rmsnorm(const float *x, const float *w, int n, float eps, float *out)
 {
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += (float)(x[i] * x[i]);
+    /* four partial sums in double: one chain of dependent double adds (4 cycles each) made
+     * the norms ~2 ms of every batched decode step at B=4, all of it on one thread */
+    double p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        p0 += (float)(x[i] * x[i]);
+        p1 += (float)(x[i + 1] * x[i + 1]);
+        p2 += (float)(x[i + 2] * x[i + 2]);
+        p3 += (float)(x[i + 3] * x[i + 3]);
+    }
+    for (; i < n; i++)
+        p0 += (float)(x[i] * x[i]);
+    double ss = (p0 + p1) + (p2 + p3);
     float mean = (float)(ss / n);
     float sc = (float)(1.0 / sqrt((double)(float)(mean + eps)));
-    for (int i = 0; i < n; i++)
+    for (i = 0; i < n; i++)
         out[i] = (x[i] * sc) * w[i];
 }
 
@@ -386,9 +396,13 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
         }
         size_t nf = (size_t)T * F;
         if (m->arch == LQ_ARCH_BITNET_B158) {
+            /* restrict + a branch-free select so that the loop vectorises (NaN -> 0 as before) */
+            float *restrict gp = sc->g;
+            const float *restrict up = sc->u;
             for (size_t i = 0; i < nf; i++) {
-                float g = sc->g[i] > 0 ? sc->g[i] : 0;
-                sc->g[i] = g * g * sc->u[i];
+                float a = gp[i];
+                a = a > 0 ? a : 0.0f;
+                gp[i] = a * a * up[i];
             }
         } else {
             for (size_t i = 0; i < nf; i++) {
