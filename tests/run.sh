@@ -28,6 +28,16 @@ for t in $(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | s
     tally "$name" "$log" "$rc"
     if [ -n "$VERBOSE" ] || grep -q '^not ok' "$log" || [ "$rc" -gt 1 ]; then sed 's/^/    /' "$log"; fi
 done
+# the one-token I2_S tile height is chosen per CPU (lq_i2s_decode_rows): every choice is
+# checked against the scalar reference, whichever this machine picks by default
+if [ -x "$BUILD/tests/unit/test_kernels" ]; then
+    for rows in 1 2 3 4; do
+        log="$tmp/kernels_rows$rows.log"
+        LQ_I2S_DECODE_ROWS=$rows "$BUILD/tests/unit/test_kernels" >"$log" 2>&1; rc=$?
+        tally "unit/test_kernels (decode rows $rows)" "$log" "$rc"
+        if grep -q '^not ok' "$log" || [ "$rc" -gt 1 ]; then sed 's/^/    /' "$log"; fi
+    done
+fi
 for t in $(ls tests/cli/*.sh 2>/dev/null | sort); do
     log="$tmp/$(basename "$t").log"
     sh "$t" >"$log" 2>&1; rc=$?

@@ -27,7 +27,14 @@ static void detect(void)
     memset(&f, 0, sizeof f);
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d, max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 1) {
+        unsigned v[4] = {0, 0, 0, 0};
+        __get_cpuid(0, &v[0], &v[1], &v[2], &v[3]);
+        f.amd = v[1] == 0x68747541u && v[3] == 0x69746e65u && v[2] == 0x444d4163u;
+    }
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
+        unsigned base = (a >> 8) & 0xf;
+        f.family = (int)(base == 0xf ? base + ((a >> 20) & 0xff) : base);
         int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
         uint64_t xcr0 = osxsave ? read_xcr0() : 0;
         int ymm_ok = osxsave && (xcr0 & 0x6) == 0x6;      /* XMM | YMM state */

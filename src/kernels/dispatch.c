@@ -1,6 +1,7 @@
 /* Run-time choice of the kernel set. LQ_KERNELS=scalar|avx2|avx512 forces one (if this CPU
  * supports it; otherwise the best supported set is used), which is how benchmarks and bug
  * reports compare sets on one machine. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,4 +47,27 @@ const lq_kernels *lq_kernels_best(void)
     if (avx2_ok(f))
         return &lq_kernels_avx2;
     return &lq_kernels_scalar;
+}
+
+/* Rows per tile of the one-token I2_S matvec. Decode streams weights from DRAM, and how many
+ * interleaved row streams the hardware prefetchers follow best differs by core: measured 2 on
+ * a Zen 5 (family 0x1A) EPYC, 4 on a Zen 4 (family 0x19) EPYC (~10% more bandwidth than 2
+ * there). LQ_I2S_DECODE_ROWS=1..4 overrides, for measuring other machines. */
+static int g_decode_rows;
+static pthread_once_t g_rows_once = PTHREAD_ONCE_INIT;
+
+static void choose_decode_rows(void)
+{
+    const lq_cpu_features *f = lq_cpu_features_get();
+    int rows = f->amd && f->family == 0x19 ? 4 : LQ_I2S_DECODE_ROWS;
+    const char *env = getenv("LQ_I2S_DECODE_ROWS");
+    if (env && env[0] >= '1' && env[0] <= '4' && env[1] == 0)
+        rows = env[0] - '0';
+    g_decode_rows = rows;
+}
+
+int lq_i2s_decode_rows(void)
+{
+    pthread_once(&g_rows_once, choose_decode_rows);
+    return g_decode_rows;
 }

@@ -130,7 +130,7 @@ static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
 {
     const size_t rb = (size_t)(w->cols / 4);
     const int64_t nblk = w->cols / 128;
-    const int rstep = T == 1 ? LQ_I2S_DECODE_ROWS : 4; /* see kernels_avx512.c */
+    const int rstep = T == 1 ? lq_i2s_decode_rows() : 4; /* see kernels_avx512.c */
     for (int64_t r = r0; r < r1; r += rstep) {
         const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;
         const uint8_t *wr = w->data + (size_t)r * rb;

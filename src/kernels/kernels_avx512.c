@@ -256,10 +256,10 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
 {
     const size_t rb = (size_t)(w->cols / 4);
     const int64_t nblk = w->cols / 128;
-    /* decode (T == 1) streams best in 2-row tiles (measured: 4 interleaved short row streams
-     * reach ~75% of DRAM bandwidth, 2 reach ~85%); prefill is compute bound and wants 4 rows
-     * to amortise the activation loads */
-    const int rstep = T == 1 ? LQ_I2S_DECODE_ROWS : 4;
+    /* decode (T == 1) streams from DRAM in tiles of as many rows as this CPU's prefetchers
+     * follow best (lq_i2s_decode_rows: 2 on Zen 5, 4 on Zen 4); prefill is compute bound and
+     * wants 4 rows to amortise the activation loads */
+    const int rstep = T == 1 ? lq_i2s_decode_rows() : 4;
     if (T >= 8 && w->cols <= PRE_MAX_COLS) {
         /* prefill: unpack 4 rows once, then all token groups reuse them */
         uint8_t codes[4 * PRE_MAX_COLS] __attribute__((aligned(64)));

@@ -67,9 +67,12 @@ static inline int lq_i2s_trit(unsigned code)
 #ifndef LQ_I2S_PF_BYTES
 #define LQ_I2S_PF_BYTES 4096
 #endif
-#ifndef LQ_I2S_DECODE_ROWS /* rows per tile of the AVX-512 matvec when T <= 2 (1..4) */
+#ifndef LQ_I2S_DECODE_ROWS /* default rows per tile of the one-token matvec (1..4) */
 #define LQ_I2S_DECODE_ROWS 2
 #endif
+
+/* Rows per tile of the one-token I2_S matvec on this CPU (dispatch.c; LQ_I2S_DECODE_ROWS). */
+int lq_i2s_decode_rows(void);
 #ifndef LQ_I2S_PF_HINT
 #define LQ_I2S_PF_HINT _MM_HINT_T0
 #endif
