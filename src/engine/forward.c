@@ -251,31 +251,47 @@ typedef struct att_job {
     const lq_model *m;
     const lq_fwd_row *rows;
     int layer, T;
+    int per;        /* query heads per item (att_heads_per_item) */
     const float *q; /* [T, q_dim] after RoPE */
     float *out;     /* [T, q_dim] */
 } att_job;
 
-/* Items are (head, row) pairs, head-major, so that each thread's contiguous chunk mixes
- * early and late rows (causal rows have unequal work). Each item is one call of the kernel
- * set's attention (online softmax over the row's causal prefix in its session's cache). */
+/* Items are (KV head, part of its query-head group, row), KV-head-major, so that each
+ * thread's contiguous chunk mixes early and late rows (causal rows have unequal work). Each
+ * item is one call of the kernel set's grouped attention: the `per` query heads of the part
+ * share one walk over the row's causal prefix in its session's cache. */
 static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
 {
     (void)tid;
     const att_job *j = ctx;
     const lq_model *m = j->m;
     int hd = m->head_dim, group = m->n_head / m->n_head_kv;
+    int parts = group / j->per;
     float scale = (float)(1.0 / sqrt((double)hd));
     size_t es = m->kv_f16 ? 2 : sizeof(float);
     for (int64_t it = start; it < end; it++) {
-        int h = (int)(it / j->T), t = (int)(it % j->T);
-        int kvh = h / group;
+        int hp = (int)(it / j->T), t = (int)(it % j->T);
+        int kvh = hp / parts, h = kvh * group + (hp % parts) * j->per;
         lq_session *sess = j->rows[t].s;
         const uint8_t *kc = (const uint8_t *)lq_session_kcache(sess, j->layer) + (size_t)kvh * hd * es;
         const uint8_t *vc = (const uint8_t *)lq_session_vcache(sess, j->layer) + (size_t)kvh * hd * es;
         const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
         float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
-        m->kern->attn(q, kc, vc, (size_t)m->kv_dim, m->kv_f16, j->rows[t].pos + 1, hd, scale, o);
+        m->kern->attn(q, (size_t)hd, j->per, kc, vc, (size_t)m->kv_dim, m->kv_f16,
+                      j->rows[t].pos + 1, hd, scale, o, (size_t)hd);
     }
+}
+
+/* Query heads per attention item: the whole group of a KV head (its cache is walked once),
+ * halved while there would be fewer than 4 items per thread (one-token decode has only
+ * n_head_kv rows of work, 5 for 2B-4T, which two threads would split 3:2). */
+static int att_heads_per_item(const lq_model *m, int T)
+{
+    int group = m->n_head / m->n_head_kv, per = group;
+    const int64_t threads = lq_pool_threads(m->pool);
+    while (per % 2 == 0 && (int64_t)T * m->n_head_kv * (group / per) < 4 * threads)
+        per /= 2;
+    return per;
 }
 
 /* Stores row v [n] into a KV cache row (f32, or f16 rounded to nearest even). */
@@ -369,8 +385,9 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             kv_store(m, (uint8_t *)lq_session_kcache(rows[t].s, l) + off, sc->k + (size_t)t * KVD, KVD);
             kv_store(m, (uint8_t *)lq_session_vcache(rows[t].s, l) + off, sc->v + (size_t)t * KVD, KVD);
         }
-        att_job aj = {m, rows, l, T, sc->q, sc->att};
-        lq_pool_for_dyn(m->pool, (int64_t)T * m->n_head, 1, att_fn, &aj);
+        att_job aj = {m, rows, l, T, att_heads_per_item(m, T), sc->q, sc->att};
+        lq_pool_for_dyn(m->pool, (int64_t)T * m->n_head_kv * (m->n_head / m->n_head_kv / aj.per),
+                        1, att_fn, &aj);
         const float *oin = sc->att;
         if (L->attn_sub_norm) {
             for (int t = 0; t < T; t++)

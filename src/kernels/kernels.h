@@ -72,12 +72,16 @@ typedef void (*lq_q8_i16_fn)(const lq_q8_mat *w, const int16_t *xq, size_t ldx,
                              const float *inv_scale, int T, float *y, size_t ldy, int64_t r0,
                              int64_t r1);
 
-/* One attention head of one query row over npos cached positions (causal prefix):
- * out[hd] = Σ_p softmax_p(q·k_p * scale) v_p, max-subtracted, with k_p = k + p*ld and
- * v_p = v + p*ld (f32, or f16 when kv_f16). Each set computes it in its own order (float
- * tolerance across sets). */
-typedef void (*lq_attn_fn)(const float *q, const void *k, const void *v, size_t ld, int kv_f16,
-                           int npos, int hd, float scale, float *out);
+/* nq attention heads of one query row that share one KV head (grouped-query attention), over
+ * npos cached positions (causal prefix): for head g, q_g = q + g*ldq and
+ * out_g[hd] = Σ_p softmax_p(q_g·k_p * scale) v_p, max-subtracted, with k_p = k + p*ld and
+ * v_p = v + p*ld (f32, or f16 when kv_f16). Sets that walk the cache once for the whole group
+ * read each K/V block once instead of nq times. A head's result does not depend on nq
+ * (bit-identical to nq = 1 in the same set); each set computes in its own order (float
+ * tolerance across sets). out_g = out + g*ldo. */
+typedef void (*lq_attn_fn)(const float *q, size_t ldq, int nq, const void *k, const void *v,
+                           size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                           size_t ldo);
 
 typedef struct lq_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */

@@ -361,5 +361,5 @@ const lq_kernels lq_kernels_avx2 = {
     .i2s_f32 = i2s_f32_avx2,
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
-    .attn = lq_attn_scalar, /* the AVX-512 machines this targets use attn_avx512 */
+    .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */
 };

@@ -610,83 +610,112 @@ AI __m512 kv16(const void *p, int f16, size_t i)
     return _mm512_loadu_ps((const float *)p + i);
 }
 
-/* NV = head_dim / 16 vectors; the accumulator stays in registers. */
-AI void attn_nv_avx512(const float *q, const void *k, const void *v, size_t ld, int f16, int npos,
-                       int NV, float scale, float *out)
+/* NV = head_dim / 16 vectors. The heads of a group take turns on each block of positions,
+ * so that the block's K and V rows come from memory once and from L1/L2 for the other heads
+ * (the whole cache no longer fits L2 past a few hundred positions). Between blocks a head's
+ * accumulator lives in its out row and its running max / sum in mx / sum; every head goes
+ * through exactly the operations of a group of one, so results do not depend on nq. */
+AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
+                       size_t ld, int f16, int npos, int NV, float scale, float *out, size_t ldo)
 {
-    __m512 qv[8], acc[8];
+    float mx[LQ_ATT_MAX_GROUP], sum[LQ_ATT_MAX_GROUP];
     float s[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    for (int g = 0; g < nq; g++) {
+        mx[g] = -INFINITY;
+        sum[g] = 0;
 #pragma GCC unroll 8
-    for (int u = 0; u < NV; u++) {
-        qv[u] = _mm512_mul_ps(_mm512_loadu_ps(q + 16 * u), _mm512_set1_ps(scale));
-        acc[u] = _mm512_setzero_ps();
+        for (int u = 0; u < NV; u++)
+            _mm512_storeu_ps(out + (size_t)g * ldo + 16 * u, _mm512_setzero_ps());
     }
-    float mx = -INFINITY, sum = 0;
     for (int p0 = 0; p0 < npos; p0 += LQ_ATT_BLOCK) {
         const int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
-        __m512 vbm = _mm512_set1_ps(-INFINITY);
-        for (int b = 0; b < nb; b++) {
-            size_t o = (size_t)(p0 + b) * ld;
-            __m512 d0 = _mm512_mul_ps(qv[0], kv16(k, f16, o)), d1 = _mm512_setzero_ps();
+        for (int g = 0; g < nq; g++) {
+            const float *qg = q + (size_t)g * ldq;
+            float *og = out + (size_t)g * ldo;
+            __m512 qv[8], acc[8];
 #pragma GCC unroll 8
-            for (int u = 1; u < NV; u++) {
-                if (u & 1)
-                    d1 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d1);
-                else
-                    d0 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d0);
+            for (int u = 0; u < NV; u++)
+                qv[u] = _mm512_mul_ps(_mm512_loadu_ps(qg + 16 * u), _mm512_set1_ps(scale));
+            __m512 vbm = _mm512_set1_ps(-INFINITY);
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(p0 + b) * ld;
+                __m512 d0 = _mm512_mul_ps(qv[0], kv16(k, f16, o)), d1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+                for (int u = 1; u < NV; u++) {
+                    if (u & 1)
+                        d1 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d1);
+                    else
+                        d0 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d0);
+                }
+                s[b] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
             }
-            s[b] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
-        }
-        for (int b = 0; b < nb; b += 16) {
-            __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-            vbm = _mm512_mask_max_ps(vbm, m, vbm, _mm512_maskz_loadu_ps(m, s + b));
-        }
-        const float bm = _mm512_reduce_max_ps(vbm);
-        if (bm > mx) {
-            const float r = expf(mx - bm); /* 0 on the first block (mx = -inf) */
-            sum *= r;
+            for (int b = 0; b < nb; b += 16) {
+                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+                vbm = _mm512_mask_max_ps(vbm, m, vbm, _mm512_maskz_loadu_ps(m, s + b));
+            }
+            const float bm = _mm512_reduce_max_ps(vbm);
 #pragma GCC unroll 8
             for (int u = 0; u < NV; u++)
-                acc[u] = _mm512_mul_ps(acc[u], _mm512_set1_ps(r));
-            mx = bm;
-        }
-        __m512 vs = _mm512_setzero_ps();
-        for (int b = 0; b < nb; b += 16) {
-            __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-            __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + b), _mm512_set1_ps(mx)));
-            e = _mm512_maskz_mov_ps(m, e);
-            vs = _mm512_add_ps(vs, e);
-            _mm512_store_ps(s + b, e);
-        }
-        sum += _mm512_reduce_add_ps(vs);
-        for (int b = 0; b < nb; b++) {
-            size_t o = (size_t)(p0 + b) * ld;
-            __m512 e = _mm512_set1_ps(s[b]);
+                acc[u] = _mm512_loadu_ps(og + 16 * u);
+            if (bm > mx[g]) {
+                const float r = expf(mx[g] - bm); /* 0 on the first block (mx = -inf) */
+                sum[g] *= r;
+#pragma GCC unroll 8
+                for (int u = 0; u < NV; u++)
+                    acc[u] = _mm512_mul_ps(acc[u], _mm512_set1_ps(r));
+                mx[g] = bm;
+            }
+            __m512 vs = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b += 16) {
+                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+                __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + b), _mm512_set1_ps(mx[g])));
+                e = _mm512_maskz_mov_ps(m, e);
+                vs = _mm512_add_ps(vs, e);
+                _mm512_store_ps(s + b, e);
+            }
+            sum[g] += _mm512_reduce_add_ps(vs);
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(p0 + b) * ld;
+                __m512 e = _mm512_set1_ps(s[b]);
+#pragma GCC unroll 8
+                for (int u = 0; u < NV; u++)
+                    acc[u] = _mm512_fmadd_ps(e, kv16(v, f16, o + 16 * (size_t)u), acc[u]);
+            }
 #pragma GCC unroll 8
             for (int u = 0; u < NV; u++)
-                acc[u] = _mm512_fmadd_ps(e, kv16(v, f16, o + 16 * (size_t)u), acc[u]);
+                _mm512_storeu_ps(og + 16 * u, acc[u]);
         }
     }
-    __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int g = 0; g < nq; g++) {
+        float *og = out + (size_t)g * ldo;
+        __m512 inv = _mm512_set1_ps(1.0f / sum[g]);
 #pragma GCC unroll 8
-    for (int u = 0; u < NV; u++)
-        _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[u], inv));
+        for (int u = 0; u < NV; u++)
+            _mm512_storeu_ps(og + 16 * u, _mm512_mul_ps(_mm512_loadu_ps(og + 16 * u), inv));
+    }
 }
 
-static void attn_avx512(const float *q, const void *k, const void *v, size_t ld, int kv_f16,
-                        int npos, int hd, float scale, float *out)
+static void attn_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
+                        size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                        size_t ldo)
 {
-    /* constant NV per case, so that q and the accumulator live in registers */
-    switch (hd % 16 ? 0 : hd / 16) {
-    case 1: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 1, scale, out); break;
-    case 2: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 2, scale, out); break;
-    case 3: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 3, scale, out); break;
-    case 4: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 4, scale, out); break;
-    case 5: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 5, scale, out); break;
-    case 6: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 6, scale, out); break;
-    case 7: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 7, scale, out); break;
-    case 8: attn_nv_avx512(q, k, v, ld, kv_f16, npos, 8, scale, out); break;
-    default: lq_attn_scalar(q, k, v, ld, kv_f16, npos, hd, scale, out); break;
+    /* groups larger than the state arrays go through in parts */
+    for (int g0 = 0; g0 < nq; g0 += LQ_ATT_MAX_GROUP) {
+        const int n = nq - g0 < LQ_ATT_MAX_GROUP ? nq - g0 : LQ_ATT_MAX_GROUP;
+        const float *qg = q + (size_t)g0 * ldq;
+        float *og = out + (size_t)g0 * ldo;
+        /* constant NV per case, so that q and the accumulator live in registers */
+        switch (hd % 16 ? 0 : hd / 16) {
+        case 1: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 1, scale, og, ldo); break;
+        case 2: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 2, scale, og, ldo); break;
+        case 3: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 3, scale, og, ldo); break;
+        case 4: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 4, scale, og, ldo); break;
+        case 5: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 5, scale, og, ldo); break;
+        case 6: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 6, scale, og, ldo); break;
+        case 7: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 7, scale, og, ldo); break;
+        case 8: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 8, scale, og, ldo); break;
+        default: lq_attn_group_scalar(qg, ldq, n, k, v, ld, kv_f16, npos, hd, scale, og, ldo); break;
+        }
     }
 }
 

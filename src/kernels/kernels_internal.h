@@ -81,6 +81,7 @@ int lq_i2s_decode_rows(void);
  * kernels accept (the model loader caps head_dim at LQ_MODEL_MAX_HEAD_DIM = this). */
 #define LQ_ATT_BLOCK 64
 #define LQ_ATT_MAX_HD 1024
+#define LQ_ATT_MAX_GROUP 16 /* heads per pass of a grouped attention kernel */
 
 /* Element i of a KV cache row stored as f32 or f16. */
 static inline float lq_kv_elem(const void *p, int f16, size_t i)
@@ -90,6 +91,9 @@ static inline float lq_kv_elem(const void *p, int f16, size_t i)
 
 void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
                     int hd, float scale, float *out);
+void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
+                          size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                          size_t ldo);
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;

@@ -234,6 +234,16 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
         out[i] = acc[i] * inv;
 }
 
+/* The reference walks the cache once per head. */
+void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
+                          size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                          size_t ldo)
+{
+    for (int g = 0; g < nq; g++)
+        lq_attn_scalar(q + (size_t)g * ldq, k, v, ld, kv_f16, npos, hd, scale,
+                       out + (size_t)g * ldo);
+}
+
 const lq_kernels lq_kernels_scalar = {
     .name = "scalar",
     .quant_i8 = quant_i8_scalar,
@@ -241,5 +251,5 @@ const lq_kernels lq_kernels_scalar = {
     .i2s_f32 = i2s_f32_scalar,
     .dense = dense_scalar,
     .q8_i16 = q8_i16_scalar,
-    .attn = lq_attn_scalar,
+    .attn = lq_attn_group_scalar,
 };

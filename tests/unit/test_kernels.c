@@ -463,7 +463,8 @@ static void test_q8_quantize_known(void)
 /* ---- attention ---- */
 
 /* SIMD attention against the scalar reference, f32 and f16 caches, positions across block
- * boundaries (64), head_dims with and without a SIMD path. Also: one position returns v_0. */
+ * boundaries (64), head_dims with and without a SIMD path; grouped heads give exactly what
+ * each head gives alone. Also: one position returns v_0. */
 static void run_attn(int si)
 {
     const lq_kernels *k = simd_sets[si];
@@ -489,12 +490,15 @@ static void run_attn(int si)
                         ((float *)vc)[i] = vv;
                     }
                 }
-                float q[128], o1[128], o2[128];
-                for (int i = 0; i < hd; i++)
+                /* a group of G query heads sharing this KV head (G = 1, 3, 4 and 18, which
+                 * the AVX-512 kernel takes in two passes of at most 16) */
+                enum { GMAX = 18 };
+                static float q[GMAX * 128], o1[GMAX * 128], o2[GMAX * 128], og[GMAX * 128];
+                for (int i = 0; i < GMAX * hd; i++)
                     q[i] = rndf() * 2.0f;
                 float scale = 1.0f / sqrtf((float)hd);
-                lq_kernels_scalar.attn(q, kc, vc, ld, f16, np, hd, scale, o1);
-                k->attn(q, kc, vc, ld, f16, np, hd, scale, o2);
+                lq_kernels_scalar.attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o1, (size_t)hd);
+                k->attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o2, (size_t)hd);
                 for (int i = 0; i < hd; i++)
                     if (!(fabsf(o1[i] - o2[i]) <= 2e-5f)) {
                         printf("#   %s attn f16=%d hd=%d npos=%d out[%d] %.8g vs %.8g\n", k->name,
@@ -502,6 +506,25 @@ static void run_attn(int si)
                         bad++;
                         break;
                     }
+                static const int groups[] = {3, 4, GMAX};
+                for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++) {
+                    int G = groups[gi];
+                    /* each head alone, in this set and in the reference */
+                    for (int g = 0; g < G; g++) {
+                        k->attn(q + g * hd, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale,
+                                o2 + g * hd, (size_t)hd);
+                        lq_kernels_scalar.attn(q + g * hd, (size_t)hd, 1, kc, vc, ld, f16, np, hd,
+                                               scale, o1 + g * hd, (size_t)hd);
+                    }
+                    k->attn(q, (size_t)hd, G, kc, vc, ld, f16, np, hd, scale, og, (size_t)hd);
+                    for (int i = 0; i < G * hd; i++)
+                        if (og[i] != o2[i] || !(fabsf(og[i] - o1[i]) <= 2e-5f)) {
+                            printf("#   %s grouped attn G=%d f16=%d hd=%d npos=%d out[%d] %.8g vs alone %.8g, reference %.8g\n",
+                                   k->name, G, f16, hd, np, i, og[i], o2[i], o1[i]);
+                            bad++;
+                            break;
+                        }
+                }
                 if (np == 1) /* softmax of one position: exactly v_0 */
                     for (int i = 0; i < hd; i++) {
                         float v0 = f16 ? lq_f16_to_f32(((uint16_t *)vc)[i]) : ((float *)vc)[i];
