@@ -110,6 +110,16 @@ int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err);
 int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
                             float *const *logits, lq_err *err);
 
+/* The general batched step (the server's continuous batching with chunked prefill): session
+ * ss[b] is fed counts[b] >= 1 ids, taken in order from ids (session 0's first, then session
+ * 1's, ...), at its own positions; one forward pass reads every weight once for all rows
+ * (up to 64 rows per pass). logits: NULL, or B pointers, each NULL or n_vocab floats that
+ * receive the logits after that session's last id. counts NULL means one id each (=
+ * lq_session_decode_batch). A session's results do not depend on the other rows in the
+ * batch. Checks as lq_session_decode_batch (also counts < 1); nothing changes on error. */
+int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                          float *const *logits, lq_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,17 +8,18 @@
  *             session; a full queue refuses new submissions with LQ_EBUSY)
  *   cancel    requests whose handle was cancelled finish with LQ_FINISH_CANCELED and their
  *             session goes back to the pool
- *   prefill   one chunk (prefill_chunk positions) of the oldest request still prefilling;
- *             when its prompt is complete its first token is sampled at once. With no
- *             stream decoding, chunks run back to back; otherwise one chunk per decode
- *             step, so a long prompt delays running streams by one chunk per token
- *   decode    ONE lq_session_decode_batch step for every request that has a token to feed,
- *             then per request: sample (its own sampler and seed), EOS, detokenize, stop
- *             strings, callback: the same code lq_generate runs, in the same order
+ *   step      ONE lq_session_eval_batch for every request that has a token to feed plus
+ *             prompt chunks of the requests still prefilling (oldest first, up to
+ *             prefill_chunk positions per step in all): one forward pass reads the weights
+ *             once for both, so a new prompt delays running streams by little more than the
+ *             chunk's compute, and short prompts prefill together. A request whose prompt
+ *             completes gets its first token sampled at once. Then per decoding request:
+ *             sample (its own sampler and seed), EOS, detokenize, stop strings, callback:
+ *             the same code lq_generate runs, in the same order
  *
  * Same request, same seed -> the same tokens, text and finish as lq_generate on a fresh
  * session, provided the batched decode gives each session the logits a lone decode gives it
- * (lq_session_decode_batch's contract).
+ * (lq_session_eval_batch's contract: a session's results do not depend on the other rows).
  *
  * Callbacks run on the scheduler thread, one request at a time; they must not block for
  * long (every stream waits for them). A token callback returning non-zero cancels its
@@ -50,9 +51,10 @@ typedef struct lq_scheduler_opts {
     int max_active;    /* requests decoding together (sessions held); 1..4096, default 8 */
     int max_queued;    /* requests waiting for a slot; beyond -> LQ_EBUSY; 0..65536, default 64 */
     int n_ctx;         /* context of each session; 0 = model default (as lq_session_create) */
-    int prefill_chunk; /* prompt positions per prefill slice; 1..65536, default 64 (the
-                        * engine's own prefill batch, so chunked prefill computes exactly
-                        * what one lq_session_eval of the whole prompt computes) */
+    int prefill_chunk; /* prompt positions per step, shared by the requests prefilling;
+                        * 1..65536, default 64 (the engine's own prefill batch; chunked
+                        * prefill computes exactly what one lq_session_eval of the whole
+                        * prompt computes) */
 } lq_scheduler_opts;
 
 void lq_scheduler_opts_init(lq_scheduler_opts *o);

@@ -69,7 +69,8 @@ struct lq_scheduler {
     lq_session **pool;       /* [max_active] free sessions */
     int n_pool, n_sessions;
     lq_session **b_sess;     /* [max_active] one decode step's batch */
-    int32_t *b_ids;          /* [max_active] */
+    int32_t *b_ids;          /* [max_active + prefill_chunk] the step's ids, session by session */
+    int *b_counts;           /* [max_active] ids per session in the step */
     float **b_logits;        /* [max_active] */
     lq_sched_req **b_req;    /* [max_active] */
 };
@@ -193,37 +194,16 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     return LQ_OK;
 }
 
-/* The next chunk of r's prompt; after the last one, r's first token. */
-static void prefill_chunk(lq_scheduler *S, lq_sched_req *r)
+/* One lq_session_eval_batch per loop turn (continuous batching with chunked prefill): every
+ * decoding request feeds its token, and the requests still prefilling, oldest first, feed
+ * prompt chunks within a budget of prefill_chunk positions. One forward pass reads the
+ * weights once for all of it, so a prompt arriving costs the running streams little more than
+ * their own step, and several short prompts prefill in the same pass. A request whose prompt
+ * completes in this step gets its first token at once. */
+static void batch_step(lq_scheduler *S)
 {
-    size_t left = r->n_prompt - r->n_fed;
-    size_t n = left < (size_t)S->o.prefill_chunk ? left : (size_t)S->o.prefill_chunk;
-    int last = n == left;
-    double t0 = lq_gen_now_ms();
-    int rc = lq_session_eval(r->sess, r->prompt + r->n_fed, n, last ? r->g.logits : NULL, NULL,
-                             &r->err);
-    double dt = lq_gen_now_ms() - t0;
-    r->res.prefill_ms += dt;
-    pthread_mutex_lock(&S->mu);
-    S->st.prefill_tokens += n;
-    S->st.prefill_ms += dt;
-    pthread_mutex_unlock(&S->mu);
-    if (rc) {
-        finish(S, r, rc);
-        return;
-    }
-    r->n_fed += n;
-    if (!last)
-        return;
-    lq_gen_set_limit(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess));
-    r->state = RS_DECODE;
-    step_token(S, r);
-}
-
-/* One lq_session_decode_batch for every request with a token to feed. */
-static void decode_step(lq_scheduler *S)
-{
-    int B = 0;
+    int B = 0, n_dec = 0;
+    size_t nid = 0, n_pre = 0;
     for (int i = 0; i < S->n_active; i++) {
         lq_sched_req *r = S->active[i];
         if (r->state != RS_DECODE)
@@ -233,35 +213,70 @@ static void decode_step(lq_scheduler *S)
             continue;
         }
         S->b_sess[B] = r->sess;
-        S->b_ids[B] = r->g.next_id;
+        S->b_counts[B] = 1;
+        S->b_ids[nid++] = r->g.next_id;
         S->b_logits[B] = r->g.logits;
         S->b_req[B] = r;
         B++;
+    }
+    n_dec = B;
+    size_t budget = (size_t)S->o.prefill_chunk;
+    for (int i = 0; i < S->n_active && budget > 0; i++) {
+        lq_sched_req *r = S->active[i];
+        if (r->state != RS_PREFILL || !r->sess)
+            continue;
+        size_t left = r->n_prompt - r->n_fed;
+        size_t n = left < budget ? left : budget;
+        S->b_sess[B] = r->sess;
+        S->b_counts[B] = (int)n;
+        memcpy(S->b_ids + nid, r->prompt + r->n_fed, n * sizeof *S->b_ids);
+        nid += n;
+        S->b_logits[B] = n == left ? r->g.logits : NULL;
+        S->b_req[B] = r;
+        B++;
+        budget -= n;
+        n_pre += n;
     }
     if (B == 0)
         return;
     lq_err err = {0};
     double t0 = lq_gen_now_ms();
-    int rc = lq_session_decode_batch(S->b_sess, S->b_ids, B, S->b_logits, &err);
+    int rc = lq_session_eval_batch(S->b_sess, S->b_ids, S->b_counts, B, S->b_logits, &err);
     double dt = lq_gen_now_ms() - t0;
+    /* The step's time is split between decode and prefill by their share of the rows. */
+    double dec_ms = dt * (double)n_dec / (double)(n_dec + n_pre);
     pthread_mutex_lock(&S->mu);
-    S->st.steps++;
-    S->st.decode_tokens += (uint64_t)B;
-    S->st.decode_ms += dt;
-    S->st.batch_hist[B < LQ_SCHED_HIST ? B - 1 : LQ_SCHED_HIST - 1]++;
-    if (B > S->st.max_batch)
-        S->st.max_batch = B;
+    if (n_dec > 0) {
+        S->st.steps++;
+        S->st.decode_tokens += (uint64_t)n_dec;
+        S->st.decode_ms += dec_ms;
+        S->st.batch_hist[n_dec < LQ_SCHED_HIST ? n_dec - 1 : LQ_SCHED_HIST - 1]++;
+        if (n_dec > S->st.max_batch)
+            S->st.max_batch = n_dec;
+    }
+    S->st.prefill_tokens += n_pre;
+    S->st.prefill_ms += dt - dec_ms;
     pthread_mutex_unlock(&S->mu);
     for (int b = 0; b < B; b++) {
         lq_sched_req *r = S->b_req[b];
         if (rc) {
-            /* every check happens before anything changes, and the token limit keeps each
-             * session inside its context: this is a bug somewhere, so fail the batch */
+            /* every check happens before anything changes (prompts and token limits were
+             * checked at submit): this is a bug somewhere, so fail the batch */
             r->err = err;
             finish(S, r, rc);
             continue;
         }
-        r->res.decode_ms += dt;
+        if (r->state == RS_DECODE) {
+            r->res.decode_ms += dt;
+            step_token(S, r);
+            continue;
+        }
+        r->res.prefill_ms += dt;
+        r->n_fed += (size_t)S->b_counts[b];
+        if (r->n_fed < r->n_prompt)
+            continue;
+        lq_gen_set_limit(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess));
+        r->state = RS_DECODE;
         step_token(S, r);
     }
 }
@@ -362,13 +377,7 @@ static void *loop_main(void *arg)
                     finish(S, r, rc);
             }
         }
-        /* prefill: the oldest request still prefilling gets one chunk */
-        for (int i = 0; i < S->n_active; i++)
-            if (S->active[i]->state == RS_PREFILL) {
-                prefill_chunk(S, S->active[i]);
-                break;
-            }
-        decode_step(S);
+        batch_step(S);
         compact(S);
         pthread_mutex_lock(&S->mu);
     }
@@ -411,7 +420,8 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
     S->active = calloc(A, sizeof *S->active);
     S->pool = calloc(A, sizeof *S->pool);
     S->b_sess = calloc(A, sizeof *S->b_sess);
-    S->b_ids = calloc(A, sizeof *S->b_ids);
+    S->b_ids = calloc(A + (size_t)o->prefill_chunk, sizeof *S->b_ids);
+    S->b_counts = calloc(A, sizeof *S->b_counts);
     S->b_logits = calloc(A, sizeof *S->b_logits);
     S->b_req = calloc(A, sizeof *S->b_req);
     pthread_mutex_init(&S->mu, NULL);
@@ -419,7 +429,7 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
     pthread_cond_init(&S->done_cv, NULL);
     S->st.max_active = o->max_active;
     int rc;
-    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_logits || !S->b_req) {
+    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_counts || !S->b_logits || !S->b_req) {
         rc = lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory for %d slots", o->max_active);
         goto fail;
     }
@@ -465,6 +475,7 @@ void lq_scheduler_free(lq_scheduler *S)
     free(S->pool);
     free(S->b_sess);
     free(S->b_ids);
+    free(S->b_counts);
     free(S->b_logits);
     free(S->b_req);
     pthread_mutex_destroy(&S->mu);

@@ -143,47 +143,77 @@ int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err)
     return lq_session_eval(s, &id, 1, logits, NULL, err);
 }
 
-int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
-                            float *const *logits, lq_err *err)
+int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                          float *const *logits, lq_err *err)
 {
     if (!ss || !ids || B < 1)
-        return lq_err_set(err, LQ_EINVAL, "lq_session_decode_batch: empty batch");
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval_batch: empty batch");
     const lq_model *m = ss[0] ? ss[0]->m : NULL;
+    size_t total = 0;
     for (int b = 0; b < B; b++) {
+        int n = counts ? counts[b] : 1;
         if (!ss[b] || ss[b]->m != m)
             return lq_err_set(err, LQ_EINVAL,
-                              "lq_session_decode_batch: session %d is NULL or of another model",
-                              b);
+                              "lq_session_eval_batch: session %d is NULL or of another model", b);
         for (int c = 0; c < b; c++)
             if (ss[c] == ss[b])
                 return lq_err_set(err, LQ_EINVAL,
-                                  "lq_session_decode_batch: session %d appears twice (also %d)",
-                                  b, c);
-        if (ss[b]->pos >= ss[b]->n_ctx)
+                                  "lq_session_eval_batch: session %d appears twice (also %d)", b,
+                                  c);
+        if (n < 1)
+            return lq_err_set(err, LQ_EINVAL, "lq_session_eval_batch: session %d has %d ids", b,
+                              n);
+        if (n > ss[b]->n_ctx - ss[b]->pos)
             return lq_err_set(err, LQ_ECONTEXT,
-                              "context overflow in session %d: position %d + 1 token exceeds "
+                              "context overflow in session %d: position %d + %d token%s exceeds "
                               "n_ctx %d",
-                              b, ss[b]->pos, ss[b]->n_ctx);
-        if (ids[b] < 0 || ids[b] >= m->n_vocab)
-            return lq_err_set(err, LQ_ERANGE,
-                              "token id %d (session %d) out of range: n_vocab %d", (int)ids[b],
-                              b, m->n_vocab);
+                              b, ss[b]->pos, n, n == 1 ? "" : "s", ss[b]->n_ctx);
+        for (int j = 0; j < n; j++) {
+            int32_t id = ids[total + (size_t)j];
+            if (id < 0 || id >= m->n_vocab)
+                return lq_err_set(err, LQ_ERANGE,
+                                  "token id %d (session %d, index %d) out of range: n_vocab %d",
+                                  (int)id, b, j, m->n_vocab);
+        }
+        total += (size_t)n;
     }
+    /* Row k is ids[k]: sessions in order, each with its ids at consecutive positions. Rows
+     * go through forward passes of at most LQ_MAX_BATCH; a session's ids may straddle two
+     * passes (within a pass, rows of one session see each other causally). Positions are
+     * computed from the sessions' positions before the call, which change only at the end. */
     lq_fwd_row rows[LQ_MAX_BATCH];
     float *outp[LQ_MAX_BATCH];
-    for (int c0 = 0; c0 < B; c0 += LQ_MAX_BATCH) {
-        int T = B - c0 < LQ_MAX_BATCH ? B - c0 : LQ_MAX_BATCH;
-        int want = 0;
-        for (int t = 0; t < T; t++) {
-            rows[t].s = ss[c0 + t];
-            rows[t].pos = ss[c0 + t]->pos;
-            outp[t] = logits ? logits[c0 + t] : NULL;
-            want |= outp[t] != NULL;
+    size_t k0 = 0;
+    int T = 0, want = 0, b = 0, j = 0;
+    lq_session *first = ss[0];
+    while (b < B) {
+        int n = counts ? counts[b] : 1;
+        if (T == 0)
+            first = ss[b];
+        rows[T].s = ss[b];
+        rows[T].pos = ss[b]->pos + j;
+        outp[T] = j == n - 1 && logits ? logits[b] : NULL;
+        want |= outp[T] != NULL;
+        T++;
+        if (++j == n) {
+            j = 0;
+            b++;
         }
-        /* The batch runs in the first session's scratch (sized for LQ_MAX_BATCH rows). */
-        lq_forward(m, &ss[c0]->sc, ids + c0, rows, T, want ? outp : NULL);
-        for (int t = 0; t < T; t++)
-            ss[c0 + t]->pos++;
+        if (T == LQ_MAX_BATCH || b == B) {
+            /* the pass runs in its first session's scratch (sized for LQ_MAX_BATCH rows) */
+            lq_forward(m, &first->sc, ids + k0, rows, T, want ? outp : NULL);
+            k0 += (size_t)T;
+            T = 0;
+            want = 0;
+        }
     }
+    for (b = 0; b < B; b++)
+        ss[b]->pos += counts ? counts[b] : 1;
     return LQ_OK;
+}
+
+int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
+                            float *const *logits, lq_err *err)
+{
+    return lq_session_eval_batch(ss, ids, NULL, B, logits, err);
 }
