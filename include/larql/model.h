@@ -41,12 +41,15 @@ typedef struct lq_model_opts {
     int lm_head_q8;   /* 1: build at load an int8 copy of a dense lm_head with one f32 scale per
                          row (half the bytes of f16; small logit error) and use it for logits */
     int kv_f16;       /* 1: sessions keep their KV cache in f16 (half the memory; small error) */
-    int hugepages;    /* How GGUF weights are held. 1: read into anonymous memory backed by
+    int hugepages;    /* How weights are held. 1: read into anonymous memory backed by
                          2 MB pages (decode streams ~1.7x faster than from 4 KB file pages;
                          RSS is private, the file is read once at load). -1: mmap the file
                          read-only (pages shared with other processes). 0 = auto: 1 for files of
                          64 MiB and more, else -1; the huge-page copy falls back to mmap if it
-                         cannot be allocated. LQ_HUGEPAGES=0|1 in the environment overrides. */
+                         cannot be allocated. For a vindex the same choice covers the
+                         embeddings, lm_head.bin and the repacked ternary projections (auto:
+                         by the size of embeddings.bin x 2). LQ_HUGEPAGES=0|1 in the
+                         environment overrides. */
 } lq_model_opts;
 
 typedef struct lq_model_info {

@@ -497,55 +497,23 @@ static int build_lm_q8(lq_model *m, lq_err *err)
     return LQ_OK;
 }
 
-/* Weights streamed from a file-backed mapping sit in 4 KB pages: every 4 KB the hardware
- * prefetcher stops and the TLB misses, which costs decode about a third of its bandwidth.
- * With opts.hugepages the file is read once into anonymous memory backed by 2 MB pages and
- * parsed from there (private RSS = file size, instead of shared page cache). */
+/* With opts.hugepages the GGUF is read once into anonymous memory backed by 2 MB pages and
+ * parsed from there (core/mapfile.h says why). */
 static int want_hugepage_copy(const lq_model_opts *o, const char *path)
 {
-    const char *env = getenv("LQ_HUGEPAGES");
-    if (env && *env)
-        return atoi(env) != 0;
-    if (o->hugepages)
-        return o->hugepages > 0;
     struct stat st;
-    return stat(path, &st) == 0 && st.st_size >= ((off_t)64 << 20);
+    uint64_t size = stat(path, &st) == 0 && st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return lq_want_huge_copy(o->hugepages, size);
 }
 
 static int open_hugepage_copy(lq_model *m, const char *path, lq_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return lq_err_set(err, LQ_ENOTFOUND, "%s: cannot open", path);
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return lq_err_set(err, LQ_EIO, "%s: cannot seek", path);
-    }
-    long size = ftell(f);
-    rewind(f);
-    if (size <= 0) {
-        fclose(f);
+    int rc = lq_mapfile_open_copy(&m->hp_copy, path, err);
+    if (rc)
+        return rc;
+    if (!m->hp_copy.data)
         return lq_err_set(err, LQ_EFORMAT, "%s: empty file", path);
-    }
-    size_t huge = (size_t)2 << 20, total = ((size_t)size + huge - 1) / huge * huge;
-    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        fclose(f);
-        return lq_err_set(err, LQ_ENOMEM, "%s: cannot map %zu bytes for the huge-page copy", path, total);
-    }
-#ifdef MADV_HUGEPAGE
-    madvise(p, total, MADV_HUGEPAGE);
-#endif
-    size_t got = fread(p, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        munmap(p, total);
-        return lq_err_set(err, LQ_EIO, "%s: short read (%zu of %ld bytes)", path, got, size);
-    }
-    mprotect(p, total, PROT_READ);
-    m->hp_copy = p;
-    m->hp_copy_size = total;
-    return lq_gguf_open_buffer(p, (size_t)size, &m->gguf, err);
+    return lq_gguf_open_buffer(m->hp_copy.data, m->hp_copy.size, &m->gguf, err);
 }
 
 int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err)
@@ -578,7 +546,7 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
     int rc;
     if (lq_vx_path_is_vindex(path)) {
         /* a vindex directory: weights from its files (src/vindex/vx_model.c) */
-        if ((rc = lq_vx_model_load(m, path, err)) != 0)
+        if ((rc = lq_vx_model_load(m, path, o.hugepages, err)) != 0)
             goto fail;
         int nt = o.n_threads ? o.n_threads : lq_cpu_count();
         if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
@@ -683,8 +651,7 @@ void lq_model_close(lq_model *m)
         munmap(m->lm_q8_map, m->lm_q8_map_size);
     free(m->layers);
     lq_gguf_close(m->gguf);
-    if (m->hp_copy)
-        munmap(m->hp_copy, m->hp_copy_size);
+    lq_mapfile_close(&m->hp_copy);
     if (m->src_free)
         m->src_free(m->src);
     free(m);

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "core/mapfile.h"
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
 #include "larql/gguf.h"
@@ -62,8 +63,7 @@ typedef struct lq_owned {
 
 struct lq_model {
     lq_gguf *gguf;              /* kept open: every zero-copy view points into its mapping */
-    void *hp_copy;              /* opts.hugepages: the file copied into 2 MB pages (gguf parses it) */
-    size_t hp_copy_size;
+    lq_mapfile hp_copy;         /* opts.hugepages: the file copied into 2 MB pages (gguf parses it) */
     lq_tokenizer *tok;          /* NULL when the GGUF carries no tokenizer */
     lq_pool *pool;
     const lq_kernels *kern;
@@ -105,7 +105,7 @@ struct lq_model {
 int lq_vx_path_is_vindex(const char *path);
 /* Fills m (config, tensors, tokenizer, info except kernels/threads/load time) from a BitNet
  * inference vindex. On error m->src may be set; lq_model_close releases it. */
-int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err);
+int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err);
 
 /* ---- engine internals (src/engine/forward.c) ---- */
 

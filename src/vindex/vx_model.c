@@ -51,6 +51,12 @@ typedef struct vx_src {
     lq_mapfile dense[3];    /* attn_weights.bin, up_weights.bin, down_weights.bin (llama) */
     void **owned;           /* repacked projections and decoded norms */
     int n_owned, cap_owned;
+    int huge;               /* hold large weights in 2 MB pages (lq_want_huge_copy) */
+    struct vx_huge {
+        void *p;
+        size_t mapped;
+    } *hblk;                /* those allocations */
+    int n_hblk, cap_hblk;
 } vx_src;
 
 static void vx_src_free(void *p)
@@ -61,6 +67,9 @@ static void vx_src_free(void *p)
     for (int i = 0; i < s->n_owned; i++)
         free(s->owned[i]);
     free(s->owned);
+    for (int i = 0; i < s->n_hblk; i++)
+        lq_huge_free(s->hblk[i].p, s->hblk[i].mapped);
+    free(s->hblk);
     lq_mapfile_close(&s->norms);
     lq_mapfile_close(&s->lm_head);
     for (int i = 0; i < 3; i++)
@@ -69,8 +78,32 @@ static void vx_src_free(void *p)
     free(s);
 }
 
+/* Large buffers (the repacked ternary projections, the embedding copy) in 2 MB pages when
+ * s->huge: the decode streams them every token (core/mapfile.h). */
+static void *vx_alloc_huge(vx_src *s, size_t bytes)
+{
+    if (s->n_hblk == s->cap_hblk) {
+        int cap = s->cap_hblk ? s->cap_hblk * 2 : 64;
+        struct vx_huge *h = realloc(s->hblk, (size_t)cap * sizeof *h);
+        if (!h)
+            return NULL;
+        s->hblk = h;
+        s->cap_hblk = cap;
+    }
+    size_t mapped = 0;
+    void *p = lq_huge_alloc(bytes, &mapped);
+    if (p)
+        s->hblk[s->n_hblk++] = (struct vx_huge){p, mapped};
+    return p;
+}
+
 static void *vx_alloc(vx_src *s, size_t bytes)
 {
+    if (s->huge && bytes >= ((size_t)1 << 20)) {
+        void *p = vx_alloc_huge(s, bytes);
+        if (p)
+            return p; /* else: plain memory still works */
+    }
     if (s->n_owned == s->cap_owned) {
         int cap = s->cap_owned ? s->cap_owned * 2 : 64;
         void **p = realloc(s->owned, (size_t)cap * sizeof *p);
@@ -352,16 +385,25 @@ static int load_proj(vx_src *s, const char *dir, const json_t *tensors, const fl
     return LQ_OK;
 }
 
-static int map_in(const char *dir, const char *name, lq_mapfile *m, lq_err *err)
+/* copy: read into 2 MB pages instead of mapping (falls back to a mapping without memory) */
+static int map_in_as(const char *dir, const char *name, int copy, lq_mapfile *m, lq_err *err)
 {
     char *p = lq_vx_join(dir, name);
     if (!p)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     struct stat st;
-    int rc = stat(p, &st) == 0 ? lq_mapfile_open(m, p, err)
-                               : lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
+    int rc;
+    if (stat(p, &st) != 0)
+        rc = lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
+    else if (!copy || (rc = lq_mapfile_open_copy(m, p, err)) == LQ_ENOMEM)
+        rc = lq_mapfile_open(m, p, err);
     free(p);
     return rc;
+}
+
+static int map_in(const char *dir, const char *name, lq_mapfile *m, lq_err *err)
+{
+    return map_in_as(dir, name, 0, m, err);
 }
 
 /* ---- dense projections (llama vindexes) ---- */
@@ -457,7 +499,7 @@ static int load_gate(vx_src *s, int layer, int64_t rows, int64_t cols, lq_wmat *
     return LQ_OK;
 }
 
-int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
+int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err)
 {
     vx_src *s = calloc(1, sizeof *s);
     if (!s)
@@ -470,6 +512,8 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
         return rc;
     const lq_vindex_info *vi = lq_vindex_get_info(s->v);
     const json_t *ix = s->v->index;
+    /* auto: as for a GGUF, by the bytes decode streams (the embedding stands for them) */
+    s->huge = lq_want_huge_copy(hugepages, (uint64_t)s->v->embed.size * 2);
     if (!vi->has_model_weights && vi->extract_level < LQ_VLEVEL_INFERENCE)
         return lq_err_set(err, LQ_EUNSUPPORTED,
                           "%s: vindex does not contain model weights (extract_level %s): rebuild "
@@ -554,6 +598,14 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
 
     /* embeddings (validated by lq_vindex_open: size = vocab x hidden x 4 or x 2) */
     m->embd.data = s->v->embed.data;
+    if (s->huge && s->v->embed.size > 0) {
+        /* the tied lm_head reads all of it every token: a copy in 2 MB pages */
+        void *e = vx_alloc_huge(s, s->v->embed.size);
+        if (e) {
+            memcpy(e, s->v->embed.data, s->v->embed.size);
+            m->embd.data = e;
+        }
+    }
     m->embd.rows = m->n_vocab;
     m->embd.cols = m->n_embd;
     m->embd.type = vi->embed_dtype == LQ_VDT_F16 ? LQ_GGML_F16 : LQ_GGML_F32;
@@ -585,7 +637,7 @@ int lq_vx_model_load(lq_model *m, const char *dir, lq_err *err)
                                 m->n_vocab, m->n_embd);
                 goto out;
             }
-            if ((rc = map_in(dir, "lm_head.bin", &s->lm_head, err)))
+            if ((rc = map_in_as(dir, "lm_head.bin", s->huge, &s->lm_head, err)))
                 goto out;
             int es = e.length == n * 4 ? 4 : e.length == n * 2 ? 2 : 0;
             if (!es || e.offset % (uint64_t)es || e.offset > s->lm_head.size ||

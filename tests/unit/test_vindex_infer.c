@@ -63,12 +63,14 @@ static int build(const char *gguf, const char *dir, int level, int dense_only, i
     return lq_vindex_build(gguf, dir, &bo, err);
 }
 
-/* all-position logits of ids through the model at path; NULL on error (reported) */
-static float *logits_of(const char *path, const int32_t *ids, size_t n, int act, int *V)
+/* all-position logits of ids through the model at path, its weights held as `hugepages`
+ * says (lq_model_opts); NULL on error (reported) */
+static float *logits_of_hp(const char *path, const int32_t *ids, size_t n, int act, int hugepages,
+                           int *V)
 {
     lq_model *m = NULL;
     lq_err err = {0};
-    lq_model_opts mo = {.n_threads = 2, .act_mode = act};
+    lq_model_opts mo = {.n_threads = 2, .act_mode = act, .hugepages = hugepages};
     if (lq_model_open(path, &mo, &m, &err)) {
         CHECK_MSG(0, "open %s: %s", path, err.msg);
         return NULL;
@@ -87,6 +89,11 @@ static float *logits_of(const char *path, const int32_t *ids, size_t n, int act,
         return NULL;
     }
     return all;
+}
+
+static float *logits_of(const char *path, const int32_t *ids, size_t n, int act, int *V)
+{
+    return logits_of_hp(path, ids, n, act, 0, V);
 }
 
 static double max_diff(const float *a, const float *b, size_t n)
@@ -142,6 +149,23 @@ static void compare_model(const char *gguf, const char *tag, const int32_t *ids,
         free(b);
         free(c);
     }
+    /* weights in 2 MB-page copies (GGUF and vindex) compute exactly what the mappings do */
+    int V = 0, V2 = 0;
+    float *gm = logits_of_hp(gguf, ids, n, LQ_ACT_INT8, -1, &V);
+    float *gh = logits_of_hp(gguf, ids, n, LQ_ACT_INT8, 1, &V2);
+    float *vm = logits_of_hp(d16, ids, n, LQ_ACT_INT8, -1, &V2);
+    float *vh = logits_of_hp(d16, ids, n, LQ_ACT_INT8, 1, &V2);
+    if (gm && gh && vm && vh) {
+        size_t N = n * (size_t)V;
+        CHECK_MSG(max_diff(gm, gh, N) == 0, "%s: GGUF huge-page copy differs by %g", tag,
+                  max_diff(gm, gh, N));
+        CHECK_MSG(max_diff(vm, vh, N) == 0, "%s: vindex huge-page copy differs by %g", tag,
+                  max_diff(vm, vh, N));
+    }
+    free(gm);
+    free(gh);
+    free(vm);
+    free(vh);
 }
 
 static void test_fixture_equal(void)
