@@ -20,7 +20,7 @@
 enum {
     R_HEALTH, R_MODELS, R_STATS, R_RUNTIME, R_METRICS,
     R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
-    R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_LOGITS,
+    R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS,
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
@@ -35,6 +35,7 @@ typedef struct route {
     int methods;   /* M_GET | M_POST */
     int openai;    /* errors use the OpenAI envelope */
     int gated;     /* counts against --max-concurrent */
+    int prefix;    /* path is a prefix followed by exactly one segment (GET /v1/embed/{id}) */
 } route;
 
 /* ---- metrics (all updated with atomics) ---- */
@@ -100,6 +101,10 @@ typedef struct req {
     double t0;
     int holds_slot;           /* counted in active_requests (released by the response) */
     int responded;
+    /* the segment after a prefix route's path ("42" of /v1/embed/42); a token id has at
+     * most 10 digits, so a longer segment is kept cut and flagged, never allocated */
+    char path_arg[24];
+    int path_arg_long;
 } req;
 
 /* A finished reply: status + JSON body (malloc'd), or a ready MHD_Response (streams). */
@@ -108,6 +113,7 @@ typedef struct reply {
     char *body;
     size_t len;
     const char *ctype;
+    const char *cache_control;   /* Cache-Control header when set */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;
 } reply;
@@ -157,7 +163,8 @@ void route_browse(lq_server *s, req *q, reply *r); /* describe/walk/select/relat
 void route_infer(lq_server *s, req *q, reply *r);
 void route_tok_encode(lq_server *s, req *q, reply *r);
 void route_tok_decode(lq_server *s, req *q, reply *r);
-void route_embed(lq_server *s, req *q, reply *r);
+void route_embed(lq_server *s, req *q, reply *r);     /* POST /v1/embed: JSON or binary */
+void route_embed_row(lq_server *s, req *q, reply *r); /* GET /v1/embed/{token_id} */
 void route_logits(lq_server *s, req *q, reply *r);
 /* Common preamble of model routes: model load (503 when it fails); with inference set,
  * --no-infer -> 503 too. 0 ok, else r is filled. */

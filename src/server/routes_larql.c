@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "larql/gguf.h"
 #include "larql/sampler.h"
@@ -416,10 +418,110 @@ out:
     free(ids);
 }
 
-/* token_embd.weight: ne = [n_embd, n_vocab]; row id is the embedding of token id. */
-static const lq_gguf_tensor *embd_tensor(lq_model *m)
+/* ---- binary bodies: little-endian, as LARQL's Rust clients write them ---- */
+
+#define EMBED_MAX_IDS 4096 /* token ids per POST /v1/embed, JSON or binary */
+#define OCTET_STREAM "application/octet-stream"
+
+static uint32_t get_le32(const unsigned char *p)
 {
-    return lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight");
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static float get_f32le(const unsigned char *p)
+{
+    uint32_t u = get_le32(p);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void put_f32le(unsigned char *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    put_le32(p, u);
+}
+
+/* The request's Content-Type names media type mt (case-insensitive, parameters after ';'
+ * ignored): "application/octet-stream; charset=x" is binary, "application/octet-streamy" not. */
+static int content_type_is(req *q, const char *mt)
+{
+    const char *v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!v)
+        return 0;
+    v += strspn(v, " \t");
+    size_t n = strlen(mt);
+    if (strncasecmp(v, mt, n))
+        return 0;
+    v += n;
+    v += strspn(v, " \t");
+    return *v == 0 || *v == ';';
+}
+
+/* The request's Accept header mentions mt anywhere (case-insensitive), as LARQL tests it. */
+static int accept_mentions(req *q, const char *mt)
+{
+    const char *v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    size_t n = strlen(mt);
+    for (; v && *v; v++)
+        if (!strncasecmp(v, mt, n))
+            return 1;
+    return 0;
+}
+
+/* ---- embed ---- */
+
+/* Where token embeddings come from: the GGUF's token_embd.weight (ne = [n_embd, n_vocab],
+ * row id = token id), or, on a vindex whose engine weights did not load, the vindex's
+ * embeddings.bin (already times embed_scale). Every embed route reads through this, so the
+ * JSON, binary and single-row forms give the same numbers. */
+typedef struct embed_src {
+    const lq_gguf_tensor *t; /* NULL: read the vindex */
+    const lq_vindex *vx;
+    int32_t nv;              /* vocabulary size */
+    size_t h;                /* hidden size */
+} embed_src;
+
+static int embed_source(lq_server *s, const route *rt, reply *r, embed_src *e)
+{
+    lq_model *m;
+    lq_err err = {0};
+    memset(e, 0, sizeof *e);
+    if (s->vx && srv_model(s, &m, &err)) {
+        const lq_vindex_info *vi = lq_vindex_get_info(s->vx);
+        e->vx = s->vx;
+        e->nv = vi->vocab_size;
+        e->h = vi->hidden_size > 0 ? (size_t)vi->hidden_size : 0;
+    } else {
+        if (need_model(s, rt, r, &m, 0))
+            return -1;
+        if (!(e->t = lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight"))) {
+            reply_larql_err(r, 503, "model has no token_embd.weight tensor");
+            return -1;
+        }
+        e->nv = e->t->ne[1] > INT32_MAX ? 0 : (int32_t)e->t->ne[1];
+        e->h = (size_t)e->t->ne[0];
+    }
+    /* the binary reply carries hidden as a u32 */
+    if (e->nv <= 0 || e->h == 0 || e->h > UINT32_MAX) {
+        reply_larql_err(r, 503, "embeddings have an unusable shape (vocabulary %d, hidden %zu)", (int)e->nv, e->h);
+        return -1;
+    }
+    return 0;
+}
+
+static int embed_row(const embed_src *e, int32_t id, float *row, lq_err *err)
+{
+    return e->t ? lq_gguf_tensor_row_f32(e->t, (uint64_t)id, row, err) : lq_vindex_embed_row(e->vx, id, row, err);
 }
 
 /* Reads a JSON array of token ids (each 0..n_vocab-1, at most max). -1 with r filled. */
@@ -458,78 +560,239 @@ static int read_ids(const route *rt, json_t *a, const char *field, int32_t nv, s
     return 0;
 }
 
+/* POST /v1/embed, Content-Type application/octet-stream: body [u32 n][u32 id] * n, reply
+ * [u32 seq][u32 hidden][f32] * (seq * hidden), all little-endian, row-major by position.
+ * Every length is checked against n before anything is read or allocated. The body itself
+ * is bounded by --max-body (413): a valid body is at most 4 + 4 * 4096 bytes. */
+static void embed_binary(lq_server *s, req *q, reply *r)
+{
+    const unsigned char *b = (const unsigned char *)q->body;
+    if (q->len < 4) {
+        reply_larql_err(r, 400, "binary embed body is %zu bytes: expected [u32 n][u32 ids...] little-endian", q->len);
+        return;
+    }
+    uint32_t n = get_le32(b);
+    if (n == 0) {
+        reply_larql_err(r, 400, "binary embed body has n = 0: at least one token id is needed");
+        return;
+    }
+    if (n > EMBED_MAX_IDS) {
+        reply_larql_err(r, 400, "binary embed body has n = %u token ids; at most %d", n, EMBED_MAX_IDS);
+        return;
+    }
+    size_t want = 4 + 4 * (size_t)n;
+    if (q->len != want) {
+        reply_larql_err(r, 400, "binary embed body is %zu bytes; n = %u token ids needs exactly %zu (4 + 4n)",
+                        q->len, n, want);
+        return;
+    }
+    embed_src e;
+    if (embed_source(s, q->rt, r, &e))
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = get_le32(b + 4 + 4 * (size_t)i);
+        if (id >= (uint32_t)e.nv) {
+            reply_larql_err(r, 400, "token id %u at index %u is out of range (vocabulary of %d)", id, i, (int)e.nv);
+            return;
+        }
+    }
+    if (e.h > (SIZE_MAX - 8) / 4 / n) {
+        reply_larql_err(r, 500, "embed reply of %u x %zu floats is too large", n, e.h);
+        return;
+    }
+    size_t out_len = 8 + (size_t)n * e.h * 4;
+    unsigned char *out = malloc(out_len);
+    float *row = malloc(e.h * sizeof *row); /* [hidden] */
+    if (!out || !row) {
+        reply_larql_err(r, 500, "out of memory");
+        goto fail;
+    }
+    put_le32(out, n);
+    put_le32(out + 4, (uint32_t)e.h);
+    for (uint32_t i = 0; i < n; i++) {
+        lq_err err = {0};
+        if (embed_row(&e, (int32_t)get_le32(b + 4 + 4 * (size_t)i), row, &err)) {
+            reply_larql_err(r, 500, "%s", err.msg);
+            goto fail;
+        }
+        unsigned char *dst = out + 8 + (size_t)i * e.h * 4;
+        for (size_t k = 0; k < e.h; k++)
+            put_f32le(dst + 4 * k, row[k]);
+    }
+    free(row);
+    r->status = 200;
+    r->body = (char *)out;
+    r->len = out_len;
+    r->ctype = OCTET_STREAM;
+    return;
+fail:
+    free(out);
+    free(row);
+}
+
 void route_embed(lq_server *s, req *q, reply *r)
 {
+    if (content_type_is(q, OCTET_STREAM)) {
+        embed_binary(s, q, r);
+        return;
+    }
     json_t *j = req_json_body(q, r);
     if (!j)
         return;
-    lq_model *m;
     int32_t *ids = NULL;
     size_t n = 0;
     float *row = NULL;
+    json_t *res = NULL;
     double t0 = lq_now();
-    const lq_gguf_tensor *t = NULL;
-    lq_err err = {0};
-    int32_t nv;
-    size_t h;
-    if (s->vx && srv_model(s, &m, &err)) {
-        /* vindex without engine weights: embeddings.bin (already times embed_scale) */
-        nv = lq_vindex_get_info(s->vx)->vocab_size;
-        h = (size_t)lq_vindex_get_info(s->vx)->hidden_size;
-    } else {
-        if (need_model(s, q->rt, r, &m, 0))
-            goto out;
-        if (!(t = embd_tensor(m))) {
-            reply_larql_err(r, 503, "model has no token_embd.weight tensor");
-            goto out;
-        }
-        nv = (int32_t)t->ne[1];
-        h = (size_t)t->ne[0];
-    }
+    embed_src e;
+    if (embed_source(s, q->rt, r, &e))
+        goto out;
     json_t *a = json_object_get(j, "token_ids");
     if (!a) {
         reply_larql_err(r, 400, "missing field 'token_ids'");
         goto out;
     }
-    if (read_ids(q->rt, a, "token_ids", nv, 4096, &ids, &n, r))
+    if (read_ids(q->rt, a, "token_ids", e.nv, EMBED_MAX_IDS, &ids, &n, r))
         goto out;
-    row = malloc(h * sizeof *row); /* [n_embd] */
-    json_t *res = json_array();
-    for (size_t i = 0; row && i < n; i++) {
-        if (t ? lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, &err) : lq_vindex_embed_row(s->vx, ids[i], row, &err)) {
-            json_decref(res);
+    row = malloc(e.h * sizeof *row); /* [hidden] */
+    res = json_array();
+    if (!row || !res) {
+        reply_larql_err(r, 500, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        lq_err err = {0};
+        if (embed_row(&e, ids[i], row, &err)) {
             reply_larql_err(r, 500, "%s", err.msg);
             goto out;
         }
         json_t *v = json_array();
-        for (size_t k = 0; k < h; k++)
+        for (size_t k = 0; k < e.h; k++)
             json_array_append_new(v, json_real(row[k]));
         json_array_append_new(res, v);
     }
-    if (!row) {
-        json_decref(res);
-        reply_larql_err(r, 500, "out of memory");
-        goto out;
-    }
     reply_json(r, 200, json_pack("{s:o,s:I,s:I,s:f}", "residual", res, "seq_len", (json_int_t)n, "hidden_size",
-                                 (json_int_t)h, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+                                 (json_int_t)e.h, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+    res = NULL; /* owned by the reply */
 out:
+    json_decref(res);
     free(row);
     free(ids);
     json_decref(j);
 }
 
+/* GET /v1/embed/{token_id}: one row, raw f32 little-endian by default, or JSON
+ * {token_id, embedding, hidden_size} when Accept mentions application/json. A token's
+ * embedding never changes while a model is served, hence LARQL's year-long immutable
+ * Cache-Control on the answer. */
+void route_embed_row(lq_server *s, req *q, reply *r)
+{
+    const char *a = q->path_arg;
+    size_t al = strlen(a);
+    if (q->path_arg_long || al == 0 || al > 10 || strspn(a, "0123456789") != al || strtoull(a, NULL, 10) > UINT32_MAX) {
+        reply_larql_err(r, 400, "/v1/embed/{token_id}: '%s%s' is not a token id (a non-negative integer)", a,
+                        q->path_arg_long ? "..." : "");
+        return;
+    }
+    unsigned long long id = strtoull(a, NULL, 10);
+    embed_src e;
+    if (embed_source(s, q->rt, r, &e))
+        return;
+    if (id >= (unsigned long long)e.nv) {
+        reply_larql_err(r, 400, "token id %llu is out of range (vocabulary of %d)", id, (int)e.nv);
+        return;
+    }
+    float *row = malloc(e.h * sizeof *row); /* [hidden] */
+    if (!row) {
+        reply_larql_err(r, 500, "out of memory");
+        return;
+    }
+    lq_err err = {0};
+    if (embed_row(&e, (int32_t)id, row, &err)) {
+        reply_larql_err(r, 500, "%s", err.msg);
+        free(row);
+        return;
+    }
+    if (accept_mentions(q, "application/json")) {
+        json_t *v = json_array();
+        for (size_t k = 0; k < e.h; k++)
+            json_array_append_new(v, json_real(row[k]));
+        reply_json(r, 200, json_pack("{s:I,s:o,s:I}", "token_id", (json_int_t)id, "embedding", v, "hidden_size",
+                                     (json_int_t)e.h));
+    } else {
+        unsigned char *out = malloc(e.h * 4);
+        if (!out) {
+            reply_larql_err(r, 500, "out of memory");
+            free(row);
+            return;
+        }
+        for (size_t k = 0; k < e.h; k++)
+            put_f32le(out + 4 * k, row[k]);
+        r->status = 200;
+        r->body = (char *)out;
+        r->len = e.h * 4;
+        r->ctype = OCTET_STREAM;
+    }
+    free(row);
+    if (r->status == 200)
+        r->cache_control = "public, max-age=31536000, immutable";
+}
+
+/* The residual of a /v1/logits request into x[h]: JSON {residual:[f32 * h]} or, with
+ * Content-Type application/octet-stream, the raw body f32[h] little-endian (top_k and
+ * temperature keep their defaults then). -1 with r filled. */
+static int logits_input(req *q, json_t *j, size_t h, float *x, double *ss, reply *r)
+{
+    *ss = 0;
+    if (!j) {
+        if (q->len != h * 4) {
+            reply_larql_err(r, 400, "binary residual is %zu bytes; expected %zu (hidden size %zu x 4-byte f32)",
+                            q->len, h * 4, h);
+            return -1;
+        }
+        for (size_t i = 0; i < h; i++) {
+            x[i] = get_f32le((const unsigned char *)q->body + 4 * i);
+            if (!isfinite(x[i])) {
+                reply_larql_err(r, 400, "binary residual[%zu] is not a finite number", i);
+                return -1;
+            }
+            *ss += (double)x[i] * x[i];
+        }
+        return 0;
+    }
+    json_t *a = json_object_get(j, "residual");
+    if (!a) {
+        reply_larql_err(r, 400, "missing field 'residual'");
+        return -1;
+    }
+    if (!json_is_array(a) || json_array_size(a) != h) {
+        reply_larql_err(r, 400, "'residual' must be an array of %zu numbers (hidden size)", h);
+        return -1;
+    }
+    for (size_t i = 0; i < h; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+            reply_larql_err(r, 400, "'residual'[%zu] must be a finite number", i);
+            return -1;
+        }
+        x[i] = (float)json_number_value(v);
+        *ss += (double)x[i] * x[i];
+    }
+    return 0;
+}
+
 void route_logits(lq_server *s, req *q, reply *r)
 {
-    json_t *j = req_json_body(q, r);
-    if (!j)
+    json_t *j = NULL;
+    if (!content_type_is(q, OCTET_STREAM) && !(j = req_json_body(q, r)))
         return;
     lq_model *m;
     long top_k = 5;
     double temp = 1.0;
     float *x = NULL, *row = NULL, *logits = NULL, *nw = NULL;
     double t0 = lq_now();
-    if (jget_int(q->rt, j, "top_k", 1, 1000, &top_k, r) < 0 || jget_num(q->rt, j, "temperature", 0, 100, &temp, r) < 0)
+    if (j && (jget_int(q->rt, j, "top_k", 1, 1000, &top_k, r) < 0 ||
+              jget_num(q->rt, j, "temperature", 0, 100, &temp, r) < 0))
         goto out;
     if (need_model(s, q->rt, r, &m, 1))
         goto out;
@@ -543,16 +806,7 @@ void route_logits(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 503, "model has no output_norm / lm_head tensors");
         goto out;
     }
-    json_t *a = json_object_get(j, "residual");
     size_t h = (size_t)mi->n_embd;
-    if (!a) {
-        reply_larql_err(r, 400, "missing field 'residual'");
-        goto out;
-    }
-    if (!json_is_array(a) || json_array_size(a) != h) {
-        reply_larql_err(r, 400, "'residual' must be an array of %zu numbers (hidden size)", h);
-        goto out;
-    }
     x = malloc(h * sizeof *x);       /* [n_embd] the residual, then normed */
     nw = malloc(h * sizeof *nw);     /* [n_embd] output_norm weight */
     row = malloc(h * sizeof *row);   /* [n_embd] one lm_head row */
@@ -562,16 +816,9 @@ void route_logits(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 500, "out of memory");
         goto out;
     }
-    double ss = 0;
-    for (size_t i = 0; i < h; i++) {
-        json_t *v = json_array_get(a, i);
-        if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-            reply_larql_err(r, 400, "'residual'[%zu] must be a finite number", i);
-            goto out;
-        }
-        x[i] = (float)json_number_value(v);
-        ss += (double)x[i] * x[i];
-    }
+    double ss;
+    if (logits_input(q, j, h, x, &ss, r))
+        goto out;
     lq_err err = {0};
     if (lq_gguf_tensor_to_f32(norm, nw, &err)) {
         reply_larql_err(r, 500, "%s", err.msg);

@@ -20,35 +20,50 @@
 
 /* Every route LARQL and OpenAI clients use; anything else is 404. */
 static const route ROUTES[] = {
-    {"/v1/health", R_HEALTH, M_GET, 0, 0},
-    {"/v1/models", R_MODELS, M_GET, 1, 0},
-    {"/v1/stats", R_STATS, M_GET, 0, 0},
-    {"/v1/runtime", R_RUNTIME, M_GET, 0, 0},
-    {"/metrics", R_METRICS, M_GET, 0, 0},
-    {"/v1/describe", R_DESCRIBE, M_GET, 0, 1},
-    {"/v1/walk", R_WALK, M_GET, 0, 1},
-    {"/v1/select", R_SELECT, M_POST, 0, 1},
-    {"/v1/relations", R_RELATIONS, M_GET, 0, 1},
-    {"/v1/infer", R_INFER, M_POST, 0, 1},
-    {"/v1/token/encode", R_TOK_ENCODE, M_GET, 0, 1},
-    {"/v1/token/decode", R_TOK_DECODE, M_GET, 0, 1},
-    {"/v1/embed", R_EMBED, M_POST, 0, 1},
-    {"/v1/logits", R_LOGITS, M_POST, 0, 1},
-    {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1},
-    {"/v1/chat/completions", R_CHAT, M_POST, 1, 1},
-    {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1},
+    {"/v1/health", R_HEALTH, M_GET, 0, 0, 0},
+    {"/v1/models", R_MODELS, M_GET, 1, 0, 0},
+    {"/v1/stats", R_STATS, M_GET, 0, 0, 0},
+    {"/v1/runtime", R_RUNTIME, M_GET, 0, 0, 0},
+    {"/metrics", R_METRICS, M_GET, 0, 0, 0},
+    {"/v1/describe", R_DESCRIBE, M_GET, 0, 1, 0},
+    {"/v1/walk", R_WALK, M_GET, 0, 1, 0},
+    {"/v1/select", R_SELECT, M_POST, 0, 1, 0},
+    {"/v1/relations", R_RELATIONS, M_GET, 0, 1, 0},
+    {"/v1/infer", R_INFER, M_POST, 0, 1, 0},
+    {"/v1/token/encode", R_TOK_ENCODE, M_GET, 0, 1, 0},
+    {"/v1/token/decode", R_TOK_DECODE, M_GET, 0, 1, 0},
+    {"/v1/embed", R_EMBED, M_POST, 0, 1, 0},
+    {"/v1/embed/", R_EMBED_ROW, M_GET, 0, 1, 1}, /* /v1/embed/{token_id} */
+    {"/v1/logits", R_LOGITS, M_POST, 0, 1, 0},
+    {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0},
+    {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0},
+    {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0},
 };
-static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0};
+static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0, 0};
 
-static const route *find_route(const char *url)
+/* Exact paths, plus prefix routes that take exactly one more non-empty segment (the
+ * segment is returned in *arg, *arg_len; no slash inside it). "/v1/embed" and "/v1/embed/"
+ * stay the exact POST route: a prefix route needs something after its slash. */
+static const route *find_route(const char *url, const char **arg, size_t *arg_len)
 {
     /* a trailing slash is the same route ("/v1/models/") */
     size_t n = strlen(url);
     if (n > 1 && url[n - 1] == '/')
         n--;
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strlen(ROUTES[i].path) == n && !memcmp(ROUTES[i].path, url, n))
-            return &ROUTES[i];
+    *arg = NULL;
+    *arg_len = 0;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const route *rt = &ROUTES[i];
+        size_t pl = strlen(rt->path);
+        if (!rt->prefix) {
+            if (pl == n && !memcmp(rt->path, url, n))
+                return rt;
+        } else if (n > pl && !memcmp(rt->path, url, pl) && !memchr(url + pl, '/', n - pl)) {
+            *arg = url + pl;
+            *arg_len = n - pl;
+            return rt;
+        }
+    }
     return NULL;
 }
 
@@ -201,6 +216,8 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
     }
     if (r->ctype)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+    if (r->cache_control)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control);
     if (r->retry_after > 0) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", r->retry_after);
@@ -252,6 +269,7 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_TOK_ENCODE: route_tok_encode(s, q, r); break;
     case R_TOK_DECODE: route_tok_decode(s, q, r); break;
     case R_EMBED: route_embed(s, q, r); break;
+    case R_EMBED_ROW: route_embed_row(s, q, r); break;
     case R_LOGITS: route_logits(s, q, r); break;
     case R_COMPLETIONS: route_completions(s, q, r); break;
     case R_CHAT: route_chat(s, q, r); break;
@@ -280,7 +298,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->method = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? M_GET
                     : !strcmp(method, "POST") ? M_POST : 0;
         q->is_options = !strcmp(method, "OPTIONS");
-        q->rt = find_route(url);
+        const char *arg;
+        size_t arg_len;
+        q->rt = find_route(url, &arg, &arg_len);
+        if (arg) {
+            size_t keep = arg_len < sizeof q->path_arg ? arg_len : sizeof q->path_arg - 1;
+            memcpy(q->path_arg, arg, keep);
+            q->path_arg[keep] = 0;
+            q->path_arg_long = keep < arg_len;
+        }
         if (s->o.cors && q->is_options) {
             r.status = 204;
             if (!r.stream) {

@@ -8,6 +8,7 @@ Prints TAP-style "ok - name" / "not ok - name" lines; run by tests/cli/server.sh
 import http.client
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -119,6 +120,112 @@ def stream_text(events, chat):
     return out
 
 
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+def f32(x):
+    """x rounded to f32, as the server holds it (JSON carries 9 significant digits)"""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def ids_body(ids, n=None):
+    """binary /v1/embed body: [u32 n][u32 ids...] little-endian"""
+    return struct.pack("<I%dI" % len(ids), len(ids) if n is None else n, *ids)
+
+
+def embed_binary_tests(tag, vocab, hidden):
+    """binary forms of /v1/embed and GET /v1/embed/{id}: same numbers as the JSON form"""
+    st, _, j, raw = jreq("POST", "/v1/embed", {"token_ids": [1, 2, 1]})
+    ok(tag + "embed JSON 3 ids", st == 200 and j["seq_len"] == 3, raw[:200])
+    rows = [[f32(v) for v in r] for r in j["residual"]] if st == 200 else []
+    st, hd, data = req("POST", "/v1/embed", raw=ids_body([1, 2, 1]), headers=OCTET)
+    good = st == 200 and hd.get("content-type") == "application/octet-stream" and len(data) == 8 + 3 * hidden * 4
+    ok(tag + "embed binary: 200 octet-stream, [u32 seq][u32 hidden][f32...]", good, (st, hd.get("content-type"), data[:200]))
+    if good:
+        seq, hid = struct.unpack_from("<II", data)
+        vals = struct.unpack_from("<%df" % (3 * hidden), data, 8)
+        got = [list(vals[i * hidden:(i + 1) * hidden]) for i in range(3)]
+        ok(tag + "embed binary header seq/hidden", (seq, hid) == (3, hidden), (seq, hid))
+        ok(tag + "embed binary == JSON embed (every f32 exact)", got == rows, (got[0][:4], rows[0][:4] if rows else None))
+    st, _, data = req("POST", "/v1/embed", raw=ids_body([2]), headers={"Content-Type": "Application/Octet-Stream; x=1"})
+    ok(tag + "embed binary: media type case-insensitive, parameters ignored",
+       st == 200 and len(rows) > 1 and list(struct.unpack_from("<%df" % hidden, data, 8)) == rows[1], (st, data[:100]))
+
+    # GET /v1/embed/{token_id}
+    st, hd, data = req("GET", "/v1/embed/2")
+    good = st == 200 and hd.get("content-type") == "application/octet-stream" and len(data) == hidden * 4
+    ok(tag + "GET /v1/embed/2: binary f32 row by default", good, (st, hd, data[:200]))
+    ok(tag + "GET /v1/embed/2: immutable Cache-Control", hd.get("cache-control") == "public, max-age=31536000, immutable", hd)
+    row_bin = list(struct.unpack("<%df" % hidden, data)) if good else None
+    ok(tag + "GET /v1/embed/2 binary == POST /v1/embed JSON row", len(rows) > 1 and row_bin == rows[1], (row_bin and row_bin[:4]))
+    st, hd, j, raw = jreq("GET", "/v1/embed/2", headers={"Accept": "application/json"})
+    good = st == 200 and hd.get("content-type") == "application/json" and j["token_id"] == 2 and j["hidden_size"] == hidden
+    ok(tag + "GET /v1/embed/2 Accept json: {token_id, embedding, hidden_size}", good, raw[:200])
+    ok(tag + "GET /v1/embed/2 JSON == binary", good and [f32(v) for v in j["embedding"]] == row_bin, raw[:200])
+    ok(tag + "GET /v1/embed/2 JSON: immutable Cache-Control", hd.get("cache-control") == "public, max-age=31536000, immutable", hd)
+    st, _, data = req("GET", "/v1/embed/2/")
+    ok(tag + "GET /v1/embed/2/ (trailing slash) same row", st == 200 and row_bin is not None and data == struct.pack("<%df" % hidden, *row_bin), st)
+
+
+def embed_binary_error_tests(vocab, hidden):
+    """bad binary bodies, bad ids in the path, the body limit, and the routes around them"""
+    def bad(name, body, contains=None, status=400, headers=OCTET):
+        st, hd, d = req("POST", "/v1/embed", raw=body, headers=headers)
+        try:
+            m = err_msg(json.loads(d))
+        except ValueError:
+            m = None
+        ok(name, st == status and hd.get("content-type") == "application/json" and isinstance(m, str) and
+           (contains is None or contains in m), (st, d[:300]))
+    bad("embed binary: empty body -> 400", b"", contains="bytes")
+    bad("embed binary: 3-byte body -> 400", b"\x01\x00\x00", contains="bytes")
+    bad("embed binary: n = 0 -> 400", struct.pack("<I", 0), contains="n = 0")
+    bad("embed binary: n = 4097 (over the 4096 limit) -> 400", ids_body([1] * 4097), contains="at most 4096")
+    bad("embed binary: n = 2 with 3 ids -> 400 naming the size", ids_body([1, 2, 3], n=2), contains="needs exactly 12")
+    bad("embed binary: n = 3 with 2 ids -> 400", ids_body([1, 2], n=3), contains="needs exactly 16")
+    bad("embed binary: n huge, short body -> 400", struct.pack("<II", 0xFFFFFFFF, 1), contains="at most")
+    bad("embed binary: id == vocab -> 400", ids_body([1, vocab]), contains="out of range")
+    bad("embed binary: id 0xFFFFFFFF -> 400", ids_body([0xFFFFFFFF]), contains="out of range")
+    bad("embed binary: body over --max-body -> 413", b"\0" * 70000, status=413, contains="limit")
+    bad("embed binary body without the octet-stream type -> JSON parse 400", ids_body([1]),
+        headers={"Content-Type": "application/json"}, contains="JSON")
+    st, _, data = req("POST", "/v1/embed", raw=ids_body([0, vocab - 1] * 2048), headers=OCTET)
+    ok("embed binary: n = 4096 (the limit) accepted", st == 200 and len(data) == 8 + 4096 * hidden * 4, (st, data[:200]))
+
+    expect_error("GET /v1/embed/abc -> 400", "GET", "/v1/embed/abc", contains="token id")
+    expect_error("GET /v1/embed/-1 -> 400", "GET", "/v1/embed/-1", contains="token id")
+    expect_error("GET /v1/embed/1.5 -> 400", "GET", "/v1/embed/1.5", contains="token id")
+    expect_error("GET /v1/embed/{vocab} -> 400 out of range", "GET", "/v1/embed/%d" % vocab, contains="out of range")
+    expect_error("GET /v1/embed/4294967296 -> 400", "GET", "/v1/embed/4294967296", contains="token id")
+    expect_error("GET /v1/embed/<40 digits> -> 400", "GET", "/v1/embed/" + "9" * 40, contains="token id")
+    expect_error("GET /v1/embed (no id) stays 405", "GET", "/v1/embed", status=405)
+    expect_error("GET /v1/embed/ (no id) stays 405", "GET", "/v1/embed/", status=405)
+    expect_error("POST /v1/embed/2 -> 405", "POST", "/v1/embed/2", {"token_ids": [1]}, status=405)
+    expect_error("GET /v1/embed/2/3 -> 404", "GET", "/v1/embed/2/3", status=404)
+    expect_error("GET /v1/embedX -> 404 (prefix matching needs the slash)", "GET", "/v1/embedX", status=404)
+    st, _, j, raw = jreq("POST", "/v1/embeddings", {"input": "hello"})
+    ok("POST /v1/embeddings unaffected by the /v1/embed/ prefix route", st == 200 and j["object"] == "list", raw[:200])
+    st, _, data = req("GET", "/metrics")
+    text = data.decode()
+    ok("metrics: GET /v1/embed/{id} counted under its own route label",
+       'route="/v1/embed/{token_id}",status="200"' in text and 'route="/v1/embed/{token_id}",status="400"' in text,
+       [l for l in text.splitlines() if "embed" in l][:8])
+
+
+def logits_binary_tests(resid, hidden):
+    st, _, j, raw = jreq("POST", "/v1/logits", {"residual": resid})
+    ok("logits JSON default top_k 5", st == 200 and len(j["top_k"]) == 5, raw[:300])
+    st2, hd, j2, raw2 = jreq("POST", "/v1/logits", raw=struct.pack("<%df" % hidden, *resid), headers=OCTET)
+    ok("logits binary f32 body -> same JSON as the JSON form",
+       st2 == 200 and hd.get("content-type") == "application/json" and st == 200 and j2["top_k"] == j["top_k"],
+       (raw[:300], raw2[:300]))
+    expect_error("logits binary wrong length -> 400 naming the size", "POST", "/v1/logits",
+                 raw=struct.pack("<%df" % (hidden - 1), *resid[:-1]), headers=OCTET, contains="expected %d" % (hidden * 4))
+    expect_error("logits binary empty body -> 400", "POST", "/v1/logits", raw=b"", headers=OCTET, contains="expected")
+    expect_error("logits binary NaN -> 400", "POST", "/v1/logits",
+                 raw=struct.pack("<%df" % hidden, float("nan"), *resid[1:]), headers=OCTET, contains="finite")
+
+
 def main_tests():
     # ---- LARQL routes ----
     st, hd, j, _ = jreq("GET", "/v1/health")
@@ -170,6 +277,9 @@ def main_tests():
     ok("logits top_k", st == 200 and len(j["top_k"]) == 4 and all("token_id" in t and "prob" in t for t in j["top_k"]), raw[:300])
     expect_error("logits wrong residual length -> 400", "POST", "/v1/logits", {"residual": [1.0, 2.0]}, contains="residual")
     expect_error("logits non-number residual -> 400", "POST", "/v1/logits", {"residual": ["a"] * hidden})
+    embed_binary_tests("", vocab, hidden)
+    embed_binary_error_tests(vocab, hidden)
+    logits_binary_tests(resid, hidden)
 
     st, _, j, raw = jreq("GET", "/v1/describe?entity=France")
     ok("describe without a vindex -> 503 naming the vindex", st == 503 and "vindex" in err_msg(j), raw)
@@ -442,6 +552,11 @@ def vindex_tests(cli_describe, cli_walk):
     ok("vindex models: features > 0", st == 200 and j["data"][0]["features"] > 0, raw)
     st, _, j, raw = jreq("GET", "/v1/token/encode?text=France")
     ok("vindex tokenizer routes", st == 200 and j["token_ids"], raw)
+    st, _, j, raw = jreq("GET", "/v1/stats")
+    if st == 200 and j.get("vocab_size") and j.get("hidden_size"):
+        embed_binary_tests("vindex ", j["vocab_size"], j["hidden_size"])
+    else:
+        ok("vindex stats name vocab_size and hidden_size", False, raw[:300])
     expect_error("describe bad band -> 400", "GET", "/v1/describe?entity=France&band=middle")
     expect_error("describe bad limit -> 400", "GET", "/v1/describe?entity=France&limit=-3", contains="limit")
     expect_error("describe non-numeric min_score -> 400", "GET", "/v1/describe?entity=France&min_score=abc", contains="min_score")
