@@ -9,36 +9,49 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Opens path, which must be a regular file: *fd and its size (an empty file is closed at
+ * once: *fd = -1, *size = 0). */
+static int open_regular(const char *path, int *fd, size_t *size, lq_err *err)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return lq_err_set(err, errno == ENOENT ? LQ_ENOTFOUND : LQ_EIO, "%s: cannot open: %s", path,
+                          strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) != 0) {
+        int e = errno;
+        close(*fd);
+        return lq_err_set(err, LQ_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(*fd);
+        return lq_err_set(err, LQ_EIO, "%s: not a regular file", path);
+    }
+    *size = (size_t)st.st_size;
+    if (*size == 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return LQ_OK;
+}
+
 int lq_mapfile_open(lq_mapfile *m, const char *path, lq_err *err)
 {
     m->data = NULL;
     m->size = 0;
     m->mapped = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return lq_err_set(err, errno == ENOENT ? LQ_ENOTFOUND : LQ_EIO, "%s: cannot open: %s", path,
-                          strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return lq_err_set(err, LQ_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return lq_err_set(err, LQ_EIO, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return LQ_OK;
-    }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int fd;
+    size_t size;
+    int rc = open_regular(path, &fd, &size, err);
+    if (rc || fd < 0)
+        return rc;
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED)
         return lq_err_set(err, LQ_EIO, "%s: mmap failed: %s", path, strerror(e));
     m->data = p;
-    m->size = (size_t)st.st_size;
+    m->size = size;
     return LQ_OK;
 }
 
@@ -80,20 +93,11 @@ int lq_mapfile_open_copy(lq_mapfile *m, const char *path, lq_err *err)
     m->data = NULL;
     m->size = 0;
     m->mapped = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return lq_err_set(err, errno == ENOENT ? LQ_ENOTFOUND : LQ_EIO, "%s: cannot open: %s", path,
-                          strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return lq_err_set(err, LQ_EIO, "%s: not a readable regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return LQ_OK;
-    }
-    size_t size = (size_t)st.st_size, mapped = 0;
+    int fd;
+    size_t size, mapped = 0;
+    int rc = open_regular(path, &fd, &size, err);
+    if (rc || fd < 0)
+        return rc;
     uint8_t *p = lq_huge_alloc(size, &mapped);
     if (!p) {
         close(fd);

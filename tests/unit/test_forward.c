@@ -319,6 +319,17 @@ static void test_llama_f16_untied(void)
     lq_model_close(m);
 }
 
+/* The batched and separate sessions of a test, and their logits buffers. */
+static void free_pairs(lq_session **bs, lq_session **ss, float **lb, float **ls, int B)
+{
+    for (int b = 0; b < B; b++) {
+        lq_session_free(bs[b]);
+        lq_session_free(ss[b]);
+        free(lb[b]);
+        free(ls[b]);
+    }
+}
+
 /* d: the largest logit difference between batched and separate evaluation. Within 1e-4 in
  * every set; exact with the scalar and AVX-512 sets, which sum each row the same way
  * whatever else is in the batch. */
@@ -371,12 +382,7 @@ static void test_decode_batch_equals_separate(void)
     CHECK(lq_session_decode_batch(bs, ids, B, none, &err) == 0);
     CHECK(lq_session_decode(ss[1], 2, ls[1], &err) == 0);
     CHECK_NEAR(max_diff(lb[1], ls[1], V), 0, 1e-4);
-    for (int b = 0; b < B; b++) {
-        lq_session_free(bs[b]);
-        lq_session_free(ss[b]);
-        free(lb[b]);
-        free(ls[b]);
-    }
+    free_pairs(bs, ss, lb, ls, B);
     lq_model_close(m);
 }
 
@@ -431,12 +437,7 @@ static void test_eval_batch_mixed(void)
     CHECK_EQ_INT(lq_session_eval_batch(bs, badids, c2, B, lb, &err), LQ_ERANGE);
     CHECK(strstr(err.msg, "session 2") != NULL);
     CHECK_EQ_INT(lq_session_pos(bs[1]), pos1);
-    for (int b = 0; b < B; b++) {
-        lq_session_free(bs[b]);
-        lq_session_free(ss[b]);
-        free(lb[b]);
-        free(ls[b]);
-    }
+    free_pairs(bs, ss, lb, ls, B);
     lq_model_close(m);
 }
 
