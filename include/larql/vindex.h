@@ -197,6 +197,10 @@ typedef struct lq_describe_params {
     int limit;              /* edges returned and per-layer K; default 20 (< 0 -> LQ_EINVAL) */
     double min_score;       /* signed gate threshold; default 5.0 */
     int verbose;            /* adds layer_min, layer_max, count */
+    int per_layer;          /* 1: LARQL's WebSocket variant (§4.2): no merging across layers;
+                               every hit passing the filters is an edge, in layer order (|score|
+                               order within a layer), limit is only the per-layer K, no "also";
+                               the result's layers[] lists every layer scanned */
 } lq_describe_params;
 void lq_describe_params_init(lq_describe_params *p);
 
@@ -215,6 +219,9 @@ typedef struct lq_describe_result {
     lq_describe_edge *edges;
     size_t n_edges;
     double latency_ms;
+    size_t n_tokens;        /* tokens of the entity (0: nothing was scanned) */
+    int *layers;            /* per_layer: the layers scanned, in order (NULL otherwise) */
+    size_t n_layers;
 } lq_describe_result;
 
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,

@@ -21,7 +21,7 @@ enum {
     R_HEALTH, R_MODELS, R_STATS, R_RUNTIME, R_METRICS,
     R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
-    R_COMPLETIONS, R_CHAT, R_EMBEDDINGS,
+    R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
 };
@@ -171,8 +171,16 @@ void route_logits(lq_server *s, req *q, reply *r);
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);
 /* The tokenizer of the model, or of the vindex when no model is loaded. NULL + r filled. */
 const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
+/* Next-token top-k of a prompt (POST /v1/infer and the WebSocket's infer): encoded with BOS,
+ * one eval on a pooled session. 0 with *preds = [{"token","probability"(4 dp)}] (caller
+ * owns), *bitnet set, *eval_ms the forward pass; else the HTTP status with e filled. */
+int infer_top(lq_server *s, const char *prompt, size_t plen, int top, json_t **preds, int *bitnet,
+              double *eval_ms, lq_err *e);
 /* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
+
+/* ws.c: GET /v1/stream (WebSocket); answers 101 and runs the session, or a 4xx */
+void route_stream(lq_server *s, req *q, reply *r);
 
 /* routes_openai.c */
 void route_completions(lq_server *s, req *q, reply *r);

@@ -16,7 +16,8 @@ static const char *ROUTE_NAMES[R_COUNT] = {
     [R_INFER] = "/v1/infer", [R_TOK_ENCODE] = "/v1/token/encode", [R_TOK_DECODE] = "/v1/token/decode",
     [R_EMBED] = "/v1/embed",
     [R_EMBED_ROW] = "/v1/embed/{token_id}", [R_LOGITS] = "/v1/logits", [R_COMPLETIONS] = "/v1/completions",
-    [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_UNKNOWN] = "other",
+    [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_STREAM] = "/v1/stream",
+    [R_UNKNOWN] = "other",
 };
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)

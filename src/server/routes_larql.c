@@ -247,18 +247,83 @@ static json_t *predictions(const lq_tokenizer *tok, const float *logits, int32_t
     return a;
 }
 
+int infer_top(lq_server *s, const char *prompt, size_t plen, int top, json_t **preds, int *bitnet,
+              double *eval_ms, lq_err *e)
+{
+    lq_model *m;
+    lq_session *sess = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    size_t n = 0;
+    lq_err err = {0};
+    int st = 0, rc;
+    memset(e, 0, sizeof *e);
+    *preds = NULL;
+    if (s->o.no_infer) {
+        lq_err_set(e, LQ_EUNSUPPORTED, "inference disabled (--no-infer)");
+        return 503;
+    }
+    if (srv_model(s, &m, &err)) {
+        lq_err_set(e, err.code ? err.code : LQ_EIO, "model not available: %s", err.msg);
+        return 503;
+    }
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    const lq_model_info *mi = lq_model_get_info(m);
+    rc = lq_tokenizer_encode(tok, prompt, plen, lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &ids, &n, &err);
+    if (rc) {
+        st = status_from_lq(rc);
+        *e = err;
+        goto out;
+    }
+    if (n == 0 || plen == 0) {
+        st = 400;
+        lq_err_set(e, LQ_EINVAL, "empty prompt");
+        goto out;
+    }
+    if ((rc = srv_session_get(s, &sess, &err)) != 0) {
+        st = status_from_lq(rc);
+        *e = err;
+        goto out;
+    }
+    if (n > (size_t)lq_session_n_ctx(sess)) {
+        st = 400;
+        lq_err_set(e, LQ_EINVAL, "prompt is %zu tokens; the context holds %d", n, lq_session_n_ctx(sess));
+        goto out;
+    }
+    logits = malloc((size_t)mi->n_vocab * sizeof *logits); /* [n_vocab] after the last prompt token */
+    if (!logits) {
+        st = 500;
+        lq_err_set(e, LQ_ENOMEM, "out of memory");
+        goto out;
+    }
+    double tf = lq_now();
+    rc = lq_session_eval(sess, ids, n, logits, NULL, &err);
+    *eval_ms = (lq_now() - tf) * 1000.0;
+    if (rc) {
+        st = status_from_lq(rc);
+        *e = err;
+        goto out;
+    }
+    metrics_gen(s, (int)n, 0, *eval_ms, 0);
+    /* A GGUF has no gate index: walk and compare are served dense, as LARQL does for a
+     * dense-only vindex. BitNet's dense mode is reported as "bitnet". */
+    *bitnet = mi->arch == LQ_ARCH_BITNET_B158 || mi->arch == LQ_ARCH_BITNET;
+    *preds = predictions(tok, logits, mi->n_vocab, top);
+out:
+    srv_session_put(s, sess);
+    free(logits);
+    free(ids);
+    return st;
+}
+
 void route_infer(lq_server *s, req *q, reply *r)
 {
     json_t *j = req_json_body(q, r);
     if (!j)
         return;
-    lq_model *m;
     const char *prompt = NULL, *mode = "walk";
     size_t plen = 0;
     long top = 5;
-    lq_session *sess = NULL;
-    int32_t *ids = NULL;
-    float *logits = NULL;
     if (jget_str(q->rt, j, "prompt", &prompt, &plen, r) < 0 || jget_int(q->rt, j, "top", 1, 1000, &top, r) < 0 ||
         jget_str(q->rt, j, "mode", &mode, NULL, r) < 0)
         goto out;
@@ -270,49 +335,17 @@ void route_infer(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 400, "mode '%s' is not one of walk, dense, compare", mode);
         goto out;
     }
-    if (need_model(s, q->rt, r, &m, 1))
-        goto out;
-    const lq_tokenizer *tok = lq_model_tokenizer(m);
-    const lq_model_info *mi = lq_model_get_info(m);
-    size_t n = 0;
-    lq_err err = {0};
-    double t0 = lq_now();
-    int rc = lq_tokenizer_encode(tok, prompt, plen, lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &ids, &n, &err);
-    if (rc) {
-        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
-        goto out;
-    }
-    if (n == 0 || plen == 0) {
-        reply_larql_err(r, 400, "empty prompt");
-        goto out;
-    }
-    if ((rc = srv_session_get(s, &sess, &err)) != 0) {
-        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
-        if (rc == LQ_EBUSY)
+    double t0 = lq_now(), ms = 0;
+    json_t *preds;
+    int bitnet = 0;
+    lq_err err;
+    int st = infer_top(s, prompt, plen, (int)top, &preds, &bitnet, &ms, &err);
+    if (st) {
+        reply_larql_err(r, st, "%s", err.msg);
+        if (err.code == LQ_EBUSY)
             r->retry_after = 1;
         goto out;
     }
-    if (n > (size_t)lq_session_n_ctx(sess)) {
-        reply_larql_err(r, 400, "prompt is %zu tokens; the context holds %d", n, lq_session_n_ctx(sess));
-        goto out;
-    }
-    logits = malloc((size_t)mi->n_vocab * sizeof *logits); /* [n_vocab] after the last prompt token */
-    if (!logits) {
-        reply_larql_err(r, 500, "out of memory");
-        goto out;
-    }
-    double tf = lq_now();
-    rc = lq_session_eval(sess, ids, n, logits, NULL, &err);
-    double ms = (lq_now() - tf) * 1000.0;
-    if (rc) {
-        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
-        goto out;
-    }
-    metrics_gen(s, (int)n, 0, ms, 0);
-    /* A GGUF has no gate index: walk and compare are served dense, as LARQL does for a
-     * dense-only vindex. BitNet's dense mode is reported as "bitnet". */
-    int bitnet = mi->arch == LQ_ARCH_BITNET_B158 || mi->arch == LQ_ARCH_BITNET;
-    json_t *preds = predictions(tok, logits, mi->n_vocab, (int)top);
     json_t *o = json_object();
     json_object_set_new(o, "prompt", lq_jstr(prompt, plen));
     if (!strcmp(mode, "compare")) {
@@ -325,9 +358,6 @@ void route_infer(lq_server *s, req *q, reply *r)
     json_object_set_new(o, "latency_ms", json_real(lq_round((lq_now() - t0) * 1000.0, 1)));
     reply_json(r, 200, o);
 out:
-    srv_session_put(s, sess);
-    free(logits);
-    free(ids);
     json_decref(j);
 }
 

@@ -24,6 +24,7 @@
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
+#include "server/sha1.h"
 
 #define MAX_STOPS 16
 #define MAX_TOP_LOGPROBS 20
@@ -889,19 +890,11 @@ static int embed_mean(const lq_gguf_tensor *t, const int32_t *ids, size_t n, flo
 
 static json_t *b64(const float *v, size_t n)
 {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *p = (const unsigned char *)v; /* little-endian f32 bytes */
-    size_t len = n * 4, o = 0;
+    size_t len = n * 4; /* little-endian f32 bytes */
     char *out = malloc((len + 2) / 3 * 4 + 1);
     if (!out)
         return json_string("");
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t x = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < len ? p[i + 2] : 0);
-        out[o++] = A[(x >> 18) & 63];
-        out[o++] = A[(x >> 12) & 63];
-        out[o++] = i + 1 < len ? A[(x >> 6) & 63] : '=';
-        out[o++] = i + 2 < len ? A[x & 63] : '=';
-    }
+    size_t o = lq_base64_encode(v, len, out);
     json_t *j = json_stringn(out, o);
     free(out);
     return j;

@@ -38,6 +38,9 @@ static const route ROUTES[] = {
     {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0},
     {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0},
     {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0},
+    /* not gated: a WebSocket may stay open and idle for long; its generations go through
+     * the scheduler's bounded queue and its infers through the bounded session pool */
+    {"/v1/stream", R_STREAM, M_GET, 0, 0, 0},
 };
 static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0, 0};
 
@@ -274,6 +277,7 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_COMPLETIONS: route_completions(s, q, r); break;
     case R_CHAT: route_chat(s, q, r); break;
     case R_EMBEDDINGS: route_embeddings(s, q, r); break;
+    case R_STREAM: route_stream(s, q, r); break;
     default: reply_larql_err(r, 404, "not found"); break;
     }
 }
@@ -607,7 +611,7 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     struct sockaddr_in6 sa6;
     struct sockaddr *sa;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC;
+                     MHD_USE_ITC | MHD_ALLOW_UPGRADE;
     memset(&sa4, 0, sizeof sa4);
     memset(&sa6, 0, sizeof sa6);
     if (inet_pton(AF_INET, s->host, &sa4.sin_addr) == 1) {

@@ -233,6 +233,7 @@ void lq_describe_result_free(lq_describe_result *r)
             free(r->edges[i].also[k]);
     }
     free(r->edges);
+    free(r->layers);
     memset(r, 0, sizeof *r);
 }
 
@@ -278,6 +279,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     size_t ntok = 0;
     rc = lq_vindex_entity_vector(v, p->entity, q, &ntok, err);
+    r->n_tokens = ntok;
     if (rc || ntok == 0) {
         free(q);
         r->latency_ms = 0.0;
@@ -292,6 +294,11 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     if (!rc)
         rc = walk_layers(v, q, layers, nl, (size_t)p->limit, &hits, &nh, err);
     free(q);
+    if (!rc && p->per_layer) {
+        r->layers = layers; /* the caller reports every layer scanned, even without edges */
+        r->n_layers = nl;
+        layers = NULL;
+    }
     free(layers);
     char *ent = trim_dup(p->entity);
     char *ent_l = ent ? lower_dup(ent) : NULL;
@@ -309,6 +316,21 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
         const char *tok = lq_vindex_token_text(v, fm.top_token_id);
         if (strlen(tok) < 2 || ieq(tok, ent))
             continue;
+        if (p->per_layer) {
+            /* no merging: hits arrive in layer order, |score| order within a layer */
+            lq_describe_edge *e = &edges[ne].e;
+            edges[ne].seq = ne;
+            if (!(e->target = strdup(tok))) {
+                rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+                break;
+            }
+            e->gate_score = h->score;
+            e->layer = e->layer_min = e->layer_max = h->layer;
+            e->feature = h->feature;
+            e->count = 1;
+            ne++;
+            continue;
+        }
         char *key = lower_dup(tok);
         if (!key) {
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -352,8 +374,11 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     free(hits);
     free(ent);
     free(ent_l);
-    qsort(edges, ne, sizeof *edges, cmp_edge_seq);
-    size_t keep = ne < (size_t)p->limit ? ne : (size_t)p->limit;
+    size_t keep = ne;
+    if (!p->per_layer) {
+        qsort(edges, ne, sizeof *edges, cmp_edge_seq);
+        keep = ne < (size_t)p->limit ? ne : (size_t)p->limit;
+    }
     r->edges = calloc(keep ? keep : 1, sizeof *r->edges);
     if (!rc && !r->edges)
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -370,6 +395,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     free(edges);
     if (rc) {
         free(r->edges);
+        free(r->layers);
         memset(r, 0, sizeof *r);
         return rc;
     }

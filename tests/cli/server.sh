@@ -1,13 +1,24 @@
 #!/bin/sh
 # larql serve against real clients on 127.0.0.1: raw HTTP (tests/http/protocol.py, stdlib
-# Python), curl, and the official openai npm package (tests/http/openai, skipped with a
-# message when node or its node_modules are missing). Every server started here is killed
+# Python), WebSocket (tests/http/ws.py, a stdlib RFC 6455 client), curl, and the official
+# openai npm package (tests/http/openai, skipped with a message when node or its
+# node_modules are missing). Every server started here is killed
 # on exit, whatever happens.
 . "$(dirname "$0")/lib.inc"
 HTTP_DIR="$(cd "$(dirname "$0")/../http" && pwd)"
 PIDS=""
 cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T_TMP"; }
 trap cleanup EXIT INT TERM
+
+# run_py LOG SCRIPT ARGS...: runs a TAP-printing Python test, adds its counts
+run_py() {
+    log=$1; shift
+    python3 "$@" >"$T_TMP/$log" 2>&1
+    cat "$T_TMP/$log"
+    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/$log")))
+    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/$log")))
+    if grep -q Traceback "$T_TMP/$log"; then fail "$(basename "$1") $2 ran to the end" "$(tail -n 5 "$T_TMP/$log")"; fi
+}
 
 # start_server NAME ARGS...: starts larql serve --port 0, waits for /v1/health; sets PORT, PID
 start_server() {
@@ -95,6 +106,7 @@ if start_server guarded "$SLOW" --api-key "$KEY" --cors --max-concurrent 1 --thr
     T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/guard.log")))
     T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/guard.log")))
     if grep -q Traceback "$T_TMP/guard.log"; then fail "protocol.py guarded ran to the end" "$(tail -n 5 "$T_TMP/guard.log")"; fi
+    run_py ws_guard.log "$HTTP_DIR/ws.py" gguf "$PORT" "$KEY"
     # SIGINT while a stream is running: the stream is ended properly and the server exits 0
     curl -sN -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
         -d '{"prompt":"Once","max_tokens":3000,"temperature":0,"stream":true}' "http://127.0.0.1:$PORT/v1/completions" >"$T_TMP/live" 2>/dev/null &
@@ -116,6 +128,8 @@ if start_server batch "$SLOW" --max-concurrent 32 --threads 2 --ctx 4096; then
     T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/batch.log")))
     T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/batch.log")))
     if grep -q Traceback "$T_TMP/batch.log"; then fail "protocol.py batch ran to the end" "$(tail -n 5 "$T_TMP/batch.log")"; fi
+    # WebSocket /v1/stream (tests/http/ws.py: a stdlib RFC 6455 client)
+    run_py ws.log "$HTTP_DIR/ws.py" gguf "$PORT"
     stop_server "$PID"; [ "$RC" = 0 ] || fail "batch server exit 0" "exit $RC: $(tail -n 3 "$T_TMP/batch.err")"
 else
     fail "batch server starts"
@@ -132,6 +146,7 @@ if "$LARQL" convert gguf-to-vindex "$M" --output "$V" >/dev/null 2>&1; then
         T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/vx.log")))
         T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/vx.log")))
         if grep -q Traceback "$T_TMP/vx.log"; then fail "protocol.py vindex ran to the end" "$(tail -n 5 "$T_TMP/vx.log")"; fi
+        run_py ws_vx.log "$HTTP_DIR/ws.py" vindex "$PORT"
         stop_server "$PID"; [ "$RC" = 0 ] || fail "vindex server exit 0" "exit $RC"
     else
         fail "vindex server starts"
