@@ -10,25 +10,16 @@ import json
 import socket
 import struct
 import sys
+
+import tap
+from tap import ok
 import threading
 import time
 
 HOST = "127.0.0.1"
 PORT = 0
 KEY = None
-FAILS = 0
 
-
-def ok(name, cond, detail=""):
-    global FAILS
-    if cond:
-        print("ok - " + name)
-    else:
-        FAILS += 1
-        print("not ok - " + name)
-        if detail:
-            print("#   " + str(detail)[:600].replace("\n", "\n#   "))
-    sys.stdout.flush()
 
 
 def req(method, path, body=None, headers=None, raw=None, timeout=30):
@@ -755,4 +746,4 @@ if __name__ == "__main__":
         vindex_tests(sys.argv[3], sys.argv[4])
     else:
         main_tests()
-    sys.exit(1 if FAILS else 0)
+    sys.exit(1 if tap.FAILS else 0)

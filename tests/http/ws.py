@@ -14,25 +14,16 @@ import os
 import socket
 import struct
 import sys
+
+import tap
+from tap import ok
 import time
 
 HOST = "127.0.0.1"
 PORT = 0
 KEY = None
-FAILS = 0
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-
-def ok(name, cond, detail=""):
-    global FAILS
-    if cond:
-        print("ok - " + name)
-    else:
-        FAILS += 1
-        print("not ok - " + name)
-        if detail:
-            print("#   " + str(detail)[:600].replace("\n", "\n#   "))
-    sys.stdout.flush()
 
 
 class WS:
@@ -341,4 +332,4 @@ if __name__ == "__main__":
         gguf_tests()
     else:
         vindex_tests()
-    print("# ws done, %d failed" % FAILS)
+    print("# ws done, %d failed" % tap.FAILS)
