@@ -57,6 +57,8 @@ void lq_scratch_free(lq_scratch *sc)
     free(sc->k);
     free(sc->v);
     free(sc->att);
+    free(sc->att_tab);
+    free(sc->att_buf);
     free(sc->g);
     free(sc->u);
     free(sc->tmp);
@@ -247,51 +249,161 @@ static void project(const lq_model *m, lq_scratch *sc, const float *x, int cols,
 
 /* ---- attention ---- */
 
+/* Positions per attention part. A row whose causal prefix is longer is computed in parts of
+ * this many positions, in parallel, and the parts' softmax states are merged in order: one-
+ * token decode over a long cache otherwise has only n_head_kv items (5 for 2B-4T) for two
+ * threads, or reads each KV head's cache twice when its query heads are split. A row's parts
+ * depend only on its own length, so its result does not depend on the batch around it. */
+#define LQ_ATT_PART 512
+
 typedef struct att_job {
     const lq_model *m;
     const lq_fwd_row *rows;
     int layer, T;
-    int per;        /* query heads per item (att_heads_per_item) */
-    const float *q; /* [T, q_dim] after RoPE */
-    float *out;     /* [T, q_dim] */
+    int per;             /* query heads per item (a divisor of the group) */
+    int P;               /* parts over all rows */
+    const int *part_row; /* [P] the row of each part */
+    const int *row_part; /* [T + 1] first part of each row */
+    float *part_out;     /* [P, n_head, head_dim] outputs of rows with several parts */
+    float *part_ml;      /* [P, n_head, 2] their softmax states */
+    const float *q;      /* [T, q_dim] after RoPE */
+    float *out;          /* [T, q_dim] */
 } att_job;
 
-/* Items are (KV head, part of its query-head group, row), KV-head-major, so that each
- * thread's contiguous chunk mixes early and late rows (causal rows have unequal work). Each
- * item is one call of the kernel set's grouped attention: the `per` query heads of the part
- * share one walk over the row's causal prefix in its session's cache. */
+/* Items are (KV head, part of its query-head group, row part), the row parts innermost, so
+ * that each thread's contiguous chunk mixes early and late rows (causal rows have unequal
+ * work). Each item is one call of the kernel set's grouped attention: the `per` query heads
+ * share one walk over the part's positions in the row's session cache. */
 static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
 {
     (void)tid;
     const att_job *j = ctx;
     const lq_model *m = j->m;
     int hd = m->head_dim, group = m->n_head / m->n_head_kv;
-    int parts = group / j->per;
+    int hparts = group / j->per;
     float scale = (float)(1.0 / sqrt((double)hd));
     size_t es = m->kv_f16 ? 2 : sizeof(float);
     for (int64_t it = start; it < end; it++) {
-        int hp = (int)(it / j->T), t = (int)(it % j->T);
-        int kvh = hp / parts, h = kvh * group + (hp % parts) * j->per;
+        int p = (int)(it % j->P), rest = (int)(it / j->P);
+        int kvh = rest / hparts, h = kvh * group + (rest % hparts) * j->per;
+        int t = j->part_row[p], c = p - j->row_part[t];
+        int nparts = j->row_part[t + 1] - j->row_part[t];
+        int npos = j->rows[t].pos + 1, p0 = c * LQ_ATT_PART;
+        int len = npos - p0 < LQ_ATT_PART || nparts == 1 ? npos - p0 : LQ_ATT_PART;
         lq_session *sess = j->rows[t].s;
-        const uint8_t *kc = (const uint8_t *)lq_session_kcache(sess, j->layer) + (size_t)kvh * hd * es;
-        const uint8_t *vc = (const uint8_t *)lq_session_vcache(sess, j->layer) + (size_t)kvh * hd * es;
+        size_t off = ((size_t)p0 * (size_t)m->kv_dim + (size_t)kvh * hd) * es;
+        const uint8_t *kc = (const uint8_t *)lq_session_kcache(sess, j->layer) + off;
+        const uint8_t *vc = (const uint8_t *)lq_session_vcache(sess, j->layer) + off;
         const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
         float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
-        m->kern->attn(q, (size_t)hd, j->per, kc, vc, (size_t)m->kv_dim, m->kv_f16,
-                      j->rows[t].pos + 1, hd, scale, o, (size_t)hd);
+        float *ml = NULL;
+        if (nparts > 1) {
+            o = j->part_out + ((size_t)p * m->n_head + h) * hd;
+            ml = j->part_ml + ((size_t)p * m->n_head + h) * 2;
+        }
+        m->kern->attn(q, (size_t)hd, j->per, kc, vc, (size_t)m->kv_dim, m->kv_f16, len, hd,
+                      scale, o, (size_t)hd, ml);
     }
 }
 
-/* Query heads per attention item: the whole group of a KV head (its cache is walked once),
- * halved while there would be fewer than 4 items per thread (one-token decode has only
- * n_head_kv rows of work, 5 for 2B-4T, which two threads would split 3:2). */
-static int att_heads_per_item(const lq_model *m, int T)
+/* Items are (row, head) of the rows computed in several parts: their parts' normalised outputs
+ * are combined with weights sum_c * exp(max_c - max), in part order. */
+static void att_merge_fn(void *ctx, int64_t start, int64_t end, int tid)
 {
+    (void)tid;
+    const att_job *j = ctx;
+    const lq_model *m = j->m;
+    int hd = m->head_dim;
+    for (int64_t it = start; it < end; it++) {
+        int t = (int)(it / m->n_head), h = (int)(it % m->n_head);
+        int a = j->row_part[t], b = j->row_part[t + 1];
+        float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
+        if (b - a < 2)
+            continue;
+        float mx = -INFINITY;
+        for (int p = a; p < b; p++) {
+            float pm = j->part_ml[((size_t)p * m->n_head + h) * 2];
+            mx = pm > mx ? pm : mx;
+        }
+        float wsum = 0, w[LQ_MODEL_MAX_CTX / LQ_ATT_PART + 1];
+        for (int p = a; p < b; p++) {
+            const float *ml = j->part_ml + ((size_t)p * m->n_head + h) * 2;
+            w[p - a] = ml[1] * expf(ml[0] - mx);
+            wsum += w[p - a];
+        }
+        for (int i = 0; i < hd; i++) {
+            float acc = 0;
+            for (int p = a; p < b; p++)
+                acc += w[p - a] * j->part_out[((size_t)p * m->n_head + h) * hd + i];
+            o[i] = acc / wsum;
+        }
+    }
+}
+
+/* Lays out the row parts of this batch (att_job's part_row, row_part) and the buffers for
+ * rows in several parts, in the scratch (grown when needed). 0, or LQ_ENOMEM: then every row
+ * goes in one part (still correct; only its float rounding differs from the split result). */
+static int att_plan(const lq_model *m, lq_scratch *sc, const lq_fwd_row *rows, int T, att_job *j)
+{
+    int P = 0, split = 0;
+    for (int t = 0; t < T; t++) {
+        int n = (rows[t].pos + LQ_ATT_PART) / LQ_ATT_PART; /* ceil((pos + 1) / PART) */
+        P += n;
+        split |= n > 1;
+    }
+    size_t need_tab = (size_t)P + (size_t)T + 1;
+    size_t need_buf = split ? (size_t)P * (size_t)m->n_head * ((size_t)m->head_dim + 2) : 0;
+    if (need_tab > sc->att_tab_cap) {
+        int *p = realloc(sc->att_tab, need_tab * sizeof *p);
+        if (!p)
+            return LQ_ENOMEM;
+        sc->att_tab = p;
+        sc->att_tab_cap = need_tab;
+    }
+    if (need_buf > sc->att_buf_cap) {
+        float *p = realloc(sc->att_buf, need_buf * sizeof *p);
+        if (!p)
+            return LQ_ENOMEM;
+        sc->att_buf = p;
+        sc->att_buf_cap = need_buf;
+    }
+    int *part_row = sc->att_tab, *row_part = sc->att_tab + P;
+    P = 0;
+    for (int t = 0; t < T; t++) {
+        row_part[t] = P;
+        int n = (rows[t].pos + LQ_ATT_PART) / LQ_ATT_PART;
+        for (int c = 0; c < n; c++)
+            part_row[P++] = t;
+    }
+    row_part[T] = P;
+    j->P = P;
+    j->part_row = part_row;
+    j->row_part = row_part;
+    j->part_out = sc->att_buf;
+    j->part_ml = split ? sc->att_buf + (size_t)P * m->n_head * m->head_dim : NULL;
+    /* Query heads per item: the whole group of a KV head (its cache is walked once), halved
+     * while there would be fewer than 4 items per thread. */
     int group = m->n_head / m->n_head_kv, per = group;
     const int64_t threads = lq_pool_threads(m->pool);
-    while (per % 2 == 0 && (int64_t)T * m->n_head_kv * (group / per) < 4 * threads)
+    while (per % 2 == 0 && (int64_t)P * m->n_head_kv * (group / per) < 4 * threads)
         per /= 2;
-    return per;
+    j->per = per;
+    return LQ_OK;
+}
+
+/* One row in one part each: the fallback when the part buffers cannot be allocated. */
+static void att_plan_whole(const lq_model *m, int T, int *tab, att_job *j)
+{
+    for (int t = 0; t < T; t++) {
+        tab[t] = t;     /* part_row */
+        tab[T + t] = t; /* row_part */
+    }
+    tab[2 * T] = T;
+    j->P = T;
+    j->part_row = tab;
+    j->row_part = tab + T;
+    j->part_out = j->part_ml = NULL;
+    j->per = m->n_head / m->n_head_kv;
 }
 
 /* Stores row v [n] into a KV cache row (f32, or f16 rounded to nearest even). */
@@ -363,6 +475,11 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
     float *x = sc->x; /* [T, D] */
     for (int t = 0; t < T; t++)
         embed_row(m, ids[t], x + (size_t)t * D);
+    /* how attention splits the rows of this batch (the same for every layer) */
+    att_job plan = {.m = m, .rows = rows, .T = T, .q = sc->q, .out = sc->att};
+    int whole_tab[2 * LQ_MAX_BATCH + 1];
+    if (att_plan(m, sc, rows, T, &plan) != LQ_OK)
+        att_plan_whole(m, T, whole_tab, &plan);
 
     for (int l = 0; l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];
@@ -385,9 +502,12 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             kv_store(m, (uint8_t *)lq_session_kcache(rows[t].s, l) + off, sc->k + (size_t)t * KVD, KVD);
             kv_store(m, (uint8_t *)lq_session_vcache(rows[t].s, l) + off, sc->v + (size_t)t * KVD, KVD);
         }
-        att_job aj = {m, rows, l, T, att_heads_per_item(m, T), sc->q, sc->att};
-        lq_pool_for_dyn(m->pool, (int64_t)T * m->n_head_kv * (m->n_head / m->n_head_kv / aj.per),
+        att_job aj = plan;
+        aj.layer = l;
+        lq_pool_for_dyn(m->pool, (int64_t)aj.P * m->n_head_kv * (m->n_head / m->n_head_kv / aj.per),
                         1, att_fn, &aj);
+        if (aj.part_ml) /* some row in several parts */
+            lq_pool_for_dyn(m->pool, (int64_t)T * m->n_head, 4, att_merge_fn, &aj);
         const float *oin = sc->att;
         if (L->attn_sub_norm) {
             for (int t = 0; t < T; t++)

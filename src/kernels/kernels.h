@@ -78,10 +78,12 @@ typedef void (*lq_q8_i16_fn)(const lq_q8_mat *w, const int16_t *xq, size_t ldx,
  * v_p = v + p*ld (f32, or f16 when kv_f16). Sets that walk the cache once for the whole group
  * read each K/V block once instead of nq times. A head's result does not depend on nq
  * (bit-identical to nq = 1 in the same set); each set computes in its own order (float
- * tolerance across sets). out_g = out + g*ldo. */
+ * tolerance across sets). out_g = out + g*ldo. ml: NULL, or 2*nq floats that receive each
+ * head's softmax state (max of the scaled scores, sum of exp(score - max)), so that results
+ * over consecutive position ranges can be merged (split attention over a long cache). */
 typedef void (*lq_attn_fn)(const float *q, size_t ldq, int nq, const void *k, const void *v,
                            size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
-                           size_t ldo);
+                           size_t ldo, float *ml);
 
 typedef struct lq_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */

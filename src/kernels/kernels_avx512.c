@@ -616,7 +616,8 @@ AI __m512 kv16(const void *p, int f16, size_t i)
  * accumulator lives in its out row and its running max / sum in mx / sum; every head goes
  * through exactly the operations of a group of one, so results do not depend on nq. */
 AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                       size_t ld, int f16, int npos, int NV, float scale, float *out, size_t ldo)
+                       size_t ld, int f16, int npos, int NV, float scale, float *out, size_t ldo,
+                       float *ml)
 {
     float mx[LQ_ATT_MAX_GROUP], sum[LQ_ATT_MAX_GROUP];
     float s[LQ_ATT_BLOCK] __attribute__((aligned(64)));
@@ -692,29 +693,34 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++)
             _mm512_storeu_ps(og + 16 * u, _mm512_mul_ps(_mm512_loadu_ps(og + 16 * u), inv));
+        if (ml) {
+            ml[2 * g] = mx[g];
+            ml[2 * g + 1] = sum[g];
+        }
     }
 }
 
 static void attn_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
                         size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
-                        size_t ldo)
+                        size_t ldo, float *ml)
 {
     /* groups larger than the state arrays go through in parts */
     for (int g0 = 0; g0 < nq; g0 += LQ_ATT_MAX_GROUP) {
         const int n = nq - g0 < LQ_ATT_MAX_GROUP ? nq - g0 : LQ_ATT_MAX_GROUP;
         const float *qg = q + (size_t)g0 * ldq;
         float *og = out + (size_t)g0 * ldo;
+        float *mg = ml ? ml + 2 * g0 : NULL;
         /* constant NV per case, so that q and the accumulator live in registers */
         switch (hd % 16 ? 0 : hd / 16) {
-        case 1: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 1, scale, og, ldo); break;
-        case 2: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 2, scale, og, ldo); break;
-        case 3: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 3, scale, og, ldo); break;
-        case 4: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 4, scale, og, ldo); break;
-        case 5: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 5, scale, og, ldo); break;
-        case 6: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 6, scale, og, ldo); break;
-        case 7: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 7, scale, og, ldo); break;
-        case 8: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 8, scale, og, ldo); break;
-        default: lq_attn_group_scalar(qg, ldq, n, k, v, ld, kv_f16, npos, hd, scale, og, ldo); break;
+        case 1: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 1, scale, og, ldo, mg); break;
+        case 2: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 2, scale, og, ldo, mg); break;
+        case 3: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 3, scale, og, ldo, mg); break;
+        case 4: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 4, scale, og, ldo, mg); break;
+        case 5: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 5, scale, og, ldo, mg); break;
+        case 6: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 6, scale, og, ldo, mg); break;
+        case 7: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 7, scale, og, ldo, mg); break;
+        case 8: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 8, scale, og, ldo, mg); break;
+        default: lq_attn_group_scalar(qg, ldq, n, k, v, ld, kv_f16, npos, hd, scale, og, ldo, mg); break;
         }
     }
 }

@@ -90,10 +90,10 @@ static inline float lq_kv_elem(const void *p, int f16, size_t i)
 }
 
 void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
-                    int hd, float scale, float *out);
+                    int hd, float scale, float *out, float *ml);
 void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
                           size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
-                          size_t ldo);
+                          size_t ldo, float *ml);
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;

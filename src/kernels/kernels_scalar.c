@@ -195,7 +195,7 @@ int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t 
 /* Online softmax over blocks of LQ_ATT_BLOCK positions (running max, rescaled sum and
  * accumulator), so that no per-context buffer is needed. */
 void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
-                    int hd, float scale, float *out)
+                    int hd, float scale, float *out, float *ml)
 {
     float acc[LQ_ATT_MAX_HD];
     float s[LQ_ATT_BLOCK];
@@ -232,16 +232,20 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
     float inv = 1.0f / sum;
     for (int i = 0; i < hd; i++)
         out[i] = acc[i] * inv;
+    if (ml) {
+        ml[0] = mx;
+        ml[1] = sum;
+    }
 }
 
 /* The reference walks the cache once per head. */
 void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
                           size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
-                          size_t ldo)
+                          size_t ldo, float *ml)
 {
     for (int g = 0; g < nq; g++)
         lq_attn_scalar(q + (size_t)g * ldq, k, v, ld, kv_f16, npos, hd, scale,
-                       out + (size_t)g * ldo);
+                       out + (size_t)g * ldo, ml ? ml + 2 * g : NULL);
 }
 
 const lq_kernels lq_kernels_scalar = {

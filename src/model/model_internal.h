@@ -125,6 +125,10 @@ typedef struct lq_scratch {
     float *xinv;     /* [B] 1/scale of each row's int8 activations */
     int32_t *xsum;   /* [B] Σ q of each row */
     float *lm_tile;  /* [n_threads, B * LQ_LM_TILE] lm_head output tiles */
+    int *att_tab;    /* attention parts of the batch (forward.c att_plan), grown as needed */
+    size_t att_tab_cap;
+    float *att_buf;  /* partial outputs and softmax states of rows in several parts */
+    size_t att_buf_cap;
     int16_t *xq16;   /* [B, n_embd] int16 final-normed rows for a q8 lm_head */
     float *xinv16;   /* [B] their 1/scale */
     int n_threads;

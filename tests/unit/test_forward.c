@@ -441,6 +441,66 @@ static void test_eval_batch_mixed(void)
     lq_model_close(m);
 }
 
+/* Rows past LQ_ATT_PART (512) positions compute attention in parts that are merged: a
+ * 700-position prefill equals token-by-token decode, and a batched step of sessions at 600
+ * and 530 positions equals their single steps exactly (a row's parts depend only on its own
+ * length). */
+static void test_long_context_parts(void)
+{
+    tg_opts o = tg_default();
+    o.ctx = 1024;
+    lq_model *m = open_model(model_path("bitnet-ctx1024", &o), 2, LQ_ACT_INT8, NULL);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    enum { N = 700 };
+    int V = lq_model_get_info(m)->n_vocab;
+    int32_t *ids = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % V);
+    float *all = calloc((size_t)N * V, sizeof(float)), *one = malloc((size_t)V * sizeof(float));
+    lq_session *s = NULL;
+    lq_err err = {0};
+    CHECK(lq_session_create(m, N, &s, &err) == 0);
+    CHECK(lq_session_eval(s, ids, N, NULL, all, &err) == 0);
+    lq_session_reset(s);
+    double d = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK(lq_session_decode(s, ids[i], one, &err) == 0);
+        double di = max_diff(all + (size_t)i * V, one, (size_t)V);
+        d = di > d ? di : d;
+    }
+    CHECK_NEAR(d, 0, 1e-4);
+    lq_session_free(s);
+    /* batched vs single past the split */
+    enum { B = 2 };
+    lq_session *bs[B], *ss[B];
+    float *lb[B], *ls[B];
+    static const int depth[B] = {600, 530};
+    for (int b = 0; b < B; b++) {
+        CHECK(lq_session_create(m, N, &bs[b], &err) == 0);
+        CHECK(lq_session_create(m, N, &ss[b], &err) == 0);
+        CHECK(lq_session_eval(bs[b], ids + b, (size_t)depth[b], NULL, NULL, &err) == 0);
+        CHECK(lq_session_eval(ss[b], ids + b, (size_t)depth[b], NULL, NULL, &err) == 0);
+        lb[b] = malloc((size_t)V * sizeof(float));
+        ls[b] = malloc((size_t)V * sizeof(float));
+    }
+    int32_t step[B] = {ids[5], ids[9]};
+    CHECK(lq_session_decode_batch(bs, step, B, lb, &err) == 0);
+    d = 0;
+    for (int b = 0; b < B; b++) {
+        CHECK(lq_session_decode(ss[b], step[b], ls[b], &err) == 0);
+        double di = max_diff(lb[b], ls[b], (size_t)V);
+        d = di > d ? di : d;
+    }
+    check_batch_exact(m, d, "batched decode past 512 positions");
+    free_pairs(bs, ss, lb, ls, B);
+    free(ids);
+    free(all);
+    free(one);
+    lq_model_close(m);
+}
+
 typedef struct th_arg {
     lq_model *m;
     int offset;
@@ -737,6 +797,7 @@ int main(void)
     RUN(test_prefill_then_decode);
     RUN(test_batched_equals_sequential);
     RUN(test_eval_batch_mixed);
+    RUN(test_long_context_parts);
     RUN(test_scalar_vs_best_kernels);
     RUN(test_threads_do_not_change_results);
     RUN(test_act_modes_differ);

@@ -497,8 +497,8 @@ static void run_attn(int si)
                 for (int i = 0; i < GMAX * hd; i++)
                     q[i] = rndf() * 2.0f;
                 float scale = 1.0f / sqrtf((float)hd);
-                lq_kernels_scalar.attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o1, (size_t)hd);
-                k->attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o2, (size_t)hd);
+                lq_kernels_scalar.attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o1, (size_t)hd, NULL);
+                k->attn(q, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale, o2, (size_t)hd, NULL);
                 for (int i = 0; i < hd; i++)
                     if (!(fabsf(o1[i] - o2[i]) <= 2e-5f)) {
                         printf("#   %s attn f16=%d hd=%d npos=%d out[%d] %.8g vs %.8g\n", k->name,
@@ -512,15 +512,32 @@ static void run_attn(int si)
                     /* each head alone, in this set and in the reference */
                     for (int g = 0; g < G; g++) {
                         k->attn(q + g * hd, (size_t)hd, 1, kc, vc, ld, f16, np, hd, scale,
-                                o2 + g * hd, (size_t)hd);
+                                o2 + g * hd, (size_t)hd, NULL);
                         lq_kernels_scalar.attn(q + g * hd, (size_t)hd, 1, kc, vc, ld, f16, np, hd,
-                                               scale, o1 + g * hd, (size_t)hd);
+                                               scale, o1 + g * hd, (size_t)hd, NULL);
                     }
-                    k->attn(q, (size_t)hd, G, kc, vc, ld, f16, np, hd, scale, og, (size_t)hd);
+                    k->attn(q, (size_t)hd, G, kc, vc, ld, f16, np, hd, scale, og, (size_t)hd, NULL);
                     for (int i = 0; i < G * hd; i++)
                         if (og[i] != o2[i] || !(fabsf(og[i] - o1[i]) <= 2e-5f)) {
                             printf("#   %s grouped attn G=%d f16=%d hd=%d npos=%d out[%d] %.8g vs alone %.8g, reference %.8g\n",
                                    k->name, G, f16, hd, np, i, og[i], o2[i], o1[i]);
+                            bad++;
+                            break;
+                        }
+                }
+                if (np > 64) { /* two ranges' softmax states merge into the whole result */
+                    float oa[128], ob[128], ma[2], mb[2];
+                    int half = np / 2;
+                    size_t off = (size_t)half * ld * es;
+                    k->attn(q, (size_t)hd, 1, kc, vc, ld, f16, half, hd, scale, oa, (size_t)hd, ma);
+                    k->attn(q, (size_t)hd, 1, kc + off, vc + off, ld, f16, np - half, hd, scale, ob,
+                            (size_t)hd, mb);
+                    float mx = ma[0] > mb[0] ? ma[0] : mb[0];
+                    float wa = ma[1] * expf(ma[0] - mx), wb = mb[1] * expf(mb[0] - mx);
+                    for (int i = 0; i < hd; i++)
+                        if (!(fabsf((oa[i] * wa + ob[i] * wb) / (wa + wb) - o2[i]) <= 2e-5f)) {
+                            printf("#   %s attn halves merged f16=%d hd=%d npos=%d out[%d] %.8g vs %.8g\n",
+                                   k->name, f16, hd, np, i, (oa[i] * wa + ob[i] * wb) / (wa + wb), o2[i]);
                             bad++;
                             break;
                         }
