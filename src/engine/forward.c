@@ -340,6 +340,18 @@ static void att_merge_fn(void *ctx, int64_t start, int64_t end, int tid)
     }
 }
 
+/* A buffer of at least `need` elements of es bytes: buf itself, or buf grown (never shrunk;
+ * *cap updated). NULL without memory (buf is then unchanged). */
+static void *grow_buf(void *buf, size_t *cap, size_t need, size_t es)
+{
+    if (need <= *cap)
+        return buf;
+    void *p = realloc(buf, need * es);
+    if (p)
+        *cap = need;
+    return p;
+}
+
 /* Lays out the row parts of this batch (att_job's part_row, row_part) and the buffers for
  * rows in several parts, in the scratch (grown when needed). 0, or LQ_ENOMEM: then every row
  * goes in one part (still correct; only its float rounding differs from the split result). */
@@ -353,19 +365,15 @@ static int att_plan(const lq_model *m, lq_scratch *sc, const lq_fwd_row *rows, i
     }
     size_t need_tab = (size_t)P + (size_t)T + 1;
     size_t need_buf = split ? (size_t)P * (size_t)m->n_head * ((size_t)m->head_dim + 2) : 0;
-    if (need_tab > sc->att_tab_cap) {
-        int *p = realloc(sc->att_tab, need_tab * sizeof *p);
-        if (!p)
+    int *tab = grow_buf(sc->att_tab, &sc->att_tab_cap, need_tab, sizeof *tab);
+    if (!tab)
+        return LQ_ENOMEM;
+    sc->att_tab = tab;
+    if (need_buf > 0) {
+        float *buf = grow_buf(sc->att_buf, &sc->att_buf_cap, need_buf, sizeof *buf);
+        if (!buf)
             return LQ_ENOMEM;
-        sc->att_tab = p;
-        sc->att_tab_cap = need_tab;
-    }
-    if (need_buf > sc->att_buf_cap) {
-        float *p = realloc(sc->att_buf, need_buf * sizeof *p);
-        if (!p)
-            return LQ_ENOMEM;
-        sc->att_buf = p;
-        sc->att_buf_cap = need_buf;
+        sc->att_buf = buf;
     }
     int *part_row = sc->att_tab, *row_part = sc->att_tab + P;
     P = 0;
