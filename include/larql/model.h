@@ -62,6 +62,8 @@ typedef struct lq_model_info {
     int embd_type, lm_head_type, proj_type; /* lq_ggml_type of token_embd, lm_head, q_proj */
     uint64_t n_params;
     uint64_t weight_bytes;       /* bytes of tensor data mapped */
+    int weights_copied;          /* 1: held in private 2 MB-page copies (lq_model_opts.hugepages),
+                                    0: read-only shared mappings of the files */
     uint64_t bytes_per_token;    /* weight bytes read per decoded token */
     const char *kernels;         /* kernel set in use ("avx512", ...) */
     int n_threads;

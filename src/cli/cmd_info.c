@@ -35,7 +35,7 @@ int lq_cli_info(int argc, char **argv)
             counts[t]++;
     }
     const char *tk = tok ? (lq_tokenizer_kind(tok) == LQ_TOK_SPM ? "spm" : "bpe") : "none";
-    double kv_per_tok = 2.0 * in->n_layer * in->n_head_kv * in->head_dim * 4.0;
+    double kv_per_tok = 2.0 * in->n_layer * in->n_head_kv * in->head_dim * (in->kv_f16 ? 2.0 : 4.0);
     if (json) {
         printf("{\"architecture\": \"%s\", \"name\": ", in->arch_name);
         lq_cli_json_str(stdout, in->name, strlen(in->name));
@@ -43,11 +43,12 @@ int lq_cli_info(int argc, char **argv)
                "\"head_dim\": %d, \"n_vocab\": %d, \"n_ctx_train\": %d, \"rope_theta\": %g, "
                "\"norm_eps\": %g, \"tied_embeddings\": %s, \"n_params\": %llu, \"weight_bytes\": %llu, "
                "\"bytes_per_token\": %llu, \"kv_bytes_per_token\": %.0f, \"tokenizer\": \"%s\", "
-               "\"kernels\": \"%s\", \"threads\": %d, \"tensor_types\": {",
+               "\"kernels\": \"%s\", \"threads\": %d, \"weights_copied\": %s, \"tensor_types\": {",
                in->n_layer, in->n_embd, in->n_ff, in->n_head, in->n_head_kv, in->head_dim, in->n_vocab,
                in->n_ctx_train, in->rope_theta, in->norm_eps, in->tied_embeddings ? "true" : "false",
                (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
-               (unsigned long long)in->bytes_per_token, kv_per_tok, tk, in->kernels, in->n_threads);
+               (unsigned long long)in->bytes_per_token, kv_per_tok, tk, in->kernels, in->n_threads,
+               in->weights_copied ? "true" : "false");
         int first = 1;
         for (int t = 0; t < 64; t++)
             if (counts[t]) {
@@ -78,9 +79,11 @@ int lq_cli_info(int argc, char **argv)
                 printf(" %s x%d", lq_ggml_type_name(t), counts[t]);
         printf("\n");
         printf("parameters:      %.1f M\n", (double)in->n_params / 1e6);
-        printf("weights mapped:  %.1f MiB (read-only mmap, shared)\n", (double)in->weight_bytes / 1048576.0);
+        printf("weights:         %.1f MiB (%s)\n", (double)in->weight_bytes / 1048576.0,
+               in->weights_copied ? "private copy in 2 MB pages" : "read-only mmap, shared");
         printf("read per token:  %.1f MiB\n", (double)in->bytes_per_token / 1048576.0);
-        printf("KV cache:        %.1f KiB per token of context (f32)\n", kv_per_tok / 1024.0);
+        printf("KV cache:        %.1f KiB per token of context (%s)\n", kv_per_tok / 1024.0,
+               in->kv_f16 ? "f16" : "f32");
         printf("kernels:         %s, %d thread(s)\n", in->kernels, in->n_threads);
         printf("load time:       %.1f ms\n", in->load_ms);
     }

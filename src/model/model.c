@@ -427,6 +427,7 @@ static void fill_info(lq_model *m)
     }
     in->n_params = np;
     in->weight_bytes = wb;
+    in->weights_copied = m->hp_copy.data != NULL;
     uint64_t bpt = m->lm_head.bytes;
     for (int l = 0; l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];

@@ -755,6 +755,7 @@ int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err)
     in->n_params = np + (uint64_t)m->n_embd;
     in->bytes_per_token = bpt;
     in->weight_bytes = s->v->embed.size + s->norms.size + s->lm_head.size + (bpt - m->lm_head.bytes);
+    in->weights_copied = s->huge;
 out:
     json_decref(man);
     return rc;

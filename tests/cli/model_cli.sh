@@ -14,6 +14,10 @@ check_fails "make-model needs --out" "--out" "$LARQL" make-model
 
 check "info" "$LARQL" info "$M"
 if grep -q "bitnet-b1.58" "$T_TMP/out" && grep -q "I2_S x14" "$T_TMP/out"; then pass "info shows arch and I2_S tensors"; else fail "info shows arch and I2_S tensors" "$(cat "$T_TMP/out")"; fi
+check "info --weights copy --kv f16" "$LARQL" info "$M" --weights copy --kv f16
+if grep -q "private copy in 2 MB pages" "$T_TMP/out" && grep -q "(f16)" "$T_TMP/out"; then pass "info says how weights and KV are held"; else fail "info says how weights and KV are held" "$(cat "$T_TMP/out")"; fi
+check "info --weights mmap" "$LARQL" info "$M" --weights mmap
+if grep -q "read-only mmap, shared" "$T_TMP/out" && grep -q "(f32)" "$T_TMP/out"; then pass "info --weights mmap says shared"; else fail "info --weights mmap says shared" "$(cat "$T_TMP/out")"; fi
 check "info --json" "$LARQL" info "$M" --json
 if python3 -c "import json,sys; d=json.load(open('$T_TMP/out')); assert d['n_layer']==2 and d['n_embd']==128 and d['n_vocab']==320, d" 2>"$T_TMP/err"; then pass "info --json fields"; else fail "info --json fields" "$(cat "$T_TMP/err")"; fi
 
