@@ -189,6 +189,46 @@ static void test_fixture_equal(void)
     printf("# fixture: f16 vindex max |dlogit| %.3g\n", d16);
 }
 
+/* Projections of 1 MiB and more are repacked into 2 MB pages when the weights are copied:
+ * a model wide enough for that gives the same logits from the vindex held either way and
+ * from its GGUF. */
+static void test_huge_repack(void)
+{
+    char g[4400], d[4400];
+    snprintf(g, sizeof g, "%s/wide.gguf", harness_tmpdir());
+    snprintf(d, sizeof d, "%s/wide-inf", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_err err = {0};
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.dim = 1024;
+    o.ffn = 4096; /* 1024 x 4096 ternary = 1 MiB per FFN matrix */
+    o.layers = 1;
+    o.heads = 8;
+    o.kv_heads = 4;
+    o.seed = 11;
+    if (lq_fixture_write(&o, g, &err) || build(g, d, LQ_VLEVEL_INFERENCE, 0, 0, &err)) {
+        CHECK_MSG(0, "wide model: %s", err.msg);
+        return;
+    }
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++)
+        ids[i] = (int32_t)(rnd() % 300);
+    int V = 0, V2 = 0;
+    float *gg = logits_of_hp(g, ids, 12, LQ_ACT_INT8, -1, &V);
+    float *vm = logits_of_hp(d, ids, 12, LQ_ACT_INT8, -1, &V2);
+    float *vh = logits_of_hp(d, ids, 12, LQ_ACT_INT8, 1, &V2);
+    if (gg && vm && vh) {
+        size_t N = 12 * (size_t)V;
+        CHECK_MSG(max_diff(vm, vh, N) == 0, "wide: vindex copy differs from its mapping by %g",
+                  max_diff(vm, vh, N));
+        CHECK_MSG(max_diff(gg, vh, N) <= 1e-5, "wide: vindex differs from the GGUF by %g",
+                  max_diff(gg, vh, N));
+    }
+    free(gg);
+    free(vm);
+    free(vh);
+}
+
 static void test_conformance(void)
 {
     const char *cd = harness_conformance_dir();
@@ -1016,6 +1056,7 @@ int main(void)
 {
     RUN(test_repack);
     RUN(test_fixture_equal);
+    RUN(test_huge_repack);
     RUN(test_conformance);
     RUN(test_bad);
     RUN(test_llama_fixture);
