@@ -325,18 +325,19 @@ static void att_merge_fn(void *ctx, int64_t start, int64_t end, int tid)
             float pm = j->part_ml[((size_t)p * m->n_head + h) * 2];
             mx = pm > mx ? pm : mx;
         }
-        float wsum = 0, w[LQ_MODEL_MAX_CTX / LQ_ATT_PART + 1];
+        float wsum = 0;
+        for (int i = 0; i < hd; i++)
+            o[i] = 0;
         for (int p = a; p < b; p++) {
             const float *ml = j->part_ml + ((size_t)p * m->n_head + h) * 2;
-            w[p - a] = ml[1] * expf(ml[0] - mx);
-            wsum += w[p - a];
+            const float *po = j->part_out + ((size_t)p * m->n_head + h) * hd;
+            float w = ml[1] * expf(ml[0] - mx);
+            wsum += w;
+            for (int i = 0; i < hd; i++)
+                o[i] += w * po[i];
         }
-        for (int i = 0; i < hd; i++) {
-            float acc = 0;
-            for (int p = a; p < b; p++)
-                acc += w[p - a] * j->part_out[((size_t)p * m->n_head + h) * hd + i];
-            o[i] = acc / wsum;
-        }
+        for (int i = 0; i < hd; i++)
+            o[i] /= wsum;
     }
 }
 

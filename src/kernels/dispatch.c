@@ -52,7 +52,8 @@ const lq_kernels *lq_kernels_best(void)
 /* Rows per tile of the one-token I2_S matvec. Decode streams weights from DRAM, and how many
  * interleaved row streams the hardware prefetchers follow best differs by core: measured 2 on
  * a Zen 5 (family 0x1A) EPYC, 4 on a Zen 4 (family 0x19) EPYC (~10% more bandwidth than 2
- * there in the kernel microbenchmark; the engine A/B is within this VM's noise).
+ * there in a kernel microbenchmark that streamed repeated data; the engine A/B is within this
+ * VM's noise).
  * LQ_I2S_DECODE_ROWS=1..4 overrides, for measuring other machines. */
 static int g_decode_rows;
 static pthread_once_t g_rows_once = PTHREAD_ONCE_INIT;
