@@ -14,6 +14,7 @@
 #include "larql/server.h"
 #include "larql/status.h"
 #include "larql/vindex.h"
+#include "core/utf8.h"
 
 /* ---- routes ---- */
 
@@ -122,7 +123,6 @@ typedef struct reply {
 double lq_now(void);                      /* monotonic seconds */
 double lq_round(double x, int decimals);
 json_t *lq_jstr(const char *s, size_t len); /* JSON string; invalid UTF-8 -> U+FFFD */
-int lq_utf8_valid(const char *s, size_t len);
 void reply_json(reply *r, int status, json_t *j); /* steals j */
 void reply_larql_err(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void reply_oai_err(reply *r, int status, const char *param, const char *fmt, ...)
