@@ -66,6 +66,9 @@ void lq_cli_model_args_init(lq_cli_model_args *a);
  * returns 1; returns 0 if it is not; returns -1 after printing a usage error. */
 int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, int *i,
                      lq_cli_model_args *a);
+/* The lq_model_opts those options mean. */
+struct lq_model_opts;
+void lq_cli_model_opts(const lq_cli_model_args *a, struct lq_model_opts *o);
 /* Opens a model, printing "larql <cmd>: <error>" on failure. Returns 0 or 1. */
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a,
                       struct lq_model **m);
