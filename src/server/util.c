@@ -7,15 +7,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/utf8.h"
 #include "server/internal.h"
 
-double lq_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double lq_now(void) { return lq_now_ms() / 1e3; }
 
 double lq_round(double x, int decimals)
 {

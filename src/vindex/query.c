@@ -7,14 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "vindex/vindex_internal.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static double round_ms(double ms) { return round(ms * 10.0) / 10.0; }
 
@@ -262,7 +256,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
                        lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->entity || !*p->entity)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     if (p->limit < 0)
@@ -400,7 +394,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
         return rc;
     }
     r->n_edges = keep;
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -516,7 +510,7 @@ static int parse_layer_spec(const lq_vindex *v, const char *spec, int **out, siz
 int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *r, lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->prompt || !*p->prompt)
         return lq_err_set(err, LQ_EINVAL, "empty prompt");
     if (p->top < 0)
@@ -567,7 +561,7 @@ int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *
     }
     free(hits);
     r->n_hits = nh;
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -646,7 +640,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
                      lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (p->limit < 0)
         return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
     if (p->layer >= v->info.num_layers || p->layer < -1)
@@ -697,7 +691,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
     r->edges = e;
     r->total = n;
     r->n_edges = n < (size_t)p->limit ? n : (size_t)p->limit;
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -750,7 +744,7 @@ static int cmp_rel(const void *a, const void *b)
 
 int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
 {
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     int rc = need_browse(v, err);
     if (rc)
         return rc;
@@ -867,7 +861,7 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
         lq_sb_printf(&b, ",\"count\":%d}", pa[i].count);
     }
     lq_sb_printf(&b, "],\"probe_count\":%zu,\"total\":%zu,\"latency_ms\":", v->n_labels, n);
-    lq_sb_f64(&b, round_ms(now_ms() - t0));
+    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&b, "}");
     free(agg);
     free(pa);
@@ -903,7 +897,7 @@ void lq_nearest_params_init(lq_nearest_params *p)
 int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char **json_out,
                            lq_err *err)
 {
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->entity || !*p->entity)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     if (p->top < 0)
@@ -950,7 +944,7 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
         first = 0;
     }
     lq_sb_puts(&b, "],\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(now_ms() - t0));
+    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&b, "}");
     free(hits);
     return lq_sb_finish(&b, json_out, err);
@@ -1051,7 +1045,7 @@ int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *
 int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, char **json_out,
                            lq_err *err)
 {
-    double t0 = now_ms(), s = 0;
+    double t0 = lq_now_ms(), s = 0;
     int rc = lq_vindex_similar(v, a, b, &s, err);
     if (rc)
         return rc;
@@ -1063,7 +1057,7 @@ int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, cha
     lq_sb_puts(&sb, ",\"score\":");
     lq_sb_f64(&sb, lq_round_to(s, 1e4));
     lq_sb_puts(&sb, ",\"latency_ms\":");
-    lq_sb_f64(&sb, round_ms(now_ms() - t0));
+    lq_sb_f64(&sb, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&sb, "}");
     return lq_sb_finish(&sb, json_out, err);
 }

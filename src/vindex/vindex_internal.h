@@ -10,6 +10,7 @@
 
 #include "core/mapfile.h"
 #include "core/threadpool.h"
+#include "core/sb.h"
 #include "larql/vindex.h"
 
 /* ---- sha256 ---- */
@@ -24,23 +25,12 @@ void lq_sha256_update(lq_sha256 *s, const void *data, size_t n);
 void lq_sha256_final(lq_sha256 *s, uint8_t out[32]);
 void lq_sha256_hex(const void *data, size_t n, char hex[65]);
 
-/* ---- string builder (JSON output) ----
- * Errors are sticky: after a failed allocation every append is a no-op and sb.oom is set. */
-typedef struct lq_sb {
-    char *s;
-    size_t n, cap;
-    int oom;
-} lq_sb;
-void lq_sb_put(lq_sb *b, const char *s, size_t n);
-void lq_sb_puts(lq_sb *b, const char *s);
-void lq_sb_printf(lq_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ---- JSON output on the core string builder (core/sb.h) ---- */
 /* JSON string literal the way serde_json escapes (", \, control chars; UTF-8 raw). */
 void lq_sb_json_str(lq_sb *b, const char *s, size_t n);
 /* Shortest round-trip decimal, Rust/ryu style ("5.0", "12.3", "0.00001", "1e-7", "1e16"). */
 void lq_sb_f64(lq_sb *b, double v);
 void lq_sb_f32(lq_sb *b, float v);
-/* Hands over the buffer (NUL-terminated) or returns LQ_ENOMEM and frees it. */
-int lq_sb_finish(lq_sb *b, char **out, lq_err *err);
 /* serde_json::to_string_pretty of a jansson value (2-space indent, "key": value). */
 void lq_sb_json_pretty(lq_sb *b, const json_t *v, int indent);
 
