@@ -7,7 +7,7 @@
 CC      ?= cc
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
-WARN     = -std=c11 -Wall -Wextra -Wshadow -Werror -Wno-unused-parameter
+WARN     = -std=c11 -Wall -Wextra -Wshadow -Werror
 DEFS     = -D_GNU_SOURCE
 INCS     = -Iinclude -Isrc
 LIBS     = -lpcre2-8 -ljansson -lmicrohttpd -lm -lpthread

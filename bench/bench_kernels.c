@@ -85,12 +85,14 @@ typedef struct mv_ctx {
 
 static void i2s_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
+    (void)idx;
     mv_ctx *c = ctx;
     c->k->i2s_i8(c->w, c->xq, c->ldx, c->inv, c->xsum, c->T, c->y, c->ldy, s, e);
 }
 
 static void dense_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
+    (void)idx;
     mv_ctx *c = ctx;
     c->k->dense(c->d, c->xf, c->ldx, c->T, c->y, c->ldy, s, e);
 }
@@ -105,6 +107,7 @@ typedef struct q8_ctx {
 
 static void q8_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
+    (void)idx;
     q8_ctx *c = ctx;
     c->k->q8_i16(c->w, c->x, (size_t)c->w->cols, &c->inv, 1, c->y, (size_t)c->w->rows, s, e);
 }
