@@ -42,7 +42,9 @@ $(BUILD)/%_avx2.o: %_avx2.c
 # (unknown trip counts, possible aliasing), which cost ~5% of a batched decode step and of
 # prefill. -fno-trapping-math lets the ReLU^2 select be if-converted (values are unchanged;
 # nothing here reads the floating-point exception flags).
-$(BUILD)/src/engine/forward.o: ALL_CFLAGS += -fvect-cost-model=dynamic -fno-trapping-math
+# -fvect-cost-model is gcc's; other compilers (clang) get only what they accept.
+cc_flag = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null 2>/dev/null && echo $(1))
+$(BUILD)/src/engine/forward.o: ALL_CFLAGS += $(call cc_flag,-fvect-cost-model=dynamic) -fno-trapping-math
 
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
@@ -52,7 +54,25 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/liblarql.a: $(LIB_OBJ)
+# Only lq_*/LQ_* symbols leave the library. liblarql.a holds one object per module
+# (src/<module>/), partially linked (ld -r) from the module's files, in which every other
+# global is made local: helpers that a module's files share (tok_*, route_*, srv_* ...)
+# resolve inside the module and never reach a host program (PostgreSQL links this archive
+# into its backends), whatever new code names them. A program that calls one module pulls
+# in that module and what it calls, not the server. tests/cli/symbols.sh checks the archive.
+OBJCOPY ?= objcopy
+MODULES := $(sort $(foreach f,$(LIB_SRC),$(word 2,$(subst /, ,$(f)))))
+MOD_OBJ := $(MODULES:%=$(BUILD)/modules/%.o)
+define module_rule
+$(BUILD)/modules/$(1).o: $(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ))
+	@mkdir -p $$(dir $$@)
+	$(LD) -r -o $$@.all $$^
+	$(OBJCOPY) --wildcard --keep-global-symbol='lq_*' --keep-global-symbol='LQ_*' $$@.all $$@
+	@rm -f $$@.all
+endef
+$(foreach m,$(MODULES),$(eval $(call module_rule,$(m))))
+
+$(BUILD)/liblarql.a: $(MOD_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -70,7 +90,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql.a
 # `make test`: every unit and conformance binary plus the CLI scripts; closes with
 # "N passed, N failed".
 test: $(BUILD)/larql $(TEST_BIN)
-	@BUILD=$(BUILD) sh tests/run.sh
+	@BUILD=$(BUILD) CC="$(CC)" SAN="$(SAN)" sh tests/run.sh
 
 check: test
 
