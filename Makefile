@@ -28,10 +28,18 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib test check bench clean asan demo
+.PHONY: all lib test check bench clean asan demo FORCE
 all: $(BUILD)/larql
 
 lib: $(BUILD)/liblarql.a
+
+# Objects remember the compiler and flags they were built with: `make CC=clang test` after a
+# gcc build (or the other way round) rebuilds everything rather than mixing the two.
+BUILD_ID = $(CC) $(ALL_CFLAGS)
+$(BUILD)/.build-id: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' >$@
+$(LIB_OBJ) $(CLI_OBJ): $(BUILD)/.build-id
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -98,6 +106,25 @@ check: test
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# `make fuzz [FUZZ_SECONDS=60]`: the libFuzzer targets tests/fuzz/fuzz_*.c, built with clang
+# in build-fuzz/ (the library too, instrumented for coverage, ASan and UBSan), each run for
+# FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:%.c=$(BUILD)/%)
+.PHONY: fuzz fuzz-run
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" fuzz-run
+
+fuzz-run: $(FUZZ_BIN)
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh
+
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(BUILD)/liblarql.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
+
 bench: $(BUILD)/larql $(BENCH_BIN)
 	@BUILD=$(BUILD) sh bench/run.sh
 
@@ -111,6 +138,6 @@ demo: $(BUILD)/larql
 	@sh scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
