@@ -138,6 +138,6 @@ demo: $(BUILD)/larql
 	@sh scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-clang build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
