@@ -362,4 +362,8 @@ const lq_kernels lq_kernels_avx2 = {
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
     .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */
+    .gate_scores = lq_gate_scores_avx2,
+    .sketch_row = lq_sketch_row_scalar, /* sketches: AVX-512 only so far */
+    .sketch_scores = lq_sketch_scores_scalar,
+    .dm_block = NULL,
 };

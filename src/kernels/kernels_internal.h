@@ -6,7 +6,9 @@
 #define LQ_KERNELS_INTERNAL_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/f16.h"
 #include "kernels/kernels.h"
@@ -97,6 +99,57 @@ void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, con
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;
+
+/* Component i of a gate row stored as f32 or f16 (rows come from a file mapping: memcpy,
+ * no alignment assumed). */
+static inline float lq_gate_elem(const void *row, int f16, size_t i)
+{
+    const uint8_t *p = row;
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return lq_f16_to_f32(h);
+    }
+    float w;
+    memcpy(&w, p + 4 * i, 4);
+    return w;
+}
+
+/* The gate, sketch and down_meta kernels of each set (signatures and layouts in kernels.h). */
+void lq_gate_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                           const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_gate_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_gate_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                           const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale,
+                          int *inexact);
+void lq_sketch_row_avx512(const void *row, int f16, size_t d, uint8_t *codes, float *scale,
+                          int *inexact);
+void lq_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
+                             size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
+                             size_t nq, float *out, size_t out_stride);
+void lq_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
+                             size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
+                             size_t nq, float *out, size_t out_stride);
+void lq_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                        int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                        int Kc, uint32_t *ids, float *vals);
+
+/* The one candidate-list update of lq_dm_block_fn: x (already known to beat vals[k - 1])
+ * enters the descending list ids/vals [k] after every value >= x, so ties keep the token
+ * seen first (every set walks the vocabulary in order). */
+static inline void lq_dm_cand_insert(uint32_t *ids, float *vals, int k, uint32_t id, float x)
+{
+    int i = k - 1;
+    while (i > 0 && x > vals[i - 1]) {
+        vals[i] = vals[i - 1];
+        ids[i] = ids[i - 1];
+        i--;
+    }
+    vals[i] = x;
+    ids[i] = id;
+}
 
 /* The i2s_f32 entry point every SIMD set shares: rows [r0, r1), tokens in groups of up to 4
  * through the set's tile (TILE(row, x, ldx, nblk, TT, out[4]) with a constant TT so the
