@@ -1,6 +1,6 @@
 /* Compute kernels: ternary (I2_S) and dense (F32/F16/BF16) matrix x activations, the int8
- * activation quantizer, attention, and the vindex's gate scoring, gate sketches and down_meta
- * GEMM. One implementation per ISA (kernels_scalar.c is the reference,
+ * activation quantizer, attention, the vindex's gate scoring, gate sketches and down_meta
+ * GEMM, and the roofline probes of the benchmarks. One implementation per ISA (kernels_scalar.c is the reference,
  * *_avx2.c, *_avx512.c), chosen at run time from cpuid; tests compare each with the scalar
  * reference bit for bit (integer paths) or within a float tolerance (f32 paths).
  *
@@ -162,6 +162,21 @@ void lq_dm_block_scalar(const uint8_t *Ep, const float *escale, const uint8_t *k
                         int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
                         int Kc, uint32_t *ids, float *vals);
 
+/* ---- roofline probes: the references the benchmarks print next to every kernel ----
+ * Σ of the u64 words of p [bytes / 8] (bytes a multiple of 128, p 32-byte aligned), streamed
+ * with 4 independent sums: the read bandwidth this set's loads reach (no arithmetic limit). */
+typedef uint64_t (*lq_read_sum_fn)(const uint8_t *p, size_t bytes);
+
+/* iters rounds of 12 independent int8 dot-product chains of 16 int32 lanes, each lane adding
+ * 4 products 3 x -5 per round (chain c starts at c in every lane), in registers with no
+ * memory traffic: the set's int8 multiply-accumulate peak. Returns Σ of every lane, wrapped
+ * to 32 bits (keeps the work live; tests check it). */
+typedef uint32_t (*lq_mac_peak_fn)(int64_t iters);
+
+/* The scalar definition of lq_mac_peak_fn (the reference; not a peak worth measuring, so not
+ * in a set). */
+uint32_t lq_mac_peak_scalar(int64_t iters);
+
 typedef struct lq_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     lq_quant_i8_fn quant_i8;
@@ -174,6 +189,8 @@ typedef struct lq_kernels {
     lq_sketch_row_fn sketch_row;
     lq_sketch_scores_fn sketch_scores;
     lq_dm_block_fn dm_block; /* NULL: no fast int8 GEMM in this set (builder: exact f32 scan) */
+    lq_read_sum_fn read_sum;
+    lq_mac_peak_fn mac_peak; /* NULL: no int8 dot-product instruction in this set */
 } lq_kernels;
 
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the

@@ -366,4 +366,6 @@ const lq_kernels lq_kernels_avx2 = {
     .sketch_row = lq_sketch_row_scalar, /* sketches: AVX-512 only so far */
     .sketch_scores = lq_sketch_scores_scalar,
     .dm_block = NULL,
+    .read_sum = lq_read_sum_avx2,
+    .mac_peak = NULL, /* vpmaddubsw + vpmaddwd: not the instruction any kernel here uses */
 };

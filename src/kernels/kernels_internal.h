@@ -136,6 +136,10 @@ void lq_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *k
                         int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
                         int Kc, uint32_t *ids, float *vals);
 
+uint64_t lq_read_sum_scalar(const uint8_t *p, size_t bytes);
+uint64_t lq_read_sum_avx2(const uint8_t *p, size_t bytes);
+uint32_t lq_mac_peak_avx512(int64_t iters);
+
 /* The one candidate-list update of lq_dm_block_fn: x (already known to beat vals[k - 1])
  * enters the descending list ids/vals [k] after every value >= x, so ties keep the token
  * seen first (every set walks the vocabulary in order). */

@@ -652,6 +652,42 @@ static void test_scalar_dense_known(void)
     CHECK_NEAR(y[0], 42, 0);
 }
 
+/* ---- roofline probes ---- */
+
+/* read_sum of every set equals the scalar reference on random buffers of several sizes
+ * (multiples of 128 bytes, 32-byte aligned), and the int8 peak probe computes exactly the
+ * scalar definition's chains. */
+static void test_probes(void)
+{
+    const lq_kernels *sets[3] = {&lq_kernels_scalar, simd_sets[0], simd_sets[1]};
+    static const size_t sizes[] = {0, 128, 256, 4096 + 128, 65536};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t n = sizes[si];
+        uint8_t *p = aligned_alloc(64, n + 64);
+        for (size_t i = 0; i < n; i++)
+            p[i] = (uint8_t)rnd();
+        uint64_t want = 0;
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            want += w;
+        }
+        for (int k = 0; k < 3; k++)
+            if (sets[k])
+                CHECK_MSG(sets[k]->read_sum(p, n) == want, "%s read_sum of %zu bytes", sets[k]->name, n);
+        free(p);
+    }
+    CHECK(lq_kernels_scalar.mac_peak == NULL);
+    /* chains start at 0..11 and lose 60 per round: 16 lanes x (66 - 12 * 60 * iters) */
+    CHECK_EQ_INT(lq_mac_peak_scalar(0), 16 * 66);
+    CHECK_EQ_INT(lq_mac_peak_scalar(3), (uint32_t)(16 * 66 - 16 * 12 * 60 * 3));
+    for (int k = 1; k < 3; k++)
+        if (sets[k] && sets[k]->mac_peak)
+            for (int64_t it = 0; it < 40; it += 13)
+                CHECK_MSG(sets[k]->mac_peak(it) == lq_mac_peak_scalar(it), "%s mac_peak(%lld)", sets[k]->name,
+                          (long long)it);
+}
+
 /* ---- dispatch ---- */
 
 static void test_dispatch(void)
@@ -705,5 +741,6 @@ int main(void)
     RUN(test_q8_avx512);
     RUN(test_attn_avx2);
     RUN(test_attn_avx512);
+    RUN(test_probes);
     return harness_done();
 }
