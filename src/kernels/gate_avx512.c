@@ -96,26 +96,18 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
             _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][1]), _mm512_add_ps(a[q][2], a[q][3])));
 }
 
-static void row1(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 1, o, os);
-}
-static void row2(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 2, o, os);
-}
-static void row3(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 3, o, os);
-}
-static void row4(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 4, o, os);
-}
+/* One out-of-line copy per query count (1..4), each with NQ a constant so it unrolls. */
+#define ROW_FN(N)                                                                                  \
+    static void row##N(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x,     \
+                       size_t xs, float *o, size_t os)                                             \
+    {                                                                                              \
+        row_scores(p, e, f16, d, x, xs, N, o, os);                                                 \
+    }
+ROW_FN(1)
+ROW_FN(2)
+ROW_FN(3)
+ROW_FN(4)
+#undef ROW_FN
 
 void lq_gate_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
                            const float *Q, size_t nq, float *out, size_t out_stride)

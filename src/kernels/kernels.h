@@ -151,6 +151,21 @@ typedef void (*lq_dm_block_fn)(const uint8_t *Ep, const float *escale, const uin
                                int V, int v0, int nv, const int8_t *Bt, const int32_t *colsum,
                                int Fp, int D4, int Kc, uint32_t *ids, float *vals);
 
+/* The one candidate-list update of lq_dm_block_fn, also the builder's exact scan's: x
+ * (already known to beat vals[k - 1]) enters the descending list ids/vals [k] after every
+ * value >= x, so ties keep the token seen first (both walk the vocabulary in order). */
+static inline void lq_dm_cand_insert(uint32_t *ids, float *vals, int k, uint32_t id, float x)
+{
+    int i = k - 1;
+    while (i > 0 && x > vals[i - 1]) {
+        vals[i] = vals[i - 1];
+        ids[i] = ids[i - 1];
+        i--;
+    }
+    vals[i] = x;
+    ids[i] = id;
+}
+
 /* Lane `lane` (0..15) of a 16-row panel of Ep (panel = Ep + (v / 16) * D4 * 16, lane = v % 16)
  * from row x [d] (NULL: a padding row, all zeros); returns the row's scale (amax / 127, 0 for
  * an all-zero, non-finite or padding row). */

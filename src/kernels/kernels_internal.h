@@ -140,21 +140,6 @@ uint64_t lq_read_sum_scalar(const uint8_t *p, size_t bytes);
 uint64_t lq_read_sum_avx2(const uint8_t *p, size_t bytes);
 uint32_t lq_mac_peak_avx512(int64_t iters);
 
-/* The one candidate-list update of lq_dm_block_fn: x (already known to beat vals[k - 1])
- * enters the descending list ids/vals [k] after every value >= x, so ties keep the token
- * seen first (every set walks the vocabulary in order). */
-static inline void lq_dm_cand_insert(uint32_t *ids, float *vals, int k, uint32_t id, float x)
-{
-    int i = k - 1;
-    while (i > 0 && x > vals[i - 1]) {
-        vals[i] = vals[i - 1];
-        ids[i] = ids[i - 1];
-        i--;
-    }
-    vals[i] = x;
-    ids[i] = id;
-}
-
 /* The i2s_f32 entry point every SIMD set shares: rows [r0, r1), tokens in groups of up to 4
  * through the set's tile (TILE(row, x, ldx, nblk, TT, out[4]) with a constant TT so the
  * tile unrolls), then the per-tensor scale. */

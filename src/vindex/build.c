@@ -199,20 +199,6 @@ typedef struct dm_job {
 
 #define DM_VTILE 16
 
-static void dm_insert(uint32_t *ids, float *lg, int k, uint32_t id, float x)
-{
-    if (!(x > lg[k - 1]))
-        return; /* strict: the earlier token keeps its place on ties */
-    int i = k - 1;
-    while (i > 0 && x > lg[i - 1]) {
-        lg[i] = lg[i - 1];
-        ids[i] = ids[i - 1];
-        i--;
-    }
-    lg[i] = x;
-    ids[i] = id;
-}
-
 static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
 {
     (void)thread_idx;
@@ -240,9 +226,12 @@ static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
             for (int i = 0; i < nv; i++) {
                 if (!j->keep[v0 + i])
                     continue;
-                for (int f = 0; f < nf; f++)
-                    dm_insert(j->ids + (size_t)(f0 + f) * j->topk, j->logits + (size_t)(f0 + f) * j->topk,
-                              j->topk, (uint32_t)(v0 + i), sc[(size_t)i * nf + f]);
+                for (int f = 0; f < nf; f++) {
+                    float x = sc[(size_t)i * nf + f];
+                    float *lg = j->logits + (size_t)(f0 + f) * j->topk;
+                    if (x > lg[j->topk - 1]) /* strict: the earlier token keeps its place on ties */
+                        lq_dm_cand_insert(j->ids + (size_t)(f0 + f) * j->topk, lg, j->topk, (uint32_t)(v0 + i), x);
+                }
             }
         }
     }
