@@ -1,8 +1,10 @@
 /* Compute kernels: ternary (I2_S) and dense (F32/F16/BF16) matrix x activations, the int8
  * activation quantizer, attention, the vindex's gate scoring, gate sketches and down_meta
- * GEMM, and the roofline probes of the benchmarks. One implementation per ISA (kernels_scalar.c is the reference,
- * *_avx2.c, *_avx512.c), chosen at run time from cpuid; tests compare each with the scalar
- * reference bit for bit (integer paths) or within a float tolerance (f32 paths).
+ * GEMM, and the roofline probes of the benchmarks. Every SIMD loop of the library lives
+ * here. One implementation per ISA (kernels_scalar.c and gate_scalar.c are the references,
+ * *_avx2.c, *_avx512.c), chosen at run time from cpuid by one dispatcher (dispatch.c) for the
+ * model, the vindex and the builder alike; tests compare each with the scalar reference bit
+ * for bit (integer paths) or within a float tolerance (f32 paths).
  *
  * Every matrix kernel computes a row range [r0, r1) of the output for T input vectors, so
  * the thread pool can split rows across threads and prefill can batch positions (each weight
