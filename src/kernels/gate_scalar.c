@@ -99,7 +99,7 @@ void lq_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp
                     for (int k = 0; k < 4; k++)
                         dot += (int32_t)(b >> (2 * k) & 3) * x[blk * 256 + 64 * (size_t)k + j];
                 }
-            out[q * out_stride + r] = (float)(dot - qsum[q]) * (scale[r] * qs[q]);
+            out[q * out_stride + r] = lq_sketch_out(dot, qsum[q], scale[r], qs[q]);
         }
     }
 }

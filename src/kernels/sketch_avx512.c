@@ -19,10 +19,6 @@
 
 #define UNROLL _Pragma("GCC unroll 4")
 
-#ifndef LQ_SKETCH_PF_ROWS
-#define LQ_SKETCH_PF_ROWS 8 /* code rows prefetched ahead (640 bytes each for hidden 2560) */
-#endif
-
 static inline __m512 load16_m(const uint8_t *p, int f16, size_t i, size_t d)
 {
     size_t n = d - i < 16 ? d - i : 16;
@@ -147,37 +143,20 @@ static inline __attribute__((always_inline)) void sk_row2(const uint8_t *c, size
     dots[1] = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(b0, b1), _mm512_add_epi32(b2, b3)));
 }
 
+LQ_SKETCH_ROWS_FN(sketch_rows, sk_row)
+
 void lq_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
                              size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
                              size_t nq, float *out, size_t out_stride)
 {
     size_t rb = dp / 4, r = r0;
-    if (nq == 1)
+    if (nq == 1) /* two rows per pass share the query loads */
         for (; r + 2 <= r1; r += 2) {
             int32_t dots[2];
             const uint8_t *c = codes + r * rb;
             sk_row2(c, rb, r + LQ_SKETCH_PF_ROWS + 2 <= r1 ? c + LQ_SKETCH_PF_ROWS * rb : NULL, dp, q8, dots);
-            out[r] = (float)(dots[0] - qsum[0]) * (scale[r] * qs[0]);
-            out[r + 1] = (float)(dots[1] - qsum[0]) * (scale[r + 1] * qs[0]);
+            out[r] = lq_sketch_out(dots[0], qsum[0], scale[r], qs[0]);
+            out[r + 1] = lq_sketch_out(dots[1], qsum[0], scale[r + 1], qs[0]);
         }
-    for (; r < r1; r++) {
-        const uint8_t *c = codes + r * rb;
-        const uint8_t *pf = r + LQ_SKETCH_PF_ROWS < r1 ? c + LQ_SKETCH_PF_ROWS * rb : NULL;
-        for (size_t q = 0; q < nq; q += 4) {
-            int32_t dots[4];
-            size_t n = nq - q < 4 ? nq - q : 4;
-            const int8_t *x = q8 + q * dp;
-            /* only the first query group prefetches: the row is in cache for the others */
-            if (n == 4)
-                sk_row(c, q ? NULL : pf, dp, x, 4, dots);
-            else if (n == 3)
-                sk_row(c, q ? NULL : pf, dp, x, 3, dots);
-            else if (n == 2)
-                sk_row(c, q ? NULL : pf, dp, x, 2, dots);
-            else
-                sk_row(c, q ? NULL : pf, dp, x, 1, dots);
-            for (size_t k = 0; k < n; k++)
-                out[(q + k) * out_stride + r] = (float)(dots[k] - qsum[q + k]) * (scale[r] * qs[q + k]);
-        }
-    }
+    sketch_rows(codes, scale, dp, r, r1, q8, qs, qsum, nq, out, out_stride);
 }
