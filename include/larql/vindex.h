@@ -99,7 +99,8 @@ typedef struct lq_vindex_open_opts {
                                rows are not unit trits) exactly from the mapped rows. Exact for
                                unit-trit (BitNet) gates; an approximation for real-valued gates
                                (recall measured in tests/unit/test_vindex_build.c). */
-    const char *kernels;    /* gate kernels: NULL = the best for this CPU, or "scalar", "avx2",
+    const char *kernels;    /* gate kernels: NULL = lq_kernels_best() as for the model (the
+                               best for this CPU, or LQ_KERNELS), or "scalar", "avx2",
                                "avx512" (LQ_EUNSUPPORTED if the CPU lacks it, LQ_EINVAL for
                                another name) — for benchmarks and tests */
 } lq_vindex_open_opts;
