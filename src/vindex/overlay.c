@@ -158,6 +158,8 @@ static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_
         lq_knn_entry e;
         lq_knn_store_get(src, i, &e);
         rc = lq_knn_store_add_entry(*out, &e, err);
+        if (!rc) /* the key as it was: add_entry normalises again, which moves the last bit */
+            memcpy((*out)->e[(*out)->n - 1].key, src->e[i].key, (size_t)hidden * sizeof(float));
     }
     if (rc) {
         lq_knn_store_free(*out);
