@@ -4,32 +4,7 @@
 # durability: a flood of inserts, kill -9 at a random moment, a restart on the same
 # --state-dir, and every acknowledged insert is there.
 . "$(dirname "$0")/lib.inc"
-HTTP_DIR="$(cd "$(dirname "$0")/../http" && pwd)"
-PIDS=""
-cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T_TMP"; }
-trap cleanup EXIT INT TERM
-
-start_server() {
-    name=$1; shift
-    "$LARQL" serve "$@" --port 0 --threads 1 >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
-    PID=$!; PIDS="$PIDS $PID"; PORT=""
-    i=0
-    while [ $i -lt 300 ]; do
-        PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/$name.out")
-        if [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
-    echo "# server $name did not start: $(cat "$T_TMP/$name.err")"; return 1
-}
-run_py() {
-    log=$1; shift
-    python3 "$@" >"$T_TMP/$log" 2>&1
-    cat "$T_TMP/$log"
-    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/$log")))
-    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/$log")))
-    if grep -q Traceback "$T_TMP/$log"; then fail "$(basename "$1") $2 ran to the end" "$(tail -n 5 "$T_TMP/$log")"; fi
-}
+. "$(dirname "$0")/server.inc"
 
 if ! command -v curl >/dev/null || ! command -v python3 >/dev/null; then
     skip "editing tests" "curl or python3 missing"; done_tests; exit 0
@@ -42,7 +17,7 @@ printf 'This corpus is what the capital of France is Paris and Germany Berlin At
 check "convert inference vindex" "$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference
 printf '{"description":"good","operations":[{"op":"delete","layer":2,"feature":5}]}' >"$P/good.vlp"
 
-if start_server main "$V" --state-dir "$S" --patch-dir "$P"; then
+if start_server main "$V" --threads 1 --state-dir "$S" --patch-dir "$P"; then
     grep -q "0 changes replayed" "$T_TMP/main.err" && pass "a new state dir starts empty" || fail "a new state dir starts empty" "$(cat "$T_TMP/main.err")"
     run_py main.log "$HTTP_DIR/edit.py" main "$PORT" "$P"
     # durability: flood, kill -9 at a random moment (0.3-1.5 s in), restart, check
@@ -51,7 +26,7 @@ if start_server main "$V" --state-dir "$S" --patch-dir "$P"; then
     sleep "$(python3 -c 'import random; print(round(random.uniform(0.3, 1.5), 2))')"
     kill -9 "$PID"
     wait "$FLOOD"
-    if start_server again "$V" --state-dir "$S" --patch-dir "$P"; then
+    if start_server again "$V" --threads 1 --state-dir "$S" --patch-dir "$P"; then
         pass "the server restarts on its state dir after kill -9"
         run_py check.log "$HTTP_DIR/edit.py" check "$PORT" "$T_TMP/acked"
     else
@@ -64,7 +39,7 @@ fi
 if [ -f "$S/journal.lqj" ]; then
     for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
     printf 'LQJ1\005\000\000\000torn' >>"$S/journal.lqj"
-    if start_server torn "$V" --state-dir "$S"; then
+    if start_server torn "$V" --threads 1 --state-dir "$S"; then
         grep -q "torn tail was cut off" "$T_TMP/torn.err" && pass "a torn journal tail is reported at start" ||
             fail "a torn journal tail is reported at start" "$(cat "$T_TMP/torn.err")"
         code=$(curl -s -o "$T_TMP/b" -w '%{http_code}' -H 'Content-Type: application/json' \
