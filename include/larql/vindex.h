@@ -487,6 +487,27 @@ void lq_infer_result_free(lq_infer_result *r);
  *            (dense-only: {"prompt","dense":[...],"dense_ms","latency_ms"})
  *   other mode: {"prompt","latency_ms"} */
 int lq_infer_json(struct lq_model *m, const lq_infer_params *p, char **json_out, lq_err *err);
+/* EXPLAIN INFER (LARQL's POST /v1/explain-infer): the walk-mode predictions (KNN override
+ * included) and, per layer of the band, the per_layer features that layer's input residual
+ * (the previous layer's output; the last token's embedding at layer 0) fires most, with
+ * their metadata as view shows it.
+ * {"prompt","predictions":[{"token","probability"}],"trace":[{"layer","features":[{"feature",
+ *  "gate_score","top_token","top_tokens":[3],"relation":str|null}]}][,"knn_override"],
+ *  "latency_ms"}. A model without a gate index -> LQ_EUNSUPPORTED. */
+typedef struct lq_explain_params {
+    const char *prompt;         /* required */
+    int top;                    /* predictions, default 5 */
+    int per_layer;              /* features per layer, default 3 */
+    const char *band;           /* default "all" */
+    int relations_only;         /* only features with a relation label */
+    const lq_knn_store *knn;    /* NULL = the model's own store */
+    struct lq_session *session; /* NULL = its own */
+    const lq_vindex *view;      /* the vindex (or an overlay's view) the trace reads; NULL = the
+                                   model's */
+} lq_explain_params;
+void lq_explain_params_init(lq_explain_params *p);
+int lq_explain_infer_json(struct lq_model *m, const lq_explain_params *p, char **json_out, lq_err *err);
+
 /* ---- running a vindex's weights (src/vindex/vx_model.c) ---- */
 
 struct lq_model_opts;
