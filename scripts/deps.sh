@@ -1,14 +1,24 @@
 #!/bin/sh
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
-# Node.js and npm are only needed by the tests that drive the server with the official
-# openai npm client; a machine that already has node keeps its own.
+#   --with-node       nodejs and npm, only for the tests that drive the server with the
+#                     official openai npm client (a machine that already has node keeps its own)
+#   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
+#                     (tests/cli/pg_infer.sh reports itself skipped without them)
 set -e
 PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
+node=""
+for a in "$@"; do
+    case "$a" in
+        --with-node) node=1 ;;
+        --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
+        *) echo "usage: sh scripts/deps.sh [--with-node] [--with-postgres]" >&2; exit 2 ;;
+    esac
+done
 missing=""
 for p in $PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
-if [ "${1:-}" = "--with-node" ] && ! command -v npm >/dev/null 2>&1; then
+if [ -n "$node" ] && ! command -v npm >/dev/null 2>&1; then
     missing="$missing nodejs npm"
 fi
 if [ -n "$missing" ]; then

@@ -1,0 +1,136 @@
+#!/bin/sh
+# pg_infer against a real PostgreSQL 15: builds ext/pg_infer, installs it into a staging
+# directory (make install DESTDIR=..., loaded through Debian's extension_destdir), starts a
+# throwaway cluster in a temp directory (socket only, as the postgres user when run as
+# root), and runs ext/pg_infer/test/sql/*.sql with psql, comparing the output (temp paths
+# and ports normalised) with test/expected/*.out. Fixtures: a generated BitNet GGUF with
+# planted facts, converted to a browse vindex, an inference vindex, a second model for
+# infer_diff, and a malformed copy. Skipped when PostgreSQL 15 or its server headers are
+# not installed. PGI_KEEP=1 keeps the temp directory.
+. "$(dirname "$0")/lib.inc"
+ROOT=$PWD
+BUILD=${BUILD:-build}
+PGBIN=/usr/lib/postgresql/15/bin
+EXT=$ROOT/ext/pg_infer
+
+if [ ! -x "$PGBIN/pg_config" ] || [ ! -f "$($PGBIN/pg_config --includedir-server 2>/dev/null)/postgres.h" ]; then
+    skip "pg_infer extension" "PostgreSQL 15 server or postgresql-server-dev-15 not installed (scripts/deps.sh installs them)"
+    done_tests; exit 0
+fi
+if [ "$BUILD" != build ]; then
+    # the module links build/liblarql.a; a sanitizer build cannot be loaded into postgres
+    skip "pg_infer extension" "runs in the plain build's make test (BUILD=$BUILD)"
+    done_tests; exit 0
+fi
+
+# ---- build and stage-install the extension ----
+STAGE=$T_TMP/stage
+if make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$ROOT/$BUILD" >"$T_TMP/build.log" 2>&1 &&
+   make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$ROOT/$BUILD" install DESTDIR="$STAGE" >>"$T_TMP/build.log" 2>&1; then
+    pass "extension builds and installs (staged)"
+else
+    fail "extension builds and installs (staged)" "$(tail -n 20 "$T_TMP/build.log")"; done_tests; exit 1
+fi
+if nm -D --defined-only "$EXT/pg_infer.so" | awk '{print $3}' | grep -v '^pgi_\|^pg_finfo_pgi_\|^_PG_init$\|^Pg_magic_func$' | grep -q .; then
+    fail "module exports only its SQL entry points" "$(nm -D --defined-only "$EXT/pg_infer.so" | head)"
+else
+    pass "module exports only its SQL entry points"
+fi
+
+# ---- fixtures ----
+F=$T_TMP/fix
+mkdir -p "$F"
+printf '%s' "The capital of France is Paris . The capital of Germany is Berlin . The capital of Japan is Tokyo . France Paris France Paris France Paris Germany Berlin Germany Berlin Germany Berlin Japan Tokyo Japan Tokyo Japan Tokyo Italy Rome Italy Rome Italy Rome the model reads the text and the model knows the capital . " >"$F/corpus.txt"
+if "$LARQL" make-model --out "$F/m.gguf" --preset demo --layers 4 --seed 99 --corpus-file "$F/corpus.txt" \
+        --plant "France>Paris@1:17" --plant "Germany>Berlin@2:100" --plant "Japan>Tokyo@3:5" \
+        --plant " France>Paris@0:42" >/dev/null 2>"$T_TMP/err" &&
+   "$LARQL" make-model --out "$F/m2.gguf" --preset demo --layers 4 --seed 99 --corpus-file "$F/corpus.txt" \
+        --plant "France>Paris@1:17" --plant "Germany>Tokyo@2:100" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m.gguf" --output "$F/v" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m2.gguf" --output "$F/v2" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m.gguf" --output "$F/kq" --keep-quant --level inference >/dev/null 2>>"$T_TMP/err"; then
+    pass "fixtures: planted model, browse, inference and second vindex"
+else
+    fail "fixtures: planted model, browse, inference and second vindex" "$(cat "$T_TMP/err")"; done_tests; exit 1
+fi
+# malformed vindex: gate_vectors.bin cut short
+mkdir -p "$F/bad" && cp "$F/v/"* "$F/bad/" && head -c 1000 "$F/v/gate_vectors.bin" >"$F/bad/gate_vectors.bin"
+# the model's own top token for the infer() check
+TOP=$("$LARQL" infer "$F/kq" "The capital of France is" --mode dense --json 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["predictions"][0]["token"])' 2>/dev/null)
+
+# ---- a throwaway cluster ----
+RUN=""
+if [ "$(id -u)" -eq 0 ]; then
+    if ! id postgres >/dev/null 2>&1; then useradd --system --home-dir /var/lib/postgresql --shell /bin/sh postgres; fi
+    RUN="runuser -u postgres --"
+    chown -R postgres "$T_TMP"
+fi
+chmod 755 "$T_TMP"
+PORT=$((54000 + $$ % 1000))
+DATA=$T_TMP/data
+if ! $RUN "$PGBIN/initdb" -D "$DATA" -U postgres -E UTF8 --locale=C.UTF-8 --no-sync -A trust >"$T_TMP/initdb.log" 2>&1; then
+    fail "initdb" "$(tail -n 5 "$T_TMP/initdb.log")"; done_tests; exit 1
+fi
+cleanup_pg() {
+    $RUN "$PGBIN/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1
+    [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
+    [ -n "$HANG_PID" ] && kill "$HANG_PID" 2>/dev/null
+    [ -z "$PGI_KEEP" ] && rm -rf "$T_TMP"
+}
+trap cleanup_pg EXIT INT TERM
+if $RUN "$PGBIN/pg_ctl" -D "$DATA" -l "$T_TMP/pg.log" -w -t 60 \
+        -o "-c listen_addresses='' -k $T_TMP -p $PORT -c fsync=off -c extension_destdir=$STAGE -c dynamic_library_path=$STAGE$($PGBIN/pg_config --pkglibdir):\$libdir" \
+        start >"$T_TMP/pgctl.log" 2>&1; then
+    pass "cluster starts"
+else
+    fail "cluster starts" "$(cat "$T_TMP/pgctl.log" "$T_TMP/pg.log" 2>/dev/null | tail -n 10)"; done_tests; exit 1
+fi
+PSQL="$PGBIN/psql -X -q -h $T_TMP -p $PORT -U postgres"
+
+# ---- remote backend: larql serve on the browse vindex; a socket that never answers ----
+SRV_PORT=""
+"$LARQL" serve "$F/v" --port 0 --threads 1 >"$T_TMP/srv.out" 2>"$T_TMP/srv.err" &
+SRV_PID=$!
+i=0
+while [ $i -lt 300 ]; do
+    SRV_PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/srv.out")
+    [ -n "$SRV_PORT" ] && curl -sf "http://127.0.0.1:$SRV_PORT/v1/health" >/dev/null 2>&1 && break
+    SRV_PORT=""; kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1; i=$((i + 1))
+done
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)
+' >"$T_TMP/hang.port" 2>/dev/null &
+HANG_PID=$!
+i=0; while [ ! -s "$T_TMP/hang.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+HANG_PORT=$(cat "$T_TMP/hang.port")
+
+# ---- the SQL files ----
+export PGI_FIXDIR="$F" PGI_TOP="$TOP" PGI_REMOTE="http://127.0.0.1:$SRV_PORT" PGI_HANG="http://127.0.0.1:$HANG_PORT"
+for sql in "$EXT"/test/sql/*.sql; do
+    name=$(basename "$sql" .sql)
+    exp="$EXT/test/expected/$name.out"
+    if [ "$name" = remote ] && [ -z "$SRV_PORT" ]; then fail "sql $name" "larql serve did not start: $(cat "$T_TMP/srv.err")"; continue; fi
+    # every file in a fresh database (its own infer.models)
+    $PSQL -d postgres -c "DROP DATABASE IF EXISTS pgi_$name" -c "CREATE DATABASE pgi_$name" >/dev/null 2>&1
+    (cd "$EXT/test" && $PSQL -d "pgi_$name" -a -f "sql/$name.sql") 2>&1 |
+        sed -e "s|$F|@FIX@|g" -e "s|127.0.0.1:$SRV_PORT|127.0.0.1:@PORT@|g" -e "s|127.0.0.1:$HANG_PORT|127.0.0.1:@HANG@|g" >"$T_TMP/$name.out"
+    if diff -u "$exp" "$T_TMP/$name.out" >"$T_TMP/$name.diff" 2>&1; then
+        pass "sql $name"
+    else
+        fail "sql $name" "$(head -c 3000 "$T_TMP/$name.diff")"
+        [ -n "$PGI_ACCEPT" ] && cp "$T_TMP/$name.out" "$exp"
+    fi
+    if grep -q "server closed the connection\|terminated by signal" "$T_TMP/$name.out" "$T_TMP/pg.log"; then
+        fail "sql $name: no backend crashed" "$(grep -m3 "terminated by signal" "$T_TMP/pg.log")"
+    else
+        pass "sql $name: no backend crashed"
+    fi
+done
+done_tests
