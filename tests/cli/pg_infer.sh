@@ -133,4 +133,94 @@ for sql in "$EXT"/test/sql/*.sql; do
         pass "sql $name: no backend crashed"
     fi
 done
+
+# ---- no memory growth over many calls in one connection (backend RSS, after a warm-up) ----
+RSS="(SELECT regexp_replace(l, '\\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\\n') l WHERE l LIKE 'VmRSS%')"
+$PSQL -d postgres -c "CREATE DATABASE pgi_leak" >/dev/null 2>&1
+$PSQL -d pgi_leak -At -v fixdir="$F" >"$T_TMP/leak.out" 2>&1 <<SQL
+\o /dev/null
+CREATE EXTENSION pg_infer;
+SET infer.data_directory = :'fixdir';
+SELECT infer_create_model('tiny', 'v');
+SET infer.default_model = 'tiny';
+CREATE FUNCTION pg_temp.calls(n int) RETURNS void AS \$\$
+BEGIN
+  FOR i IN 1..n LOOP
+    PERFORM count(*) FROM describe(CASE i % 3 WHEN 0 THEN 'France' WHEN 1 THEN 'Germany' ELSE 'Japan' END);
+    PERFORM count(*) FROM walk('The capital of France is', 5);
+    PERFORM similar_to('France', 'Germany');
+  END LOOP;
+END \$\$ LANGUAGE plpgsql;
+CREATE FUNCTION pg_temp.errs(n int) RETURNS void AS \$\$
+BEGIN
+  FOR i IN 1..n LOOP
+    BEGIN PERFORM count(*) FROM nearest_to('France', 99); EXCEPTION WHEN OTHERS THEN NULL; END;
+    BEGIN PERFORM count(*) FROM describe('France', 'nonexistent'); EXCEPTION WHEN OTHERS THEN NULL; END;
+  END LOOP;
+END \$\$ LANGUAGE plpgsql;
+SELECT pg_temp.calls(300), pg_temp.errs(300);
+\o
+SELECT $RSS;
+\o /dev/null
+SELECT pg_temp.calls(3000), pg_temp.errs(3000);
+\o
+SELECT $RSS;
+SQL
+r0=$(sed -n 1p "$T_TMP/leak.out"); r1=$(sed -n 2p "$T_TMP/leak.out")
+if [ -n "$r0" ] && [ -n "$r1" ] && [ "$r0" -gt 0 ] 2>/dev/null && [ $((r1 - r0)) -lt 1024 ]; then
+    pass "no memory growth over 3000 x (describe, walk, similar_to, an ERROR)"
+    echo "# backend RSS $r0 kB -> $r1 kB"
+else
+    fail "no memory growth over 3000 x (describe, walk, similar_to, an ERROR)" "RSS '$r0' -> '$r1' kB: $(head -c 500 "$T_TMP/leak.out")"
+fi
+
+# ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls ----
+if [ -n "$PGI_BENCH" ]; then
+    $PSQL -d postgres -c "CREATE DATABASE pgi_bench" >/dev/null 2>&1
+    $PSQL -d pgi_bench -At -v fixdir="$F" >"$T_TMP/bench.out" 2>&1 <<'SQL'
+CREATE EXTENSION pg_infer;
+SET infer.data_directory = :'fixdir';
+\o /dev/null
+SELECT infer_create_model('tiny', 'v'), infer_create_model('kq', 'kq');
+\o
+SET infer.default_model = 'tiny';
+CREATE FUNCTION pg_temp.med(q text, n int) RETURNS text AS $$
+DECLARE t0 timestamptz; ts float8[] := '{}';
+BEGIN
+  FOR i IN 1..n LOOP
+    t0 := clock_timestamp(); EXECUTE q;
+    ts := ts || extract(epoch FROM clock_timestamp() - t0)::float8 * 1000;
+  END LOOP;
+  RETURN format('%s: median %s ms over %s calls', q,
+    (SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY x)::numeric, 3) FROM unnest(ts) x), n);
+END $$ LANGUAGE plpgsql;
+SELECT pg_temp.med($$SELECT count(*) FROM describe('France')$$, 101);
+SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5)$$, 101);
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'])$$, 51);
+SELECT pg_temp.med($$SELECT similar_to('France', 'Germany')$$, 51);
+SELECT pg_temp.med($$SELECT count(*) FROM infer('The capital of France is', 5, 'kq')$$, 21);
+CREATE FUNCTION pg_temp.calls(n int) RETURNS void AS $$
+BEGIN
+  FOR i IN 1..n LOOP
+    PERFORM count(*) FROM describe(CASE i % 3 WHEN 0 THEN 'France' WHEN 1 THEN 'Germany' ELSE 'Japan' END);
+    PERFORM count(*) FROM walk('The capital of France is', 5);
+    PERFORM similar_to('France', 'Germany');
+  END LOOP;
+END $$ LANGUAGE plpgsql;
+\o /dev/null
+SELECT pg_temp.calls(1000);
+\o
+SELECT 'backend RSS after 1000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
+\o /dev/null
+SELECT pg_temp.calls(10000);
+\o
+SELECT 'backend RSS after 11000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
+\o /dev/null
+SELECT pg_temp.calls(10000);
+\o
+SELECT 'backend RSS after 21000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
+SQL
+    sed 's/^/# /' "$T_TMP/bench.out"
+    for i in 1 2 3 4 5; do "$LARQL" describe "$F/v" France --band all; done 2>&1 | grep ms | sed 's/^/# larql describe (CLI, one process per call): /'
+fi
 done_tests
