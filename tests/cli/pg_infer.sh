@@ -174,6 +174,17 @@ else
     fail "no memory growth over 3000 x (describe, walk, similar_to, an ERROR)" "RSS '$r0' -> '$r1' kB: $(head -c 500 "$T_TMP/leak.out")"
 fi
 
+# ---- pgbench: 16 clients, describe and similar_to, no errors ----
+printf '%s\n' "SELECT count(*) FROM describe('France', 'tiny');" "SELECT similar_to('France', 'Germany', 'tiny');" \
+    "SELECT count(*) FROM walk('The capital of France', 5, 'tiny');" >"$T_TMP/bench.sql"
+if "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c 16 -j 2 -t 50 -f "$T_TMP/bench.sql" pgi_leak \
+        >"$T_TMP/pgbench.out" 2>&1 && grep -q "number of failed transactions: 0" "$T_TMP/pgbench.out"; then
+    pass "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors"
+    grep "^tps" "$T_TMP/pgbench.out" | sed 's/^/# /'
+else
+    fail "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors" "$(tail -n 8 "$T_TMP/pgbench.out")"
+fi
+
 # ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls ----
 if [ -n "$PGI_BENCH" ]; then
     $PSQL -d postgres -c "CREATE DATABASE pgi_bench" >/dev/null 2>&1

@@ -40,5 +40,16 @@ INSERT INTO infer.models (model_name, vindex_path, source, backend) VALUES ('gri
 SELECT * FROM walk('France', 1, 'grid1');
 -- unknown remote URL scheme
 SELECT infer_create_model_remote('r', 'ftp://example');
+-- SQLSTATEs
+\set VERBOSITY sqlstate
+SELECT * FROM describe('France', 'nope');
+SELECT * FROM describe('');
+SELECT * FROM describe(NULL);
+SELECT * FROM nearest_to('France', 4);
+SELECT infer_create_model('bad', 'bad');
+SELECT infer_create_model('x', 'missing');
+SELECT infer_create_model('x', '/');
+SELECT * FROM infer('The capital of France is');
+\set VERBOSITY default
 -- the backend is still fine
 SELECT target FROM describe('France');
