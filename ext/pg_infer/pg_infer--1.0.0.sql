@@ -106,3 +106,12 @@ RETURNS bool AS 'MODULE_PATHNAME', 'pgi_implies_op' LANGUAGE C STABLE STRICT PAR
 CREATE OPERATOR <~> (LEFTARG = text, RIGHTARG = text, FUNCTION = infer_distance, COMMUTATOR = <~>);
 CREATE OPERATOR <~ (LEFTARG = text, RIGHTARG = text, FUNCTION = infer_similarity, COMMUTATOR = <~);
 CREATE OPERATOR @> (LEFTARG = text, RIGHTARG = text, FUNCTION = infer_implies_op);
+
+-- ---- the "infer" index access method: ORDER BY col <~> 'query' as an index scan ----
+-- CREATE INDEX ON t USING infer (col) WITH (model = 'm'); the index orders by its model.
+CREATE FUNCTION infer_am_handler(internal) RETURNS index_am_handler
+AS 'MODULE_PATHNAME', 'pgi_am_handler' LANGUAGE C;
+CREATE ACCESS METHOD infer TYPE INDEX HANDLER infer_am_handler;
+CREATE OPERATOR FAMILY infer_ops USING infer;
+CREATE OPERATOR CLASS infer_text_ops DEFAULT FOR TYPE text USING infer FAMILY infer_ops AS
+    OPERATOR 1 <~> (text, text) FOR ORDER BY float_ops;

@@ -99,6 +99,7 @@ _PG_init(void)
 	DefineCustomIntVariable("infer.rerank_oversampling", "Index re-rank factor (pg_infer compatibility; unused).",
 							NULL, &pgi_rerank_oversampling, 4, 1, 32, PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("infer");
+	pgi_am_init();
 }
 
 int

@@ -78,6 +78,12 @@ extern PgiModel *pgi_model_by_name(const char *name);
 extern lq_model *pgi_model_engine(PgiModel *m);
 extern void pgi_stats_count_query(void);
 
+/* similar_to(a, b) with model m (queries.c): local liblarql or remote walks. */
+extern double pgi_similar(PgiModel *m, const char *a, const char *b);
+
+/* ---- index access method (am.c) ---- */
+extern void pgi_am_init(void);	/* reloption kind; from _PG_init */
+
 /* ---- remote backend (remote.c) ---- */
 typedef struct PgiEdge {
 	char	   *target;

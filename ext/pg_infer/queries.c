@@ -762,8 +762,8 @@ pgi_select(PG_FUNCTION_ARGS)
 
 /* ---- similarity ---- */
 
-static double
-similar(PgiModel *m, const char *a, const char *b)
+double
+pgi_similar(PgiModel *m, const char *a, const char *b)
 {
 	lq_err		err = {0};
 	double		s = 0;
@@ -784,7 +784,7 @@ pgi_similar_to(PG_FUNCTION_ARGS)
 	char	   *a = pgi_text_arg(fcinfo, 0, "a");
 	char	   *b = pgi_text_arg(fcinfo, 1, "b");
 
-	PG_RETURN_FLOAT8(similar(pgi_model_arg(fcinfo, 2), a, b));
+	PG_RETURN_FLOAT8(pgi_similar(pgi_model_arg(fcinfo, 2), a, b));
 }
 
 Datum
@@ -810,7 +810,7 @@ pgi_similar_to_many(PG_FUNCTION_ARGS)
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(similar(m, TextDatumGetCString(elems[i]), q));
+		out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
 	}
 	dims[0] = n;
 	if (n == 0)
@@ -825,7 +825,7 @@ pgi_similarity(PG_FUNCTION_ARGS)
 	char	   *a = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *b = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
-	PG_RETURN_FLOAT8(similar(pgi_model_arg(fcinfo, -1), a, b));
+	PG_RETURN_FLOAT8(pgi_similar(pgi_model_arg(fcinfo, -1), a, b));
 }
 
 /* 1 / (1 + score) for a positive score, else the largest double (pg_infer's code). */
@@ -834,7 +834,7 @@ pgi_distance(PG_FUNCTION_ARGS)
 {
 	char	   *a = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *b = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	double		s = similar(pgi_model_arg(fcinfo, -1), a, b);
+	double		s = pgi_similar(pgi_model_arg(fcinfo, -1), a, b);
 
 	PG_RETURN_FLOAT8(s > 0 ? 1.0 / (1.0 + s) : DBL_MAX);
 }
