@@ -227,6 +227,13 @@ typedef struct lq_describe_result {
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
                        lq_err *err);
 void lq_describe_result_free(lq_describe_result *r);
+/* describe of n entities in one pass over the gate rows (every row read once for all of
+ * them): results[i] equals lq_vindex_describe with p->entity = entities[i] (latency_ms is
+ * the whole call's). A NULL or empty entity, or one that encodes to nothing, gets no edges
+ * (n_tokens 0) instead of an error. p->entity and p->per_layer must be unset; on error
+ * every result is freed. */
+int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, const char *const *entities,
+                            size_t n, lq_describe_result *results, lq_err *err);
 /* {"entity","model","edges":[{"target","gate_score","layer"[,"relation","source":"probe"]
  *  [,"layer_max","layer_min","count"][,"also"]}],"latency_ms"} */
 int lq_vindex_describe_json(const lq_vindex *v, const lq_describe_params *p, char **json_out,
