@@ -167,41 +167,27 @@ classify_relation(int layer, int L, const char *target, double score, char **sec
 
 /* ---- describe ---- */
 
-/* Edges of an entity (LARQL's describe over every layer, describe_top_k per layer) at or
- * above min_score. per_layer: one edge per hit, no merging. */
-static int
-fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out)
+/* LARQL's describe over every layer, describe_top_k features per layer, at or above
+ * min_score. */
+static void
+describe_params(lq_describe_params *p, double min_score)
 {
-	lq_describe_params p;
-	lq_describe_result r;
-	lq_err		err = {0};
-	PgiEdge    *e;
-	int			rc;
+	lq_describe_params_init(p);
+	p->band = "all";
+	p->limit = pgi_describe_top_k;
+	p->min_score = min_score;
+}
 
-	check_prompt(entity);
-	if (m->backend == PGI_REMOTE)
+/* Copies a library result into palloc'd edges and frees it. */
+static int
+take_edges(lq_describe_result *r, PgiEdge **out)
+{
+	PgiEdge    *e = palloc0(sizeof *e * (r->n_edges + 1));
+	int			n = (int) r->n_edges;
+
+	for (size_t i = 0; i < r->n_edges; i++)
 	{
-		if (per_layer)
-			not_remote(m, "describe_layers");
-		return pgi_remote_describe(m, entity, min_score, out);
-	}
-	lq_describe_params_init(&p);
-	p.entity = entity;
-	p.band = "all";
-	p.limit = pgi_describe_top_k;
-	p.min_score = min_score;
-	p.per_layer = per_layer;
-	if ((rc = lq_vindex_describe(m->vx, &p, &r, &err)) != 0)
-		pgi_lq_error(rc, &err, "describe failed");
-	if (r.n_tokens == 0)
-	{
-		lq_describe_result_free(&r);
-		check_prompt("");
-	}
-	e = palloc0(sizeof *e * (r.n_edges + 1));
-	for (size_t i = 0; i < r.n_edges; i++)
-	{
-		const lq_describe_edge *x = &r.edges[i];
+		const lq_describe_edge *x = &r->edges[i];
 
 		e[i].target = pstrdup(x->target);
 		e[i].relation = x->relation ? pstrdup(x->relation) : NULL;
@@ -211,10 +197,38 @@ fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, P
 		for (int k = 0; k < x->n_also && k < 5; k++)
 			e[i].also[e[i].n_also++] = pstrdup(x->also[k]);
 	}
-	rc = (int) r.n_edges;
-	lq_describe_result_free(&r);
+	lq_describe_result_free(r);
 	*out = e;
-	return rc;
+	return n;
+}
+
+/* Edges of an entity at or above min_score. per_layer: one edge per hit, no merging. */
+static int
+fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out)
+{
+	lq_describe_params p;
+	lq_describe_result r;
+	lq_err		err = {0};
+	int			rc;
+
+	check_prompt(entity);
+	if (m->backend == PGI_REMOTE)
+	{
+		if (per_layer)
+			not_remote(m, "describe_layers");
+		return pgi_remote_describe(m, entity, min_score, out);
+	}
+	describe_params(&p, min_score);
+	p.entity = entity;
+	p.per_layer = per_layer;
+	if ((rc = lq_vindex_describe(m->vx, &p, &r, &err)) != 0)
+		pgi_lq_error(rc, &err, "describe failed");
+	if (r.n_tokens == 0)
+	{
+		lq_describe_result_free(&r);
+		check_prompt("");
+	}
+	return take_edges(&r, out);
 }
 
 /* pg_infer's threshold: the explicit argument if > 0, else infer.gate_threshold if > 0,
@@ -239,16 +253,14 @@ typedef struct DescRow
 	int			layer;
 } DescRow;
 
+/* describe's rows from its edges: the threshold (adaptive: 0.1 x this entity's best score)
+ * and pg_infer's relation classifier where the vindex has no probe label. */
 static int
-describe_rows(PgiModel *m, const char *entity, double explicit_thr, DescRow **out)
+edges_to_rows(PgiModel *m, PgiEdge *e, int n, double t, bool adaptive, DescRow **out)
 {
-	bool		adaptive;
-	double		t = resolve_threshold(explicit_thr, &adaptive);
-	PgiEdge    *e = NULL;
-	int			n = fetch_edges(m, entity, t, false, &e),
-				k = 0;
 	int			L = m->vx ? lq_vindex_get_info(m->vx)->num_layers : m->num_layers;
 	DescRow    *rows = palloc0(sizeof *rows * (n + 1));
+	int			k = 0;
 
 	if (adaptive)
 	{
@@ -274,6 +286,17 @@ describe_rows(PgiModel *m, const char *entity, double explicit_thr, DescRow **ou
 	return k;
 }
 
+static int
+describe_rows(PgiModel *m, const char *entity, double explicit_thr, DescRow **out)
+{
+	bool		adaptive;
+	double		t = resolve_threshold(explicit_thr, &adaptive);
+	PgiEdge    *e = NULL;
+	int			n = fetch_edges(m, entity, t, false, &e);
+
+	return edges_to_rows(m, e, n, t, adaptive, out);
+}
+
 Datum
 pgi_describe(PG_FUNCTION_ARGS)
 {
@@ -294,8 +317,22 @@ pgi_describe(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+static void
+put_many_rows(FunctionCallInfo fcinfo, const char *ent, DescRow *rows, int k)
+{
+	for (int i = 0; i < k; i++)
+	{
+		Datum		v[5] = {text_datum(ent), text_datum(rows[i].relation), text_datum(rows[i].target),
+		Float8GetDatum(rows[i].confidence), Int32GetDatum(rows[i].layer)};
+		bool		nl[5] = {0};
+
+		put_row(fcinfo, v, nl);
+	}
+}
+
 /* describe_many(entities, model, threshold): describe of every entity, rows tagged with the
- * entity (NULL and empty elements give no rows). Equals describe() per entity. */
+ * entity, in array order. Locally one pass over the gate rows scores all entities
+ * (lq_vindex_describe_many); NULL, empty and token-less elements give no rows. */
 Datum
 pgi_describe_many(PG_FUNCTION_ARGS)
 {
@@ -304,34 +341,59 @@ pgi_describe_many(PG_FUNCTION_ARGS)
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
-	double		thr = float_arg(fcinfo, 2, 0);
+	bool		adaptive;
+	double		t = resolve_threshold(float_arg(fcinfo, 2, 0), &adaptive);
+	char	  **ents;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("entities must not be NULL")));
 	arr = PG_GETARG_ARRAYTYPE_P(0);
 	m = pgi_model_arg(fcinfo, 1);
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	InitMaterializedSRF(fcinfo, 0);
+	ents = palloc0(sizeof(char *) * (n + 1));
 	for (int j = 0; j < n; j++)
+		ents[j] = nulls[j] ? NULL : TextDatumGetCString(elems[j]);
+	InitMaterializedSRF(fcinfo, 0);
+	if (m->backend == PGI_REMOTE)
 	{
-		char	   *ent;
-		DescRow    *rows;
-		int			k;
-
-		CHECK_FOR_INTERRUPTS();
-		if (nulls[j])
-			continue;
-		ent = TextDatumGetCString(elems[j]);
-		if (ent[0] == 0)
-			continue;
-		k = describe_rows(m, ent, thr, &rows);
-		for (int i = 0; i < k; i++)
+		for (int j = 0; j < n; j++)
 		{
-			Datum		v[5] = {text_datum(ent), text_datum(rows[i].relation), text_datum(rows[i].target),
-			Float8GetDatum(rows[i].confidence), Int32GetDatum(rows[i].layer)};
-			bool		nl[5] = {0};
+			PgiEdge    *e;
+			DescRow    *rows;
+			int			k;
 
-			put_row(fcinfo, v, nl);
+			CHECK_FOR_INTERRUPTS();
+			if (ents[j] == NULL || ents[j][0] == 0)
+				continue;
+			k = pgi_remote_describe(m, ents[j], t, &e);
+			k = edges_to_rows(m, e, k, t, adaptive, &rows);
+			put_many_rows(fcinfo, ents[j], rows, k);
+		}
+	}
+	else if (n > 0)
+	{
+		lq_describe_params p;
+		lq_describe_result *res = palloc0(sizeof *res * n);
+		lq_err		err = {0};
+		PgiEdge   **edges = palloc0(sizeof(PgiEdge *) * n);
+		int		   *counts = palloc0(sizeof(int) * n);
+		int			rc;
+
+		describe_params(&p, t);
+		/* res is malloc'd inside: every result is copied out (and freed) right away */
+		if ((rc = lq_vindex_describe_many(m->vx, &p, (const char *const *) ents, (size_t) n, res, &err)) != 0)
+			pgi_lq_error(rc, &err, "describe_many failed");
+		for (int j = 0; j < n; j++)
+			counts[j] = take_edges(&res[j], &edges[j]);
+		for (int j = 0; j < n; j++)
+		{
+			DescRow    *rows;
+			int			k;
+
+			if (counts[j] == 0)
+				continue;
+			k = edges_to_rows(m, edges[j], counts[j], t, adaptive, &rows);
+			put_many_rows(fcinfo, ents[j], rows, k);
 		}
 	}
 	return (Datum) 0;
