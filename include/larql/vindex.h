@@ -182,6 +182,12 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
  *   the next call with another count). */
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err);
 void lq_vindex_thread_release(void);
+/* A cancel hook for the calling thread's queries whose gate scans run on that thread
+ * (lq_vindex_set_thread_scan(1)): fn(ctx) is called on the calling thread between blocks
+ * of 4096 gate rows; non-zero stops the query with LQ_ECANCELED ("gate scan cancelled").
+ * NULL (the default) removes it. A database front end reads its own interrupt flags here. */
+typedef int (*lq_vindex_cancel_fn)(void *ctx);
+void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx);
 
 /* Raw scores of one layer for n_q queries: out [n_q, n_features]. Scalar reference
  * (force_scalar = 1) or the best SIMD kernel for this CPU. */

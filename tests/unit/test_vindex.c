@@ -535,6 +535,55 @@ static void test_describe_many(void)
     }
 }
 
+static int cancel_after(void *ctx)
+{
+    int *left = ctx;
+    return (*left)-- <= 0;
+}
+
+/* The thread's cancel hook stops a query whose scan runs on the calling thread, with
+ * LQ_ECANCELED; without it (or never firing) the results are unchanged. */
+static void test_cancel_hook(void)
+{
+    if (!fixture_ok)
+        SKIP("fixture failed");
+    lq_vindex *v = NULL;
+    lq_err err = {0};
+    if (lq_vindex_open(dir32, NULL, &v, &err)) {
+        CHECK_MSG(0, "open: %s", err.msg);
+        return;
+    }
+    CHECK(lq_vindex_set_thread_scan(1, &err) == 0);
+    lq_describe_params dp;
+    lq_describe_params_init(&dp);
+    dp.band = "all";
+    dp.entity = " France";
+    lq_describe_result a, b;
+    CHECK(lq_vindex_describe(v, &dp, &a, &err) == 0);
+    int left = 0;
+    lq_vindex_set_thread_cancel(cancel_after, &left);
+    CHECK(lq_vindex_describe(v, &dp, &b, &err) == LQ_ECANCELED);
+    CHECK_STR_CONTAINS(err.msg, "cancelled");
+    CHECK_EQ_INT(b.n_edges, 0);
+    left = 1000000;
+    CHECK(lq_vindex_describe(v, &dp, &b, &err) == 0);
+    CHECK(left < 1000000); /* asked at least once */
+    CHECK(b.n_edges == a.n_edges && b.n_edges == 1 && b.edges[0].gate_score == a.edges[0].gate_score);
+    lq_describe_result_free(&b);
+    lq_walk_params wp;
+    lq_walk_params_init(&wp);
+    wp.prompt = "The capital of France";
+    lq_walk_result w;
+    left = 0;
+    CHECK(lq_vindex_walk(v, &wp, &w, &err) == LQ_ECANCELED);
+    lq_vindex_set_thread_cancel(NULL, NULL);
+    CHECK(lq_vindex_walk(v, &wp, &w, &err) == 0 && w.n_hits > 0);
+    lq_walk_result_free(&w);
+    lq_describe_result_free(&a);
+    lq_vindex_thread_release();
+    lq_vindex_close(v);
+}
+
 static void test_checksum_mismatch_and_llama(void)
 {
     if (!fixture_ok)
@@ -601,6 +650,7 @@ int main(void)
     RUN(test_knn_handle);
     RUN(test_planted_queries);
     RUN(test_describe_many);
+    RUN(test_cancel_hook);
     RUN(test_checksum_mismatch_and_llama);
     return harness_done();
 }
