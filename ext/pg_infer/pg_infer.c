@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <string.h>
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -137,6 +138,9 @@ pgi_lq_error(int rc, const lq_err *err, const char *what)
 {
 	const char *msg = err && err->msg[0] ? err->msg : lq_status_str(rc);
 
+	/* the scan stopped for a cancel or a terminate: PostgreSQL reports it its own way */
+	if (rc == LQ_ECANCELED)
+		CHECK_FOR_INTERRUPTS();
 	ereport(ERROR,
 			(errcode(pgi_lq_sqlstate(rc)),
 			 errmsg("%s: %s", what, msg),

@@ -76,6 +76,14 @@ cache_insert(PgiModel *m)
 	cache_head = m;
 }
 
+/* The library's cancel hook, called on this backend's thread between blocks of gate rows:
+ * reads PostgreSQL's interrupt flags only (no PostgreSQL call). */
+static int
+scan_cancelled(void *ctx)
+{
+	return QueryCancelPending || ProcDiePending;
+}
+
 /* Opens a vindex on this thread only: one scan thread, so no worker thread ever exists. */
 static lq_vindex *
 open_vindex(const char *path)
@@ -89,6 +97,7 @@ open_vindex(const char *path)
 	{
 		if ((rc = lq_vindex_set_thread_scan(1, &err)) != 0)
 			pgi_lq_error(rc, &err, "cannot configure gate scans");
+		lq_vindex_set_thread_cancel(scan_cancelled, NULL);
 		thread_scan_set = true;
 	}
 	oo.n_threads = 1;

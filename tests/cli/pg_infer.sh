@@ -209,6 +209,7 @@ SELECT pg_temp.med($$SELECT count(*) FROM describe('France')$$, 101);
 SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5)$$, 101);
 SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'])$$, 51);
 SELECT pg_temp.med($$SELECT similar_to('France', 'Germany')$$, 51);
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many((SELECT array_agg((ARRAY['France', 'Germany', 'Japan', 'capital'])[1 + i % 4]) FROM generate_series(1, 4000) i))$$, 5);
 SELECT pg_temp.med($$SELECT count(*) FROM infer('The capital of France is', 5, 'kq')$$, 21);
 CREATE FUNCTION pg_temp.calls(n int) RETURNS void AS $$
 BEGIN

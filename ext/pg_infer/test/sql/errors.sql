@@ -51,5 +51,11 @@ SELECT infer_create_model('x', 'missing');
 SELECT infer_create_model('x', '/');
 SELECT * FROM infer('The capital of France is');
 \set VERBOSITY default
+-- a statement timeout stops a long local scan (describe_many of 4000 entities in one pass);
+-- the backend stays usable
+SET statement_timeout = '20ms';
+SELECT count(*) FROM describe_many((SELECT array_agg(w) FROM generate_series(1, 4000) i,
+    LATERAL (VALUES ((ARRAY['France', 'Germany', 'Japan', 'capital'])[1 + i % 4])) v(w)));
+RESET statement_timeout;
 -- the backend is still fine
 SELECT target FROM describe('France');
