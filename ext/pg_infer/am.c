@@ -80,9 +80,6 @@ build_meta(Relation index, InferMeta *meta)
 {
 	InferOptions *o = (InferOptions *) index->rd_options;
 	const char *model = o && o->model_offset ? (const char *) o + o->model_offset : NULL;
-	Oid			argt[1] = {TEXTOID};
-	Datum		argv[1];
-	bool		found;
 
 	if (model == NULL || model[0] == 0)
 		model = pgi_default_model;
@@ -94,15 +91,7 @@ build_meta(Relation index, InferMeta *meta)
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("INFER ambuild: model name longer than %d bytes", INFER_AM_NAME_MAX - 1)));
-	argv[0] = CStringGetTextDatum(model);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT 1 FROM infer.models WHERE model_name = $1", 1, argt, argv, NULL, true, 1)
-		!= SPI_OK_SELECT)
-		elog(ERROR, "cannot read infer.models");
-	found = SPI_processed > 0;
-	SPI_finish();
-	if (!found)
+	if (pgi_registry_exec("SELECT 1 FROM infer.models WHERE model_name = $1", model, SPI_OK_SELECT) == 0)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("INFER ambuild: model not found: %s", model)));
 	memset(meta, 0, sizeof *meta);
 	meta->magic = INFER_AM_MAGIC;

@@ -1,7 +1,6 @@
-/* pg_infer: module init, the infer.* GUCs, liblarql errors as ereport, token filters. */
+/* pg_infer: module init, the infer.* GUCs, liblarql errors as ereport, small helpers. */
 #include "pg_infer.h"
 
-#include <ctype.h>
 #include <string.h>
 
 #include "miscadmin.h"
@@ -163,100 +162,6 @@ pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno)
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
-}
-
-/* Trimmed copy boundaries of s (ASCII whitespace). */
-static void
-trim_span(const char *s, const char **b, size_t *n)
-{
-	const char *e = s + strlen(s);
-
-	while (*s && isspace((unsigned char) *s))
-		s++;
-	while (e > s && isspace((unsigned char) e[-1]))
-		e--;
-	*b = s;
-	*n = (size_t) (e - s);
-}
-
-/* Number of UTF-8 characters in [s, s+n). */
-static size_t
-utf8_chars(const char *s, size_t n)
-{
-	size_t		c = 0;
-
-	for (size_t i = 0; i < n; i++)
-		if (((unsigned char) s[i] & 0xC0) != 0x80)
-			c++;
-	return c;
-}
-
-/* pg_infer's is_readable_token: trimmed, non-empty, at most 30 bytes, and at least half of
- * its characters ASCII alphanumeric or one of " -'.,". */
-bool
-pgi_is_readable_token(const char *s)
-{
-	const char *b;
-	size_t		n,
-				ok = 0;
-
-	trim_span(s, &b, &n);
-	if (n == 0 || n > 30)
-		return false;
-	for (size_t i = 0; i < n; i++)
-	{
-		unsigned char ch = (unsigned char) b[i];
-
-		if (isalnum(ch) || ch == ' ' || ch == '-' || ch == '\'' || ch == '.' || ch == ',')
-			ok++;
-	}
-	return 2 * ok >= utf8_chars(b, n);
-}
-
-static const char *const stop_words[] = {
-	"the", "and", "for", "but", "not", "you", "all", "can", "her", "was", "one", "our", "out",
-	"are", "has", "his", "how", "its", "may", "new", "now", "old", "see", "way", "who", "did",
-	"get", "let", "say", "she", "too", "use", "from", "have", "been", "will", "with", "this",
-	"that", "they", "were", "some", "them", "than", "when", "what", "your", "each", "make",
-	"like", "just", "over", "such", "take", "also", "into", "only", "very", "more", "does",
-	"most", "about", "which", "their", "would", "there", "could", "other", "after", "being",
-	"where", "these", "those", "first", "should", "because", "through", "before", "par", "aux",
-	"che", "del",
-};
-
-/* pg_infer's is_content_token: readable, 3..25 characters, mostly ASCII letters, no
- * lower-then-upper pair (BPE fragments like "eCap"), not a stop word. */
-bool
-pgi_is_content_token(const char *s)
-{
-	const char *b;
-	size_t		n,
-				chars,
-				letters = 0;
-	char		low[32];
-
-	if (!pgi_is_readable_token(s))
-		return false;
-	trim_span(s, &b, &n);
-	chars = utf8_chars(b, n);
-	if (chars < 3 || chars > 25)
-		return false;
-	for (size_t i = 0; i < n; i++)
-	{
-		if (isalpha((unsigned char) b[i]))
-			letters++;
-		if (i + 1 < n && islower((unsigned char) b[i]) && isupper((unsigned char) b[i + 1]))
-			return false;
-	}
-	if (letters == 0 || letters < (2 * chars) / 3)
-		return false;
-	for (size_t i = 0; i < n && i < sizeof low - 1; i++)
-		low[i] = (char) tolower((unsigned char) b[i]);
-	low[n < sizeof low - 1 ? n : sizeof low - 1] = 0;
-	for (size_t i = 0; i < lengthof(stop_words); i++)
-		if (strcmp(low, stop_words[i]) == 0)
-			return false;
-	return true;
 }
 
 /* Band of a layer as pg_infer names it: "" without bands in index.json, "unknown" outside

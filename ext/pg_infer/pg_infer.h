@@ -41,10 +41,7 @@ extern int pgi_lq_sqlstate(int rc);
 extern char *pgi_text_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 /* Text argument or NULL. */
 extern char *pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno);
-/* pg_infer's token filters. */
-extern bool pgi_is_readable_token(const char *s);
-extern bool pgi_is_content_token(const char *s);
-extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
+/* Band name of a layer ("" without bands in index.json). */extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
 
 /* ---- JSON through jsonb (pg_infer.c): palloc'd, ERROR on malformed input ---- */
 #include "utils/jsonb.h"
@@ -76,7 +73,9 @@ extern PgiModel *pgi_model_arg(FunctionCallInfo fcinfo, int argno);
 extern PgiModel *pgi_model_by_name(const char *name);
 /* The engine model of a local vindex (for infer()): opened as a read-only shared mapping. */
 extern lq_model *pgi_model_engine(PgiModel *m);
-extern void pgi_stats_count_query(void);
+/* Runs sql (one parameter, $1 = name) on the registry through SPI; ERROR unless SPI answers
+ * `expect` (SPI_OK_SELECT, SPI_OK_DELETE, ...); returns the rows processed. */
+extern uint64 pgi_registry_exec(const char *sql, const char *name, int expect);
 
 /* similar_to(a, b) with model m (queries.c): local liblarql or remote walks. */
 extern double pgi_similar(PgiModel *m, const char *a, const char *b);

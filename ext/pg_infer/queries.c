@@ -119,7 +119,7 @@ feature_also(const lq_vindex *vx, int layer, int feature, const char *skip1, con
 	{
 		const char *t = lq_vindex_token_text(vx, fm.top_ids[k]);
 
-		if (fm.top_logits[k] <= 0 || !pgi_is_readable_token(t))
+		if (fm.top_logits[k] <= 0 || !lq_vindex_token_readable(t))
 			continue;
 		if ((skip1 && ieq(t, skip1)) || (skip2 && ieq(t, skip2)))
 			continue;

@@ -34,12 +34,6 @@ PG_FUNCTION_INFO_V1(pgi_stats);
 PG_FUNCTION_INFO_V1(pgi_warmup);
 PG_FUNCTION_INFO_V1(pgi_server_stats);
 
-void
-pgi_stats_count_query(void)
-{
-	stat_queries++;
-}
-
 static void
 model_free(PgiModel *m)
 {
@@ -442,20 +436,29 @@ pgi_create_models_remote(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(done);
 }
 
-Datum
-pgi_drop_model(PG_FUNCTION_ARGS)
+uint64
+pgi_registry_exec(const char *sql, const char *name, int expect)
 {
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	Oid			argt[1] = {TEXTOID};
 	Datum		argv[1];
+	uint64		n;
 
 	argv[0] = CStringGetTextDatum(name);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("DELETE FROM infer.models WHERE model_name = $1", 1, argt, argv, NULL, false, 0)
-		!= SPI_OK_DELETE)
-		elog(ERROR, "cannot delete from infer.models");
+	if (SPI_execute_with_args(sql, 1, argt, argv, NULL, expect == SPI_OK_SELECT, 0) != expect)
+		elog(ERROR, "cannot access infer.models");
+	n = SPI_processed;
 	SPI_finish();
+	return n;
+}
+
+Datum
+pgi_drop_model(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	(void) pgi_registry_exec("DELETE FROM infer.models WHERE model_name = $1", name, SPI_OK_DELETE);
 	cache_evict(name);
 	PG_RETURN_TEXT_P(cstring_to_text(psprintf("model '%s' dropped", name)));
 }

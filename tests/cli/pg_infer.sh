@@ -135,49 +135,49 @@ for sql in "$EXT"/test/sql/*.sql; do
 done
 
 # ---- no memory growth over many calls in one connection (backend RSS, after a warm-up) ----
-RSS="(SELECT regexp_replace(l, '\\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\\n') l WHERE l LIKE 'VmRSS%')"
-$PSQL -d postgres -c "CREATE DATABASE pgi_leak" >/dev/null 2>&1
-$PSQL -d pgi_leak -At -v fixdir="$F" >"$T_TMP/leak.out" 2>&1 <<SQL
+$PSQL -d postgres -c "CREATE DATABASE pgi_load" >/dev/null 2>&1
+$PSQL -d pgi_load -At -v fixdir="$F" >"$T_TMP/leak.out" 2>&1 <<'SQL'
 \o /dev/null
 CREATE EXTENSION pg_infer;
 SET infer.data_directory = :'fixdir';
-SELECT infer_create_model('tiny', 'v');
+SELECT infer_create_model('tiny', 'v'), infer_create_model('kq', 'kq');
+ALTER DATABASE pgi_load SET infer.default_model = 'tiny';
 SET infer.default_model = 'tiny';
-CREATE FUNCTION pg_temp.calls(n int) RETURNS void AS \$\$
+CREATE FUNCTION calls(n int) RETURNS void AS $$
 BEGIN
   FOR i IN 1..n LOOP
     PERFORM count(*) FROM describe(CASE i % 3 WHEN 0 THEN 'France' WHEN 1 THEN 'Germany' ELSE 'Japan' END);
     PERFORM count(*) FROM walk('The capital of France is', 5);
     PERFORM similar_to('France', 'Germany');
-  END LOOP;
-END \$\$ LANGUAGE plpgsql;
-CREATE FUNCTION pg_temp.errs(n int) RETURNS void AS \$\$
-BEGIN
-  FOR i IN 1..n LOOP
     BEGIN PERFORM count(*) FROM nearest_to('France', 99); EXCEPTION WHEN OTHERS THEN NULL; END;
     BEGIN PERFORM count(*) FROM describe('France', 'nonexistent'); EXCEPTION WHEN OTHERS THEN NULL; END;
   END LOOP;
-END \$\$ LANGUAGE plpgsql;
-SELECT pg_temp.calls(300), pg_temp.errs(300);
+END $$ LANGUAGE plpgsql;
+CREATE FUNCTION rss_kb() RETURNS int8 AS $$
+  SELECT regexp_replace(l, '\D', '', 'g')::int8
+    FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l
+   WHERE l LIKE 'VmRSS%'
+$$ LANGUAGE sql;
+SELECT calls(300);
 \o
-SELECT $RSS;
+SELECT rss_kb();
 \o /dev/null
-SELECT pg_temp.calls(3000), pg_temp.errs(3000);
+SELECT calls(3000);
 \o
-SELECT $RSS;
+SELECT rss_kb();
 SQL
 r0=$(sed -n 1p "$T_TMP/leak.out"); r1=$(sed -n 2p "$T_TMP/leak.out")
 if [ -n "$r0" ] && [ -n "$r1" ] && [ "$r0" -gt 0 ] 2>/dev/null && [ $((r1 - r0)) -lt 1024 ]; then
-    pass "no memory growth over 3000 x (describe, walk, similar_to, an ERROR)"
+    pass "no memory growth over 3000 x (describe, walk, similar_to, 2 ERRORs)"
     echo "# backend RSS $r0 kB -> $r1 kB"
 else
-    fail "no memory growth over 3000 x (describe, walk, similar_to, an ERROR)" "RSS '$r0' -> '$r1' kB: $(head -c 500 "$T_TMP/leak.out")"
+    fail "no memory growth over 3000 x (describe, walk, similar_to, 2 ERRORs)" "RSS '$r0' -> '$r1' kB: $(head -c 500 "$T_TMP/leak.out")"
 fi
 
 # ---- pgbench: 16 clients, describe and similar_to, no errors ----
-printf '%s\n' "SELECT count(*) FROM describe('France', 'tiny');" "SELECT similar_to('France', 'Germany', 'tiny');" \
-    "SELECT count(*) FROM walk('The capital of France', 5, 'tiny');" >"$T_TMP/bench.sql"
-if "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c 16 -j 2 -t 50 -f "$T_TMP/bench.sql" pgi_leak \
+printf '%s\n' "SELECT count(*) FROM describe('France');" "SELECT similar_to('France', 'Germany');" \
+    "SELECT count(*) FROM walk('The capital of France', 5);" >"$T_TMP/bench.sql"
+if "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c 16 -j 2 -t 50 -f "$T_TMP/bench.sql" pgi_load \
         >"$T_TMP/pgbench.out" 2>&1 && grep -q "number of failed transactions: 0" "$T_TMP/pgbench.out"; then
     pass "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors"
     grep "^tps" "$T_TMP/pgbench.out" | sed 's/^/# /'
@@ -185,16 +185,12 @@ else
     fail "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors" "$(tail -n 8 "$T_TMP/pgbench.out")"
 fi
 
-# ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls ----
+# ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls;
+# PGI_BENCH_VINDEX=DIR adds describe/walk on that vindex next to the CLI's own latency ----
 if [ -n "$PGI_BENCH" ]; then
-    $PSQL -d postgres -c "CREATE DATABASE pgi_bench" >/dev/null 2>&1
-    $PSQL -d pgi_bench -At -v fixdir="$F" >"$T_TMP/bench.out" 2>&1 <<'SQL'
-CREATE EXTENSION pg_infer;
-SET infer.data_directory = :'fixdir';
-\o /dev/null
-SELECT infer_create_model('tiny', 'v'), infer_create_model('kq', 'kq');
-\o
-SET infer.default_model = 'tiny';
+    BV=${PGI_BENCH_VINDEX:-}
+    [ -n "$BV" ] && BV=$(cd "$BV" && pwd)
+    $PSQL -d pgi_load -At -v bv="${BV:-none}" >"$T_TMP/bench.out" 2>&1 <<'SQL'
 CREATE FUNCTION pg_temp.med(q text, n int) RETURNS text AS $$
 DECLARE t0 timestamptz; ts float8[] := '{}';
 BEGIN
@@ -211,28 +207,22 @@ SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany'
 SELECT pg_temp.med($$SELECT similar_to('France', 'Germany')$$, 51);
 SELECT pg_temp.med($$SELECT count(*) FROM describe_many((SELECT array_agg((ARRAY['France', 'Germany', 'Japan', 'capital'])[1 + i % 4]) FROM generate_series(1, 4000) i))$$, 5);
 SELECT pg_temp.med($$SELECT count(*) FROM infer('The capital of France is', 5, 'kq')$$, 21);
-CREATE FUNCTION pg_temp.calls(n int) RETURNS void AS $$
-BEGIN
-  FOR i IN 1..n LOOP
-    PERFORM count(*) FROM describe(CASE i % 3 WHEN 0 THEN 'France' WHEN 1 THEN 'Germany' ELSE 'Japan' END);
-    PERFORM count(*) FROM walk('The capital of France is', 5);
-    PERFORM similar_to('France', 'Germany');
-  END LOOP;
-END $$ LANGUAGE plpgsql;
 \o /dev/null
-SELECT pg_temp.calls(1000);
+SELECT calls(10000);
 \o
-SELECT 'backend RSS after 1000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
+SELECT 'backend RSS after 13300 x (describe, walk, similar_to, 2 ERRORs): ' || rss_kb() || ' kB';
 \o /dev/null
-SELECT pg_temp.calls(10000);
+SET infer.data_directory = '/';
+SELECT CASE WHEN :'bv' <> 'none' THEN infer_create_model('big', :'bv') END;
 \o
-SELECT 'backend RSS after 11000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
-\o /dev/null
-SELECT pg_temp.calls(10000);
-\o
-SELECT 'backend RSS after 21000 x (describe, walk, similar_to): ' || (SELECT regexp_replace(l, '\D', '', 'g') FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l WHERE l LIKE 'VmRSS%') || ' kB';
+SELECT pg_temp.med($$SELECT count(*) FROM describe('France', 'big', 0.001)$$, 9) WHERE :'bv' <> 'none';
+SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5, 'big')$$, 9) WHERE :'bv' <> 'none';
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'], 'big', 0.001)$$, 5) WHERE :'bv' <> 'none';
 SQL
     sed 's/^/# /' "$T_TMP/bench.out"
-    for i in 1 2 3 4 5; do "$LARQL" describe "$F/v" France --band all; done 2>&1 | grep ms | sed 's/^/# larql describe (CLI, one process per call): /'
+    for d in "$F/v" $BV; do
+        for i in 1 2 3 4 5; do "$LARQL" describe "$d" France --band all --min-score 0.001 --threads 1; done 2>&1 | grep 'ms$' |
+            sed "s|^|# larql describe $(basename "$d") (CLI, --band all, 1 thread, one process per call): |"
+    done
 fi
 done_tests
