@@ -12,6 +12,7 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -487,6 +488,55 @@ pgi_implies_op(PG_FUNCTION_ARGS)
 
 /* ---- walk ---- */
 
+/* walk with infer.walk_embed_mode other than 'last' (pg_infer): the query is the mean of the
+ * prompt's token embeddings (no special tokens), every feature hit is a row, '' for a
+ * feature without metadata. */
+static int
+walk_mean(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
+{
+	const lq_vindex_info *in = lq_vindex_get_info(m->vx);
+	int			L = in->num_layers,
+				nl = 0,
+				n = 0,
+				rc;
+	size_t		k = (size_t) (top <= 0 ? max_features(m->vx) : top),
+				ntok = 0;
+	float	   *q = palloc(sizeof(float) * in->hidden_size);
+	int		   *layers = palloc(sizeof(int) * L);
+	lq_vindex_hit *hits;
+	size_t	   *counts;
+	lq_err		err = {0};
+	PgiHit	   *h;
+
+	if ((rc = lq_vindex_entity_vector(m->vx, prompt, q, &ntok, &err)) != 0)
+		pgi_lq_error(rc, &err, "walk failed");
+	if (ntok == 0)
+		check_prompt("");
+	for (int l = 0; l < L; l++)
+		if (layer < 0 || l == layer)
+			layers[nl++] = l;
+	hits = palloc(sizeof(lq_vindex_hit) * nl * k);
+	counts = palloc(sizeof(size_t) * nl);
+	if ((rc = lq_vindex_gate_knn_batch(m->vx, layers, (size_t) nl, q, 1, k, hits, counts, &err)) != 0)
+		pgi_lq_error(rc, &err, "walk failed");
+	h = palloc0(sizeof *h * (nl * k + 1));
+	for (int i = 0; i < nl; i++)
+		for (size_t j = 0; j < counts[i]; j++)
+		{
+			const lq_vindex_hit *x = &hits[i * k + j];
+			lq_feature_meta fm;
+
+			h[n].layer = x->layer;
+			h[n].feature = x->feature;
+			h[n].score = x->score;
+			h[n].token = pstrdup(lq_vindex_feature_meta(m->vx, x->layer, x->feature, &fm)
+								 ? lq_vindex_token_text(m->vx, fm.top_token_id) : "");
+			n++;
+		}
+	*out = h;
+	return n;
+}
+
 /* Hits of the prompt's last token (LARQL's walk): per layer the top `top` features by
  * |score|, layer ascending; layer >= 0 restricts to that layer. */
 static int
@@ -503,10 +553,7 @@ fetch_hits(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
 	if (m->backend == PGI_REMOTE)
 		return pgi_remote_walk(m, prompt, top, layer, out);
 	if (pgi_walk_embed_mode && strcmp(pgi_walk_embed_mode, "last") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("infer.walk_embed_mode '%s' is not supported: walk() queries with the last token",
-						pgi_walk_embed_mode)));
+		return walk_mean(m, prompt, top, layer, out);
 	lq_walk_params_init(&p);
 	p.prompt = prompt;
 	p.top = top <= 0 ? max_features(m->vx) : top;
@@ -903,6 +950,39 @@ pgi_distance(PG_FUNCTION_ARGS)
 
 /* ---- infer: the forward pass ---- */
 
+/* A predicted token as text, as `larql serve` answers /v1/infer: the id decoded, each byte
+ * that is not part of valid UTF-8 (a character split across tokens) and NUL replaced by
+ * U+FFFD, so the text datum is valid in a UTF-8 database. */
+static char *
+token_text(const lq_tokenizer *t, int32_t id)
+{
+	char	   *raw = NULL;
+	size_t		n = 0;
+	StringInfoData b;
+
+	initStringInfo(&b);
+	if (lq_tokenizer_decode(t, &id, 1, 0, &raw, &n, NULL) != 0)
+		return b.data;
+	for (size_t i = 0; i < n;)
+	{
+		const unsigned char *u = (const unsigned char *) raw + i;
+		int			l = pg_utf_mblen(u);
+
+		if (u[0] != 0 && i + l <= n && pg_utf8_islegal(u, l))
+		{
+			appendBinaryStringInfo(&b, raw + i, l);
+			i += l;
+		}
+		else
+		{
+			appendStringInfoString(&b, "\xEF\xBF\xBD");
+			i++;
+		}
+	}
+	free(raw);
+	return b.data;
+}
+
 Datum
 pgi_infer(PG_FUNCTION_ARGS)
 {
@@ -911,6 +991,7 @@ pgi_infer(PG_FUNCTION_ARGS)
 	PgiModel   *m = pgi_model_arg(fcinfo, 2);
 	char	  **toks;
 	double	   *probs;
+	int32	   *ids;
 	int			n;
 
 	check_prompt(prompt);
@@ -933,14 +1014,17 @@ pgi_infer(PG_FUNCTION_ARGS)
 		if ((rc = lq_infer(lm, &p, &r, &err)) != 0)
 			pgi_lq_error(rc, &err, "infer failed");
 		n = (int) r.n_dense;
-		toks = palloc(sizeof(char *) * (n + 1));
+		ids = palloc(sizeof(int32) * (n + 1));
 		probs = palloc(sizeof(double) * (n + 1));
 		for (int i = 0; i < n; i++)
 		{
-			toks[i] = pstrdup(r.dense[i].token);
+			ids[i] = r.dense[i].id;
 			probs[i] = r.dense[i].probability;
 		}
 		lq_infer_result_free(&r);
+		toks = palloc(sizeof(char *) * (n + 1));
+		for (int i = 0; i < n; i++)
+			toks[i] = token_text(lq_model_tokenizer(lm), ids[i]);
 	}
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)

@@ -542,9 +542,14 @@ pgi_warmup(PG_FUNCTION_ARGS)
 			}
 		appendStringInfoString(&b, "]}");
 		body = pgi_http_request(m->url, "/v1/warmup", b.data, true);
-		if (body == NULL)
+		if (body == NULL)		/* a server without the route */
 			PG_RETURN_TEXT_P(cstring_to_text("0 warmed, 0 already cached"));
-		PG_RETURN_TEXT_P(cstring_to_text(body));
+		{
+			JsonbContainer *j = pgi_json_parse(body);
+
+			PG_RETURN_TEXT_P(cstring_to_text(psprintf("%.0f warmed, %.0f already cached", pgi_jnum(j, "warmed"),
+													  pgi_jnum(j, "already_cached"))));
+		}
 	}
 	for (int i = 0; i < n; i++)
 	{
@@ -579,9 +584,22 @@ pgi_server_stats(PG_FUNCTION_ARGS)
 {
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	PgiModel   *m = pgi_model_by_name(name);
+	char	   *body;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (m->backend == PGI_REMOTE)
-		(void) pgi_http_request(m->url, "/v1/cache/stats", NULL, true);
+	if (m->backend == PGI_REMOTE && (body = pgi_http_request(m->url, "/v1/cache/stats", NULL, true)) != NULL)
+	{
+		JsonbContainer *j = pgi_json_parse(body);
+		ReturnSetInfo *rsi = (ReturnSetInfo *) fcinfo->resultinfo;
+		Datum		v[5];
+		bool		nl[5] = {0};
+
+		v[0] = Int64GetDatum((int64) pgi_jnum(j, "entries"));
+		v[1] = Int64GetDatum((int64) pgi_jnum(j, "hit_count"));
+		v[2] = Int64GetDatum((int64) pgi_jnum(j, "miss_count"));
+		v[3] = Int64GetDatum((int64) pgi_jnum(j, "eviction_count"));
+		v[4] = Float8GetDatum(pgi_jnum(j, "memory_bytes") / (1024.0 * 1024.0));
+		tuplestore_putvalues(rsi->setResult, rsi->setDesc, v, nl);
+	}
 	return (Datum) 0;
 }

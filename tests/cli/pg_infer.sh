@@ -55,9 +55,9 @@ else
 fi
 # malformed vindex: gate_vectors.bin cut short
 mkdir -p "$F/bad" && cp "$F/v/"* "$F/bad/" && head -c 1000 "$F/v/gate_vectors.bin" >"$F/bad/gate_vectors.bin"
-# the model's own top token for the infer() check
-TOP=$("$LARQL" infer "$F/kq" "The capital of France is" --mode dense --json 2>/dev/null |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["predictions"][0]["token"])' 2>/dev/null)
+# the model's own top-3 probabilities (4 decimals) for the infer() check
+TOP=$("$LARQL" infer "$F/kq" "The capital of France is" --mode dense --top 3 --json 2>/dev/null |
+      python3 -c 'import json,sys; print(",".join(str(p["probability"]) for p in json.load(sys.stdin)["predictions"]))' 2>/dev/null)
 
 # ---- a throwaway cluster ----
 RUN=""
@@ -90,7 +90,7 @@ PSQL="$PGBIN/psql -X -q -h $T_TMP -p $PORT -U postgres"
 
 # ---- remote backend: larql serve on the browse vindex; a socket that never answers ----
 SRV_PORT=""
-"$LARQL" serve "$F/v" --port 0 --threads 1 >"$T_TMP/srv.out" 2>"$T_TMP/srv.err" &
+"$LARQL" serve "$F/kq" --port 0 --threads 1 >"$T_TMP/srv.out" 2>"$T_TMP/srv.err" &
 SRV_PID=$!
 i=0
 while [ $i -lt 300 ]; do

@@ -44,6 +44,11 @@ SELECT layer, feature, round(activation::numeric, 1) AS activation, concept
 SELECT count(*) AS rows, count(DISTINCT layer) AS layers FROM walk('The capital of France');
 SELECT count(*) AS all_features FROM walk('The capital of France', 0);
 SELECT layer, band, feature, token FROM infer_explain_walk('The capital of France', 1) WHERE layer = 0;
+-- walk_embed_mode other than 'last': the mean of the tokens' embeddings (as describe's query)
+SET infer.walk_embed_mode = 'mean';
+SELECT layer, feature, concept FROM walk('France', 1) WHERE layer = 1;
+SELECT count(*) AS rows FROM walk('France', 3);
+RESET infer.walk_embed_mode;
 -- nearest_to
 SELECT feature, token FROM nearest_to('France', 1, 1);
 -- similarity and the operators
@@ -61,8 +66,10 @@ SELECT infer_distance(NULL, 'France') IS NULL AS strict_null;
 SELECT e.name, d.target, d.layer
   FROM (VALUES ('France'), ('Germany'), ('Japan')) e(name)
   CROSS JOIN LATERAL describe(e.name) d ORDER BY e.name;
--- infer: the model's top token, as `larql infer` gives it
-SELECT token = :'top' AS same_top, rank FROM infer('The capital of France is', 3, 'kq') WHERE rank = 1;
+-- infer: the model's predictions, as `larql infer` gives them (the tokens as decoded text, as
+-- `larql serve` answers; remote.sql compares them)
+SELECT array_agg(round(probability::numeric, 4) ORDER BY rank) = string_to_array(:'top', ',')::numeric[] AS same_predictions
+  FROM infer('The capital of France is', 3, 'kq');
 SELECT count(*), bool_and(probability > 0 AND probability <= 1) FROM infer('The capital of France is', model => 'kq');
 -- the show functions
 SELECT * FROM infer_show_layers();

@@ -1,11 +1,11 @@
--- pg_infer remote backend: `larql serve` on the same vindex answers like the local backend;
+-- pg_infer remote backend: `larql serve` on the same (inference) vindex answers like the local backend;
 -- a server that never answers is interrupted by statement_timeout and the backend stays usable.
 \getenv fixdir PGI_FIXDIR
 \getenv remote PGI_REMOTE
 \getenv hang PGI_HANG
 CREATE EXTENSION IF NOT EXISTS pg_infer;
 SET infer.data_directory = :'fixdir';
-SELECT infer_create_model('local', 'v');
+SELECT infer_create_model('local', 'kq');
 SELECT infer_create_model_remote('rem', :'remote');
 SELECT model_name, replace(source, :'remote', '@REMOTE@') AS source, extract_level, num_layers, hidden_size
   FROM infer_models() ORDER BY 1;
@@ -27,7 +27,10 @@ SELECT similar_to('France', 'France', 'rem') > 0 AS similar_remote;
 SELECT feature, token FROM nearest_to('France', 1, 1, 'rem');
 SELECT count(*) > 0 AS relations FROM infer_show_relations('rem');
 SELECT * FROM describe_layers('France', 'rem');
-SELECT * FROM infer('hello', 1, 'rem');
+SELECT infer_warmup('rem', ARRAY['France']);
+SELECT * FROM infer_server_stats('rem');
+SELECT r.rank, r.token = l.token AS same_token, abs(r.probability - l.probability) < 1e-4 AS same_probability
+  FROM infer('The capital of France is', 3, 'rem') r JOIN infer('The capital of France is', 3, 'local') l USING (rank);
 -- a server that accepts and never answers: the statement timeout interrupts the wait
 SELECT infer_create_models_remote(ARRAY['slow'], :'remote');
 UPDATE infer.models SET server_url = :'hang' WHERE model_name = 'slow';
