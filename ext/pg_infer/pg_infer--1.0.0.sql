@@ -26,6 +26,8 @@ CREATE FUNCTION infer_create_model_remote(model_name text, server_url text)
 RETURNS text AS 'MODULE_PATHNAME', 'pgi_create_model_remote' LANGUAGE C VOLATILE STRICT;
 CREATE FUNCTION infer_create_models_remote(model_names text[], server_url text)
 RETURNS int AS 'MODULE_PATHNAME', 'pgi_create_models_remote' LANGUAGE C VOLATILE STRICT;
+CREATE FUNCTION infer_create_model_grid(model_name text, model_id text DEFAULT NULL)
+RETURNS text AS 'MODULE_PATHNAME', 'pgi_create_model_grid' LANGUAGE C VOLATILE;
 CREATE FUNCTION infer_drop_model(model_name text)
 RETURNS text AS 'MODULE_PATHNAME', 'pgi_drop_model' LANGUAGE C VOLATILE STRICT;
 CREATE FUNCTION infer_models()

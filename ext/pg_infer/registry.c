@@ -18,6 +18,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 
@@ -29,6 +30,7 @@ PG_FUNCTION_INFO_V1(pgi_create_model);
 PG_FUNCTION_INFO_V1(pgi_create_model_remote);
 PG_FUNCTION_INFO_V1(pgi_create_models_remote);
 PG_FUNCTION_INFO_V1(pgi_drop_model);
+PG_FUNCTION_INFO_V1(pgi_create_model_grid);
 PG_FUNCTION_INFO_V1(pgi_detect_server);
 PG_FUNCTION_INFO_V1(pgi_stats);
 PG_FUNCTION_INFO_V1(pgi_warmup);
@@ -434,6 +436,24 @@ pgi_create_models_remote(PG_FUNCTION_ARGS)
 		done++;
 	}
 	PG_RETURN_INT32(done);
+}
+
+/* infer_create_model_grid(model_name, model_id): pg_infer's experimental grid backend is not
+ * implemented; the function exists so that scripts written for pg_infer get a clear ERROR. */
+Datum
+pgi_create_model_grid(PG_FUNCTION_ARGS)
+{
+	const char *grid = GetConfigOption("infer.grid_url", true, false);
+
+	if (grid == NULL || grid[0] == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("infer.grid_url must be set before calling infer_create_model_grid()")));
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("the grid backend is not supported by this build"),
+			 errhint("Register each server with infer_create_model_remote().")));
+	PG_RETURN_NULL();
 }
 
 uint64

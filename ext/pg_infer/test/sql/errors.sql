@@ -38,6 +38,11 @@ INSERT INTO infer.models (model_name, vindex_path, source) VALUES ('broken', :'f
 SELECT * FROM describe('France', 'broken');
 INSERT INTO infer.models (model_name, vindex_path, source, backend) VALUES ('grid1', '', 'x', 'grid');
 SELECT * FROM walk('France', 1, 'grid1');
+-- the grid backend is not implemented
+SELECT infer_create_model_grid('g');
+SET infer.grid_url = 'http://127.0.0.1:1';
+SELECT infer_create_model_grid('g', 'm');
+RESET infer.grid_url;
 -- unknown remote URL scheme
 SELECT infer_create_model_remote('r', 'ftp://example');
 -- SQLSTATEs

@@ -62,6 +62,14 @@ SELECT t FROM (VALUES ('Tokyo'), ('France'), ('Germany')) v(t) ORDER BY t <~> 'F
 SELECT ('France' <~ 'France') = similar_to('France', 'France') AS similarity_op;
 SELECT infer_distance('France', 'France') = 1 / (1 + similar_to('France', 'France')) AS distance;
 SELECT infer_distance(NULL, 'France') IS NULL AS strict_null;
+-- PARALLEL SAFE is true: the functions run in a parallel worker (its own mapping)
+SET force_parallel_mode = on;
+SET parallel_setup_cost = 0;
+EXPLAIN (COSTS OFF) SELECT target FROM describe('France');
+SELECT target, layer FROM describe('France');
+SELECT layer, feature, concept FROM walk('The capital of France', 1) WHERE layer = 0;
+RESET force_parallel_mode;
+RESET parallel_setup_cost;
 -- JOIN LATERAL
 SELECT e.name, d.target, d.layer
   FROM (VALUES ('France'), ('Germany'), ('Japan')) e(name)
