@@ -95,14 +95,26 @@ uds_path(const char *base)
 	return rest;
 }
 
+static void
+release(CURLM *multi, CURL *h, struct curl_slist *hdr)
+{
+	if (h && multi)
+		curl_multi_remove_handle(multi, h);
+	if (h)
+		curl_easy_cleanup(h);
+	if (multi)
+		curl_multi_cleanup(multi);
+	curl_slist_free_all(hdr);
+}
+
 char *
 pgi_http_request(const char *base, const char *path, const char *post_json, bool allow_404)
 {
 	const char *sock = uds_path(base);
 	char	   *url;
-	CURLM	   *multi = NULL;
-	CURL	   *h = NULL;
-	struct curl_slist *hdr = NULL;
+	CURLM	   *volatile multi = NULL;	/* volatile: read after a longjmp */
+	CURL	   *volatile h = NULL;
+	struct curl_slist *volatile hdr = NULL;
 	Buf			buf = {0};
 	CURLcode	result = CURLE_OK;
 	long		status = 0;
@@ -165,17 +177,15 @@ pgi_http_request(const char *base, const char *path, const char *post_json, bool
 				result = msg->data.result;
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		if (h && multi)
-			curl_multi_remove_handle(multi, h);
-		if (h)
-			curl_easy_cleanup(h);
-		if (multi)
-			curl_multi_cleanup(multi);
-		curl_slist_free_all(hdr);
+		/* a cancel or an ERROR while waiting: nothing of the request may outlive it */
+		release(multi, h, hdr);
+		free(buf.p);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	release(multi, h, hdr);
 
 	if (buf.too_big)
 	{
