@@ -800,9 +800,24 @@ pgi_show_layers(PG_FUNCTION_ARGS)
 	PgiModel   *m = pgi_model_arg(fcinfo, 0);
 	const lq_vindex_info *in;
 
-	not_remote(m, "show_layers");
-	in = lq_vindex_get_info(m->vx);
 	InitMaterializedSRF(fcinfo, 0);
+	if (m->backend == PGI_REMOTE)
+	{
+		/* GET /v1/stats: uniform features_per_layer, no bands (pg_infer's remote answer) */
+		JsonbContainer *j = pgi_json_parse(pgi_http_request(m->url, "/v1/stats", NULL, false));
+		int			L = (int) pgi_jnum(j, "layers"),
+					nf = (int) pgi_jnum(j, "features_per_layer");
+
+		for (int l = 0; l < L; l++)
+		{
+			Datum		v[3] = {Int32GetDatum(l), text_datum(""), Int32GetDatum(nf)};
+			bool		nl[3] = {0};
+
+			put_row(fcinfo, v, nl);
+		}
+		return (Datum) 0;
+	}
+	in = lq_vindex_get_info(m->vx);
 	for (int l = 0; l < in->num_layers; l++)
 	{
 		const void *rows;

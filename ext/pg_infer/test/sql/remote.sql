@@ -26,6 +26,10 @@ SELECT implies('Japan', 'Tokyo', 'rem') AS implies_remote;
 SELECT similar_to('France', 'France', 'rem') > 0 AS similar_remote;
 SELECT feature, token FROM nearest_to('France', 1, 1, 'rem');
 SELECT count(*) > 0 AS relations FROM infer_show_relations('rem');
+SELECT count(*) AS differences FROM (
+  (SELECT layer, num_features FROM infer_show_layers('rem') EXCEPT SELECT layer, num_features FROM infer_show_layers('local'))
+  UNION ALL
+  (SELECT layer, num_features FROM infer_show_layers('local') EXCEPT SELECT layer, num_features FROM infer_show_layers('rem'))) x;
 SELECT * FROM describe_layers('France', 'rem');
 SELECT infer_warmup('rem', ARRAY['France']);
 SELECT * FROM infer_server_stats('rem');
