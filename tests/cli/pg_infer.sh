@@ -214,12 +214,24 @@ SELECT 'backend RSS after 13300 x (describe, walk, similar_to, 2 ERRORs): ' || r
 \o /dev/null
 SET infer.data_directory = '/';
 SELECT CASE WHEN :'bv' <> 'none' THEN infer_create_model('big', :'bv') END;
+ALTER DATABASE pgi_load SET infer.data_directory = '/';
 \o
 SELECT pg_temp.med($$SELECT count(*) FROM describe('France', 'big', 0.001)$$, 9) WHERE :'bv' <> 'none';
 SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5, 'big')$$, 9) WHERE :'bv' <> 'none';
 SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'], 'big', 0.001)$$, 5) WHERE :'bv' <> 'none';
 SQL
     sed 's/^/# /' "$T_TMP/bench.out"
+    # pgbench at 1/4/16 clients: describe on the fixture (5 s), and on the big vindex (20 s: each
+    # new backend opens it and faults its mapping in on the first query)
+    printf '%s\n' "SELECT count(*) FROM describe('France');" >"$T_TMP/b1.sql"
+    printf '%s\n' "SELECT count(*) FROM describe('France', 'big', 0.001);" >"$T_TMP/b2.sql"
+    for b in b1 b2; do
+        [ $b = b2 ] && [ -z "$BV" ] && continue
+        for c in 1 4 16; do
+            "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c $c -j 2 -T $([ $b = b1 ] && echo 5 || echo 20) -f "$T_TMP/$b.sql" pgi_load 2>&1 |
+                sed -n "s/^tps = \([0-9.]*\) (without.*/# pgbench $(head -c 60 "$T_TMP/$b.sql") $c clients: \1 tps/p"
+        done
+    done
     for d in "$F/v" $BV; do
         for i in 1 2 3 4 5; do "$LARQL" describe "$d" France --band all --min-score 0.001 --threads 1; done 2>&1 | grep 'ms$' |
             sed "s|^|# larql describe $(basename "$d") (CLI, --band all, 1 thread, one process per call): |"
