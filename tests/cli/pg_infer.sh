@@ -134,6 +134,25 @@ for sql in "$EXT"/test/sql/*.sql; do
     fi
 done
 
+# ---- pg_cancel_backend from another session stops a query waiting on a silent server, and the
+# session goes on ----
+$PSQL -d pgi_remote -X -c "SET application_name = 'pgi_cancel'" -c "SELECT * FROM walk('France', 1, 'slow')" \
+    -c "SELECT 'still usable' AS after" >"$T_TMP/cancel.out" 2>&1 &
+CPID=$!
+i=0; cancelled=""
+while [ $i -lt 200 ] && [ -z "$cancelled" ]; do
+    cancelled=$($PSQL -d postgres -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+        WHERE application_name = 'pgi_cancel' AND state = 'active' AND query LIKE '%walk%'" 2>/dev/null)
+    sleep 0.05; i=$((i + 1))
+done
+wait $CPID
+if [ "$cancelled" = t ] && grep -q "canceling statement due to user request" "$T_TMP/cancel.out" &&
+   grep -q "still usable" "$T_TMP/cancel.out"; then
+    pass "pg_cancel_backend stops a waiting remote request; the session goes on"
+else
+    fail "pg_cancel_backend stops a waiting remote request; the session goes on" "cancelled='$cancelled' $(cat "$T_TMP/cancel.out")"
+fi
+
 # ---- no memory growth over many calls in one connection (backend RSS, after a warm-up) ----
 $PSQL -d postgres -c "CREATE DATABASE pgi_load" >/dev/null 2>&1
 $PSQL -d pgi_load -At -v fixdir="$F" >"$T_TMP/leak.out" 2>&1 <<'SQL'
