@@ -19,6 +19,9 @@
 #define MAX_BODY (64u << 20)
 
 static bool curl_ready;
+/* One multi handle per backend process: its connection cache keeps connections to a server
+ * open between requests (HTTP keep-alive), as pg_infer's pooled client does. */
+static CURLM *backend_multi;
 
 typedef struct Buf
 {
@@ -95,6 +98,8 @@ uds_path(const char *base)
 	return rest;
 }
 
+/* Ends one request; its connection stays in the multi handle's cache unless the transfer was
+ * cut short (curl then closes it). */
 static void
 release(CURLM *multi, CURL *h, struct curl_slist *hdr)
 {
@@ -102,8 +107,6 @@ release(CURLM *multi, CURL *h, struct curl_slist *hdr)
 		curl_multi_remove_handle(multi, h);
 	if (h)
 		curl_easy_cleanup(h);
-	if (multi)
-		curl_multi_cleanup(multi);
 	curl_slist_free_all(hdr);
 }
 
@@ -131,6 +134,8 @@ pgi_http_request(const char *base, const char *path, const char *post_json, bool
 			elog(ERROR, "curl_global_init failed");
 		curl_ready = true;
 	}
+	if (backend_multi == NULL && (backend_multi = curl_multi_init()) == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("remote inference error: curl init failed")));
 	url = sock ? psprintf("http://larql-uds%s", path) : psprintf("%s%s", base, path);
 
 	PG_TRY();
@@ -139,7 +144,8 @@ pgi_http_request(const char *base, const char *path, const char *post_json, bool
 		CURLMsg    *msg;
 		int			left;
 
-		if ((multi = curl_multi_init()) == NULL || (h = curl_easy_init()) == NULL)
+		multi = backend_multi;
+		if ((h = curl_easy_init()) == NULL)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("remote inference error: curl init failed")));
 		curl_easy_setopt(h, CURLOPT_URL, url);
 		if (sock)
@@ -173,7 +179,7 @@ pgi_http_request(const char *base, const char *path, const char *post_json, bool
 			CHECK_FOR_INTERRUPTS();
 		}
 		while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-			if (msg->msg == CURLMSG_DONE)
+			if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
 				result = msg->data.result;
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	}
