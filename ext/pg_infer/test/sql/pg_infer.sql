@@ -79,6 +79,8 @@ SELECT e.name, d.target, d.layer
 SELECT array_agg(round(probability::numeric, 4) ORDER BY rank) = string_to_array(:'top', ',')::numeric[] AS same_predictions
   FROM infer('The capital of France is', 3, 'kq');
 SELECT count(*), bool_and(probability > 0 AND probability <= 1) FROM infer('The capital of France is', model => 'kq');
+-- no thread was started inside this backend (describe, walk, similar_to, infer all ran on it)
+SELECT count(*) AS threads FROM pg_ls_dir('/proc/' || pg_backend_pid() || '/task');
 -- the show functions
 SELECT * FROM infer_show_layers();
 SELECT feature, token FROM infer_show_features(1, top => 5) WHERE token ~ '^[A-Za-z]{3,}$';
