@@ -2,6 +2,8 @@
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
 #   --with-node       nodejs and npm, only for the tests that drive the server with the
 #                     official openai npm client (a machine that already has node keeps its own)
+#   --with-clang      clang and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and
+#                     `make fuzz`
 #   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
 #                     (tests/cli/pg_infer.sh reports itself skipped without them)
 set -e
@@ -9,9 +11,10 @@ PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-ope
 node=""
 for a in "$@"; do
     case "$a" in
-        --with-node) node=1 ;;
-        --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
-        *) echo "usage: sh scripts/deps.sh [--with-node] [--with-postgres]" >&2; exit 2 ;;
+    --with-node) node=1 ;;
+    --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
+    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
+    *) echo "usage: $0 [--with-node] [--with-clang] [--with-postgres]" >&2; exit 2 ;;
     esac
 done
 missing=""

@@ -75,18 +75,31 @@ typedef struct lq_model_info {
 } lq_model_info;
 
 /* path: a GGUF file, or a vindex directory (holding index.json) built from a BitNet GGUF
- * with `larql convert gguf-to-vindex --keep-quant --level inference|all` or --dense-only:
- * embeddings, norms, lm_head and the ternary bitnet/ weights come from its files (the
- * kernel-layout .i2s files are repacked once at load into the engine's I2_S layout, memory =
- * their packed size) and the tokenizer from its tokenizer.json. An f32 vindex gives the same
- * logits as its GGUF. Browse-only and llama vindexes -> LQ_EUNSUPPORTED. lq_model_gguf()
- * returns NULL for such a model. */
+ * with `larql convert gguf-to-vindex --keep-quant --level inference|all` or --dense-only
+ * (see lq_vindex_model_open in larql/vindex.h). Which of the two it is is decided here,
+ * above both loaders (src/open/open.c); a directory's vindex is opened once and owned by
+ * the model (lq_vindex_of_model). lq_model_gguf() returns NULL for a vindex model. */
 int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err);
+/* A GGUF file only (src/model/model.c). */
+int lq_model_open_gguf(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err);
 void lq_model_close(lq_model *m);
 const lq_model_info *lq_model_get_info(const lq_model *m);
 const lq_tokenizer *lq_model_tokenizer(const lq_model *m);
-/* The GGUF the model was loaded from (metadata access: chat template, ...). */
+/* The GGUF the model was loaded from (metadata access: chat template, ...); NULL for a model
+ * opened from a vindex. Not for computing: the functions below answer for every model kind. */
 const struct lq_gguf *lq_model_gguf(const lq_model *m);
+
+/* Token embedding rows: out [n, n_embd] receives row ids[i] of the model's embedding as f32
+ * (from a GGUF's token_embd or a vindex's embeddings.bin). Ids outside the vocabulary ->
+ * LQ_ERANGE (nothing written). */
+int lq_model_embed(const lq_model *m, const int32_t *ids, size_t n, float *out, lq_err *err);
+/* The output head on n hidden states h [n, n_embd] (residual streams after the last layer):
+ * final RMSNorm, then the lm_head through the decode kernels as the model holds it (f16,
+ * f32, the q8 copy with lq_model_opts.lm_head_q8) into logits [n, n_vocab] — exactly what
+ * the forward pass computes after its last layer. Safe from several threads at once. */
+int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *logits, lq_err *err);
+/* Bytes of KV cache a session of n_ctx positions holds (f32 or f16 as the model was opened). */
+size_t lq_model_kv_bytes(const lq_model *m, int n_ctx);
 
 /* Sessions. n_ctx = 0 uses min(model's training context, 4096). */
 int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err);
@@ -102,6 +115,12 @@ lq_model *lq_session_model(const lq_session *s);
  * LQ_ERANGE; pos + n > n_ctx -> LQ_ECONTEXT (nothing is changed). */
 int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
                     float *all_logits, lq_err *err);
+
+/* lq_session_eval that also captures the residual stream of the last position after every
+ * layer's FFN add: resid [n_layer, n_embd] (required). The computation is unchanged. The
+ * key LQL's INSERT ... MODE KNN stores and the vindex walk mode's KNN override reads. */
+int lq_session_eval_capture(lq_session *s, const int32_t *ids, size_t n, float *logits,
+                            float *resid, lq_err *err);
 
 /* One decode step (n = 1): the same as lq_session_eval(s, &id, 1, logits, NULL, err). */
 int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "larql/model.h"
 #include "larql/status.h"
 
 #ifdef __cplusplus
@@ -29,14 +30,15 @@ typedef struct lq_server lq_server;
 typedef void (*lq_server_log_fn)(void *user, const char *line);
 
 typedef struct lq_server_opts {
-    const char *model_path;   /* GGUF file (a vindex directory once the vindex module lands) */
+    const char *model_path;   /* GGUF file, or a vindex directory (browse routes; inference
+                                 when it holds model weights) */
     const char *host;         /* bind address; default "127.0.0.1" */
     int port;                 /* default 8080; 0 = any free port (see lq_server_port) */
     const char *api_key;      /* NULL/"" = no auth; else "Authorization: Bearer KEY" everywhere
                                  except GET /v1/health */
-    int n_threads;            /* engine threads; 0 = cores */
-    int act_mode;             /* lq_act_mode */
-    const char *kernels;      /* NULL = best for this CPU */
+    lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
+                                 lm_head_q8, kv_f16, hugepages; larql/model.h): the same
+                                 choices as every other command; reported by /v1/runtime */
     int max_concurrent;       /* requests in flight (health/metrics excluded); beyond it 503
                                  with Retry-After. Default 64. Also caps pooled sessions. */
     int n_ctx;                /* session context; 0 = model default */

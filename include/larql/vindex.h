@@ -99,7 +99,8 @@ typedef struct lq_vindex_open_opts {
                                rows are not unit trits) exactly from the mapped rows. Exact for
                                unit-trit (BitNet) gates; an approximation for real-valued gates
                                (recall measured in tests/unit/test_vindex_build.c). */
-    const char *kernels;    /* gate kernels: NULL = the best for this CPU, or "scalar", "avx2",
+    const char *kernels;    /* gate kernels: NULL = lq_kernels_best() as for the model (the
+                               best for this CPU, or LQ_KERNELS), or "scalar", "avx2",
                                "avx512" (LQ_EUNSUPPORTED if the CPU lacks it, LQ_EINVAL for
                                another name) — for benchmarks and tests */
 } lq_vindex_open_opts;
@@ -136,6 +137,8 @@ typedef struct lq_feature_meta {
     int n_top;                  /* non-padding entries in top[] */
     int32_t top_ids[LQ_VINDEX_MAX_TOPK > 64 ? 64 : LQ_VINDEX_MAX_TOPK];
     float top_logits[64];
+    const char *top_token;      /* an overlay's target text (patch.h), else NULL: the text is
+                                   lq_vindex_token_text(top_token_id) */
 } lq_feature_meta;
 /* Metadata of (layer, feature) from down_meta.bin. Returns 1 if present, 0 if "no
  * metadata" (absent layer/feature, or the record is id 0 / c_score 0). Only the first 64
@@ -397,16 +400,18 @@ int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_e
  * Modes: "walk" = the full forward pass with the last position's residual captured after
  * every layer, then the KNN-store override (layers ascending; the store's best entry by
  * cosine at that layer; the first cosine > 0.75 puts its token first with probability 1.0,
- * followed by the model's top-(top-1)); an empty or NULL store changes nothing, so walk then
+ * followed by the model's top-(top-1)); an empty store changes nothing, so walk then
  * equals dense. "dense" = the forward pass alone (reported as "mode":"bitnet" for BitNet
  * models, "dense" for llama). "compare" = both, timed separately. Models without a gate index
  * (dense-only vindex, or a GGUF) turn walk into dense and compare into dense only. Any other
  * mode string gives a body with only prompt and latency_ms (LARQL answers 200 so); front ends
  * that want to reject it check the mode themselves. Prompts are encoded with special tokens
  * (BOS as the tokenizer says); predictions are the softmax over the whole vocabulary
- * (double), top `top` by probability, token = raw vocabulary piece ("ĠParis"). Errors:
- * empty prompt / negative top -> LQ_EINVAL; a prompt longer than the context -> LQ_ECONTEXT.
- * Each call uses its own session: calls may run concurrently on one model. */
+ * (double), top `top` by probability, token = the token's decoded text (" Paris"; a lone
+ * byte token's invalid UTF-8 as U+FFFD). Errors: empty prompt / negative top -> LQ_EINVAL;
+ * a prompt longer than the context -> LQ_ECONTEXT. Without params.session each call uses its
+ * own session: calls may run concurrently on one model. The CLI (larql infer --json), POST
+ * /v1/infer and the WebSocket infer all print lq_infer_json's body. */
 #define LQ_KNN_COSINE_THRESHOLD 0.75f
 
 typedef struct lq_knn_store lq_knn_store;
@@ -457,12 +462,15 @@ typedef struct lq_infer_params {
     const char *prompt;         /* required, non-empty */
     int top;                    /* default 5 */
     const char *mode;           /* default "walk" */
-    const lq_knn_store *knn;    /* NULL = empty store */
+    const lq_knn_store *knn;    /* NULL = the model's own store (lq_knn_store_of_model) */
+    struct lq_session *session; /* NULL = a session of the prompt's length per pass; else this
+                                   one (reset before and after each pass; its n_ctx bounds the
+                                   prompt): the server's bounded pool */
 } lq_infer_params;
 void lq_infer_params_init(lq_infer_params *p);
 
 typedef struct lq_prediction {
-    char *token;                /* raw vocabulary piece */
+    char *token;                /* decoded text of the token, valid UTF-8 */
     int32_t id;                 /* -1 for a KNN override entry */
     double probability;         /* unrounded */
 } lq_prediction;
@@ -479,6 +487,9 @@ typedef struct lq_infer_result {
 } lq_infer_result;
 
 int lq_infer(struct lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *err);
+/* The KNN store saved in the directory of the vindex the model was opened from
+ * (knn_store.bin, loaded and validated at open), or NULL (none, or a GGUF model). */
+const lq_knn_store *lq_knn_store_of_model(const struct lq_model *m);
 /* The last position's residual after every layer for prompt (encoded as lq_infer does):
  * resid [n_layer, n_embd]. The key an INSERT ... MODE KNN stores. */
 int lq_infer_residuals(struct lq_model *m, const char *prompt, float *resid, lq_err *err);
@@ -492,8 +503,22 @@ void lq_infer_result_free(lq_infer_result *r);
  *            (dense-only: {"prompt","dense":[...],"dense_ms","latency_ms"})
  *   other mode: {"prompt","latency_ms"} */
 int lq_infer_json(struct lq_model *m, const lq_infer_params *p, char **json_out, lq_err *err);
-/* The vindex a model was opened from (lq_model_open on a directory), else NULL. Owned by the
- * model: it serves the browse queries of the same directory without a second open. */
+/* ---- running a vindex's weights (src/vindex/vx_model.c) ---- */
+
+struct lq_model_opts;
+/* A model from a BitNet inference vindex (--keep-quant --level inference|all, or
+ * --dense-only) or a llama inference vindex: embeddings, norms, lm_head and projections come
+ * from its files (the kernel-layout .i2s files are repacked once into the engine's I2_S
+ * layout, memory = their packed size), the tokenizer from its tokenizer.json. An f32 vindex
+ * gives the same logits as its GGUF. Browse-only vindexes -> LQ_EUNSUPPORTED.
+ * lq_vindex_model_open borrows v: it must stay open until lq_model_close (the server serves
+ * browse queries and inference from one open). lq_vindex_model_open_dir opens dir itself;
+ * that vindex is closed with the model. */
+int lq_vindex_model_open(const lq_vindex *v, const struct lq_model_opts *opts,
+                         struct lq_model **out, lq_err *err);
+int lq_vindex_model_open_dir(const char *dir, const struct lq_model_opts *opts,
+                             struct lq_model **out, lq_err *err);
+/* The vindex a model was opened from, else NULL (a GGUF model). */
 const lq_vindex *lq_vindex_of_model(const struct lq_model *m);
 
 /* ---- helpers shared with front ends ---- */

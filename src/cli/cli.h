@@ -30,8 +30,6 @@ int lq_cli_show(int argc, char **argv);
 int lq_cli_infer(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
-/* benchmarks of a model (src/cli/cmd_bench.c) */
-int lq_cli_bench(int argc, char **argv);
 
 /* Helpers shared by the subcommands (args.c). */
 
@@ -66,6 +64,9 @@ void lq_cli_model_args_init(lq_cli_model_args *a);
  * returns 1; returns 0 if it is not; returns -1 after printing a usage error. */
 int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, int *i,
                      lq_cli_model_args *a);
+/* The lq_model_opts those options mean. */
+struct lq_model_opts;
+void lq_cli_model_opts(const lq_cli_model_args *a, struct lq_model_opts *o);
 /* Opens a model, printing "larql <cmd>: <error>" on failure. Returns 0 or 1. */
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a,
                       struct lq_model **m);

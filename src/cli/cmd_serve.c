@@ -14,7 +14,9 @@ static const char *SERVE_USAGE =
     "larql serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--max-body BYTES]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
-    "  MODEL is a GGUF file (browse routes need a vindex directory). --port 0 picks a free port.\n"
+    "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
+    "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
+    "  a free port.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
@@ -101,9 +103,7 @@ int lq_cli_serve(int argc, char **argv)
     }
     if (!o.model_path)
         return lq_cli_usage(C, SERVE_USAGE, "MODEL is required");
-    o.n_threads = ma.threads;
-    o.act_mode = ma.act;
-    o.kernels = ma.kernels;
+    lq_cli_model_opts(&ma, &o.model);
     o.n_ctx = ma.ctx;
     o.log = log_line;
 

@@ -76,11 +76,17 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
     return 1;
 }
 
+void lq_cli_model_opts(const lq_cli_model_args *a, lq_model_opts *o)
+{
+    *o = (lq_model_opts){.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
+                         .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16,
+                         .hugepages = a->hugepages};
+}
+
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a, lq_model **m)
 {
-    lq_model_opts o = {.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
-                       .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16,
-                       .hugepages = a->hugepages};
+    lq_model_opts o;
+    lq_cli_model_opts(a, &o);
     lq_err err = {0};
     if (lq_model_open(path, &o, m, &err)) {
         lq_cli_error(cmd, "%s", err.msg);

@@ -13,6 +13,7 @@
  * Roles are "system", "user" and "assistant" (exact, lower case); anything else is
  * LQ_EINVAL, so a typo never turns silently into a differently-labelled turn. NULL content
  * renders as "" (OpenAI allows null content on assistant messages). */
+#include "core/sb.h"
 #include "larql/chat.h"
 
 #include <stdint.h>
@@ -64,55 +65,20 @@ int lq_chat_template_detect(const char *tmpl, size_t tmpl_len, const char *arch_
     return LQ_CHAT_PLAIN;
 }
 
-/* Growable output string. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (n >= b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (n >= cap - b->len) {
-            if (cap > SIZE_MAX / 2) {
-                b->oom = 1;
-                return;
-            }
-            cap *= 2;
-        }
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
 static int is_ws(unsigned char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
 /* content with leading and trailing ASCII whitespace removed (Jinja's trim on our inputs). */
-static void sb_trimmed(sbuf *b, const char *s)
+static void sb_trimmed(lq_sb *b, const char *s)
 {
     size_t n = strlen(s), i = 0;
     while (i < n && is_ws((unsigned char)s[i]))
         i++;
     while (n > i && is_ws((unsigned char)s[n - 1]))
         n--;
-    sb_add(b, s + i, n - i);
+    lq_sb_put(b, s + i, n - i);
 }
 
 int lq_chat_render(int tmpl, const lq_chat_msg *msgs, size_t n, int add_assistant, char **out,
@@ -139,43 +105,39 @@ int lq_chat_render(int tmpl, const lq_chat_msg *msgs, size_t n, int add_assistan
                               "chat: message %zu: unknown role '%.64s' (expected system, user "
                               "or assistant)", i, r);
     }
-    sbuf b = {0};
-    sb_add(&b, "", 0); /* a valid empty string even if nothing else is added */
+    lq_sb b = {0};
     for (size_t i = 0; i < n; i++) {
         int r = !strcmp(msgs[i].role, roles[0]) ? 0 : !strcmp(msgs[i].role, roles[1]) ? 1 : 2;
         const char *content = msgs[i].content ? msgs[i].content : "";
         switch (tmpl) {
         case LQ_CHAT_PLAIN:
-            sb_str(&b, labels[r]);
-            sb_str(&b, ": ");
-            sb_str(&b, content);
-            sb_str(&b, "\n");
+            lq_sb_puts(&b, labels[r]);
+            lq_sb_puts(&b, ": ");
+            lq_sb_puts(&b, content);
+            lq_sb_puts(&b, "\n");
             break;
         case LQ_CHAT_LLAMA3:
-            sb_str(&b, "<|start_header_id|>");
-            sb_str(&b, roles[r]);
-            sb_str(&b, "<|end_header_id|>\n\n");
+            lq_sb_puts(&b, "<|start_header_id|>");
+            lq_sb_puts(&b, roles[r]);
+            lq_sb_puts(&b, "<|end_header_id|>\n\n");
             sb_trimmed(&b, content);
-            sb_str(&b, "<|eot_id|>");
+            lq_sb_puts(&b, "<|eot_id|>");
             break;
         default: /* LQ_CHAT_BITNET */
-            sb_str(&b, labels[r]);
-            sb_str(&b, ": ");
+            lq_sb_puts(&b, labels[r]);
+            lq_sb_puts(&b, ": ");
             sb_trimmed(&b, content);
-            sb_str(&b, "<|eot_id|>");
+            lq_sb_puts(&b, "<|eot_id|>");
             break;
         }
     }
     if (add_assistant) {
         if (tmpl == LQ_CHAT_LLAMA3)
-            sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            lq_sb_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         else
-            sb_str(&b, "Assistant: ");
+            lq_sb_puts(&b, "Assistant: ");
     }
-    if (b.oom) {
-        free(b.p);
+    if (lq_sb_finish(&b, out, NULL))
         return lq_err_set(err, LQ_ENOMEM, "chat: out of memory rendering %zu messages", n);
-    }
-    *out = b.p;
     return LQ_OK;
 }

@@ -9,19 +9,18 @@
 #include <string.h>
 
 #include "core/f16.h"
-#include "model/model_internal.h"
+#include "engine/engine_internal.h"
 
 /* ---- scratch ---- */
 
 static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-int lq_scratch_init(lq_scratch *sc, const lq_model *m, int n_ctx)
+int lq_scratch_init(lq_scratch *sc, const lq_model *m)
 {
     memset(sc, 0, sizeof *sc);
     size_t B = LQ_MAX_BATCH;
     size_t max_in = (size_t)max3(m->n_embd, m->q_dim, m->n_ff);
     sc->n_threads = lq_pool_threads(m->pool);
-    (void)n_ctx;
     sc->x = malloc(B * (size_t)m->n_embd * sizeof(float));
     sc->h = malloc(B * max_in * sizeof(float));
     sc->q = malloc(B * (size_t)m->q_dim * sizeof(float));
@@ -99,7 +98,7 @@ static void rmsnorm(const float *x, const float *w, int n, float eps, float *out
         out[i] = (x[i] * sc) * w[i];
 }
 
-static void embed_row(const lq_model *m, int32_t id, float *out)
+void lq_forward_embed_row(const lq_model *m, int32_t id, float *out)
 {
     size_t n = (size_t)m->n_embd;
     const uint8_t *base = m->embd.data;
@@ -290,10 +289,10 @@ static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
         int nparts = j->row_part[t + 1] - j->row_part[t];
         int npos = j->rows[t].pos + 1, p0 = c * LQ_ATT_PART;
         int len = npos - p0 < LQ_ATT_PART || nparts == 1 ? npos - p0 : LQ_ATT_PART;
-        lq_session *sess = j->rows[t].s;
+        const lq_kv_view *kv = j->rows[t].kv;
         size_t off = ((size_t)p0 * (size_t)m->kv_dim + (size_t)kvh * hd) * es;
-        const uint8_t *kc = (const uint8_t *)lq_session_kcache(sess, j->layer) + off;
-        const uint8_t *vc = (const uint8_t *)lq_session_vcache(sess, j->layer) + off;
+        const uint8_t *kc = lq_kv_k(kv, j->layer) + off;
+        const uint8_t *vc = lq_kv_v(kv, j->layer) + off;
         const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
         float *o = j->out + (size_t)t * m->q_dim + (size_t)h * hd;
         float *ml = NULL;
@@ -478,12 +477,12 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
 /* ---- the block ---- */
 
 void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
-                int T, float *const *out)
+                int T, float *const *out, float *capture)
 {
     const int D = m->n_embd, F = m->n_ff, QD = m->q_dim, KVD = m->kv_dim;
     float *x = sc->x; /* [T, D] */
     for (int t = 0; t < T; t++)
-        embed_row(m, ids[t], x + (size_t)t * D);
+        lq_forward_embed_row(m, ids[t], x + (size_t)t * D);
     /* how attention splits the rows of this batch (the same for every layer) */
     att_job plan = {.m = m, .rows = rows, .T = T, .q = sc->q, .out = sc->att};
     int whole_tab[2 * LQ_MAX_BATCH + 1];
@@ -502,14 +501,15 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             project(m, sc, sc->h, D, T, 3, w, y);
         }
         for (int t = 0; t < T; t++) {
-            const float *cs = lq_session_rope(rows[t].s) + (size_t)rows[t].pos * m->n_rot;
+            const lq_kv_view *kv = rows[t].kv;
+            const float *cs = kv->rope + (size_t)rows[t].pos * m->n_rot;
             rope_row(m, sc->q + (size_t)t * QD, m->n_head, cs);
             rope_row(m, sc->k + (size_t)t * KVD, m->n_head_kv, cs);
             /* K (after RoPE) and V go to the row's cache before attention, so that rows
              * of the same session in this batch see each other causally. */
             size_t off = (size_t)rows[t].pos * KVD * (m->kv_f16 ? 2 : sizeof(float));
-            kv_store(m, (uint8_t *)lq_session_kcache(rows[t].s, l) + off, sc->k + (size_t)t * KVD, KVD);
-            kv_store(m, (uint8_t *)lq_session_vcache(rows[t].s, l) + off, sc->v + (size_t)t * KVD, KVD);
+            kv_store(m, lq_kv_k(kv, l) + off, sc->k + (size_t)t * KVD, KVD);
+            kv_store(m, lq_kv_v(kv, l) + off, sc->v + (size_t)t * KVD, KVD);
         }
         att_job aj = plan;
         aj.layer = l;
@@ -570,23 +570,31 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
         }
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += sc->tmp[i];
-        if (sc->capture) /* residual capture for the vindex walk (read only) */
-            memcpy(sc->capture + (size_t)l * D, x + (size_t)(T - 1) * D, (size_t)D * sizeof(float));
+        if (capture) /* residual capture for the vindex walk (read only) */
+            memcpy(capture + (size_t)l * D, x + (size_t)(T - 1) * D, (size_t)D * sizeof(float));
     }
 
     if (!out)
         return;
-    /* Final norm only for the rows that want logits, gathered contiguously for the head. */
+    /* Only the rows that want logits, gathered contiguously for the head. */
     float *lout[LQ_MAX_BATCH];
     int nl = 0;
     for (int t = 0; t < T; t++) {
         if (!out[t])
             continue;
-        rmsnorm(x + (size_t)t * D, m->output_norm, D, m->eps, sc->h + (size_t)nl * D);
+        if (nl != t) /* x rows are free after the last layer */
+            memmove(x + (size_t)nl * D, x + (size_t)t * D, (size_t)D * sizeof(float));
         lout[nl++] = out[t];
     }
-    if (nl == 0)
-        return;
+    if (nl)
+        lq_forward_head(m, sc, x, nl, lout);
+}
+
+void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
+{
+    const int D = m->n_embd;
+    for (int t = 0; t < nl; t++)
+        rmsnorm(x + (size_t)t * D, m->output_norm, D, m->eps, sc->h + (size_t)t * D);
     if (m->lm_head.kind == LQ_WK_Q8) /* int16 activations, once per row for every tile */
         for (int t = 0; t < nl; t++)
             lq_quant_i16(sc->h + (size_t)t * D, D, sc->xq16 + (size_t)t * D, &sc->xinv16[t]);

@@ -59,6 +59,5 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err);
 void lq_gen_end(lq_gen_state *g, lq_token_cb cb, void *user);
 void lq_gen_free(lq_gen_state *g);
 
-double lq_gen_now_ms(void); /* CLOCK_MONOTONIC in ms */
 
 #endif

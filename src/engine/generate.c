@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "engine/gen_step.h"
 #include "larql/chat.h"
 #include "larql/gguf.h"
@@ -30,13 +31,6 @@ void lq_generate_defaults(lq_generate_params *p)
     memset(p, 0, sizeof *p);
     p->max_tokens = 256;
     lq_sampler_defaults(&p->sampling);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* log p(id) under softmax(logits / T) (T <= 0: T = 1), in double precision. */
@@ -55,11 +49,6 @@ static float token_logprob(const float *logits, int32_t n, int32_t id, float tem
             sum += exp(((double)logits[i] - mx) * inv_t);
     double lp = ((double)logits[id] - mx) * inv_t - log(sum);
     return isnan(lp) ? -INFINITY : (float)lp;
-}
-
-double lq_gen_now_ms(void)
-{
-    return now_ms();
 }
 
 void lq_gen_free(lq_gen_state *g)
@@ -181,9 +170,9 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
     lq_generate_result *res = g->res;
     if (g->i >= g->max_new)
         return LQ_GEN_END; /* LENGTH (max_tokens 0 or no room left) */
-    double ts = now_ms();
+    double ts = lq_now_ms();
     int32_t id = lq_sampler_sample(g->smp, g->logits);
-    res->decode_ms += now_ms() - ts;
+    res->decode_ms += lq_now_ms() - ts;
     if (id < 0 || id >= g->n_vocab) {
         res->finish = LQ_FINISH_NONE;
         return lq_err_set(err, LQ_ERANGE, "generate: sampler returned id %d", (int)id);
@@ -270,9 +259,9 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
         return rc;
 
     /* Prefill. */
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     rc = lq_session_eval(s, prompt, n_prompt, g.logits, NULL, err);
-    res->prefill_ms = now_ms() - t0;
+    res->prefill_ms = lq_now_ms() - t0;
     if (rc)
         goto done;
     lq_gen_set_limit(&g, lq_session_n_ctx(s) - lq_session_pos(s));
@@ -284,9 +273,9 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
         }
         if (st == LQ_GEN_END)
             break;
-        double ts = now_ms();
+        double ts = lq_now_ms();
         rc = lq_session_decode(s, g.next_id, g.logits, err);
-        res->decode_ms += now_ms() - ts;
+        res->decode_ms += lq_now_ms() - ts;
         if (rc) {
             res->finish = LQ_FINISH_NONE;
             goto done;

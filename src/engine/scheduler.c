@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "engine/gen_step.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
@@ -240,9 +241,9 @@ static void batch_step(lq_scheduler *S)
     if (B == 0)
         return;
     lq_err err = {0};
-    double t0 = lq_gen_now_ms();
+    double t0 = lq_now_ms();
     int rc = lq_session_eval_batch(S->b_sess, S->b_ids, S->b_counts, B, S->b_logits, &err);
-    double dt = lq_gen_now_ms() - t0;
+    double dt = lq_now_ms() - t0;
     /* The step's time is split between decode and prefill by their share of the rows. */
     double dec_ms = dt * (double)n_dec / (double)(n_dec + n_pre);
     pthread_mutex_lock(&S->mu);

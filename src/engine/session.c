@@ -7,31 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "engine/engine_internal.h"
 
 struct lq_session {
     lq_model *m;
     int n_ctx, pos;
     void *kv;    /* [n_layer, 2, n_ctx, kv_dim]: K then V of each layer (f32, or f16 if kv_f16) */
     float *rope; /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
+    lq_kv_view view; /* kv and rope as every forward row of this session sees them */
     lq_scratch sc;
 };
 
-static size_t kv_elem(const lq_session *s) { return s->m->kv_f16 ? 2 : sizeof(float); }
+static size_t kv_elem(const lq_model *m) { return m->kv_f16 ? 2 : sizeof(float); }
 
-void *lq_session_kcache(lq_session *s, int layer)
+size_t lq_model_kv_bytes(const lq_model *m, int n_ctx)
 {
-    return (uint8_t *)s->kv +
-           (size_t)layer * 2 * (size_t)s->n_ctx * (size_t)s->m->kv_dim * kv_elem(s);
+    if (!m || n_ctx < 0)
+        return 0;
+    return (size_t)m->n_layer * 2 * (size_t)n_ctx * (size_t)m->kv_dim * kv_elem(m);
 }
-
-void *lq_session_vcache(lq_session *s, int layer)
-{
-    return (uint8_t *)lq_session_kcache(s, layer) +
-           (size_t)s->n_ctx * (size_t)s->m->kv_dim * kv_elem(s);
-}
-
-const float *lq_session_rope(const lq_session *s) { return s->rope; }
 
 int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
 {
@@ -49,17 +43,21 @@ int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "cannot allocate a session");
     s->m = m;
     s->n_ctx = n_ctx;
-    size_t kv_floats = (size_t)m->n_layer * 2 * (size_t)n_ctx * (size_t)m->kv_dim;
+    size_t kv_bytes = lq_model_kv_bytes(m, n_ctx);
     int half = m->n_rot / 2;
     /* The KV cache is not cleared: a position is always written before it is read. */
-    s->kv = malloc(kv_floats * kv_elem(s));
+    s->kv = malloc(kv_bytes);
     s->rope = malloc((size_t)n_ctx * (size_t)m->n_rot * sizeof(float));
-    if (!s->kv || !s->rope || lq_scratch_init(&s->sc, m, n_ctx) != 0) {
+    if (!s->kv || !s->rope || lq_scratch_init(&s->sc, m) != 0) {
         lq_session_free(s);
         return lq_err_set(err, LQ_ENOMEM,
                           "cannot allocate a session with n_ctx %d (KV cache %zu bytes)", n_ctx,
-                          kv_floats * kv_elem(s));
+                          kv_bytes);
     }
+    s->view.kv = s->kv;
+    s->view.v_off = (size_t)n_ctx * (size_t)m->kv_dim * kv_elem(m);
+    s->view.layer_bytes = 2 * s->view.v_off;
+    s->view.rope = s->rope;
     /* Angles in double (pos * theta^(-2i/n_rot)), rounded once: no pow/sin/cos per token. */
     for (int i = 0; i < half; i++) {
         double inv_freq = pow(m->rope_theta, -2.0 * i / m->n_rot);
@@ -102,8 +100,9 @@ static int check_ids(const lq_model *m, const int32_t *ids, size_t n, lq_err *er
     return LQ_OK;
 }
 
-int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
-                    float *all_logits, lq_err *err)
+/* lq_session_eval with an optional residual capture of the last position. */
+static int eval(lq_session *s, const int32_t *ids, size_t n, float *logits, float *all_logits,
+                float *capture, lq_err *err)
 {
     if (!s)
         return lq_err_set(err, LQ_EINVAL, "lq_session_eval: session is NULL");
@@ -125,17 +124,33 @@ int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
         int want = 0;
         for (int t = 0; t < T; t++) {
             size_t i = c0 + (size_t)t;
-            rows[t].s = s;
+            rows[t].kv = &s->view;
             rows[t].pos = s->pos + t;
             outp[t] = all_logits ? all_logits + i * V : (i == n - 1 ? logits : NULL);
             want |= outp[t] != NULL;
         }
-        lq_forward(m, &s->sc, ids + c0, rows, T, want ? outp : NULL);
+        /* only the last chunk's capture is the last position's */
+        float *cap = c0 + (size_t)T == n ? capture : NULL;
+        lq_forward(m, &s->sc, ids + c0, rows, T, want ? outp : NULL, cap);
         s->pos += T;
     }
     if (logits && all_logits)
         memcpy(logits, all_logits + (n - 1) * V, V * sizeof(float));
     return LQ_OK;
+}
+
+int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
+                    float *all_logits, lq_err *err)
+{
+    return eval(s, ids, n, logits, all_logits, NULL, err);
+}
+
+int lq_session_eval_capture(lq_session *s, const int32_t *ids, size_t n, float *logits,
+                            float *resid, lq_err *err)
+{
+    if (!resid)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval_capture: no residual buffer");
+    return eval(s, ids, n, logits, NULL, resid, err);
 }
 
 int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err)
@@ -190,7 +205,7 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
         int n = counts ? counts[b] : 1;
         if (T == 0)
             first = ss[b];
-        rows[T].s = ss[b];
+        rows[T].kv = &ss[b]->view;
         rows[T].pos = ss[b]->pos + j;
         outp[T] = j == n - 1 && logits ? logits[b] : NULL;
         want |= outp[T] != NULL;
@@ -201,7 +216,7 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
         }
         if (T == LQ_MAX_BATCH || b == B) {
             /* the pass runs in its first session's scratch (sized for LQ_MAX_BATCH rows) */
-            lq_forward(m, &first->sc, ids + k0, rows, T, want ? outp : NULL);
+            lq_forward(m, &first->sc, ids + k0, rows, T, want ? outp : NULL, NULL);
             k0 += (size_t)T;
             T = 0;
             want = 0;

@@ -10,19 +10,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
+
 
 #include "larql/gguf.h"
 #include "larql/model.h"
+#include "core/clock.h"
 #include "model/model_internal.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void *owned_alloc(lq_model *m, size_t bytes)
 {
     if (m->owned.n == m->owned.cap) {
@@ -337,6 +330,8 @@ static int load_tensors(lq_model *m, lq_err *err)
         return lq_err_set(err, LQ_ERANGE, "token_embd.weight: vocabulary %llu outside [1, %d]",
                           (unsigned long long)te->ne[1], LQ_MODEL_MAX_VOCAB);
     m->n_vocab = (int)te->ne[1];
+    if ((rc = lq_model_check_config(m, err)))
+        return rc;
     m->embd.rows = m->n_vocab;
     m->embd.cols = m->n_embd;
     int es = dense_elem_size(te->type);
@@ -393,52 +388,6 @@ static int load_tensors(lq_model *m, lq_err *err)
     return LQ_OK;
 }
 
-void lq_model_info_from_config(lq_model *m)
-{
-    lq_model_info *in = &m->info;
-    in->arch_name = m->arch_name;
-    in->arch = m->arch;
-    in->name = m->name;
-    in->n_layer = m->n_layer;
-    in->n_embd = m->n_embd;
-    in->n_ff = m->n_ff;
-    in->n_head = m->n_head;
-    in->n_head_kv = m->n_head_kv;
-    in->head_dim = m->head_dim;
-    in->n_vocab = m->n_vocab;
-    in->n_ctx_train = m->n_ctx_train;
-    in->rope_theta = m->rope_theta;
-    in->norm_eps = m->eps;
-}
-
-static void fill_info(lq_model *m)
-{
-    lq_model_info *in = &m->info;
-    lq_model_info_from_config(m);
-    in->tied_embeddings = lq_gguf_find_tensor(m->gguf, "output.weight") == NULL;
-    in->embd_type = lq_gguf_find_tensor(m->gguf, "token_embd.weight")->type;
-    in->lm_head_type = m->lm_head.src_type;
-    in->proj_type = m->layers[0].q.src_type;
-    uint64_t np = 0, wb = 0;
-    for (int64_t i = 0; i < lq_gguf_n_tensors(m->gguf); i++) {
-        const lq_gguf_tensor *t = lq_gguf_tensor_at(m->gguf, i);
-        np += t->n_elements;
-        wb += t->n_bytes;
-    }
-    in->n_params = np;
-    in->weight_bytes = wb;
-    in->weights_copied = m->hp_copy.data != NULL;
-    uint64_t bpt = m->lm_head.bytes;
-    for (int l = 0; l < m->n_layer; l++) {
-        const lq_layer *L = &m->layers[l];
-        bpt += L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes + L->up.bytes +
-               L->down.bytes;
-    }
-    in->bytes_per_token = bpt;
-    in->kernels = m->kern->name;
-    in->n_threads = lq_pool_threads(m->pool);
-}
-
 /* ---- the q8 lm_head (lq_model_opts.lm_head_q8) ---- */
 
 typedef struct q8_job {
@@ -464,7 +413,7 @@ static int build_lm_q8(lq_model *m, lq_err *err)
     lq_wmat *w = &m->lm_head;
     if (w->kind != LQ_WK_DENSE)
         return LQ_OK;
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     size_t n = (size_t)w->rows * (size_t)w->cols;
     /* One anonymous mapping with transparent huge pages where the kernel allows them: the
      * first touch of 330 MB in 4 KiB pages costs ~80K page faults (seconds in a VM), and
@@ -494,8 +443,127 @@ static int build_lm_q8(lq_model *m, lq_err *err)
         m->info.bytes_per_token = m->info.bytes_per_token - old + w->bytes;
     m->info.lm_head_q8 = 1;
     m->info.repack_bytes += w->bytes;
-    m->info.repack_ms += now_ms() - t0;
+    m->info.repack_ms += lq_now_ms() - t0;
     return LQ_OK;
+}
+
+/* ---- the assembly step both loaders share (model_internal.h) ---- */
+
+int lq_model_check_config(const lq_model *m, lq_err *err)
+{
+    if (m->n_layer < 1 || m->n_layer > LQ_MODEL_MAX_LAYERS || m->n_embd < 1 ||
+        m->n_embd > LQ_MODEL_MAX_EMBD || m->n_ff < 1 || m->n_ff > LQ_MODEL_MAX_FF ||
+        m->n_vocab < 1 || m->n_vocab > LQ_MODEL_MAX_VOCAB || m->n_head < 1 ||
+        m->n_head > LQ_MODEL_MAX_HEADS || m->n_head_kv < 1 || m->n_head_kv > m->n_head ||
+        m->n_head % m->n_head_kv || m->head_dim < 2 || m->head_dim > LQ_MODEL_MAX_HEAD_DIM ||
+        m->head_dim % 2 || m->n_rot < 2 || m->n_rot > m->head_dim || m->n_rot % 2 ||
+        m->n_ctx_train < 1 || m->n_ctx_train > LQ_MODEL_MAX_CTX || !(m->eps > 0) ||
+        !isfinite(m->eps) || !(m->rope_theta > 0) || !isfinite(m->rope_theta))
+        return lq_err_set(err, LQ_EFORMAT,
+                          "configuration out of range: layers %d (1..%d), hidden %d (1..%d), ffn %d "
+                          "(1..%d), vocab %d (1..%d), heads %d / kv %d (kv must divide heads, at "
+                          "most %d), head_dim %d (even, 2..%d), rotated dims %d (even, 2..head_dim), "
+                          "context %d (1..%d), eps %g, rope theta %g (both > 0)",
+                          m->n_layer, LQ_MODEL_MAX_LAYERS, m->n_embd, LQ_MODEL_MAX_EMBD, m->n_ff,
+                          LQ_MODEL_MAX_FF, m->n_vocab, LQ_MODEL_MAX_VOCAB, m->n_head, m->n_head_kv,
+                          LQ_MODEL_MAX_HEADS, m->head_dim, LQ_MODEL_MAX_HEAD_DIM, m->n_rot,
+                          m->n_ctx_train, LQ_MODEL_MAX_CTX, (double)m->eps, m->rope_theta);
+    if ((int64_t)m->n_head * m->head_dim > LQ_MODEL_MAX_EMBD * 4)
+        return lq_err_set(err, LQ_EFORMAT, "%d heads x head_dim %d is too wide", m->n_head,
+                          m->head_dim);
+    return LQ_OK;
+}
+
+int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
+{
+    *out = NULL;
+    double t0 = lq_now_ms();
+    lq_model_opts o = {0};
+    if (opts)
+        o = *opts;
+    if (o.n_threads < 0 || o.n_threads > 1024)
+        return lq_err_set(err, LQ_EINVAL, "n_threads %d outside [0, 1024]", o.n_threads);
+    if (o.act_mode != LQ_ACT_INT8 && o.act_mode != LQ_ACT_F32)
+        return lq_err_set(err, LQ_EINVAL, "act_mode %d is not LQ_ACT_INT8 (0) or LQ_ACT_F32 (1)",
+                          o.act_mode);
+    const lq_kernels *kern = o.kernels ? lq_kernels_by_name(o.kernels) : lq_kernels_best();
+    if (!kern)
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "kernel set '%s' is unknown or not supported by this CPU "
+                          "(scalar, avx2, avx512)",
+                          o.kernels);
+    lq_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
+    m->opts = o;
+    m->opts.kernels = NULL; /* the caller's string need not outlive the call */
+    m->t_open = t0;
+    m->kern = kern;
+    m->act_mode = o.act_mode;
+    m->kv_f16 = o.kv_f16 != 0;
+    *out = m;
+    return LQ_OK;
+}
+
+static void info_from_config(lq_model *m)
+{
+    lq_model_info *in = &m->info;
+    in->arch_name = m->arch_name;
+    in->arch = m->arch;
+    in->name = m->name;
+    in->n_layer = m->n_layer;
+    in->n_embd = m->n_embd;
+    in->n_ff = m->n_ff;
+    in->n_head = m->n_head;
+    in->n_head_kv = m->n_head_kv;
+    in->head_dim = m->head_dim;
+    in->n_vocab = m->n_vocab;
+    in->n_ctx_train = m->n_ctx_train;
+    in->rope_theta = m->rope_theta;
+    in->norm_eps = m->eps;
+}
+
+int lq_model_finish(lq_model *m, lq_err *err)
+{
+    int rc;
+    lq_model_info *in = &m->info;
+    info_from_config(m);
+    in->lm_head_type = m->lm_head.src_type;
+    uint64_t bpt = m->lm_head.bytes;
+    for (int l = 0; l < m->n_layer; l++) {
+        const lq_layer *L = &m->layers[l];
+        bpt += L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes + L->up.bytes +
+               L->down.bytes;
+    }
+    in->bytes_per_token = bpt;
+    int nt = m->opts.n_threads ? m->opts.n_threads : lq_cpu_count();
+    if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
+        return rc;
+    in->kernels = m->kern->name;
+    in->n_threads = lq_pool_threads(m->pool);
+    in->kv_f16 = m->kv_f16;
+    if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
+        return rc;
+    in->load_ms = lq_now_ms() - m->t_open;
+    return LQ_OK;
+}
+
+/* Parameters and mapped bytes of a GGUF model: every tensor of the file. */
+static void gguf_info(lq_model *m)
+{
+    lq_model_info *in = &m->info;
+    in->tied_embeddings = lq_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    in->embd_type = lq_gguf_find_tensor(m->gguf, "token_embd.weight")->type;
+    in->proj_type = m->layers[0].q.src_type;
+    uint64_t np = 0, wb = 0;
+    for (int64_t i = 0; i < lq_gguf_n_tensors(m->gguf); i++) {
+        const lq_gguf_tensor *t = lq_gguf_tensor_at(m->gguf, i);
+        np += t->n_elements;
+        wb += t->n_bytes;
+    }
+    in->n_params = np;
+    in->weight_bytes = wb;
+    in->weights_copied = m->hp_copy.data != NULL;
 }
 
 /* With opts.hugepages the GGUF is read once into anonymous memory backed by 2 MB pages and
@@ -517,53 +585,17 @@ static int open_hugepage_copy(lq_model *m, const char *path, lq_err *err)
     return lq_gguf_open_buffer(m->hp_copy.data, m->hp_copy.size, &m->gguf, err);
 }
 
-int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err)
+int lq_model_open_gguf(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err)
 {
     if (!path || !out)
-        return lq_err_set(err, LQ_EINVAL, "lq_model_open: path and out are required");
-    *out = NULL;
-    double t0 = now_ms();
-    lq_model_opts o = {0};
-    if (opts)
-        o = *opts;
-    if (o.n_threads < 0 || o.n_threads > 1024)
-        return lq_err_set(err, LQ_EINVAL, "n_threads %d outside [0, 1024]", o.n_threads);
-    if (o.act_mode != LQ_ACT_INT8 && o.act_mode != LQ_ACT_F32)
-        return lq_err_set(err, LQ_EINVAL, "act_mode %d is not LQ_ACT_INT8 (0) or LQ_ACT_F32 (1)",
-                          o.act_mode);
-    const lq_kernels *kern = o.kernels ? lq_kernels_by_name(o.kernels) : lq_kernels_best();
-    if (!kern)
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "kernel set '%s' is unknown or not supported by this CPU "
-                          "(scalar, avx2, avx512)",
-                          o.kernels);
-
-    lq_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
-    m->kern = kern;
-    m->act_mode = o.act_mode;
-    m->kv_f16 = o.kv_f16 != 0;
-    int rc;
-    if (lq_vx_path_is_vindex(path)) {
-        /* a vindex directory: weights from its files (src/vindex/vx_model.c) */
-        if ((rc = lq_vx_model_load(m, path, o.hugepages, err)) != 0)
-            goto fail;
-        int nt = o.n_threads ? o.n_threads : lq_cpu_count();
-        if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
-            goto fail;
-        m->info.kernels = m->kern->name;
-        m->info.n_threads = lq_pool_threads(m->pool);
-        m->info.kv_f16 = m->kv_f16;
-        if (o.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
-            goto fail;
-        m->info.load_ms = now_ms() - t0;
-        *out = m;
-        return LQ_OK;
-    }
-    if (want_hugepage_copy(&o, path)) {
+        return lq_err_set(err, LQ_EINVAL, "lq_model_open_gguf: path and out are required");
+    lq_model *m;
+    int rc = lq_model_new(opts, &m, err);
+    if (rc)
+        return rc;
+    if (want_hugepage_copy(&m->opts, path)) {
         rc = open_hugepage_copy(m, path, err);
-        if (rc == LQ_ENOMEM && o.hugepages == 0) /* auto: a plain mapping still works */
+        if (rc == LQ_ENOMEM && m->opts.hugepages == 0) /* auto: a plain mapping still works */
             rc = lq_gguf_open(path, &m->gguf, err);
     } else {
         rc = lq_gguf_open(path, &m->gguf, err);
@@ -619,15 +651,9 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
             goto fail;
         }
     }
-
-    int nt = o.n_threads ? o.n_threads : lq_cpu_count();
-    if ((rc = lq_pool_create(nt, &m->pool, err)) != 0)
+    gguf_info(m);
+    if ((rc = lq_model_finish(m, err)) != 0)
         goto fail;
-    fill_info(m);
-    m->info.kv_f16 = m->kv_f16;
-    if (o.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
-        goto fail;
-    m->info.load_ms = now_ms() - t0;
     *out = m;
     return LQ_OK;
 

@@ -14,6 +14,7 @@
 #include "larql/server.h"
 #include "larql/status.h"
 #include "larql/vindex.h"
+#include "core/utf8.h"
 
 /* ---- routes ---- */
 
@@ -57,7 +58,7 @@ typedef struct metrics {
 
 struct lq_server {
     lq_server_opts o;
-    char *host, *api_key, *model_path; /* owned copies */
+    char *host, *api_key, *model_path, *kernels; /* owned copies (kernels: o.model.kernels) */
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
     int is_dir;
@@ -80,7 +81,8 @@ struct lq_server {
     pthread_mutex_t pool_mu;
     lq_session **pool_free;
     int n_free, n_sessions;
-    size_t kv_bytes_per_session;
+    int n_ctx;                /* context of every session (the scheduler's and the pool's) */
+    size_t kv_bytes_per_session; /* lq_model_kv_bytes(model, n_ctx): f32 or f16 as loaded */
 
     int stopping;             /* set by lq_server_stop: new generation work refused */
     int cancel_all;           /* set after the grace period: running generations stop */
@@ -98,6 +100,7 @@ typedef struct req {
     char *body;
     size_t len, cap;
     int too_large, timed_out;
+    uint64_t dropped;         /* body bytes read and discarded once over --max-body */
     double t0;
     int holds_slot;           /* counted in active_requests (released by the response) */
     int responded;
@@ -122,7 +125,6 @@ typedef struct reply {
 double lq_now(void);                      /* monotonic seconds */
 double lq_round(double x, int decimals);
 json_t *lq_jstr(const char *s, size_t len); /* JSON string; invalid UTF-8 -> U+FFFD */
-int lq_utf8_valid(const char *s, size_t len);
 void reply_json(reply *r, int status, json_t *j); /* steals j */
 void reply_larql_err(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void reply_oai_err(reply *r, int status, const char *param, const char *fmt, ...)
@@ -171,11 +173,11 @@ void route_logits(lq_server *s, req *q, reply *r);
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);
 /* The tokenizer of the model, or of the vindex when no model is loaded. NULL + r filled. */
 const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
-/* Next-token top-k of a prompt (POST /v1/infer and the WebSocket's infer): encoded with BOS,
- * one eval on a pooled session. 0 with *preds = [{"token","probability"(4 dp)}] (caller
- * owns), *bitnet set, *eval_ms the forward pass; else the HTTP status with e filled. */
-int infer_top(lq_server *s, const char *prompt, size_t plen, int top, json_t **preds, int *bitnet,
-              double *eval_ms, lq_err *e);
+/* POST /v1/infer and the WebSocket's infer: lq_infer_json on a pooled session (bounded by
+ * --max-concurrent), with the knowledge state named by session_id (the X-Session-Id header;
+ * NULL or unknown = the global state). 0 with *body (malloc'd, the library's JSON) or the HTTP
+ * status with e filled (LQ_EBUSY: all sessions busy). */
+int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, char **body, lq_err *e);
 /* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "larql/gguf.h"
+#include "core/sb.h"
 #include "server/internal.h"
 
 static const char *ROUTE_NAMES[R_COUNT] = {
@@ -69,56 +69,18 @@ static int64_t sessions_in_use(lq_server *s, const lq_scheduler_stats *st)
     return LD(s->m.active_sessions) + st->active;
 }
 
-/* A growing text buffer for the Prometheus page. */
-typedef struct tbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} tbuf;
-
-static void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t nc = (b->cap ? b->cap : 4096);
-        while (nc <= b->len + (size_t)n)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-}
-
 void route_metrics(lq_server *s, req *q, reply *r)
 {
     (void)q;
     metrics *m = &s->m;
-    tbuf b = {0};
-    tb_printf(&b, "# HELP larql_requests_total HTTP requests by route and status.\n"
+    lq_sb b = {0};
+    lq_sb_printf(&b, "# HELP larql_requests_total HTTP requests by route and status.\n"
                   "# TYPE larql_requests_total counter\n");
     for (int i = 0; i < R_COUNT; i++)
         for (int st = 0; st < MAX_STATUS; st++) {
             uint64_t v = LD(m->requests[i][st]);
             if (v)
-                tb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[i], st,
+                lq_sb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[i], st,
                           (unsigned long long)v);
         }
     lq_scheduler_stats st;
@@ -153,10 +115,10 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_uptime_seconds", "gauge", "Seconds since start.", lq_now() - s->t_boot},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        tb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.6g\n", rows[i].name, rows[i].help, rows[i].name,
+        lq_sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.6g\n", rows[i].name, rows[i].help, rows[i].name,
                   rows[i].type, rows[i].name, rows[i].v);
     /* batch sizes as a Prometheus histogram (cumulative buckets) */
-    tb_printf(&b, "# HELP larql_decode_batch_size Streams per batched decode step.\n"
+    lq_sb_printf(&b, "# HELP larql_decode_batch_size Streams per batched decode step.\n"
                   "# TYPE larql_decode_batch_size histogram\n");
     static const int les[] = {1, 2, 4, 8, 16};
     uint64_t cum = 0, sum = 0;
@@ -164,23 +126,22 @@ void route_metrics(lq_server *s, req *q, reply *r)
     for (size_t k = 0; k < sizeof les / sizeof les[0]; k++) {
         for (; bi < les[k] && bi < LQ_SCHED_HIST - 1; bi++)
             cum += st.batch_hist[bi];
-        tb_printf(&b, "larql_decode_batch_size_bucket{le=\"%d\"} %llu\n", les[k], (unsigned long long)cum);
+        lq_sb_printf(&b, "larql_decode_batch_size_bucket{le=\"%d\"} %llu\n", les[k], (unsigned long long)cum);
     }
     for (int k = 0; k < LQ_SCHED_HIST - 1; k++)
         sum += st.batch_hist[k] * (uint64_t)(k + 1);
     /* the last bucket holds 17 and more: the exact sum comes from decode_tokens */
     sum = st.decode_tokens > sum ? st.decode_tokens : sum;
-    tb_printf(&b, "larql_decode_batch_size_bucket{le=\"+Inf\"} %llu\nlarql_decode_batch_size_sum %llu\n"
+    lq_sb_printf(&b, "larql_decode_batch_size_bucket{le=\"+Inf\"} %llu\nlarql_decode_batch_size_sum %llu\n"
                   "larql_decode_batch_size_count %llu\n",
               (unsigned long long)st.steps, (unsigned long long)sum, (unsigned long long)st.steps);
-    if (b.oom) {
-        free(b.p);
+    size_t len = b.n;
+    if (lq_sb_finish(&b, &r->body, NULL)) {
         reply_larql_err(r, 500, "out of memory");
         return;
     }
     r->status = 200;
-    r->body = b.p;
-    r->len = b.len;
+    r->len = len;
     r->ctype = "text/plain; version=0.0.4; charset=utf-8";
 }
 
@@ -284,6 +245,14 @@ void route_runtime(lq_server *s, req *q, reply *r)
         "kv_bytes_per_session", (json_int_t)s->kv_bytes_per_session,
         "kv_bytes_in_use", (json_int_t)(sessions * (int64_t)s->kv_bytes_per_session),
         "batched_decode", m != NULL, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
+    /* the model options in force (as loaded; before the load, as asked) */
+    const lq_model_opts *mo = &s->o.model;
+    json_object_set_new(j, "kv_type", json_string((mi ? mi->kv_f16 : mo->kv_f16) ? "f16" : "f32"));
+    json_object_set_new(j, "lm_head", json_string((mi ? mi->lm_head_q8 : mo->lm_head_q8) ? "q8" : "as_stored"));
+    json_object_set_new(j, "act", json_string(mo->act_mode == LQ_ACT_F32 ? "float" : "ms"));
+    json_object_set_new(j, "weights", json_string(mi ? (mi->weights_copied ? "copy" : "mmap")
+                                                     : mo->hugepages > 0 ? "copy" : mo->hugepages < 0 ? "mmap" : "auto"));
+    json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
     /* continuous batching: how many streams each decode step carried */
     json_t *hist = json_object();
     for (int k = 0; k < LQ_SCHED_HIST; k++) {

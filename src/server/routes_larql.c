@@ -229,36 +229,13 @@ no_vindex:
                     q->rt->path);
 }
 
-static json_t *predictions(const lq_tokenizer *tok, const float *logits, int32_t nv, int top)
-{
-    /* logits: [nv]. probabilities from the full softmax, 4 decimals as LARQL prints them */
-    double lse = lq_logsumexp(logits, nv);
-    int32_t ids[1000];
-    float vals[1000];
-    int k = lq_top_k(logits, nv, top, ids, vals);
-    json_t *a = json_array();
-    for (int i = 0; i < k; i++) {
-        size_t len;
-        char *t = token_text(tok, ids[i], &len);
-        json_array_append_new(a, json_pack("{s:o,s:f}", "token", lq_jstr(t, len), "probability",
-                                           lq_round(exp((double)vals[i] - lse), 4)));
-        free(t);
-    }
-    return a;
-}
-
-int infer_top(lq_server *s, const char *prompt, size_t plen, int top, json_t **preds, int *bitnet,
-              double *eval_ms, lq_err *e)
+int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, char **body, lq_err *e)
 {
     lq_model *m;
     lq_session *sess = NULL;
-    int32_t *ids = NULL;
-    float *logits = NULL;
-    size_t n = 0;
     lq_err err = {0};
-    int st = 0, rc;
     memset(e, 0, sizeof *e);
-    *preds = NULL;
+    *body = NULL;
     if (s->o.no_infer) {
         lq_err_set(e, LQ_EUNSUPPORTED, "inference disabled (--no-infer)");
         return 503;
@@ -267,53 +244,25 @@ int infer_top(lq_server *s, const char *prompt, size_t plen, int top, json_t **p
         lq_err_set(e, err.code ? err.code : LQ_EIO, "model not available: %s", err.msg);
         return 503;
     }
-    const lq_tokenizer *tok = lq_model_tokenizer(m);
-    const lq_model_info *mi = lq_model_get_info(m);
-    rc = lq_tokenizer_encode(tok, prompt, plen, lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &ids, &n, &err);
+    int rc = srv_session_get(s, &sess, &err);
     if (rc) {
-        st = status_from_lq(rc);
         *e = err;
-        goto out;
+        return status_from_lq(rc);
     }
-    if (n == 0 || plen == 0) {
-        st = 400;
-        lq_err_set(e, LQ_EINVAL, "empty prompt");
-        goto out;
-    }
-    if ((rc = srv_session_get(s, &sess, &err)) != 0) {
-        st = status_from_lq(rc);
-        *e = err;
-        goto out;
-    }
-    if (n > (size_t)lq_session_n_ctx(sess)) {
-        st = 400;
-        lq_err_set(e, LQ_EINVAL, "prompt is %zu tokens; the context holds %d", n, lq_session_n_ctx(sess));
-        goto out;
-    }
-    logits = malloc((size_t)mi->n_vocab * sizeof *logits); /* [n_vocab] after the last prompt token */
-    if (!logits) {
-        st = 500;
-        lq_err_set(e, LQ_ENOMEM, "out of memory");
-        goto out;
-    }
-    double tf = lq_now();
-    rc = lq_session_eval(sess, ids, n, logits, NULL, &err);
-    *eval_ms = (lq_now() - tf) * 1000.0;
-    if (rc) {
-        st = status_from_lq(rc);
-        *e = err;
-        goto out;
-    }
-    metrics_gen(s, (int)n, 0, *eval_ms, 0);
-    /* A GGUF has no gate index: walk and compare are served dense, as LARQL does for a
-     * dense-only vindex. BitNet's dense mode is reported as "bitnet". */
-    *bitnet = mi->arch == LQ_ARCH_BITNET_B158 || mi->arch == LQ_ARCH_BITNET;
-    *preds = predictions(tok, logits, mi->n_vocab, top);
-out:
+    lq_infer_params ip = *p;
+    ip.session = sess;
+    /* X-Session-Id names the knowledge state the request sees. Until the editing routes
+     * create sessions there is only the global state: the store saved in the vindex
+     * (lq_knn_store_of_model), which lq_infer applies when ip.knn is NULL. */
+    (void)session_id;
+    ip.knn = NULL;
+    rc = lq_infer_json(m, &ip, body, &err);
     srv_session_put(s, sess);
-    free(logits);
-    free(ids);
-    return st;
+    if (rc) {
+        *e = err;
+        return status_from_lq(rc);
+    }
+    return 0;
 }
 
 void route_infer(lq_server *s, req *q, reply *r)
@@ -331,32 +280,31 @@ void route_infer(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 400, "missing field 'prompt'");
         goto out;
     }
+    if (plen == 0 || strlen(prompt) != plen) {
+        reply_larql_err(r, 400, plen ? "'prompt' contains a NUL character" : "empty prompt");
+        goto out;
+    }
     if (strcmp(mode, "walk") && strcmp(mode, "dense") && strcmp(mode, "compare")) {
         reply_larql_err(r, 400, "mode '%s' is not one of walk, dense, compare", mode);
         goto out;
     }
-    double t0 = lq_now(), ms = 0;
-    json_t *preds;
-    int bitnet = 0;
+    lq_infer_params ip;
+    lq_infer_params_init(&ip);
+    ip.prompt = prompt;
+    ip.top = (int)top;
+    ip.mode = mode;
+    char *body = NULL;
     lq_err err;
-    int st = infer_top(s, prompt, plen, (int)top, &preds, &bitnet, &ms, &err);
+    int st = srv_infer(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &ip, &body, &err);
     if (st) {
         reply_larql_err(r, st, "%s", err.msg);
         if (err.code == LQ_EBUSY)
             r->retry_after = 1;
         goto out;
     }
-    json_t *o = json_object();
-    json_object_set_new(o, "prompt", lq_jstr(prompt, plen));
-    if (!strcmp(mode, "compare")) {
-        json_object_set_new(o, "dense", preds);
-        json_object_set_new(o, "dense_ms", json_real(lq_round(ms, 1)));
-    } else {
-        json_object_set_new(o, "predictions", preds);
-        json_object_set_new(o, "mode", json_string(bitnet ? "bitnet" : "dense"));
-    }
-    json_object_set_new(o, "latency_ms", json_real(lq_round((lq_now() - t0) * 1000.0, 1)));
-    reply_json(r, 200, o);
+    r->status = 200;
+    r->body = body;
+    r->len = strlen(body);
 out:
     json_decref(j);
 }
@@ -510,12 +458,12 @@ static int accept_mentions(req *q, const char *mt)
 
 /* ---- embed ---- */
 
-/* Where token embeddings come from: the GGUF's token_embd.weight (ne = [n_embd, n_vocab],
- * row id = token id), or, on a vindex whose engine weights did not load, the vindex's
- * embeddings.bin (already times embed_scale). Every embed route reads through this, so the
- * JSON, binary and single-row forms give the same numbers. */
+/* Where token embeddings come from: the loaded model (lq_model_embed: a GGUF's token_embd or a
+ * vindex's embeddings.bin, whichever it was opened from), or, on a vindex whose weights did
+ * not load (a browse vindex), the vindex itself (lq_vindex_embed_row). Every embed route reads
+ * through this, so the JSON, binary and single-row forms give the same numbers. */
 typedef struct embed_src {
-    const lq_gguf_tensor *t; /* NULL: read the vindex */
+    const lq_model *m;       /* NULL: read the vindex */
     const lq_vindex *vx;
     int32_t nv;              /* vocabulary size */
     size_t h;                /* hidden size */
@@ -526,20 +474,19 @@ static int embed_source(lq_server *s, const route *rt, reply *r, embed_src *e)
     lq_model *m;
     lq_err err = {0};
     memset(e, 0, sizeof *e);
-    if (s->vx && srv_model(s, &m, &err)) {
+    if (srv_model(s, &m, &err) == 0) {
+        const lq_model_info *mi = lq_model_get_info(m);
+        e->m = m;
+        e->nv = mi->n_vocab;
+        e->h = (size_t)mi->n_embd;
+    } else if (s->vx) {
         const lq_vindex_info *vi = lq_vindex_get_info(s->vx);
         e->vx = s->vx;
         e->nv = vi->vocab_size;
         e->h = vi->hidden_size > 0 ? (size_t)vi->hidden_size : 0;
     } else {
-        if (need_model(s, rt, r, &m, 0))
-            return -1;
-        if (!(e->t = lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight"))) {
-            reply_larql_err(r, 503, "model has no token_embd.weight tensor");
-            return -1;
-        }
-        e->nv = e->t->ne[1] > INT32_MAX ? 0 : (int32_t)e->t->ne[1];
-        e->h = (size_t)e->t->ne[0];
+        need_model(s, rt, r, &m, 0); /* fills the 503 */
+        return -1;
     }
     /* the binary reply carries hidden as a u32 */
     if (e->nv <= 0 || e->h == 0 || e->h > UINT32_MAX) {
@@ -551,7 +498,7 @@ static int embed_source(lq_server *s, const route *rt, reply *r, embed_src *e)
 
 static int embed_row(const embed_src *e, int32_t id, float *row, lq_err *err)
 {
-    return e->t ? lq_gguf_tensor_row_f32(e->t, (uint64_t)id, row, err) : lq_vindex_embed_row(e->vx, id, row, err);
+    return e->m ? lq_model_embed(e->m, &id, 1, row, err) : lq_vindex_embed_row(e->vx, id, row, err);
 }
 
 /* Reads a JSON array of token ids (each 0..n_vocab-1, at most max). -1 with r filled. */
@@ -771,9 +718,8 @@ void route_embed_row(lq_server *s, req *q, reply *r)
 /* The residual of a /v1/logits request into x[h]: JSON {residual:[f32 * h]} or, with
  * Content-Type application/octet-stream, the raw body f32[h] little-endian (top_k and
  * temperature keep their defaults then). -1 with r filled. */
-static int logits_input(req *q, json_t *j, size_t h, float *x, double *ss, reply *r)
+static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
 {
-    *ss = 0;
     if (!j) {
         if (q->len != h * 4) {
             reply_larql_err(r, 400, "binary residual is %zu bytes; expected %zu (hidden size %zu x 4-byte f32)",
@@ -786,7 +732,6 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, double *ss, reply
                 reply_larql_err(r, 400, "binary residual[%zu] is not a finite number", i);
                 return -1;
             }
-            *ss += (double)x[i] * x[i];
         }
         return 0;
     }
@@ -806,7 +751,6 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, double *ss, reply
             return -1;
         }
         x[i] = (float)json_number_value(v);
-        *ss += (double)x[i] * x[i];
     }
     return 0;
 }
@@ -819,7 +763,7 @@ void route_logits(lq_server *s, req *q, reply *r)
     lq_model *m;
     long top_k = 5;
     double temp = 1.0;
-    float *x = NULL, *row = NULL, *logits = NULL, *nw = NULL;
+    float *x = NULL, *logits = NULL;
     double t0 = lq_now();
     if (j && (jget_int(q->rt, j, "top_k", 1, 1000, &top_k, r) < 0 ||
               jget_num(q->rt, j, "temperature", 0, 100, &temp, r) < 0))
@@ -827,67 +771,43 @@ void route_logits(lq_server *s, req *q, reply *r)
     if (need_model(s, q->rt, r, &m, 1))
         goto out;
     const lq_model_info *mi = lq_model_get_info(m);
-    const lq_gguf *g = lq_model_gguf(m);
-    const lq_gguf_tensor *norm = lq_gguf_find_tensor(g, "output_norm.weight");
-    const lq_gguf_tensor *head = lq_gguf_find_tensor(g, "output.weight");
-    if (!head)
-        head = lq_gguf_find_tensor(g, "token_embd.weight"); /* tied lm_head */
-    if (!norm || !head || head->ne[0] != (uint64_t)mi->n_embd) {
-        reply_larql_err(r, 503, "model has no output_norm / lm_head tensors");
-        goto out;
-    }
-    size_t h = (size_t)mi->n_embd;
-    x = malloc(h * sizeof *x);       /* [n_embd] the residual, then normed */
-    nw = malloc(h * sizeof *nw);     /* [n_embd] output_norm weight */
-    row = malloc(h * sizeof *row);   /* [n_embd] one lm_head row */
-    size_t nv = (size_t)head->ne[1];
+    size_t h = (size_t)mi->n_embd, nv = (size_t)mi->n_vocab;
+    x = malloc(h * sizeof *x);            /* [n_embd] the residual */
     logits = malloc(nv * sizeof *logits); /* [n_vocab] */
-    if (!x || !nw || !row || !logits) {
+    if (!x || !logits) {
         reply_larql_err(r, 500, "out of memory");
         goto out;
     }
-    double ss;
-    if (logits_input(q, j, h, x, &ss, r))
+    if (logits_input(q, j, h, x, r))
         goto out;
     lq_err err = {0};
-    if (lq_gguf_tensor_to_f32(norm, nw, &err)) {
-        reply_larql_err(r, 500, "%s", err.msg);
+    /* final RMSNorm, then lm_head, exactly as the forward pass ends (the library's head) */
+    int rc = lq_model_logits_from_hidden(m, x, 1, logits, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
         goto out;
     }
-    /* final RMSNorm, then lm_head, exactly as the forward pass ends */
-    float inv = (float)(1.0 / sqrt(ss / (double)h + mi->norm_eps));
-    for (size_t i = 0; i < h; i++)
-        x[i] = x[i] * inv * nw[i];
-    for (size_t v = 0; v < nv; v++) {
-        if (lq_gguf_tensor_row_f32(head, v, row, &err)) {
-            reply_larql_err(r, 500, "%s", err.msg);
-            goto out;
-        }
-        double d = 0;
-        for (size_t i = 0; i < h; i++)
-            d += (double)row[i] * x[i];
-        logits[v] = temp > 0 ? (float)(d / temp) : (float)d;
-    }
+    if (temp > 0)
+        for (size_t v = 0; v < nv; v++)
+            logits[v] = (float)(logits[v] / temp);
     double lse = lq_logsumexp(logits, (int32_t)nv);
     int32_t ids[1000];
     float vals[1000];
     int k = lq_top_k(logits, (int32_t)nv, (int)top_k, ids, vals);
-    json_t *out = json_array();
+    json_t *arr = json_array();
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     for (int i = 0; i < k; i++) {
         size_t len;
         char *t = token_text(tok, ids[i], &len);
         /* temperature 0: all mass on the argmax */
         double p = temp > 0 ? exp((double)vals[i] - lse) : (i == 0 ? 1.0 : 0.0);
-        json_array_append_new(out, json_pack("{s:i,s:o,s:f}", "token_id", ids[i], "token", lq_jstr(t, len),
+        json_array_append_new(arr, json_pack("{s:i,s:o,s:f}", "token_id", ids[i], "token", lq_jstr(t, len),
                                              "prob", lq_round(p, 6)));
         free(t);
     }
-    reply_json(r, 200, json_pack("{s:o,s:f}", "top_k", out, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+    reply_json(r, 200, json_pack("{s:o,s:f}", "top_k", arr, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
 out:
     free(x);
-    free(nw);
-    free(row);
     free(logits);
     json_decref(j);
 }

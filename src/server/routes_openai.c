@@ -872,12 +872,13 @@ void route_chat(lq_server *s, req *q, reply *r)
 
 /* ---- embeddings: mean of the static token embeddings (LARQL's definition) ---- */
 
-static int embed_mean(const lq_gguf_tensor *t, const int32_t *ids, size_t n, float *acc, float *row, lq_err *err)
+/* acc [h] = mean of the model's embedding rows of ids (row: [h] scratch) */
+static int embed_mean(const lq_model *m, const int32_t *ids, size_t n, size_t h, float *acc, float *row,
+                      lq_err *err)
 {
-    size_t h = (size_t)t->ne[0];
     memset(acc, 0, h * sizeof *acc);
     for (size_t i = 0; i < n; i++) {
-        int rc = lq_gguf_tensor_row_f32(t, (uint64_t)ids[i], row, err);
+        int rc = lq_model_embed(m, &ids[i], 1, row, err);
         if (rc)
             return rc;
         for (size_t k = 0; k < h; k++)
@@ -926,14 +927,10 @@ void route_embeddings(lq_server *s, req *q, reply *r)
     }
     if (need_model(s, q->rt, r, &m, 0))
         goto out;
-    const lq_gguf_tensor *t = lq_gguf_find_tensor(lq_model_gguf(m), "token_embd.weight");
-    if (!t) {
-        reply_oai_err(r, 503, NULL, "model has no token_embd.weight tensor");
-        goto out;
-    }
     const lq_tokenizer *tok = lq_model_tokenizer(m);
-    int32_t nv = (int32_t)t->ne[1];
-    size_t h = (size_t)t->ne[0];
+    const lq_model_info *mi = lq_model_get_info(m);
+    int32_t nv = mi->n_vocab;
+    size_t h = (size_t)mi->n_embd;
     acc = malloc(h * sizeof *acc); /* [n_embd] running mean */
     row = malloc(h * sizeof *row); /* [n_embd] one embedding row */
     if (!acc || !row) {
@@ -993,7 +990,7 @@ void route_embeddings(lq_server *s, req *q, reply *r)
             json_decref(items);
             goto out;
         }
-        int rc = ids ? embed_mean(t, ids, n, acc, row, &err) : LQ_ENOMEM;
+        int rc = ids ? embed_mean(m, ids, n, h, acc, row, &err) : LQ_ENOMEM;
         free(ids);
         if (rc) {
             reply_oai_err(r, 500, NULL, "%s", err.msg);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -74,10 +75,12 @@ static const route *find_route(const char *url, const char **arg, size_t *arg_le
 
 static int load_model(lq_server *s, lq_err *err)
 {
-    lq_model_opts mo = {.n_threads = s->o.n_threads, .act_mode = s->o.act_mode, .kernels = s->o.kernels};
+    lq_model_opts mo = s->o.model;
+    mo.kernels = s->kernels;
     double t = lq_now();
     lq_model *m = NULL;
-    int rc = lq_model_open(s->model_path, &mo, &m, err);
+    /* a vindex is opened once: the model borrows the one the browse routes use */
+    int rc = s->vx ? lq_vindex_model_open(s->vx, &mo, &m, err) : lq_model_open_gguf(s->model_path, &mo, &m, err);
     if (rc)
         return rc;
     s->load_ms = (lq_now() - t) * 1000.0;
@@ -96,13 +99,17 @@ static int load_model(lq_server *s, lq_err *err)
         return rc;
     }
     const lq_model_info *mi = lq_model_get_info(m);
-    /* K and V per layer: n_ctx x (n_head_kv * head_dim) f32 */
-    s->kv_bytes_per_session = (size_t)2 * mi->n_layer * (size_t)lq_scheduler_n_ctx(s->sched) *
-                              mi->n_head_kv * mi->head_dim * sizeof(float);
+    /* every session, the scheduler's and the single-pass pool's, has this context and so
+     * this KV size (f32 or f16 as the model keeps it) */
+    s->n_ctx = lq_scheduler_n_ctx(s->sched);
+    s->kv_bytes_per_session = lq_model_kv_bytes(m, s->n_ctx);
     __atomic_store_n(&s->model, m, __ATOMIC_RELEASE);
-    srv_log(s, "loaded %s (%s, %d layers, %d dim, vocab %d, kernels %s, %d threads) in %.1f ms",
+    srv_log(s, "loaded %s (%s, %d layers, %d dim, vocab %d, kernels %s, %d threads, KV %s, lm_head %s, "
+            "weights %s) in %.1f ms",
             s->model_path, mi->arch_name, mi->n_layer, mi->n_embd, mi->n_vocab,
-            mi->kernels ? mi->kernels : "?", mi->n_threads, s->load_ms);
+            mi->kernels ? mi->kernels : "?", mi->n_threads, mi->kv_f16 ? "f16" : "f32",
+            mi->lm_head_q8 ? "q8" : "as stored", mi->weights_copied ? "copied (2 MB pages)" : "mapped",
+            s->load_ms);
     return 0;
 }
 
@@ -152,18 +159,12 @@ int srv_session_get(lq_server *s, lq_session **out, lq_err *err)
     }
     s->n_sessions++; /* reserve, create outside the lock (KV allocation may be large) */
     pthread_mutex_unlock(&s->pool_mu);
-    rc = lq_session_create(m, s->o.n_ctx, out, err);
+    rc = lq_session_create(m, s->n_ctx, out, err);
     if (rc) {
         pthread_mutex_lock(&s->pool_mu);
         s->n_sessions--;
         pthread_mutex_unlock(&s->pool_mu);
         return rc;
-    }
-    if (!s->kv_bytes_per_session) {
-        const lq_model_info *mi = lq_model_get_info(m);
-        /* K and V per layer: n_ctx x (n_head_kv * head_dim) f32 */
-        s->kv_bytes_per_session = (size_t)2 * mi->n_layer * (size_t)lq_session_n_ctx(*out) *
-                                  mi->n_head_kv * mi->head_dim * sizeof(float);
     }
     __atomic_add_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
     return 0;
@@ -282,6 +283,19 @@ static void dispatch(lq_server *s, req *q, reply *r)
     }
 }
 
+/* A body over --max-body is still read, and dropped, up to max_body plus the larger of
+ * max_body and 16 MiB in all, as nginx discards a refused body: a client that writes its
+ * whole body before it reads (Python's http.client, urllib, requests) then gets the 413,
+ * where a connection closed under its writes leaves it a broken pipe. Past the bound the
+ * connection is closed; a body announced past it is refused at once, unread. */
+#define DRAIN_MIN ((uint64_t)16 << 20)
+
+static uint64_t drain_bound(const lq_server *s)
+{
+    uint64_t b = s->o.max_body;
+    return b + (b > DRAIN_MIN ? b : DRAIN_MIN);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
@@ -348,9 +362,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             errno = 0;
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || *end || v > s->o.max_body) {
-                reply_route_err(&r, q->rt, 413, "request body of %s bytes is over the limit of %zu bytes",
-                                cl, s->o.max_body);
-                return send_reply(q, &r, 0);
+                /* a client that sent Expect: 100-continue waits for this reply before its body */
+                const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+                if (errno || *end || v > drain_bound(s) || (expect && !strcasecmp(expect, "100-continue"))) {
+                    reply_route_err(&r, q->rt, 413, "request body of %s bytes is over the limit of %zu bytes",
+                                    cl, s->o.max_body);
+                    return send_reply(q, &r, 0);
+                }
+                q->too_large = 1; /* drained below; the 413 follows the body */
             }
         }
         return MHD_YES;
@@ -367,7 +386,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         }
         if (q->too_large || q->len + n > s->o.max_body) {
-            q->too_large = 1; /* chunked upload without Content-Length: discard, 413 at the end */
+            q->too_large = 1; /* discarded; the 413 goes out once the body is in */
+            q->dropped += n;
+            if (q->len + q->dropped > drain_bound(s)) {
+                /* MHD takes no reply in the middle of a body: closing is all there is */
+                metrics_count(s, q->rt->id, 413);
+                return MHD_NO;
+            }
             return MHD_YES;
         }
         if (q->len + n + 1 > q->cap) {
@@ -392,7 +417,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (q->responded)
         return MHD_YES;
     if (q->too_large) {
-        reply_route_err(&r, q->rt, 413, "request body is over the limit of %zu bytes", s->o.max_body);
+        reply_route_err(&r, q->rt, 413, "request body of %llu bytes is over the limit of %zu bytes",
+                        (unsigned long long)(q->len + q->dropped), s->o.max_body);
         return send_reply(q, &r, 0);
     }
     if (q->rt->gated) {
@@ -520,6 +546,7 @@ static void server_free(lq_server *s)
     free(s->host);
     free(s->api_key);
     free(s->model_path);
+    free(s->kernels);
     free(s);
 }
 
@@ -562,9 +589,11 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->host = dupz(o->host && *o->host ? o->host : "127.0.0.1");
     s->api_key = o->api_key && *o->api_key ? dupz(o->api_key) : NULL;
     s->model_path = dupz(o->model_path);
+    s->kernels = dupz(o->model.kernels);
     s->o.host = s->host;
     s->o.api_key = s->api_key;
     s->o.model_path = s->model_path;
+    s->o.model.kernels = s->kernels;
     if (s->o.shutdown_grace_s < 0)
         s->o.shutdown_grace_s = 0;
     pthread_mutex_init(&s->load_mu, NULL);
@@ -574,14 +603,14 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     model_id_from_path(s->model_path, s->model_id, sizeof s->model_id);
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
-    if (!s->pool_free || !s->host || !s->model_path || pipe2(s->stop_pipe, O_CLOEXEC)) {
+    if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
     }
     s->is_dir = S_ISDIR(st.st_mode);
     if (s->is_dir) {
         /* a vindex: mapped read-only, cheap to open, so never lazy */
-        lq_vindex_open_opts vo = {.n_threads = s->o.n_threads, .verify_checksums = 0};
+        lq_vindex_open_opts vo = {.n_threads = s->o.model.n_threads, .verify_checksums = 0};
         int rc = lq_vindex_open(s->model_path, &vo, &s->vx, err);
         if (rc) {
             server_free(s);

@@ -7,14 +7,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
+#include "core/utf8.h"
 #include "server/internal.h"
 
-double lq_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double lq_now(void) { return lq_now_ms() / 1e3; }
 
 double lq_round(double x, int decimals)
 {
@@ -34,67 +31,15 @@ void srv_log(lq_server *s, const char *fmt, ...)
     s->o.log(s->o.log_user, line);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid (overlongs, surrogates
- * and code points above U+10FFFF are invalid, as jansson's checker says). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t k;
-    unsigned cp;
-    if (c >= 0xC2 && c <= 0xDF) { k = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { k = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { k = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < k)
-        return 0;
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return k;
-}
-
-int lq_utf8_valid(const char *s, size_t len)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq(u + i, len - i);
-        if (!k)
-            return 0;
-        i += k;
-    }
-    return 1;
-}
-
 json_t *lq_jstr(const char *s, size_t len)
 {
     if (lq_utf8_valid(s, len))
         return json_stringn(s, len);
-    /* Replace each invalid byte by U+FFFD (3 bytes): at most 3x the input. */
-    char *t = malloc(len * 3 + 1);
+    size_t n;
+    char *t = lq_utf8_lossy(s, len, &n);
     if (!t)
         return json_string("");
-    const unsigned char *u = (const unsigned char *)s;
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq(u + i, len - i);
-        if (k) {
-            memcpy(t + o, s + i, k);
-            o += k;
-            i += k;
-        } else {
-            memcpy(t + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(t, o);
+    json_t *j = json_stringn(t, n);
     free(t);
     return j;
 }

@@ -430,25 +430,48 @@ static void do_infer(ws *w, json_t *j)
         return;
     }
     const char *mode = json_is_string(md) ? json_string_value(md) : "walk";
-    double t0 = lq_now(), ms = 0;
-    json_t *preds = NULL;
-    int bitnet = 0;
+    lq_infer_params ip;
+    lq_infer_params_init(&ip);
+    ip.prompt = json_string_value(p);
+    ip.top = (int)top;
+    ip.mode = mode;
+    if (strlen(ip.prompt) != json_string_length(p)) {
+        put_error(w, "'prompt' contains a NUL character");
+        return;
+    }
+    if (strcmp(mode, "walk") && strcmp(mode, "dense") && strcmp(mode, "compare")) {
+        put_error(w, "mode '%s' is not one of walk, dense, compare", mode);
+        return;
+    }
+    char *text = NULL;
     lq_err err;
-    if (infer_top(w->s, json_string_value(p), json_string_length(p), (int)top, &preds, &bitnet, &ms, &err)) {
+    if (srv_infer(w->s, NULL, &ip, &text, &err)) {
         put_error(w, "%s", err.msg);
         return;
     }
+    /* the frames carry exactly what POST /v1/infer answers: one frame per prediction of the
+     * body's list (compare: the walk half, or dense when only that ran), then the summary */
+    json_t *b = json_loads(text, 0, NULL);
+    free(text);
+    json_t *preds = json_object_get(b, "predictions");
+    if (!preds)
+        preds = json_object_get(b, "walk");
+    if (!preds)
+        preds = json_object_get(b, "dense");
     size_t n = json_array_size(preds);
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(preds, i);
         put_json(w, json_pack("{s:s,s:i,s:O,s:O}", "type", "prediction", "rank", (int)i + 1, "token",
                               json_object_get(e, "token"), "probability", json_object_get(e, "probability")));
     }
-    json_decref(preds);
-    /* the mode is echoed as asked: a GGUF has no gate index, so every mode runs dense */
-    put_json(w, json_pack("{s:s,s:o,s:s,s:I,s:f}", "type", "infer_done", "prompt",
-                          lq_jstr(json_string_value(p), json_string_length(p)), "mode", mode, "predictions",
-                          (json_int_t)n, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+    json_t *done = json_pack("{s:s,s:O,s:s,s:I,s:O}", "type", "infer_done", "prompt", json_object_get(b, "prompt"),
+                             "mode", json_is_string(json_object_get(b, "mode")) ? json_string_value(json_object_get(b, "mode")) : mode,
+                             "predictions", (json_int_t)n, "latency_ms", json_object_get(b, "latency_ms"));
+    json_t *ko = json_object_get(b, "knn_override");
+    if (ko)
+        json_object_set(done, "knn_override", ko);
+    put_json(w, done);
+    json_decref(b);
 }
 
 static void on_message(ws *w, const char *text, size_t len)

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/cpu.h"
 #include "core/f16.h"
 #include "vindex/vindex_internal.h"
 
@@ -331,6 +330,9 @@ static int labels_put(lq_vindex *v, uint64_t key, const char *label)
 
 const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature)
 {
+    const char *ov = v->ov ? lq_vx_ov_label(v, layer, feature) : NULL;
+    if (ov)
+        return ov;
     if (!v->label_cap || layer < 0 || feature < 0)
         return NULL;
     uint64_t key = (uint64_t)layer << 32 | (uint32_t)feature;
@@ -548,27 +550,14 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         rc = lq_pool_create(v->n_threads, &v->pool, err);
     }
     if (!rc) {
-        /* gate kernels: the best this CPU runs, or the one opts->kernels names */
-        const lq_cpu_features *cf = lq_cpu_features_get();
-        int avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
-        int avx512 = avx2 && cf->avx512f && cf->avx512bw && cf->avx512vl;
-        v->use_vnni = avx512 && cf->avx512vnni;
+        /* gate kernels: the model's dispatcher picks them (lq_kernels_best, or the set
+         * opts->kernels names) */
         const char *k = opts ? opts->kernels : NULL;
-        if (!k) {
-            v->use_avx2 = avx2;
-            v->use_avx512 = avx512;
-        } else if (!strcmp(k, "scalar")) {
-            v->use_vnni = 0;
-        } else if (!strcmp(k, "avx2") && avx2) {
-            v->use_avx2 = 1;
-            v->use_vnni = 0;
-        } else if (!strcmp(k, "avx512") && avx512) {
-            v->use_avx2 = v->use_avx512 = 1;
-        } else if (!strcmp(k, "avx2") || !strcmp(k, "avx512")) {
+        v->kern = k ? lq_kernels_by_name(k) : lq_kernels_best();
+        if (!v->kern && lq_kernels_is_name(k))
             rc = lq_err_set(err, LQ_EUNSUPPORTED, "gate kernels '%s' are not supported by this CPU", k);
-        } else {
+        else if (!v->kern)
             rc = lq_err_set(err, LQ_EINVAL, "gate kernels '%s' (scalar, avx2, avx512)", k);
-        }
     }
     if (!rc && opts && opts->prefilter && !in->dense_only)
         rc = lq_vx_build_sketches(v, err);
@@ -690,6 +679,12 @@ int lq_vindex_entity_vector(const lq_vindex *v, const char *text, float *q, size
 
 int lq_vindex_feature_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m)
 {
+    if (v->ov) { /* an overlay's view: its override or tombstone first */
+        int r = lq_vx_ov_meta(v, layer, feature, m);
+        if (r >= 0)
+            return r;
+    }
+    m->top_token = NULL;
     if (!v->has_down || layer < 0 || layer >= (int)v->dm_layers || feature < 0 ||
         (uint32_t)feature >= v->dm_nf[layer])
         return 0;

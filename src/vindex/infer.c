@@ -1,73 +1,49 @@
 /* Next-token inference as LARQL's POST /v1/infer answers it (BitNet branch), and the KNN
- * store whose entries override it (INSERT ... MODE KNN).
+ * store whose entries override it (INSERT ... MODE KNN). One function serves every front
+ * end (larql infer, POST /v1/infer, the WebSocket's infer), so their bodies agree.
  *
  * walk:    the full forward pass with the last position's residual captured after every
- *          layer, then the KNN override: layers in ascending order, the store's best entry
- *          by cosine at that layer; the first cosine > 0.75 wins and its token goes first
- *          with probability 1.0, followed by the model's top-(k-1). Empty store: no override,
- *          the same predictions as dense.
+ *          layer (lq_session_eval_capture), then the KNN override: layers in ascending
+ *          order, the store's best entry by cosine at that layer; the first cosine > 0.75
+ *          wins and its token goes first with probability 1.0, followed by the model's
+ *          top-(k-1). Empty store: no override, the same predictions as dense.
  * dense:   the forward pass alone; the body says "mode":"bitnet" for a BitNet model (LARQL's
  *          predict_bitnet), "dense" otherwise.
  * compare: both, timed separately.
  * A dense-only vindex (index.json layers empty) — and a plain GGUF, which has no gate index
  * either — turns walk into dense and compare into dense only, as LARQL's handler does.
  * Probabilities: softmax over the whole vocabulary in double, top k by probability, token =
- * the raw vocabulary piece ("ĠParis"), rounded to 4 decimals; times to 0.1 ms. */
+ * the token's decoded text (" Paris"; invalid UTF-8 of a lone byte token as U+FFFD),
+ * rounded to 4 decimals; times to 0.1 ms. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "model/model_internal.h"
+#include "core/clock.h"
+#include "core/utf8.h"
+#include "larql/model.h"
 #include "vindex/vindex_internal.h"
-
-lq_vindex *lq_vx_model_vindex(const lq_model *m);
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* ---- forward ---- */
 
 /* logits [V] after the last of ids; resid: NULL or [n_layer, D] the last position's residual
- * after each layer (the engine's capture hook). */
-static int forward(lq_model *m, const int32_t *ids, size_t n, float *logits, float *resid,
-                   lq_err *err)
+ * after each layer. sess: the caller's session (reset first) or NULL for one of n positions. */
+static int forward(lq_model *m, lq_session *sess, const int32_t *ids, size_t n, float *logits,
+                   float *resid, lq_err *err)
 {
-    lq_session *s = NULL;
-    int rc = lq_session_create(m, (int)n, &s, err);
-    if (rc)
+    lq_session *s = sess;
+    int rc = LQ_OK;
+    if (s)
+        lq_session_reset(s);
+    else if ((rc = lq_session_create(m, (int)n, &s, err)))
         return rc;
-    if (!resid) {
-        rc = lq_session_eval(s, ids, n, logits, NULL, err);
+    rc = resid ? lq_session_eval_capture(s, ids, n, logits, resid, err)
+               : lq_session_eval(s, ids, n, logits, NULL, err);
+    if (sess)
+        lq_session_reset(s);
+    else
         lq_session_free(s);
-        return rc;
-    }
-    /* the session provides the KV cache and RoPE table; the batches run in our own
-     * scratch, whose capture pointer collects the residuals */
-    lq_scratch sc;
-    if (lq_scratch_init(&sc, m, (int)n)) {
-        lq_session_free(s);
-        return lq_err_set(err, LQ_ENOMEM, "out of memory for a forward pass");
-    }
-    sc.capture = resid;
-    lq_fwd_row rows[LQ_MAX_BATCH];
-    float *outp[LQ_MAX_BATCH];
-    for (size_t c0 = 0; c0 < n; c0 += LQ_MAX_BATCH) {
-        int T = n - c0 < LQ_MAX_BATCH ? (int)(n - c0) : LQ_MAX_BATCH;
-        for (int t = 0; t < T; t++) {
-            rows[t].s = s;
-            rows[t].pos = (int)c0 + t;
-            outp[t] = c0 + (size_t)t == n - 1 ? logits : NULL;
-        }
-        lq_forward(m, &sc, ids + c0, rows, T, c0 + (size_t)T == n ? outp : NULL);
-    }
-    lq_scratch_free(&sc);
-    lq_session_free(s);
-    return LQ_OK;
+    return rc;
 }
 
 static void free_preds(lq_prediction *p, size_t n)
@@ -77,11 +53,24 @@ static void free_preds(lq_prediction *p, size_t n)
     free(p);
 }
 
-/* top-k by probability (softmax in double over all of V); ids without a piece are dropped */
+/* The text a prediction shows: the token decoded alone, valid UTF-8. */
+static char *token_text(const lq_tokenizer *tok, int32_t id)
+{
+    char *raw = NULL;
+    size_t len = 0;
+    if (lq_tokenizer_decode(tok, &id, 1, 0, &raw, &len, NULL))
+        return strdup("");
+    char *t = lq_utf8_lossy(raw, len, NULL);
+    free(raw);
+    return t;
+}
+
+/* top-k by probability (softmax in double over all of V) */
 static int predictions(const lq_model *m, const float *lg, int k, lq_prediction **out, size_t *n_out,
                        lq_err *err)
 {
-    int V = m->n_vocab;
+    int V = lq_model_get_info(m)->n_vocab;
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
     *out = NULL;
     *n_out = 0;
     if (k > V)
@@ -113,25 +102,113 @@ static int predictions(const lq_model *m, const float *lg, int k, lq_prediction 
         }
         best[j] = i;
     }
-    size_t np = 0;
     for (int r = 0; r < nb; r++) {
-        size_t len = 0;
-        const char *piece = lq_tokenizer_piece(m->tok, best[r], &len);
-        if (!piece)
-            continue;
-        p[np].token = strndup(piece, len);
-        if (!p[np].token) {
+        if (!(p[r].token = token_text(tok, best[r]))) {
             free(best);
-            free_preds(p, np);
+            free_preds(p, (size_t)r);
             return lq_err_set(err, LQ_ENOMEM, "out of memory");
         }
-        p[np].id = best[r];
-        p[np].probability = exp((double)lg[best[r]] - mx) / sum;
-        np++;
+        p[r].id = best[r];
+        p[r].probability = exp((double)lg[best[r]] - mx) / sum;
     }
     free(best);
     *out = p;
-    *n_out = np;
+    *n_out = (size_t)nb;
+    return LQ_OK;
+}
+
+/* Encodes a prompt as /v1/infer does (special tokens parsed, BOS as the tokenizer says) and
+ * checks it against the vocabulary and a context of n_ctx positions. */
+static int encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
+                         lq_err *err)
+{
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    const lq_model_info *mi = lq_model_get_info(m);
+    *ids = NULL;
+    *n = 0;
+    if (!prompt || !*prompt)
+        return lq_err_set(err, LQ_EINVAL, "empty prompt");
+    if (!tok)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "the model has no tokenizer");
+    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0);
+    int rc = lq_tokenizer_encode(tok, prompt, strlen(prompt), fl, ids, n, err);
+    if (rc)
+        return rc;
+    if (*n == 0)
+        rc = lq_err_set(err, LQ_EINVAL, "empty prompt");
+    for (size_t i = 0; !rc && i < *n; i++)
+        if ((*ids)[i] < 0 || (*ids)[i] >= mi->n_vocab)
+            rc = lq_err_set(err, LQ_ERANGE, "prompt token %d outside the model's vocabulary (%d)",
+                            (int)(*ids)[i], mi->n_vocab);
+    if (!rc && *n > (size_t)n_ctx)
+        rc = lq_err_set(err, LQ_ECONTEXT, "prompt of %zu tokens exceeds the context length %d", *n,
+                        n_ctx);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+/* The KNN override over the captured residuals resid [n_layer, D]: the first layer (ascending)
+ * whose best entry has cosine > LQ_KNN_COSINE_THRESHOLD. -1 when none. */
+static int knn_match(const lq_knn_store *ks, const float *resid, int n_layer, size_t D, float *cos_out)
+{
+    for (int l = 0; ks && ks->n && (int)D == ks->hidden && l < n_layer; l++) {
+        const float *x = resid + (size_t)l * D;
+        double xx = 0;
+        for (size_t i = 0; i < D; i++)
+            xx += (double)x[i] * x[i];
+        float inv = xx > 0 ? (float)(1.0 / sqrt(xx)) : 0.0f;
+        int bi = -1;
+        float bc = -INFINITY;
+        for (size_t e = 0; e < ks->n; e++) {
+            if (ks->e[e].layer != l)
+                continue;
+            float c = 0;
+            for (size_t i = 0; i < D; i++)
+                c += ks->e[e].key[i] * (x[i] * inv);
+            if (c > bc)
+                bc = c, bi = (int)e;
+        }
+        if (bi >= 0 && bc > LQ_KNN_COSINE_THRESHOLD) {
+            *cos_out = bc;
+            return bi;
+        }
+    }
+    return -1;
+}
+
+/* Puts the override's token first with probability 1.0, followed by the model's top-(top-1). */
+static int apply_override(lq_infer_result *r, const lq_knn_store *ks, int e, int layer, float cos,
+                          int top, lq_err *err)
+{
+    r->knn_fired = 1;
+    r->knn_layer = layer;
+    r->knn_cosine = cos;
+    if (!(r->knn_token = strdup(ks->e[e].target_token)))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (r->n_walk) {
+        if (!(r->model_top1.token = strdup(r->walk[0].token)))
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        r->model_top1.id = r->walk[0].id;
+        r->model_top1.probability = r->walk[0].probability;
+    }
+    size_t keep = r->n_walk && top > 0 ? (size_t)top - 1 : 0;
+    if (keep > r->n_walk)
+        keep = r->n_walk;
+    lq_prediction *np = calloc(keep + 1, sizeof *np);
+    if (!np || !(np[0].token = strdup(r->knn_token))) {
+        free(np);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    np[0].id = -1;
+    np[0].probability = 1.0;
+    for (size_t i = 0; i < keep; i++)
+        np[i + 1] = r->walk[i], r->walk[i].token = NULL;
+    free_preds(r->walk, r->n_walk);
+    r->walk = np;
+    r->n_walk = keep + 1;
     return LQ_OK;
 }
 
@@ -156,18 +233,17 @@ void lq_infer_result_free(lq_infer_result *r)
 int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!m || !p)
         return lq_err_set(err, LQ_EINVAL, "infer: model and parameters are required");
     if (!p->prompt || !*p->prompt)
         return lq_err_set(err, LQ_EINVAL, "empty prompt");
     if (p->top < 0)
         return lq_err_set(err, LQ_EINVAL, "top %d must be >= 0", p->top);
-    if (!m->tok)
-        return lq_err_set(err, LQ_EUNSUPPORTED, "infer: the model has no tokenizer");
+    const lq_model_info *mi = lq_model_get_info(m);
     const char *mode = p->mode ? p->mode : "walk";
     int walk = !strcmp(mode, "walk"), dense = !strcmp(mode, "dense"), cmp = !strcmp(mode, "compare");
-    lq_vindex *v = lq_vx_model_vindex(m);
+    const lq_vindex *v = lq_vindex_of_model(m);
     /* no gate index (dense-only vindex or a GGUF): walk/compare become dense */
     r->dense_only = !v || v->info.dense_only;
     if (r->dense_only && (walk || cmp)) {
@@ -176,112 +252,46 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
         r->coerced = 1;
     }
     r->compare = cmp;
-    r->bitnet = m->arch != LQ_ARCH_LLAMA;
+    r->bitnet = mi->arch != LQ_ARCH_LLAMA;
     if (!walk && !dense && !cmp) { /* LARQL: 200 with only prompt and latency */
-        r->latency_ms = now_ms() - t0;
+        r->latency_ms = lq_now_ms() - t0;
         return LQ_OK;
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(m->tok) ? LQ_TOK_ADD_BOS : 0);
-    int rc = lq_tokenizer_encode(m->tok, p->prompt, strlen(p->prompt), fl, &ids, &n, err);
+    int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
+    int rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err);
     if (rc)
         return rc;
-    if (n == 0) {
-        free(ids);
-        return lq_err_set(err, LQ_EINVAL, "empty prompt");
-    }
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->n_vocab) {
-            rc = lq_err_set(err, LQ_ERANGE, "prompt token %d outside the model's vocabulary (%d)",
-                            (int)ids[i], m->n_vocab);
-            free(ids);
-            return rc;
-        }
-    if (n > (size_t)m->n_ctx_train) {
-        rc = lq_err_set(err, LQ_ECONTEXT, "prompt of %zu tokens exceeds the context length %d", n,
-                        m->n_ctx_train);
-        free(ids);
-        return rc;
-    }
-    size_t V = (size_t)m->n_vocab, D = (size_t)m->n_embd;
+    size_t V = (size_t)mi->n_vocab, D = (size_t)mi->n_embd;
     float *lg = malloc(V * sizeof *lg);
-    float *resid = walk || cmp ? malloc((size_t)m->n_layer * D * sizeof *resid) : NULL;
+    float *resid = walk || cmp ? malloc((size_t)mi->n_layer * D * sizeof *resid) : NULL;
     if (!lg || ((walk || cmp) && !resid)) {
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         goto out;
     }
     if (walk || cmp) {
-        double t1 = now_ms();
-        if ((rc = forward(m, ids, n, lg, resid, err)) ||
+        double t1 = lq_now_ms();
+        if ((rc = forward(m, p->session, ids, n, lg, resid, err)) ||
             (rc = predictions(m, lg, p->top, &r->walk, &r->n_walk, err)))
             goto out;
         r->has_walk = 1;
-        /* KNN override over the captured residuals */
-        const lq_knn_store *ks = p->knn;
-        for (int l = 0; ks && ks->n && l < m->n_layer && !r->knn_fired; l++) {
-            const float *x = resid + (size_t)l * D;
-            double xx = 0;
-            for (size_t i = 0; i < D; i++)
-                xx += (double)x[i] * x[i];
-            float inv = xx > 0 ? (float)(1.0 / sqrt(xx)) : 0.0f;
-            int bi = -1;
-            float bc = -INFINITY;
-            for (size_t e = 0; e < ks->n; e++) {
-                if (ks->e[e].layer != l || (int)D != ks->hidden)
-                    continue;
-                float c = 0;
-                for (size_t i = 0; i < D; i++)
-                    c += ks->e[e].key[i] * (x[i] * inv);
-                if (c > bc)
-                    bc = c, bi = (int)e;
-            }
-            if (bi >= 0 && bc > LQ_KNN_COSINE_THRESHOLD) {
-                r->knn_fired = 1;
-                r->knn_layer = l;
-                r->knn_cosine = bc;
-                r->knn_token = strdup(ks->e[bi].target_token);
-                if (!r->knn_token) {
-                    rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-                    goto out;
-                }
-            }
-        }
-        if (r->knn_fired) {
-            if (r->n_walk) {
-                r->model_top1.token = strdup(r->walk[0].token);
-                r->model_top1.id = r->walk[0].id;
-                r->model_top1.probability = r->walk[0].probability;
-            }
-            /* [(target, 1.0)] + raw[0 .. top-1] */
-            size_t keep = r->n_walk && p->top > 0 ? (size_t)p->top - 1 : 0;
-            if (keep > r->n_walk)
-                keep = r->n_walk;
-            lq_prediction *np = calloc(keep + 1, sizeof *np);
-            if (!np) {
-                rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-                goto out;
-            }
-            np[0].token = strdup(r->knn_token);
-            np[0].id = -1;
-            np[0].probability = 1.0;
-            for (size_t i = 0; i < keep; i++)
-                np[i + 1] = r->walk[i], r->walk[i].token = NULL;
-            free_preds(r->walk, r->n_walk);
-            r->walk = np;
-            r->n_walk = keep + 1;
-        }
-        r->walk_ms = now_ms() - t1;
+        const lq_knn_store *ks = p->knn ? p->knn : lq_knn_store_of_model(m);
+        float cos = 0;
+        int e = knn_match(ks, resid, mi->n_layer, D, &cos);
+        if (e >= 0 && (rc = apply_override(r, ks, e, ks->e[e].layer, cos, p->top, err)))
+            goto out;
+        r->walk_ms = lq_now_ms() - t1;
     }
     if (dense || cmp) {
-        double t1 = now_ms();
-        if ((rc = forward(m, ids, n, lg, NULL, err)) ||
+        double t1 = lq_now_ms();
+        if ((rc = forward(m, p->session, ids, n, lg, NULL, err)) ||
             (rc = predictions(m, lg, p->top, &r->dense, &r->n_dense, err)))
             goto out;
         r->has_dense = 1;
-        r->dense_ms = now_ms() - t1;
+        r->dense_ms = lq_now_ms() - t1;
     }
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
 out:
     free(ids);
     free(lg);
@@ -293,30 +303,16 @@ out:
 
 int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *err)
 {
-    if (!m || !prompt || !*prompt || !resid)
-        return lq_err_set(err, LQ_EINVAL, "empty prompt");
-    if (!m->tok)
-        return lq_err_set(err, LQ_EUNSUPPORTED, "the model has no tokenizer");
+    if (!m || !resid)
+        return lq_err_set(err, LQ_EINVAL, "infer residuals: model and buffer are required");
+    const lq_model_info *mi = lq_model_get_info(m);
     int32_t *ids = NULL;
     size_t n = 0;
-    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(m->tok) ? LQ_TOK_ADD_BOS : 0);
-    int rc = lq_tokenizer_encode(m->tok, prompt, strlen(prompt), fl, &ids, &n, err);
+    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
     if (rc)
         return rc;
-    if (n == 0)
-        rc = lq_err_set(err, LQ_EINVAL, "empty prompt");
-    for (size_t i = 0; !rc && i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->n_vocab)
-            rc = lq_err_set(err, LQ_ERANGE, "prompt token %d outside the model's vocabulary (%d)",
-                            (int)ids[i], m->n_vocab);
-    if (!rc && n > (size_t)m->n_ctx_train)
-        rc = lq_err_set(err, LQ_ECONTEXT, "prompt of %zu tokens exceeds the context length %d", n,
-                        m->n_ctx_train);
-    float *lg = rc ? NULL : malloc((size_t)m->n_vocab * sizeof *lg);
-    if (!rc && !lg)
-        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-    if (!rc)
-        rc = forward(m, ids, n, lg, resid, err);
+    float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
+    rc = lg ? forward(m, NULL, ids, n, lg, resid, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
     free(lg);
     free(ids);
     return rc;
@@ -403,4 +399,3 @@ int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err
     return lq_sb_finish(&b, json_out, err);
 }
 
-const lq_vindex *lq_vindex_of_model(const struct lq_model *m) { return lq_vx_model_vindex(m); }

@@ -21,10 +21,9 @@
 
 #include "core/f16.h"
 #include "core/mapfile.h"
-#include "model/model_internal.h"
+#include "larql/model.h"
 #include "vindex/vindex_internal.h"
 
-lq_vindex *lq_vx_model_vindex(const lq_model *m);
 
 #define KNN_MAGIC "LKNN"
 #define KNN_VERSION 1u
@@ -341,39 +340,63 @@ out:
 
 /* ---- INSERT ... MODE KNN ---- */
 
+char *lq_vx_canonical_prompt(const char *entity, const char *relation)
+{
+    size_t rl = strlen(relation), el = strlen(entity);
+    char *prompt = malloc(rl + el + 16);
+    if (!prompt)
+        return NULL;
+    int k = snprintf(prompt, rl + el + 16, "The ");
+    for (size_t i = 0; i < rl; i++)
+        prompt[k++] = relation[i] == '-' || relation[i] == '_' ? ' ' : relation[i];
+    snprintf(prompt + k, rl + el + 16 - (size_t)k, " of %s is", entity);
+    return prompt;
+}
+
+size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation)
+{
+    size_t w = 0, n0 = s->n;
+    for (size_t i = 0; i < s->n; i++) {
+        lq_vx_knn_entry *e = &s->e[i];
+        if (!strcmp(e->entity ? e->entity : "", entity) && (!relation || !strcmp(e->relation ? e->relation : "", relation))) {
+            entry_free(e);
+            continue;
+        }
+        s->e[w++] = *e;
+    }
+    s->n = w;
+    return n0 - w;
+}
+
 int lq_knn_insert(struct lq_model *m, lq_knn_store *s, const lq_knn_insert_params *p, lq_err *err)
 {
     if (!m || !s || !p || !p->entity || !*p->entity || !p->relation || !*p->relation || !p->target || !*p->target)
         return lq_err_set(err, LQ_EINVAL, "knn insert: entity, relation and target are required");
-    if (s->hidden != m->n_embd)
-        return lq_err_set(err, LQ_EINVAL, "knn insert: store hidden %d, model hidden %d", s->hidden, m->n_embd);
-    if (!m->tok)
+    const lq_model_info *mi = lq_model_get_info(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    if (s->hidden != mi->n_embd)
+        return lq_err_set(err, LQ_EINVAL, "knn insert: store hidden %d, model hidden %d", s->hidden, mi->n_embd);
+    if (!tok)
         return lq_err_set(err, LQ_EUNSUPPORTED, "knn insert: the model has no tokenizer");
     int layer = p->layer;
     if (layer < 0) { /* LARQL: knowledge band's last layer - 1 */
-        const lq_vindex *v = lq_vx_model_vindex(m);
+        const lq_vindex *v = lq_vindex_of_model(m);
         lq_vindex_band b[3];
         int hi;
         if (v)
             hi = v->info.bands[1].end;
-        else if (lq_vx_family_bands("generic", m->n_layer, b))
+        else if (lq_vx_family_bands("generic", mi->n_layer, b))
             hi = b[1].end;
         else
-            hi = m->n_layer - 1;
+            hi = mi->n_layer - 1;
         layer = hi - 1 < 0 ? 0 : hi - 1;
     }
-    if (layer >= m->n_layer)
-        layer = m->n_layer - 1; /* clamped, as LQL does */
-    /* canonical prompt: "The {relation with - and _ as spaces} of {entity} is" */
-    size_t rl = strlen(p->relation), el = strlen(p->entity);
-    char *prompt = malloc(rl + el + 16);
+    if (layer >= mi->n_layer)
+        layer = mi->n_layer - 1; /* clamped, as LQL does */
+    char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
     if (!prompt)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    int k = snprintf(prompt, rl + el + 16, "The ");
-    for (size_t i = 0; i < rl; i++)
-        prompt[k++] = p->relation[i] == '-' || p->relation[i] == '_' ? ' ' : p->relation[i];
-    snprintf(prompt + k, rl + el + 16 - (size_t)k, " of %s is", p->entity);
-    float *resid = malloc((size_t)m->n_layer * m->n_embd * sizeof *resid);
+    float *resid = malloc((size_t)mi->n_layer * mi->n_embd * sizeof *resid);
     int32_t *ids = NULL;
     size_t nid = 0;
     char *sp = malloc(strlen(p->target) + 2);
@@ -382,12 +405,12 @@ int lq_knn_insert(struct lq_model *m, lq_knn_store *s, const lq_knn_insert_param
         rc = lq_infer_residuals(m, prompt, resid, err);
     if (!rc) {
         snprintf(sp, strlen(p->target) + 2, " %s", p->target);
-        rc = lq_tokenizer_encode(m->tok, sp, strlen(sp), 0, &ids, &nid, err);
+        rc = lq_tokenizer_encode(tok, sp, strlen(sp), 0, &ids, &nid, err);
         if (!rc && nid == 0)
             rc = lq_err_set(err, LQ_EINVAL, "knn insert: target '%s' encodes to no tokens", p->target);
     }
     if (!rc) {
-        lq_knn_entry e = {layer, resid + (size_t)layer * m->n_embd, ids[0], p->target, p->entity, p->relation,
+        lq_knn_entry e = {layer, resid + (size_t)layer * mi->n_embd, ids[0], p->target, p->entity, p->relation,
                           p->confidence};
         rc = lq_knn_store_add_entry(s, &e, err);
     }

@@ -45,8 +45,8 @@ static void i2s_set(uint8_t *p, uint64_t i, int code)
 }
 
 /* Validates one fact (layer, feature, tokens) before anything is changed. */
-static int plant_one(const lq_gguf *g, const lq_tokenizer *tok, const float *emb,
-                     int D, int V, double sigma, const lq_fact *f, lq_err *err)
+static int check_fact(const lq_gguf *g, const lq_tokenizer *tok, int D, int V, const lq_fact *f,
+                      lq_err *err)
 {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", f->layer);
@@ -89,14 +89,9 @@ static int plant_one(const lq_gguf *g, const lq_tokenizer *tok, const float *emb
             rc = lq_err_set(err, LQ_ERANGE, "fact: entity token %d outside the embedding", eids[i]);
     if (!rc && (tids[1] < 0 || tids[1] >= V))
         rc = lq_err_set(err, LQ_ERANGE, "fact: target token %d outside the embedding", tids[1]);
-    if (rc) {
-        free(eids);
-        free(tids);
-        return rc;
-    }
     free(eids);
     free(tids);
-    return LQ_OK;
+    return rc;
 }
 
 int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err)
@@ -142,7 +137,7 @@ int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_e
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     for (size_t k = 0; k < n && !rc; k++) {
         const lq_fact *f = &facts[k];
-        rc = plant_one(g, tok, emb, D, V, sigma, f, err);
+        rc = check_fact(g, tok, D, V, f, err);
         if (rc)
             break;
         /* query vector: mean embedding of the entity's tokens */

@@ -7,14 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "vindex/vindex_internal.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static double round_ms(double ms) { return round(ms * 10.0) / 10.0; }
 
@@ -293,7 +287,7 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
             continue;
         lq_feature_meta fm;
         lq_vindex_feature_meta(v, h->layer, h->feature, &fm);
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         if (strlen(tok) < 2 || ieq(tok, ent))
             continue;
         if (p->per_layer) {
@@ -397,7 +391,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
                        lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->entity || !*p->entity)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     int band = 1;
@@ -439,7 +433,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
         memset(r, 0, sizeof *r);
         return rc;
     }
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -448,7 +442,7 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
 {
     for (size_t i = 0; i < n; i++)
         memset(&results[i], 0, sizeof results[i]);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     int band = 1;
     int rc = describe_check(v, p, &band, err);
     if (rc)
@@ -487,7 +481,7 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
         pi.entity = entities[i];
         rc = describe_merge(v, &pi, hits + row[i] * stride, nh[row[i]], &results[i], err);
     }
-    double ms = now_ms() - t0;
+    double ms = lq_now_ms() - t0;
     for (size_t i = 0; i < n; i++) {
         if (rc)
             lq_describe_result_free(&results[i]);
@@ -614,7 +608,7 @@ static int parse_layer_spec(const lq_vindex *v, const char *spec, int **out, siz
 int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *r, lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->prompt || !*p->prompt)
         return lq_err_set(err, LQ_EINVAL, "empty prompt");
     if (p->top < 0)
@@ -660,12 +654,12 @@ int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *
         lq_feature_meta fm;
         lq_vindex_feature_meta(v, hits[i].layer, hits[i].feature, &fm);
         r->hits[i] = (lq_walk_hit){hits[i].layer, hits[i].feature, hits[i].score,
-                                   lq_vindex_token_text(v, fm.top_token_id),
+                                   lq_vx_meta_text(v, &fm),
                                    lq_vindex_probe_label(v, hits[i].layer, hits[i].feature)};
     }
     free(hits);
     r->n_hits = nh;
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -744,7 +738,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
                      lq_err *err)
 {
     memset(r, 0, sizeof *r);
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (p->limit < 0)
         return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
     if (p->layer >= v->info.num_layers || p->layer < -1)
@@ -773,7 +767,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
             const char *lab = lq_vindex_probe_label(v, l, f);
             if (p->relation && (!lab || !icontains(lab, p->relation)))
                 continue;
-            const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+            const char *tok = lq_vx_meta_text(v, &fm);
             if (p->entity && !icontains(tok, p->entity))
                 continue;
             if (!isnan(p->min_confidence) && !(fm.c_score >= p->min_confidence))
@@ -795,7 +789,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
     r->edges = e;
     r->total = n;
     r->n_edges = n < (size_t)p->limit ? n : (size_t)p->limit;
-    r->latency_ms = now_ms() - t0;
+    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
 }
 
@@ -848,7 +842,7 @@ static int cmp_rel(const void *a, const void *b)
 
 int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
 {
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     int rc = need_browse(v, err);
     if (rc)
         return rc;
@@ -864,7 +858,7 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
             lq_feature_meta fm;
             if (!lq_vindex_feature_meta(v, l, f, &fm) || !(fm.c_score >= 0.2f))
                 continue;
-            const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+            const char *tok = lq_vx_meta_text(v, &fm);
             if (!lq_vx_is_content(tok))
                 continue;
             char *key = lower_dup(tok);
@@ -965,7 +959,7 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
         lq_sb_printf(&b, ",\"count\":%d}", pa[i].count);
     }
     lq_sb_printf(&b, "],\"probe_count\":%zu,\"total\":%zu,\"latency_ms\":", v->n_labels, n);
-    lq_sb_f64(&b, round_ms(now_ms() - t0));
+    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&b, "}");
     free(agg);
     free(pa);
@@ -1001,7 +995,7 @@ void lq_nearest_params_init(lq_nearest_params *p)
 int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char **json_out,
                            lq_err *err)
 {
-    double t0 = now_ms();
+    double t0 = lq_now_ms();
     if (!p->entity || !*p->entity)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     if (p->top < 0)
@@ -1037,7 +1031,7 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
         lq_feature_meta fm;
         if (!lq_vindex_feature_meta(v, hits[i].layer, hits[i].feature, &fm))
             continue;
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", first ? "" : ",", hits[i].feature);
         lq_sb_json_str(&b, tok, strlen(tok));
         lq_sb_puts(&b, ",\"score\":");
@@ -1048,7 +1042,7 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
         first = 0;
     }
     lq_sb_puts(&b, "],\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(now_ms() - t0));
+    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&b, "}");
     free(hits);
     return lq_sb_finish(&b, json_out, err);
@@ -1069,7 +1063,7 @@ int lq_vindex_show_features_json(const lq_vindex *v, int layer, const char *filt
         lq_feature_meta fm;
         if (!lq_vindex_feature_meta(v, layer, f, &fm) || fm.c_score < min_score)
             continue;
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         if (filter && *filter && !icontains(tok, filter))
             continue;
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", rows ? "," : "", f);
@@ -1149,7 +1143,7 @@ int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *
 int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, char **json_out,
                            lq_err *err)
 {
-    double t0 = now_ms(), s = 0;
+    double t0 = lq_now_ms(), s = 0;
     int rc = lq_vindex_similar(v, a, b, &s, err);
     if (rc)
         return rc;
@@ -1161,7 +1155,7 @@ int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, cha
     lq_sb_puts(&sb, ",\"score\":");
     lq_sb_f64(&sb, lq_round_to(s, 1e4));
     lq_sb_puts(&sb, ",\"latency_ms\":");
-    lq_sb_f64(&sb, round_ms(now_ms() - t0));
+    lq_sb_f64(&sb, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&sb, "}");
     return lq_sb_finish(&sb, json_out, err);
 }

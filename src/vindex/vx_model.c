@@ -32,11 +32,18 @@
  * multiples of the element size in page-aligned mappings). q/k rows are as the GGUF stored
  * them, so RoPE pairs adjacent dimensions as the GGUF path does for llama.
  *
+ * lq_vindex_model_open builds the model over an open vindex (which it borrows: a server
+ * serves the browse queries and inference from one open); lq_vindex_model_open_dir opens the
+ * directory itself and the model owns that vindex. Both go through the loaders' shared
+ * assembly step (lq_model_new, lq_model_check_config, lq_model_finish).
+ *
  * The result is numerically the same model as the GGUF it was built from when the vindex is
  * f32 (every tensor carries the same values; the same kernels run). An --f16 vindex stores
  * the norms (and for llama the projections) truncated to f16 (LARQL's conversion), so its
  * logits differ slightly. */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,6 +54,8 @@
 
 typedef struct vx_src {
     lq_vindex *v;
+    int own_v;              /* v is closed with the model (lq_vindex_model_open_dir) */
+    lq_knn_store *knn;      /* knn_store.bin of the directory, if present */
     lq_mapfile norms, lm_head;
     lq_mapfile dense[3];    /* attn_weights.bin, up_weights.bin, down_weights.bin (llama) */
     void **owned;           /* repacked projections and decoded norms */
@@ -74,7 +83,9 @@ static void vx_src_free(void *p)
     lq_mapfile_close(&s->lm_head);
     for (int i = 0; i < 3; i++)
         lq_mapfile_close(&s->dense[i]);
-    lq_vindex_close(s->v);
+    lq_knn_store_free(s->knn);
+    if (s->own_v)
+        lq_vindex_close(s->v);
     free(s);
 }
 
@@ -118,27 +129,15 @@ static void *vx_alloc(vx_src *s, size_t bytes)
     return p;
 }
 
-int lq_vx_path_is_vindex(const char *path)
-{
-    struct stat st;
-    if (!path || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return 0;
-    char *ix = lq_vx_join(path, "index.json");
-    int ok = ix && stat(ix, &st) == 0;
-    free(ix);
-    return ok;
-}
-
 /* ---- LARQL kernel layout -> microsoft I2_S ---- */
 
-/* lut[b] holds the four microsoft codes of LARQL byte b, slot s in byte s of the word. */
+/* lut[b] holds the four microsoft codes of LARQL byte b, slot s in byte s of the word;
+ * built once (pthread_once: several models may open at the same time). */
 static uint32_t larql_lut[256];
-static int larql_lut_ready;
+static pthread_once_t larql_lut_once = PTHREAD_ONCE_INIT;
 
 static void init_lut(void)
 {
-    if (larql_lut_ready)
-        return;
     static const uint8_t ms_code[4] = {1, 2, 0, 1}; /* LARQL 00=0, 01=+1, 10=-1, 11=0 */
     for (int b = 0; b < 256; b++) {
         uint32_t w = 0;
@@ -146,12 +145,11 @@ static void init_lut(void)
             w |= (uint32_t)ms_code[(b >> (2 * s)) & 3] << (8 * s);
         larql_lut[b] = w;
     }
-    larql_lut_ready = 1; /* benign race: every thread writes the same table */
 }
 
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols)
 {
-    init_lut();
+    pthread_once(&larql_lut_once, init_lut);
     /* Per 128-column block: LARQL bytes 0..31 hold columns 4a+s (byte a, slot s).
      * microsoft byte j (j = 4a+s) holds columns j, j+32, j+64, j+96 at shifts 6, 4, 2, 0,
      * i.e. LARQL bytes a, 8+a, 16+a, 24+a at the same slot s: four LUT words OR'ed with
@@ -499,34 +497,27 @@ static int load_gate(vx_src *s, int layer, int64_t rows, int64_t cols, lq_wmat *
     return LQ_OK;
 }
 
-int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err)
+/* ---- the model's parts ---- */
+
+/* Architecture and configuration: index.json sizes, bitnet_layout (fallback model_config)
+ * for heads, RoPE and eps. Ranges are checked by lq_model_check_config. */
+static int read_config(lq_model *m, const lq_vindex *v, int *llama, lq_err *err)
 {
-    vx_src *s = calloc(1, sizeof *s);
-    if (!s)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    m->src = s;
-    m->src_free = vx_src_free;
-    lq_vindex_open_opts vo = {.n_threads = 1};
-    int rc = lq_vindex_open(dir, &vo, &s->v, err);
-    if (rc)
-        return rc;
-    const lq_vindex_info *vi = lq_vindex_get_info(s->v);
-    const json_t *ix = s->v->index;
-    /* auto: as for a GGUF, by the bytes decode streams (the embedding stands for them) */
-    s->huge = lq_want_huge_copy(hugepages, (uint64_t)s->v->embed.size * 2);
+    const lq_vindex_info *vi = &v->info;
+    const char *dir = vi->dir;
     if (!vi->has_model_weights && vi->extract_level < LQ_VLEVEL_INFERENCE)
         return lq_err_set(err, LQ_EUNSUPPORTED,
                           "%s: vindex does not contain model weights (extract_level %s): rebuild "
                           "with `larql convert gguf-to-vindex --keep-quant --level inference`",
                           dir, vi->extract_level_str);
-    const json_t *bl = json_object_get(ix, "bitnet_layout");
-    const json_t *mc = json_object_get(ix, "model_config");
+    const json_t *bl = json_object_get(v->index, "bitnet_layout");
+    const json_t *mc = json_object_get(v->index, "model_config");
     const char *mt = json_string_value(json_object_get(mc, "model_type"));
     /* llama: dense projections in attn/up/down_weights.bin + gate_vectors.bin. BitNet: the
      * ternary bitnet/ artifacts (the dense files of a BitNet vindex hold unit-scale trits,
      * the per-tensor scales are only in bitnet/scales.f32). */
-    int llama = mt && !strcmp(mt, "llama") && !json_is_object(bl);
-    if (!llama && (!vi->has_bitnet || !json_is_object(bl)))
+    *llama = mt && !strcmp(mt, "llama") && !json_is_object(bl);
+    if (!*llama && (!vi->has_bitnet || !json_is_object(bl)))
         return lq_err_set(err, LQ_EUNSUPPORTED,
                           "%s: no bitnet_layout in index.json and model_type '%s' is not llama: "
                           "running a BitNet vindex needs its ternary weights (rebuild the GGUF "
@@ -534,13 +525,11 @@ int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err)
     if (!mt)
         mt = "bitnet-b1.58";
     snprintf(m->arch_name, sizeof m->arch_name, "%s", mt);
-    m->arch = llama ? LQ_ARCH_LLAMA : !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
+    m->arch = *llama ? LQ_ARCH_LLAMA : !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
     snprintf(m->name, sizeof m->name, "%s", vi->model ? vi->model : "");
     if (vi->embed_scale != 1.0f)
         return lq_err_set(err, LQ_EUNSUPPORTED, "%s: index.json embed_scale %g (BitNet and llama run with 1.0)",
                           dir, (double)vi->embed_scale);
-
-    /* configuration: index.json sizes, bitnet_layout (fallback model_config) for heads/rope */
     m->n_layer = vi->num_layers;
     m->n_embd = vi->hidden_size;
     m->n_ff = vi->intermediate_size;
@@ -557,211 +546,296 @@ int lq_vx_model_load(lq_model *m, const char *dir, int hugepages, lq_err *err)
         eps = json_num_field(mc, bl, "norm_eps", 1e-5);
     if (!(theta > 0) || !isfinite(theta))
         theta = 10000.0; /* LARQL's fallback for an absent or non-positive rope_base */
-    if (m->n_layer > LQ_MODEL_MAX_LAYERS || m->n_embd > LQ_MODEL_MAX_EMBD || m->n_ff < 1 ||
-        m->n_ff > LQ_MODEL_MAX_FF || m->n_vocab > LQ_MODEL_MAX_VOCAB || hd < 2 ||
-        hd > LQ_MODEL_MAX_HEAD_DIM || hd != floor(hd) || ((int)hd) % 2 || nh < 1 ||
-        nh > LQ_MODEL_MAX_HEADS || nh != floor(nh) || nkv < 1 || nkv > nh || nkv != floor(nkv) ||
-        ((int)nh) % ((int)nkv) || !(eps > 0) || !isfinite(eps))
+    /* whole numbers within int before the conversions; lq_model_check_config does the rest */
+    if (hd != floor(hd) || nh != floor(nh) || nkv != floor(nkv) || !(fabs(hd) < 1e9) ||
+        !(fabs(nh) < 1e9) || !(fabs(nkv) < 1e9))
         return lq_err_set(err, LQ_EFORMAT,
-                          "%s: index.json configuration out of range: layers %d (max %d), hidden "
-                          "%d (max %d), ffn %d, vocab %d, head_dim %g, heads %g / kv %g (kv must "
-                          "divide heads), eps %g",
-                          dir, m->n_layer, LQ_MODEL_MAX_LAYERS, m->n_embd, LQ_MODEL_MAX_EMBD,
-                          m->n_ff, m->n_vocab, hd, nh, nkv, eps);
+                          "%s: index.json head_dim %g, heads %g, kv heads %g must be whole numbers",
+                          dir, hd, nh, nkv);
     m->head_dim = (int)hd;
-    m->n_rot = m->head_dim;
-    {
-        /* LARQL's partial_rotary_factor (written by our builder when the GGUF's
-         * rope.dimension_count < head_dim): rotate the first n_rot dimensions */
-        json_t *prf = json_object_get(mc, "partial_rotary_factor");
-        if (json_is_number(prf)) {
-            double nr = floor(json_number_value(prf) * hd + 0.5);
-            if (!(nr >= 2 && nr <= hd) || ((int)nr) % 2)
-                return lq_err_set(err, LQ_EFORMAT,
-                                  "%s: index.json model_config.partial_rotary_factor %g gives %g "
-                                  "rotated dimensions of %g (must be even, 2..head_dim)",
-                                  dir, json_number_value(prf), nr, hd);
-            m->n_rot = (int)nr;
-        }
-    }
     m->n_head = (int)nh;
     m->n_head_kv = (int)nkv;
+    m->n_rot = m->head_dim;
+    /* LARQL's partial_rotary_factor (written by our builder when the GGUF's
+     * rope.dimension_count < head_dim): rotate the first n_rot dimensions */
+    json_t *prf = json_object_get(mc, "partial_rotary_factor");
+    if (json_is_number(prf)) {
+        double nr = floor(json_number_value(prf) * hd + 0.5);
+        if (!(nr >= 2 && nr <= hd) || ((int)nr) % 2)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "%s: index.json model_config.partial_rotary_factor %g gives %g "
+                              "rotated dimensions of %g (must be even, 2..head_dim)",
+                              dir, json_number_value(prf), nr, hd);
+        m->n_rot = (int)nr;
+    }
     m->q_dim = m->n_head * m->head_dim;
     m->kv_dim = m->n_head_kv * m->head_dim;
     m->rope_theta = theta;
     m->eps = (float)eps;
     /* the same pairing as the GGUF path (src/model/model.c): llama's q/k rows are stored as
      * the GGUF holds them (permuted for adjacent pairs), BitNet's in HF order (NEOX) */
-    m->rope_neox = !llama;
+    m->rope_neox = !*llama;
     double ctx = json_num_field(mc, bl, "max_position_embeddings", 4096);
     m->n_ctx_train = ctx >= 1 && ctx <= LQ_MODEL_MAX_CTX ? (int)ctx : 4096;
+    return lq_model_check_config(m, err);
+}
 
-    /* embeddings (validated by lq_vindex_open: size = vocab x hidden x 4 or x 2) */
-    m->embd.data = s->v->embed.data;
-    if (s->huge && s->v->embed.size > 0) {
+/* Token embedding (validated by lq_vindex_open: vocab x hidden x 4 or x 2), the final norm
+ * and the lm_head (the manifest's lm_head.weight in lm_head.bin, else tied). */
+static int load_head(lq_model *m, vx_src *s, const json_t *man, lq_err *err)
+{
+    const lq_vindex *v = s->v;
+    const char *dir = v->info.dir;
+    int rc;
+    m->embd.data = v->embed.data;
+    if (s->huge && v->embed.size > 0) {
         /* the tied lm_head reads all of it every token: a copy in 2 MB pages */
-        void *e = vx_alloc_huge(s, s->v->embed.size);
+        void *e = vx_alloc_huge(s, v->embed.size);
         if (e) {
-            memcpy(e, s->v->embed.data, s->v->embed.size);
+            memcpy(e, v->embed.data, v->embed.size);
             m->embd.data = e;
         }
     }
     m->embd.rows = m->n_vocab;
     m->embd.cols = m->n_embd;
-    m->embd.type = vi->embed_dtype == LQ_VDT_F16 ? LQ_GGML_F16 : LQ_GGML_F32;
-
-    json_t *man = NULL;
-    if ((rc = load_manifest(dir, &man, err)) || (rc = map_in(dir, "norms.bin", &s->norms, err)))
-        goto out;
+    m->embd.type = v->info.embed_dtype == LQ_VDT_F16 ? LQ_GGML_F16 : LQ_GGML_F32;
     if ((rc = load_norm(s, man, "norm.weight", m->n_embd, &m->output_norm, err)))
-        goto out;
-    /* lm_head: the manifest's lm_head.weight in lm_head.bin, else tied to the embedding */
-    {
-        man_entry e;
-        int r = man_find(man, "lm_head.weight", &e, err);
-        if (r < 0) {
-            rc = r;
-            goto out;
-        }
-        m->lm_head.kind = LQ_WK_DENSE;
-        m->lm_head.rows = m->n_vocab;
-        m->lm_head.cols = m->n_embd;
-        if (r == 0) {
-            m->lm_head.dense = m->embd;
-        } else {
-            uint64_t n = (uint64_t)m->n_vocab * (uint64_t)m->n_embd;
-            if (strcmp(e.file, "lm_head.bin") || e.ndim != 2 || e.shape[0] != m->n_vocab ||
-                e.shape[1] != m->n_embd) {
-                rc = lq_err_set(err, LQ_EFORMAT,
-                                "weight_manifest.json: lm_head.weight must be [%d, %d] in lm_head.bin",
-                                m->n_vocab, m->n_embd);
-                goto out;
-            }
-            if ((rc = map_in_as(dir, "lm_head.bin", s->huge, &s->lm_head, err)))
-                goto out;
-            int es = e.length == n * 4 ? 4 : e.length == n * 2 ? 2 : 0;
-            if (!es || e.offset % (uint64_t)es || e.offset > s->lm_head.size ||
-                e.length > s->lm_head.size - e.offset) {
-                rc = lq_err_set(err, LQ_EFORMAT,
-                                "lm_head.bin: entry [%llu, +%llu) does not fit the file (%zu bytes) "
-                                "or is not vocab %d x hidden %d in f32/f16",
-                                (unsigned long long)e.offset, (unsigned long long)e.length,
-                                s->lm_head.size, m->n_vocab, m->n_embd);
-                goto out;
-            }
-            m->lm_head.dense.data = s->lm_head.data + e.offset;
-            m->lm_head.dense.rows = m->n_vocab;
-            m->lm_head.dense.cols = m->n_embd;
-            m->lm_head.dense.type = es == 4 ? LQ_GGML_F32 : LQ_GGML_F16;
-        }
-        m->lm_head.src_type = m->lm_head.dense.type;
-        m->lm_head.bytes = (uint64_t)m->n_vocab * (uint64_t)m->n_embd *
-                           (m->lm_head.dense.type == LQ_GGML_F32 ? 4u : 2u);
+        return rc;
+    man_entry e;
+    int r = man_find(man, "lm_head.weight", &e, err);
+    if (r < 0)
+        return r;
+    m->lm_head.kind = LQ_WK_DENSE;
+    m->lm_head.rows = m->n_vocab;
+    m->lm_head.cols = m->n_embd;
+    if (r == 0) {
+        m->lm_head.dense = m->embd;
+    } else {
+        uint64_t n = (uint64_t)m->n_vocab * (uint64_t)m->n_embd;
+        if (strcmp(e.file, "lm_head.bin") || e.ndim != 2 || e.shape[0] != m->n_vocab ||
+            e.shape[1] != m->n_embd)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "weight_manifest.json: lm_head.weight must be [%d, %d] in lm_head.bin",
+                              m->n_vocab, m->n_embd);
+        if ((rc = map_in_as(dir, "lm_head.bin", s->huge, &s->lm_head, err)))
+            return rc;
+        int es = e.length == n * 4 ? 4 : e.length == n * 2 ? 2 : 0;
+        if (!es || e.offset % (uint64_t)es || e.offset > s->lm_head.size ||
+            e.length > s->lm_head.size - e.offset)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "lm_head.bin: entry [%llu, +%llu) does not fit the file (%zu bytes) "
+                              "or is not vocab %d x hidden %d in f32/f16",
+                              (unsigned long long)e.offset, (unsigned long long)e.length,
+                              s->lm_head.size, m->n_vocab, m->n_embd);
+        m->lm_head.dense.data = s->lm_head.data + e.offset;
+        m->lm_head.dense.rows = m->n_vocab;
+        m->lm_head.dense.cols = m->n_embd;
+        m->lm_head.dense.type = es == 4 ? LQ_GGML_F32 : LQ_GGML_F16;
     }
+    m->lm_head.src_type = m->lm_head.dense.type;
+    m->lm_head.bytes = (uint64_t)m->n_vocab * (uint64_t)m->n_embd *
+                       (m->lm_head.dense.type == LQ_GGML_F32 ? 4u : 2u);
+    return LQ_OK;
+}
 
-    if (llama) {
-        m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-        if (!m->layers)
-            rc = lq_err_set(err, LQ_ENOMEM, "cannot allocate %d layers", m->n_layer);
-        for (int l = 0; l < m->n_layer && !rc; l++) {
-            lq_layer *L = &m->layers[l];
-            char k[128];
+/* llama: dense projections used in place, the gate from gate_vectors.bin. */
+static int load_llama_layers(lq_model *m, vx_src *s, const json_t *man, lq_err *err)
+{
+    const char *dir = s->v->info.dir;
+    int rc = LQ_OK;
+    for (int l = 0; l < m->n_layer && !rc; l++) {
+        lq_layer *L = &m->layers[l];
+        char k[128];
 #define NORM(name, n, dst) (snprintf(k, sizeof k, "layers.%d." name, l), load_norm(s, man, k, n, dst, err))
 #define DENSE(hf, r, c, w) load_dense(s, dir, man, l, hf, r, c, w, err)
-            if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
-                (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
-                (rc = DENSE("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
-                (rc = DENSE("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
-                (rc = DENSE("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
-                (rc = DENSE("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
-                (rc = load_gate(s, l, m->n_ff, m->n_embd, &L->gate, err)) ||
-                (rc = DENSE("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
-                (rc = DENSE("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
-                break;
+        if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
+            (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
+            (rc = DENSE("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
+            (rc = DENSE("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
+            (rc = DENSE("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
+            (rc = DENSE("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
+            (rc = load_gate(s, l, m->n_ff, m->n_embd, &L->gate, err)) ||
+            (rc = DENSE("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
+            (rc = DENSE("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
+            break;
 #undef NORM
 #undef DENSE
-        }
-        if (rc)
-            goto out;
-    } else {
-        /* the seven ternary projections of every layer */
-        const json_t *tensors = json_object_get(bl, "tensors");
-        if (!json_is_array(tensors)) {
-            rc = lq_err_set(err, LQ_EFORMAT, "index.json: bitnet_layout.tensors is not an array");
-            goto out;
-        }
-        lq_mapfile scm = {0};
-        if ((rc = map_in(dir, "bitnet/scales.f32", &scm, err)))
-            goto out;
-        long long tsc = -1;
-        json_int_field(bl, "total_scale_count", 0, INT64_MAX, &tsc);
-        if (tsc < 0 || (uint64_t)tsc * 4 != scm.size) {
-            rc = lq_err_set(err, LQ_EFORMAT,
-                            "bitnet/scales.f32: %zu bytes, bitnet_layout.total_scale_count %lld x 4 "
-                            "expected", scm.size, tsc);
-            lq_mapfile_close(&scm);
-            goto out;
-        }
-        /* page-aligned mapping: the floats are aligned */
-        const float *scales = (const float *)(const void *)scm.data;
-        m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-        if (!m->layers)
-            rc = lq_err_set(err, LQ_ENOMEM, "cannot allocate %d layers", m->n_layer);
-        for (int l = 0; l < m->n_layer && !rc; l++) {
-            lq_layer *L = &m->layers[l];
-            char k[128];
+    }
+    return rc;
+}
+
+/* BitNet: the seven ternary projections of every layer from bitnet/, repacked. */
+static int load_bitnet_layers(lq_model *m, vx_src *s, const json_t *man, lq_err *err)
+{
+    const char *dir = s->v->info.dir;
+    const json_t *bl = json_object_get(s->v->index, "bitnet_layout");
+    const json_t *tensors = json_object_get(bl, "tensors");
+    if (!json_is_array(tensors))
+        return lq_err_set(err, LQ_EFORMAT, "index.json: bitnet_layout.tensors is not an array");
+    lq_mapfile scm = {0};
+    int rc = map_in(dir, "bitnet/scales.f32", &scm, err);
+    if (rc)
+        return rc;
+    long long tsc = -1;
+    json_int_field(bl, "total_scale_count", 0, INT64_MAX, &tsc);
+    if (tsc < 0 || (uint64_t)tsc * 4 != scm.size) {
+        rc = lq_err_set(err, LQ_EFORMAT,
+                        "bitnet/scales.f32: %zu bytes, bitnet_layout.total_scale_count %lld x 4 "
+                        "expected", scm.size, tsc);
+        lq_mapfile_close(&scm);
+        return rc;
+    }
+    /* page-aligned mapping: the floats are aligned */
+    const float *scales = (const float *)(const void *)scm.data;
+    for (int l = 0; l < m->n_layer && !rc; l++) {
+        lq_layer *L = &m->layers[l];
+        char k[128];
 #define NORM(name, n, dst) (snprintf(k, sizeof k, "layers.%d." name, l), load_norm(s, man, k, n, dst, err))
 #define PROJ(hf, r, c, w) load_proj(s, dir, tensors, scales, (uint64_t)tsc, l, hf, r, c, w, err)
-            if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
-                (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
-                (rc = NORM("attn_sub_norm.weight", m->q_dim, &L->attn_sub_norm)) ||
-                (rc = NORM("ffn_sub_norm.weight", m->n_ff, &L->ffn_sub_norm)) ||
-                (rc = PROJ("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
-                (rc = PROJ("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
-                (rc = PROJ("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
-                (rc = PROJ("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
-                (rc = PROJ("mlp.gate_proj.weight", m->n_ff, m->n_embd, &L->gate)) ||
-                (rc = PROJ("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
-                (rc = PROJ("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
-                break;
+        if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
+            (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
+            (rc = NORM("attn_sub_norm.weight", m->q_dim, &L->attn_sub_norm)) ||
+            (rc = NORM("ffn_sub_norm.weight", m->n_ff, &L->ffn_sub_norm)) ||
+            (rc = PROJ("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
+            (rc = PROJ("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
+            (rc = PROJ("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
+            (rc = PROJ("self_attn.o_proj.weight", m->n_embd, m->q_dim, &L->o)) ||
+            (rc = PROJ("mlp.gate_proj.weight", m->n_ff, m->n_embd, &L->gate)) ||
+            (rc = PROJ("mlp.up_proj.weight", m->n_ff, m->n_embd, &L->up)) ||
+            (rc = PROJ("mlp.down_proj.weight", m->n_embd, m->n_ff, &L->down)))
+            break;
 #undef NORM
 #undef PROJ
-        }
-        lq_mapfile_close(&scm);
-        if (rc)
-            goto out;
     }
+    lq_mapfile_close(&scm);
+    return rc;
+}
 
-    m->tok = s->v->tok; /* borrowed: the vindex (owned by m->src) frees it */
-    m->tok_borrowed = 1;
-
+/* The source-specific info fields (lq_model_finish fills the rest). */
+static void fill_info(lq_model *m, const vx_src *s, int llama)
+{
     lq_model_info *in = &m->info;
-    lq_model_info_from_config(m);
     in->tied_embeddings = s->lm_head.data == NULL;
     in->embd_type = m->embd.type;
-    in->lm_head_type = m->lm_head.src_type;
     in->proj_type = llama ? m->layers[0].q.src_type : LQ_GGML_I2_S;
-    uint64_t bpt = m->lm_head.bytes, np = (uint64_t)m->n_vocab * (uint64_t)m->n_embd * 2;
+    uint64_t proj = 0, np = (uint64_t)m->n_vocab * (uint64_t)m->n_embd * 2;
     for (int l = 0; l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];
         uint64_t b = L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes +
                      L->up.bytes + L->down.bytes;
-        bpt += b;
+        proj += b;
         /* parameters: 4 trits per byte (I2_S), or one per element (dense) */
         uint64_t e = (uint64_t)m->q_dim * m->n_embd * 2 + (uint64_t)m->kv_dim * m->n_embd * 2 +
                      (uint64_t)m->n_ff * m->n_embd * 3;
         np += (llama ? e : b * 4) + (uint64_t)(2 * m->n_embd + (llama ? 0 : m->q_dim + m->n_ff));
     }
     in->n_params = np + (uint64_t)m->n_embd;
-    in->bytes_per_token = bpt;
-    in->weight_bytes = s->v->embed.size + s->norms.size + s->lm_head.size + (bpt - m->lm_head.bytes);
+    in->weight_bytes = s->v->embed.size + s->norms.size + s->lm_head.size + proj;
     in->weights_copied = s->huge;
-out:
-    json_decref(man);
+}
+
+/* The store INSERT ... MODE KNN entries were saved to (LARQL's COMPILE writes it next to
+ * the weights): walk-mode inference applies it by default. A malformed file is an error, not
+ * a silently empty store. */
+static int load_knn_store(vx_src *s, int hidden, lq_err *err)
+{
+    char *p = lq_vx_join(s->v->info.dir, "knn_store.bin");
+    if (!p)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    struct stat st;
+    int rc = stat(p, &st) == 0 ? lq_knn_store_load(p, hidden, &s->knn, err) : LQ_OK;
+    free(p);
     return rc;
 }
 
-lq_vindex *lq_vx_model_vindex(const lq_model *m)
+/* own: the model closes v with itself (lq_model_open on a directory). */
+static int vx_model_open(lq_vindex *v, int own, const lq_model_opts *opts, lq_model **out,
+                         lq_err *err)
 {
-    return m && m->src_free == vx_src_free ? ((vx_src *)m->src)->v : NULL;
+    lq_model *m = NULL;
+    int rc = lq_model_new(opts, &m, err);
+    vx_src *s = rc ? NULL : calloc(1, sizeof *s);
+    if (rc || !s) {
+        if (own)
+            lq_vindex_close(v);
+        lq_model_close(m);
+        return rc ? rc : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    s->v = v;
+    s->own_v = own;
+    m->src = s;
+    m->src_free = vx_src_free;
+    /* auto: as for a GGUF, by the bytes decode streams (the embedding stands for them) */
+    s->huge = lq_want_huge_copy(m->opts.hugepages, (uint64_t)v->embed.size * 2);
+    const char *dir = v->info.dir;
+    json_t *man = NULL;
+    int llama = 0;
+    if ((rc = read_config(m, v, &llama, err)) || (rc = load_manifest(dir, &man, err)) ||
+        (rc = map_in(dir, "norms.bin", &s->norms, err)) || (rc = load_head(m, s, man, err)))
+        goto out;
+    if (!(m->layers = calloc((size_t)m->n_layer, sizeof *m->layers))) {
+        rc = lq_err_set(err, LQ_ENOMEM, "cannot allocate %d layers", m->n_layer);
+        goto out;
+    }
+    rc = llama ? load_llama_layers(m, s, man, err) : load_bitnet_layers(m, s, man, err);
+    if (rc)
+        goto out;
+    m->tok = v->tok; /* borrowed: the vindex frees it */
+    m->tok_borrowed = 1;
+    if ((rc = load_knn_store(s, m->n_embd, err)))
+        goto out;
+    fill_info(m, s, llama);
+    rc = lq_model_finish(m, err);
+out:
+    json_decref(man);
+    if (rc) {
+        if (err && !strstr(err->msg, dir))
+            lq_err_prefix(err, "%s", dir);
+        lq_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return LQ_OK;
+}
+
+int lq_vindex_model_open(const lq_vindex *v, const lq_model_opts *opts, lq_model **out,
+                         lq_err *err)
+{
+    if (!v || !out)
+        return lq_err_set(err, LQ_EINVAL, "lq_vindex_model_open: vindex and out are required");
+    *out = NULL;
+    /* the model only reads the vindex (immutable after open); const is cast away to keep
+     * one pointer type in vx_src, which frees it only when owned */
+    return vx_model_open((lq_vindex *)v, 0, opts, out, err);
+}
+
+int lq_vindex_model_open_dir(const char *dir, const lq_model_opts *opts, lq_model **out,
+                             lq_err *err)
+{
+    if (!dir || !out)
+        return lq_err_set(err, LQ_EINVAL, "lq_vindex_model_open_dir: dir and out are required");
+    *out = NULL;
+    lq_vindex *v = NULL;
+    lq_vindex_open_opts vo = {.n_threads = opts ? opts->n_threads : 0};
+    int rc = lq_vindex_open(dir, &vo, &v, err);
+    if (rc)
+        return rc;
+    return vx_model_open(v, 1, opts, out, err);
+}
+
+static const vx_src *src_of(const lq_model *m)
+{
+    return m && m->src_free == vx_src_free ? (const vx_src *)m->src : NULL;
+}
+
+const lq_vindex *lq_vindex_of_model(const lq_model *m)
+{
+    const vx_src *s = src_of(m);
+    return s ? s->v : NULL;
+}
+
+const lq_knn_store *lq_knn_store_of_model(const lq_model *m)
+{
+    const vx_src *s = src_of(m);
+    return s ? s->knn : NULL;
 }

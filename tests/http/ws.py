@@ -145,6 +145,18 @@ def completion(prompt, n):
     return j
 
 
+def http_post_json(path, obj):
+    c = http.client.HTTPConnection(HOST, PORT, timeout=60)
+    h = {"Content-Type": "application/json"}
+    if KEY:
+        h["Authorization"] = "Bearer " + KEY
+    c.request("POST", path, body=json.dumps(obj), headers=h)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, r.headers, json.loads(body)
+
+
 def get(path, headers):
     c = http.client.HTTPConnection(HOST, PORT, timeout=30)
     c.request("GET", path, headers=headers)
@@ -182,11 +194,16 @@ def gguf_tests():
     w.send_json({"type": "infer", "prompt": "The capital of France is", "top": 3})
     ms = w.until({"infer_done", "error"})
     preds = [m for m in ms if m["type"] == "prediction"]
-    ok("infer: one prediction frame per rank, then infer_done",
+    # a GGUF has no gate index: walk runs dense and the frame says so, as the HTTP body does
+    ok("infer: one prediction frame per rank, then infer_done (mode as served: bitnet)",
        len(preds) == 3 and [p["rank"] for p in preds] == [1, 2, 3]
        and all(isinstance(p["token"], str) and 0 <= p["probability"] <= 1 for p in preds)
-       and ms[-1]["type"] == "infer_done" and ms[-1]["predictions"] == 3 and ms[-1]["mode"] == "walk"
+       and ms[-1]["type"] == "infer_done" and ms[-1]["predictions"] == 3 and ms[-1]["mode"] == "bitnet"
        and ms[-1]["prompt"] == "The capital of France is" and "latency_ms" in ms[-1], ms)
+    st, _, body = http_post_json("/v1/infer", {"prompt": "The capital of France is", "top": 3})
+    ok("infer frames carry the same tokens and probabilities as POST /v1/infer",
+       st == 200 and [[p["token"], p["probability"]] for p in preds]
+       == [[p["token"], p["probability"]] for p in body["predictions"]], (preds, body))
 
     w.send_json({"type": "infer", "prompt": ""})
     m = w.recv_json()

@@ -122,12 +122,14 @@ typedef struct nested {
 
 static void inner_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
+    (void)idx;
     nested *nn = ctx;
     atomic_fetch_add(&nn->inner_items, (int)(e - s));
 }
 
 static void outer_fn(void *ctx, int64_t s, int64_t e, int idx)
 {
+    (void)idx;
     nested *nn = ctx;
     for (int64_t i = s; i < e; i++)
         lq_pool_for(nn->pool, 10, 1, inner_fn, nn);

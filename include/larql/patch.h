@@ -1,0 +1,196 @@
+/* Editing what the model knows: an overlay over a read-only vindex, LARQL's patches (.vlp),
+ * INSERT / UPDATE / DELETE, and the KNN store that makes infer answer with an insert.
+ *
+ * An overlay is the state that patches build over a base vindex (LARQL's PatchedVindex):
+ *   - feature-meta overrides: (layer, feature) -> {target text and id, c_score, provenance}
+ *   - gate overrides: (layer, feature) -> a gate row [hidden] (COMPOSE inserts, .vlp vectors)
+ *   - tombstones: deleted features (no metadata, never a gate hit)
+ *   - up/down vectors of composed features (kept for .vlp and COMPILE)
+ *   - the KNN store (INSERT ... MODE KNN, .vlp insert_knn)
+ * The base files are never written. lq_overlay_vindex() is a vindex handle that every read
+ * query (describe, walk, select, relations, nearest, similar, show, stats) accepts and that
+ * answers with the overlay applied; lq_overlay_knn() is the store lq_infer's walk mode
+ * consults (lq_infer_params.knn).
+ *
+ * State is the fold of an ordered list of patches, each a list of operations (LARQL's
+ * ops): applying a patch validates every op first (layer and feature in range, vector widths
+ * equal to hidden, base model name when the patch names one) and applies all or none;
+ * removing a patch rebuilds the state from the others. Direct edits (lq_overlay_insert /
+ * _update / _delete) append their ops to the overlay's live patch "edits" (created on the
+ * first edit), so every state can be saved as a .vlp and replayed.
+ *
+ * Thread safety: an overlay is not locked; a front end serialises writers and readers of
+ * one overlay (the server: one read-write lock per session). Overlays over one base are
+ * independent. */
+#ifndef LARQL_PATCH_H
+#define LARQL_PATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/status.h"
+#include "larql/vindex.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lq_overlay lq_overlay;
+typedef struct lq_patch lq_patch;
+struct lq_model;
+
+/* ---- operations (LARQL's VindexPatch ops, crates/larql-vindex/src/patch/format.rs) ---- */
+
+typedef enum lq_op_kind {
+    LQ_OP_INSERT = 1,     /* a feature slot: meta (+ gate/up/down vectors) */
+    LQ_OP_UPDATE = 2,     /* vectors and/or meta of a slot */
+    LQ_OP_DELETE = 3,     /* tombstone */
+    LQ_OP_INSERT_KNN = 4, /* a KNN-store entry */
+    LQ_OP_DELETE_KNN = 5, /* every KNN entry of an entity */
+} lq_op_kind;
+
+/* One operation. Strings and vectors are borrowed (the patch copies what it keeps). Vectors
+ * are [hidden] floats or NULL. */
+typedef struct lq_patch_op {
+    int kind;                       /* lq_op_kind */
+    int layer, feature;             /* INSERT/UPDATE/DELETE: the slot; INSERT_KNN: layer */
+    const char *entity, *relation;  /* provenance (INSERT, INSERT_KNN, DELETE_KNN: entity) */
+    const char *target;             /* INSERT / INSERT_KNN: the answer's text */
+    int32_t target_id;              /* INSERT_KNN: the token put first; INSERT: -1 = unknown */
+    float confidence;               /* NaN = absent (INSERT meta c_score then 0.9) */
+    const char *reason;             /* DELETE: optional */
+    const float *gate, *up, *down;  /* INSERT / UPDATE */
+    const float *key;               /* INSERT_KNN: the residual key (normalised on apply) */
+    int has_down_meta;              /* INSERT / UPDATE: down_meta {t, i, c} given */
+    const char *dm_token;
+    int32_t dm_id;
+    float dm_c;
+} lq_patch_op;
+void lq_patch_op_init(lq_patch_op *op, int kind); /* zeroes, confidence NaN, target_id -1 */
+
+/* ---- patches (.vlp: LARQL's JSON patch file) ---- */
+
+/* name: how the overlay lists it (LARQL: description ?? "unnamed"); base_model: NULL/"" =
+ * any. */
+int lq_patch_create(const char *name, const char *base_model, int hidden, lq_patch **out,
+                    lq_err *err);
+void lq_patch_free(lq_patch *p); /* NULL-safe */
+/* Appends a copy of op. Vector widths are the patch's hidden. */
+int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err);
+size_t lq_patch_n_ops(const lq_patch *p);
+/* Op i (pointers into the patch, valid while it lives); 0 if out of range. */
+int lq_patch_op_at(const lq_patch *p, size_t i, lq_patch_op *op);
+const char *lq_patch_name(const lq_patch *p);
+const char *lq_patch_base_model(const lq_patch *p);
+/* Counts by kind (insert + insert_knn, update, delete + delete_knn), for "Saved: p (I inserts,
+ * U updates, D deletes)". */
+void lq_patch_counts(const lq_patch *p, size_t *inserts, size_t *updates, size_t *deletes);
+
+/* Reads a .vlp (JSON, LARQL's fields: version, base_model, base_checksum?, created_at,
+ * description?, author?, tags, operations[{op: insert|update|delete|insert_knn|delete_knn,
+ * ...}], vectors as standard base64 of little-endian f32). hidden: the width every vector
+ * must have (0 = take it from the first vector). Every field is checked: unknown op, missing
+ * or mistyped field, a vector of another width or not base64 -> LQ_EFORMAT naming the
+ * operation index and field. name: the patch's name (NULL = description ?? "unnamed"). */
+int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, lq_patch **out,
+                   lq_err *err);
+int lq_patch_read(const char *path, int hidden, lq_patch **out, lq_err *err);
+/* The .vlp JSON (pretty, LARQL's field order; created_at as given at create or ""). */
+int lq_patch_json(const lq_patch *p, char **out, lq_err *err);
+/* Writes path.partial, fsyncs, renames over path. */
+int lq_patch_write(const lq_patch *p, const char *path, lq_err *err);
+
+/* ---- overlays ---- */
+
+/* An empty overlay over base (which must outlive it). The KNN store starts as a copy of
+ * init_knn (NULL = empty): the store saved in the vindex directory, lq_knn_store_of_model. */
+int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_overlay **out,
+                      lq_err *err);
+void lq_overlay_free(lq_overlay *o); /* NULL-safe */
+/* A deep copy (a session starting from the global state). */
+int lq_overlay_clone(const lq_overlay *o, lq_overlay **out, lq_err *err);
+
+/* The patched view: pass it to any lq_vindex_* read query. Owned by the overlay; reflects
+ * every later change. */
+const lq_vindex *lq_overlay_vindex(const lq_overlay *o);
+/* The KNN store of the overlay (for lq_infer_params.knn). */
+const lq_knn_store *lq_overlay_knn(const lq_overlay *o);
+/* Increases with every change (caches key on it). */
+uint64_t lq_overlay_version(const lq_overlay *o);
+
+/* Applies a copy of p as the newest patch (validated whole first: nothing changes on error).
+ * A second patch with the same name -> LQ_EINVAL. */
+int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err);
+/* Removes the patch named name and rebuilds the state from the rest. LQ_ENOTFOUND. */
+int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err);
+size_t lq_overlay_n_patches(const lq_overlay *o);
+const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i);
+/* The live patch of direct edits ("edits"), or NULL before the first edit. */
+const lq_patch *lq_overlay_edits(const lq_overlay *o);
+/* Number of patched features (meta or gate overrides and tombstones) and KNN entries. */
+size_t lq_overlay_n_features(const lq_overlay *o);
+
+/* ---- edits ---- */
+
+typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1 } lq_insert_mode;
+
+typedef struct lq_insert_params {
+    const char *entity, *relation, *target; /* required, non-empty */
+    int layer;          /* -1 = default: KNN: knowledge band's last layer - 1 (LQL);
+                           COMPOSE: every layer from the middle of the knowledge band to its
+                           end (LARQL's /v1/insert); else that layer (must exist) */
+    int mode;           /* lq_insert_mode; default KNN (LQL's default) */
+    float confidence;   /* default KNN 1.0, COMPOSE 0.9 */
+    float alpha;        /* COMPOSE: down vector scale; default 0.25 */
+} lq_insert_params;
+void lq_insert_params_init(lq_insert_params *p);
+
+typedef struct lq_insert_result {
+    int mode;           /* as applied */
+    int n_layers;       /* layers written */
+    int layers[64];     /* the first 64 of them */
+    int features[64];   /* COMPOSE: the slot used at each layer */
+    int weights;        /* 1: the key/gate came from a residual (model weights); 0: from the
+                           entity's embedding (no weights) */
+    size_t knn_total;   /* KNN entries after the insert */
+} lq_insert_result;
+
+/* INSERT INTO EDGES (entity, relation, target). m: the model run for residual keys (NULL:
+ * the mean entity embedding is the key, as LARQL without weights). KNN: key = the residual
+ * at the install layer for "The {relation, '-'/'_' as spaces} of {entity} is", target_id =
+ * first token of " " + target. COMPOSE: per layer a free slot (no base meta and no
+ * override, else the lowest c_score), gate = unit(residual) scaled to the mean norm of the
+ * layer's first 100 gate rows, up = unit(residual), down = alpha * mean embedding of the
+ * target's tokens, meta {target, first target token, confidence}. Errors: empty fields,
+ * layer outside the model, target encoding to nothing. The ops go to the live patch. */
+int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p,
+                      lq_insert_result *r, lq_err *err);
+
+/* WHERE of DELETE / UPDATE: a conjunction; NULL / -1 = no condition. entity matches a
+ * feature whose target (override or base top token) or provenance entity contains it
+ * (case-insensitive); relation needs a probe label or an insert's relation (substring, case
+ * insensitive). With neither layer nor feature nor entity nor relation -> LQ_EINVAL (no
+ * unbounded DELETE). KNN entries match on entity (and relation). */
+typedef struct lq_edit_where {
+    const char *entity, *relation;
+    int layer, feature;
+} lq_edit_where;
+void lq_edit_where_init(lq_edit_where *w);
+
+/* DELETE FROM EDGES WHERE ...: tombstones every matching feature and drops matching KNN
+ * entries; *n counts both. */
+int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n, lq_err *err);
+/* UPDATE EDGES SET target = t, confidence = c WHERE ...: rewrites the metadata of every
+ * matching feature (set_target NULL / set_confidence NaN = unchanged). */
+int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_target,
+                      float set_confidence, size_t *n, lq_err *err);
+
+/* COMPILE CURRENT INTO VINDEX "out_dir": the base vindex rewritten with the overlay baked in
+ * (gate rows and down_meta records of patched features, tombstones as zero rows / empty
+ * records, knn_store.bin), written to a temporary sibling and renamed into place. */
+int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/sb.h"
+
+static int sb_grow(lq_sb *b, size_t add)
+{
+    if (b->oom)
+        return -1;
+    if (b->n + add + 1 <= b->cap)
+        return 0;
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->n + add + 1) {
+        if (nc > ((size_t)1 << 40)) {
+            b->oom = 1;
+            return -1;
+        }
+        nc *= 2;
+    }
+    char *ns = realloc(b->s, nc);
+    if (!ns) {
+        b->oom = 1;
+        return -1;
+    }
+    b->s = ns;
+    b->cap = nc;
+    return 0;
+}
+
+void lq_sb_put(lq_sb *b, const char *s, size_t n)
+{
+    if (sb_grow(b, n))
+        return;
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+void lq_sb_puts(lq_sb *b, const char *s) { lq_sb_put(b, s, strlen(s)); }
+
+void lq_sb_printf(lq_sb *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof tmp) {
+        lq_sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    if (sb_grow(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+}
+
+int lq_sb_finish(lq_sb *b, char **out, lq_err *err)
+{
+    if (b->oom || sb_grow(b, 0)) {
+        free(b->s);
+        memset(b, 0, sizeof *b);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory building JSON output");
+    }
+    *out = b->s;
+    memset(b, 0, sizeof *b);
+    return LQ_OK;
+}
+
+void lq_sb_free(lq_sb *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}

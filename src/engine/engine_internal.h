@@ -1,0 +1,86 @@
+/* Engine internals: the scratch and row types the forward pass (forward.c) works on, and
+ * what sessions (session.c) hand it. Not a public header. Dependencies run one way:
+ * session.c -> forward.c; forward.c knows nothing of sessions (each row carries a view of
+ * its KV cache). */
+#ifndef LQ_ENGINE_INTERNAL_H
+#define LQ_ENGINE_INTERNAL_H
+
+#include "model/model_internal.h"
+
+/* Positions run through the network together in one batch (prefill chunk / batched decode).
+ * Scratch buffers are sized for this; longer prompts run in chunks of this many. */
+#define LQ_MAX_BATCH 64
+
+/* Per-session (or per batch) scratch for a forward pass over up to LQ_MAX_BATCH rows. */
+typedef struct lq_scratch {
+    float *x;        /* [B, n_embd]  residual stream */
+    float *h;        /* [B, max(n_embd, q_dim, n_ff)] normed input to a projection */
+    float *q;        /* [B, q_dim] */
+    float *k;        /* [B, kv_dim] */
+    float *v;        /* [B, kv_dim] */
+    float *att;      /* [B, q_dim]  attention output */
+    float *g;        /* [B, n_ff]   gate, then the FFN activation */
+    float *u;        /* [B, n_ff]   up */
+    float *tmp;      /* [B, n_embd] projection output added to the residual */
+    float *xdq;      /* [B, max_in] int8-dequantised activations for non-I2_S BitLinear */
+    int8_t *xq;      /* [B, max_in] int8 activations */
+    float *xinv;     /* [B] 1/scale of each row's int8 activations */
+    int32_t *xsum;   /* [B] Σ q of each row */
+    float *lm_tile;  /* [n_threads, B * LQ_LM_TILE] lm_head output tiles */
+    int *att_tab;    /* attention parts of the batch (forward.c att_plan), grown as needed */
+    size_t att_tab_cap;
+    float *att_buf;  /* partial outputs and softmax states of rows in several parts */
+    size_t att_buf_cap;
+    int16_t *xq16;   /* [B, n_embd] int16 final-normed rows for a q8 lm_head */
+    float *xinv16;   /* [B] their 1/scale */
+    int n_threads;
+} lq_scratch;
+
+#define LQ_LM_TILE 64
+
+/* A session's KV cache and RoPE table as the forward pass sees them, so that forward.c needs
+ * nothing from session.c: K and V of layer l start at kv + l * layer_bytes, V v_off bytes
+ * after K; row p of either is at p * kv_dim elements (f32, or f16 when m->kv_f16). */
+typedef struct lq_kv_view {
+    uint8_t *kv;        /* [n_layer, 2, n_ctx, kv_dim] */
+    size_t layer_bytes; /* 2 * n_ctx * kv_dim * element size */
+    size_t v_off;       /* n_ctx * kv_dim * element size */
+    const float *rope;  /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
+} lq_kv_view;
+
+static inline uint8_t *lq_kv_k(const lq_kv_view *v, int layer)
+{
+    return v->kv + (size_t)layer * v->layer_bytes;
+}
+static inline uint8_t *lq_kv_v(const lq_kv_view *v, int layer)
+{
+    return lq_kv_k(v, layer) + v->v_off;
+}
+
+/* One row of a forward batch: the KV cache / RoPE table it uses, and its absolute position
+ * there. */
+typedef struct lq_fwd_row {
+    const lq_kv_view *kv;
+    int pos;
+} lq_fwd_row;
+
+int lq_scratch_init(lq_scratch *sc, const lq_model *m);
+void lq_scratch_free(lq_scratch *sc);
+
+/* Runs T rows (1 <= T <= LQ_MAX_BATCH) through the network, appending each row's K/V to its
+ * cache at rows[t].pos. Ids must be validated. out[t] (may be NULL, or out itself NULL)
+ * receives row t's n_vocab logits; the lm_head runs only for rows that want them. capture:
+ * NULL, or [n_layer, n_embd] receiving the last row's residual stream after each layer's
+ * FFN add (the vindex walk mode's residual capture; it reads, never changes, the
+ * computation). */
+void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+                int T, float *const *out, float *capture);
+
+/* Row id of the token embedding as f32 ([n_embd]); id must be validated. */
+void lq_forward_embed_row(const lq_model *m, int32_t id, float *out);
+
+/* Final norm + lm_head of n <= LQ_MAX_BATCH rows of residual stream x [n, n_embd] (x is not
+ * changed) into out[t] ([n_vocab] each): how lq_forward ends. */
+void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int n, float *const *out);
+
+#endif
