@@ -263,6 +263,17 @@ pgi_model_engine(PgiModel *m)
 			pgi_lq_error(rc, &err, "cannot load the model weights of the vindex (infer() needs "
 						 "a vindex built with --keep-quant --level inference)");
 		}
+		if (lq_model_get_info(m->lm)->weights_copied)
+		{
+			/* LQ_HUGEPAGES=1 in the server's environment overrides hugepages = -1: refuse
+			 * rather than hold a private copy of the weights in every backend */
+			lq_model_close(m->lm);
+			m->lm = NULL;
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIG_FILE_ERROR),
+					 errmsg("the model weights were copied into private memory instead of mapped"),
+					 errhint("Remove LQ_HUGEPAGES from the PostgreSQL server's environment.")));
+		}
 	}
 	return m->lm;
 }
