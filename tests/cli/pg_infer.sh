@@ -10,6 +10,8 @@
 . "$(dirname "$0")/lib.inc"
 ROOT=$PWD
 BUILD=${BUILD:-build}
+# LQ_HUGEPAGES=1 would make the server's backends copy model weights, which infer() refuses
+unset LQ_HUGEPAGES
 PGBIN=/usr/lib/postgresql/15/bin
 EXT=$ROOT/ext/pg_infer
 
