@@ -136,6 +136,22 @@ for sql in "$EXT"/test/sql/*.sql; do
     fi
 done
 
+# ---- pg_dump keeps the registry's rows (pg_extension_config_dump) ----
+if "$PGBIN/pg_dump" -h "$T_TMP" -p "$PORT" -U postgres pgi_pg_infer >"$T_TMP/dump.sql" 2>"$T_TMP/dump.err" &&
+   grep -q "^COPY infer.models" "$T_TMP/dump.sql" && grep -q "^tiny	" "$T_TMP/dump.sql" &&
+   grep -q "CREATE EXTENSION IF NOT EXISTS pg_infer" "$T_TMP/dump.sql"; then
+    pass "pg_dump writes CREATE EXTENSION and the infer.models rows"
+else
+    fail "pg_dump writes CREATE EXTENSION and the infer.models rows" "$(cat "$T_TMP/dump.err"; grep -n "infer" "$T_TMP/dump.sql" | head)"
+fi
+$PSQL -d postgres -c "CREATE DATABASE pgi_restored" >/dev/null 2>&1
+$PSQL -d pgi_restored -v ON_ERROR_STOP=1 -f "$T_TMP/dump.sql" >"$T_TMP/restore.out" 2>&1
+if [ "$($PSQL -d pgi_restored -At -c "SELECT target FROM describe('France', 'tiny')" 2>&1)" = Paris ]; then
+    pass "the restored database answers describe with the dumped registry"
+else
+    fail "the restored database answers describe with the dumped registry" "$(tail -n 5 "$T_TMP/restore.out")"
+fi
+
 # ---- pg_cancel_backend from another session stops a query waiting on a silent server, and the
 # session goes on ----
 $PSQL -d pgi_remote -X -c "SET application_name = 'pgi_cancel'" -c "SELECT * FROM walk('France', 1, 'slow')" \
