@@ -246,6 +246,18 @@ resolve_threshold(double explicit_thr, bool *adaptive)
 	return -HUGE_VAL;
 }
 
+/* pg_infer's adaptive threshold: 0.1 x the best score (0 when none is positive). */
+static double
+adaptive_threshold(const PgiEdge *e, int n)
+{
+	double		mx = 0;
+
+	for (int i = 0; i < n; i++)
+		if (e[i].score > mx)
+			mx = e[i].score;
+	return mx > 0 ? 0.1 * mx : 0;
+}
+
 typedef struct DescRow
 {
 	const char *relation;
@@ -264,14 +276,7 @@ edges_to_rows(PgiModel *m, PgiEdge *e, int n, double t, bool adaptive, DescRow *
 	int			k = 0;
 
 	if (adaptive)
-	{
-		double		mx = 0;
-
-		for (int i = 0; i < n; i++)
-			if (e[i].score > mx)
-				mx = e[i].score;
-		t = mx > 0 ? 0.1 * mx : 0;
-	}
+		t = adaptive_threshold(e, n);
 	for (int i = 0; i < n; i++)
 	{
 		if (e[i].score < t)
@@ -428,14 +433,7 @@ pgi_describe_layers(PG_FUNCTION_ARGS)
 	not_remote(m, "describe_layers");
 	n = fetch_edges(m, entity, t, true, &e);
 	if (adaptive)
-	{
-		double		mx = 0;
-
-		for (int i = 0; i < n; i++)
-			if (e[i].score > mx)
-				mx = e[i].score;
-		t = mx > 0 ? 0.1 * mx : 0;
-	}
+		t = adaptive_threshold(e, n);
 	qsort(e, n, sizeof *e, cmp_edge_score);
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)
