@@ -12,7 +12,7 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 # LQ_HUGEPAGES=1 would make the server's backends copy model weights, which infer() refuses
 unset LQ_HUGEPAGES
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=${PGI_PGBIN:-/usr/lib/postgresql/15/bin}
 EXT=$ROOT/ext/pg_infer
 
 if [ ! -x "$PGBIN/pg_config" ] || [ ! -f "$($PGBIN/pg_config --includedir-server 2>/dev/null)/postgres.h" ]; then
