@@ -16,7 +16,7 @@ PGBIN=${PGI_PGBIN:-/usr/lib/postgresql/15/bin}
 EXT=$ROOT/ext/pg_infer
 
 if [ ! -x "$PGBIN/pg_config" ] || [ ! -f "$($PGBIN/pg_config --includedir-server 2>/dev/null)/postgres.h" ]; then
-    skip "pg_infer extension" "PostgreSQL 15 server or postgresql-server-dev-15 not installed (scripts/deps.sh installs them)"
+    skip "pg_infer extension" "PostgreSQL 15 server or postgresql-server-dev-15 not installed (sh scripts/deps.sh --with-postgres installs them)"
     done_tests; exit 0
 fi
 if [ "$BUILD" != build ]; then
