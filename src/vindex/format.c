@@ -453,6 +453,8 @@ static int build_token_texts(lq_vindex *v, lq_err *err)
     return LQ_OK;
 }
 
+const lq_knn_store *lq_vindex_knn_store(const lq_vindex *v) { return v ? v->knn : NULL; }
+
 const char *lq_vindex_token_text(const lq_vindex *v, int32_t id)
 {
     if (id < 0 || id >= v->info.vocab_size || !v->tok_text)
@@ -563,6 +565,14 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         rc = lq_vx_build_sketches(v, err);
     if (!rc && opts && opts->verify_checksums)
         rc = lq_vindex_verify_checksums(v, err);
+    /* the KNN store INSERTs were saved to (LARQL's COMPILE writes it beside the weights):
+     * walk-mode infer and the overlays start from it. A malformed file is an error, not a
+     * silently empty store. */
+    if (!rc && file_exists(v->dir, "knn_store.bin")) {
+        char *kp = lq_vx_join(v->dir, "knn_store.bin");
+        rc = kp ? lq_knn_store_load(kp, in->hidden_size, &v->knn, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(kp);
+    }
     (void)bpf;
     if (rc) {
         lq_vindex_close(v);
@@ -586,6 +596,7 @@ void lq_vindex_close(lq_vindex *v)
     lq_mapfile_close(&v->gate);
     lq_mapfile_close(&v->embed);
     lq_mapfile_close(&v->down);
+    lq_knn_store_free(v->knn);
     json_decref(v->index);
     lq_tokenizer_free(v->tok);
     for (size_t i = 0; i < v->label_cap; i++)

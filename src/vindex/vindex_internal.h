@@ -108,6 +108,7 @@ struct lq_vindex {
     /* set only in an overlay's view (lq_overlay_vindex): a shallow copy of the base handle
      * whose queries see the overlay; never closed */
     const struct lq_overlay *ov;
+    lq_knn_store *knn;         /* knn_store.bin of the directory, or NULL */
 };
 
 /* The exact gate kernel a vindex scans with (the prefilter re-scores with the same one, so
