@@ -42,6 +42,11 @@ struct lq_overlay {
     size_t *slot;         /* open addressing over f: index + 1, 0 = empty; capacity hcap */
     size_t hcap;
     int *n_gate, *n_del;  /* [n_layers] */
+    /* per layer, the gate overrides as one row-major matrix [n_gate[l], hidden] and their
+     * features, rebuilt after every change, so that a query scores them with the gate kernel
+     * in one call (LARQL keeps the same flattened matrix) */
+    float **gmat;
+    int **gfeat;
     lq_patch **patches;
     size_t np, capp;
     uint64_t version;
@@ -147,6 +152,43 @@ static float *vdup(const float *v, int n)
     if (d)
         memcpy(d, v, (size_t)n * sizeof *d);
     return d;
+}
+
+/* Rebuilds every layer's gate-override matrix from the feature table. */
+static int build_gmats(lq_overlay *o)
+{
+    for (int l = 0; l < o->n_layers; l++) {
+        free(o->gmat[l]);
+        free(o->gfeat[l]);
+        o->gmat[l] = NULL;
+        o->gfeat[l] = NULL;
+        if (!o->n_gate[l])
+            continue;
+        o->gmat[l] = malloc((size_t)o->n_gate[l] * o->hidden * sizeof(float));
+        o->gfeat[l] = malloc((size_t)o->n_gate[l] * sizeof(int));
+        if (!o->gmat[l] || !o->gfeat[l])
+            return LQ_ENOMEM;
+    }
+    int *fill = calloc((size_t)o->n_layers + 1, sizeof *fill);
+    if (!fill)
+        return LQ_ENOMEM;
+    for (size_t i = 0; i < o->nf; i++) {
+        const ov_feat *e = &o->f[i];
+        if (e->deleted || !e->gate)
+            continue;
+        int k = fill[e->layer]++;
+        memcpy(o->gmat[e->layer] + (size_t)k * o->hidden, e->gate, (size_t)o->hidden * sizeof(float));
+        o->gfeat[e->layer][k] = e->feature;
+    }
+    free(fill);
+    return LQ_OK;
+}
+
+/* After every change: the version moves on and the query-side matrices follow. */
+static int changed(lq_overlay *o, lq_err *err)
+{
+    o->version++;
+    return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
 /* ---- KNN store copies ---- */
@@ -342,8 +384,8 @@ static int rebuild(lq_overlay *o, lq_err *err)
     o->knn = k;
     for (size_t i = 0; !rc && i < o->np; i++)
         rc = apply_ops(o, o->patches[i], err);
-    o->version++;
-    return rc;
+    int rc2 = changed(o, err);
+    return rc ? rc : rc2;
 }
 
 /* ---- lifecycle ---- */
@@ -363,7 +405,9 @@ int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_ov
     o->n_layers = base->info.num_layers;
     o->n_gate = calloc((size_t)o->n_layers + 1, sizeof *o->n_gate);
     o->n_del = calloc((size_t)o->n_layers + 1, sizeof *o->n_del);
-    int rc = o->n_gate && o->n_del ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    o->gmat = calloc((size_t)o->n_layers + 1, sizeof *o->gmat);
+    o->gfeat = calloc((size_t)o->n_layers + 1, sizeof *o->gfeat);
+    int rc = o->n_gate && o->n_del && o->gmat && o->gfeat ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
     if (!rc && init_knn && init_knn->hidden != o->hidden)
         rc = lq_err_set(err, LQ_EINVAL, "overlay: KNN store hidden %d, vindex hidden %d", init_knn->hidden, o->hidden);
     if (!rc)
@@ -387,6 +431,12 @@ void lq_overlay_free(lq_overlay *o)
     free(o->slot);
     free(o->n_gate);
     free(o->n_del);
+    for (int l = 0; o->gmat && l < o->n_layers; l++)
+        free(o->gmat[l]);
+    for (int l = 0; o->gfeat && l < o->n_layers; l++)
+        free(o->gfeat[l]);
+    free(o->gmat);
+    free(o->gfeat);
     for (size_t i = 0; i < o->np; i++)
         lq_patch_free(o->patches[i]);
     free(o->patches);
@@ -477,7 +527,8 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
         return rc;
     /* checked whole: only an allocation can fail here, and then the fold is redone without it */
     rc = apply_ops(o, c, err);
-    o->version++;
+    if (!rc)
+        rc = changed(o, err);
     if (rc) {
         lq_patch_free(o->patches[--o->np]);
         rebuild(o, NULL);
@@ -551,7 +602,10 @@ static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
         rc = lq_patch_add(e, &ops[i], err);
     for (size_t i = 0; !rc && i < n; i++)
         rc = apply_op(o, &ops[i], err);
-    o->version++;
+    if (!rc)
+        rc = changed(o, err);
+    else
+        o->version++;
     if (rc) /* out of memory midway: back to the recorded state */
         lq_overlay_truncate_edits(o, n0, NULL);
     return rc;
@@ -1012,15 +1066,15 @@ size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const 
             continue;
         out[n++] = base[i];
     }
-    /* every gate override of the layer, scored against q (out has room: nb + n_gate) */
-    for (size_t i = 0; i < o->nf; i++) {
-        const ov_feat *e = &o->f[i];
-        if (e->layer != layer || e->deleted || !e->gate)
-            continue;
-        double s = 0;
-        for (int d = 0; d < o->hidden; d++)
-            s += (double)e->gate[d] * q[d];
-        out[n++] = (lq_vindex_hit){layer, e->feature, (float)s};
+    /* every gate override of the layer, scored against q with the vindex's gate kernel in one
+     * call (out has room: nb + n_gate; the scores land in out's tail, then become hits) */
+    int ng = o->n_gate[layer];
+    if (ng > 0 && o->gmat[layer]) {
+        float *sc = (float *)(void *)(out + n); /* ng floats fit in ng hits */
+        v->kern->gate_scores(o->gmat[layer], 0, (size_t)o->hidden, 0, (size_t)ng, q, 1, sc, (size_t)ng);
+        for (int i = ng - 1; i >= 0; i--) /* back to front: hit i is written over floats >= i */
+            out[n + (size_t)i] = (lq_vindex_hit){layer, o->gfeat[layer][i], sc[i]};
+        n += (size_t)ng;
     }
     qsort(out, n, sizeof *out, cmp_hit);
     return n < k ? n : k;
