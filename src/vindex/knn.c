@@ -417,9 +417,14 @@ int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_la
             const void *rows;
             int nf;
             lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
-            for (size_t q = 0; q < n_q && nf; q++)
+            for (size_t q = 0; q < n_q && nf; q++) {
+                /* an overlay's re-gated and deleted features leave the race (NaN is never a
+                 * hit): the overlay adds its own scores for them */
+                if (v->ov)
+                    lq_vx_ov_mask(v, layers[i], scores[i] + q * (size_t)nf, (size_t)nf);
                 counts[q * n_layers + i] = lq_vx_topk(scores[i] + q * (size_t)nf, (size_t)nf, k, layers[i],
                                                       out + (q * n_layers + i) * k);
+            }
         }
     } else if (!rc) {
         /* candidates per (query, layer), exact re-scoring; the layers spread over the pool */

@@ -1042,7 +1042,25 @@ int lq_vx_ov_touches(const lq_vindex *v, int layer)
 size_t lq_vx_ov_extra(const lq_vindex *v, int layer)
 {
     const lq_overlay *o = v->ov;
+    /* the full scan masks them (lq_vx_ov_mask); the prefilter's candidates are not masked */
+    if (!v->prefilter)
+        return 0;
     return lq_vx_ov_touches(v, layer) ? (size_t)o->n_gate[layer] + (size_t)o->n_del[layer] : 0;
+}
+
+void lq_vx_ov_mask(const lq_vindex *v, int layer, float *scores, size_t n)
+{
+    const lq_overlay *o = v->ov;
+    if (!lq_vx_ov_touches(v, layer))
+        return;
+    for (int i = 0; i < o->n_gate[layer]; i++)
+        if ((size_t)o->gfeat[layer][i] < n)
+            scores[o->gfeat[layer][i]] = NAN;
+    if (!o->n_del[layer])
+        return;
+    for (size_t i = 0; i < o->nf; i++)
+        if (o->f[i].layer == layer && o->f[i].deleted && (size_t)o->f[i].feature < n)
+            scores[o->f[i].feature] = NAN;
 }
 
 static int cmp_hit(const void *a, const void *b)
@@ -1085,15 +1103,20 @@ size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const 
 int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t n_q,
                              size_t k, lq_vindex_hit *out, size_t *counts, lq_err *err)
 {
-    size_t extra = 0;
+    size_t extra = 0, room = 0;
+    int touched = 0;
     for (size_t i = 0; v->ov && i < n_layers; i++) {
-        size_t e = lq_vx_ov_extra(v, layers[i]);
+        if (layers[i] < 0 || layers[i] >= v->info.num_layers || !lq_vx_ov_touches(v, layers[i]))
+            continue;
+        touched = 1;
+        size_t e = lq_vx_ov_extra(v, layers[i]), g = (size_t)v->ov->n_gate[layers[i]];
         extra = e > extra ? e : extra;
+        room = g > room ? g : room;
     }
-    if (!extra || k == 0 || k > LQ_VINDEX_MAX_QUERY_K)
+    if (!touched || k == 0 || k > LQ_VINDEX_MAX_QUERY_K)
         return lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k, out, counts, err);
     size_t k2 = k + extra, cells = n_q * n_layers;
-    lq_vindex_hit *tmp = malloc(cells * k2 * sizeof *tmp), *mb = malloc((k2 + extra) * sizeof *mb);
+    lq_vindex_hit *tmp = malloc(cells * k2 * sizeof *tmp), *mb = malloc((k2 + room) * sizeof *mb);
     size_t *cnt = malloc((cells ? cells : 1) * sizeof *cnt);
     int rc = tmp && mb && cnt ? lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k2, tmp, cnt, err)
                               : lq_err_set(err, LQ_ENOMEM, "out of memory");

@@ -169,8 +169,11 @@ const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature);
 int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row);
 /* 1 if the overlay has gate overrides or tombstones at layer (the gate KNN must merge). */
 int lq_vx_ov_touches(const lq_vindex *v, int layer);
-/* How many more base hits a layer's KNN needs so that K survive the merge. */
+/* How many more base hits a layer's KNN needs so that K survive the merge (0 when the base
+ * scan masks the overlay's features itself, see lq_vx_ov_mask). */
 size_t lq_vx_ov_extra(const lq_vindex *v, int layer);
+/* Sets the scores [n_features] of the layer's re-gated and deleted features to NaN. */
+void lq_vx_ov_mask(const lq_vindex *v, int layer, float *scores, size_t n);
 /* Merges base hits (nb, K + extra of them) with the layer's gate overrides scored against q:
  * tombstoned and re-gated features dropped, overrides added, sorted by |score| desc (ties
  * lower feature), truncated to k. out has room for nb + the layer's overrides. */
