@@ -68,6 +68,7 @@ int lq_sb_finish(lq_sb *b, char **out, lq_err *err)
         memset(b, 0, sizeof *b);
         return lq_err_set(err, LQ_ENOMEM, "out of memory building JSON output");
     }
+    b->s[b->n] = 0; /* "" when nothing was put (sb_grow only made room) */
     *out = b->s;
     memset(b, 0, sizeof *b);
     return LQ_OK;
