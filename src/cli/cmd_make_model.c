@@ -6,11 +6,13 @@
 #include "cli/cli.h"
 #include "larql/fixture.h"
 #include "larql/gguf.h"
+#include "larql/vindex.h"
 
 static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
-    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--seed N] [--wscale X] [--corpus-file F]";
+    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--seed N] [--wscale X] [--corpus-file F]\n"
+    "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)";
 
 int lq_cli_make_model(int argc, char **argv)
 {
@@ -24,6 +26,9 @@ int lq_cli_make_model(int argc, char **argv)
         return lq_cli_usage(C, USAGE, "%s", err.msg);
     char *corpus = NULL;
     int rc = 0;
+    /* --plant values stay in argv (lq_fact_parse cuts them in place); planted after writing */
+    lq_fact facts[64];
+    size_t n_facts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -70,6 +75,10 @@ int lq_cli_make_model(int argc, char **argv)
             for (size_t k = 0; k < len; k++)
                 if (corpus[k] == '\n' || corpus[k] == '\r' || corpus[k] == '\t') corpus[k] = ' ';
             o.corpus = corpus;
+        } else if (!strcmp(a, "--plant")) {
+            if (n_facts == sizeof facts / sizeof facts[0]) { rc = lq_cli_usage(C, USAGE, "--plant: at most 64 facts"); break; }
+            if (lq_fact_parse(argv[i], &facts[n_facts], &err)) { rc = lq_cli_usage(C, USAGE, "--plant: %s", err.msg); break; }
+            n_facts++;
         } else {
             rc = lq_cli_usage(C, USAGE, "unknown option '%s'", a);
             break;
@@ -82,6 +91,8 @@ int lq_cli_make_model(int argc, char **argv)
     if (!rc && !out)
         rc = lq_cli_usage(C, USAGE, "--out FILE is required");
     if (!rc && lq_fixture_write(&o, out, &err))
+        rc = lq_cli_error(C, "%s", err.msg);
+    if (!rc && n_facts && lq_fixture_plant(out, facts, n_facts, &err))
         rc = lq_cli_error(C, "%s", err.msg);
     if (!rc)
         fprintf(stderr, "wrote %s: arch=%s dim=%d ffn=%d layers=%d heads=%d/%d vocab=%d seed=%llu\n", out,
