@@ -28,10 +28,18 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all lib test check bench clean asan demo
+.PHONY: all lib test check bench clean asan demo FORCE
 all: $(BUILD)/larql
 
 lib: $(BUILD)/liblarql.a
+
+# Objects remember the compiler and flags they were built with: `make CC=clang test` after a
+# gcc build (or the other way round) rebuilds everything rather than mixing the two.
+BUILD_ID = $(CC) $(ALL_CFLAGS)
+$(BUILD)/.build-id: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' >$@
+$(LIB_OBJ) $(CLI_OBJ): $(BUILD)/.build-id
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -42,7 +50,9 @@ $(BUILD)/%_avx2.o: %_avx2.c
 # (unknown trip counts, possible aliasing), which cost ~5% of a batched decode step and of
 # prefill. -fno-trapping-math lets the ReLU^2 select be if-converted (values are unchanged;
 # nothing here reads the floating-point exception flags).
-$(BUILD)/src/engine/forward.o: ALL_CFLAGS += -fvect-cost-model=dynamic -fno-trapping-math
+# -fvect-cost-model is gcc's; other compilers (clang) get only what they accept.
+cc_flag = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null 2>/dev/null && echo $(1))
+$(BUILD)/src/engine/forward.o: ALL_CFLAGS += $(call cc_flag,-fvect-cost-model=dynamic) -fno-trapping-math
 
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
@@ -52,7 +62,25 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/liblarql.a: $(LIB_OBJ)
+# Only lq_*/LQ_* symbols leave the library. liblarql.a holds one object per module
+# (src/<module>/), partially linked (ld -r) from the module's files, in which every other
+# global is made local: helpers that a module's files share (tok_*, route_*, srv_* ...)
+# resolve inside the module and never reach a host program (PostgreSQL links this archive
+# into its backends), whatever new code names them. A program that calls one module pulls
+# in that module and what it calls, not the server. tests/cli/symbols.sh checks the archive.
+OBJCOPY ?= objcopy
+MODULES := $(sort $(foreach f,$(LIB_SRC),$(word 2,$(subst /, ,$(f)))))
+MOD_OBJ := $(MODULES:%=$(BUILD)/modules/%.o)
+define module_rule
+$(BUILD)/modules/$(1).o: $(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ))
+	@mkdir -p $$(dir $$@)
+	$(LD) -r -o $$@.all $$^
+	$(OBJCOPY) --wildcard --keep-global-symbol='lq_*' --keep-global-symbol='LQ_*' $$@.all $$@
+	@rm -f $$@.all
+endef
+$(foreach m,$(MODULES),$(eval $(call module_rule,$(m))))
+
+$(BUILD)/liblarql.a: $(MOD_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -70,13 +98,32 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql.a
 # `make test`: every unit and conformance binary plus the CLI scripts; closes with
 # "N passed, N failed".
 test: $(BUILD)/larql $(TEST_BIN)
-	@BUILD=$(BUILD) sh tests/run.sh
+	@BUILD=$(BUILD) CC="$(CC)" SAN="$(SAN)" sh tests/run.sh
 
 check: test
 
 # Sanitizer build of the whole suite in its own build directory.
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+# `make fuzz [FUZZ_SECONDS=60]`: the libFuzzer targets tests/fuzz/fuzz_*.c, built with clang
+# in build-fuzz/ (the library too, instrumented for coverage, ASan and UBSan), each run for
+# FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:%.c=$(BUILD)/%)
+.PHONY: fuzz fuzz-run
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" fuzz-run
+
+fuzz-run: $(FUZZ_BIN)
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh
+
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(BUILD)/liblarql.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 
 bench: $(BUILD)/larql $(BENCH_BIN)
 	@BUILD=$(BUILD) sh bench/run.sh
@@ -91,6 +138,6 @@ demo: $(BUILD)/larql
 	@sh scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-clang build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,14 +1,23 @@
 #!/bin/sh
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
 # Node.js and npm are only needed by the tests that drive the server with the official
-# openai npm client; a machine that already has node keeps its own.
+# openai npm client; a machine that already has node keeps its own. --with-clang adds clang
+# and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and `make fuzz`.
 set -e
 PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
+node=""
+for a in "$@"; do
+    case "$a" in
+    --with-node) node=1 ;;
+    --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
+    *) echo "usage: $0 [--with-node] [--with-clang]" >&2; exit 2 ;;
+    esac
+done
 missing=""
 for p in $PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
-if [ "${1:-}" = "--with-node" ] && ! command -v npm >/dev/null 2>&1; then
+if [ -n "$node" ] && ! command -v npm >/dev/null 2>&1; then
     missing="$missing nodejs npm"
 fi
 if [ -n "$missing" ]; then

@@ -136,6 +136,8 @@ typedef struct lq_feature_meta {
     int n_top;                  /* non-padding entries in top[] */
     int32_t top_ids[LQ_VINDEX_MAX_TOPK > 64 ? 64 : LQ_VINDEX_MAX_TOPK];
     float top_logits[64];
+    const char *top_token;      /* an overlay's target text (patch.h), else NULL: the text is
+                                   lq_vindex_token_text(top_token_id) */
 } lq_feature_meta;
 /* Metadata of (layer, feature) from down_meta.bin. Returns 1 if present, 0 if "no
  * metadata" (absent layer/feature, or the record is id 0 / c_score 0). Only the first 64

@@ -30,8 +30,6 @@ int lq_cli_show(int argc, char **argv);
 int lq_cli_infer(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
-/* benchmarks of a model (src/cli/cmd_bench.c) */
-int lq_cli_bench(int argc, char **argv);
 
 /* Helpers shared by the subcommands (args.c). */
 

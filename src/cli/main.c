@@ -4,28 +4,7 @@
 
 #include "cli/cli.h"
 
-/* Subcommands are linked in from their own files; while a module is being brought up its
- * command may be absent from a build, in which case the table reports it as unavailable. */
-#pragma weak lq_cli_info
-#pragma weak lq_cli_logits
-#pragma weak lq_cli_run
-#pragma weak lq_cli_chat
-#pragma weak lq_cli_tokenize
-#pragma weak lq_cli_detokenize
-#pragma weak lq_cli_make_model
-#pragma weak lq_cli_convert
-#pragma weak lq_cli_describe
-#pragma weak lq_cli_walk
-#pragma weak lq_cli_select
-#pragma weak lq_cli_relations
-#pragma weak lq_cli_nearest
-#pragma weak lq_cli_similar
-#pragma weak lq_cli_stats
-#pragma weak lq_cli_show
-#pragma weak lq_cli_infer
-#pragma weak lq_cli_serve
-#pragma weak lq_cli_bench
-
+/* Plain (strong) references: a subcommand whose file is missing fails the link. */
 static const struct {
     const char *name;
     lq_cli_fn fn;
@@ -49,15 +28,13 @@ static const struct {
     {"show", lq_cli_show, "DIR layers|features         vindex layout"},
     {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
-    {"bench", lq_cli_bench, "MODEL                      decode/prefill speed of a model"},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: larql <command> [args]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].fn)
-            fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n'larql <command> --help' describes a command's options.\n");
 }
 
@@ -68,13 +45,8 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (strcmp(argv[1], commands[i].name) == 0) {
-            if (!commands[i].fn) {
-                fprintf(stderr, "larql: command '%s' is not available in this build\n", argv[1]);
-                return 2;
-            }
+        if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].fn(argc - 1, argv + 1);
-        }
     }
     fprintf(stderr, "larql: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -100,6 +100,7 @@ typedef struct req {
     char *body;
     size_t len, cap;
     int too_large, timed_out;
+    uint64_t dropped;         /* body bytes read and discarded once over --max-body */
     double t0;
     int holds_slot;           /* counted in active_requests (released by the response) */
     int responded;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -282,6 +283,19 @@ static void dispatch(lq_server *s, req *q, reply *r)
     }
 }
 
+/* A body over --max-body is still read, and dropped, up to max_body plus the larger of
+ * max_body and 16 MiB in all, as nginx discards a refused body: a client that writes its
+ * whole body before it reads (Python's http.client, urllib, requests) then gets the 413,
+ * where a connection closed under its writes leaves it a broken pipe. Past the bound the
+ * connection is closed; a body announced past it is refused at once, unread. */
+#define DRAIN_MIN ((uint64_t)16 << 20)
+
+static uint64_t drain_bound(const lq_server *s)
+{
+    uint64_t b = s->o.max_body;
+    return b + (b > DRAIN_MIN ? b : DRAIN_MIN);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
@@ -348,9 +362,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             errno = 0;
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || *end || v > s->o.max_body) {
-                reply_route_err(&r, q->rt, 413, "request body of %s bytes is over the limit of %zu bytes",
-                                cl, s->o.max_body);
-                return send_reply(q, &r, 0);
+                /* a client that sent Expect: 100-continue waits for this reply before its body */
+                const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+                if (errno || *end || v > drain_bound(s) || (expect && !strcasecmp(expect, "100-continue"))) {
+                    reply_route_err(&r, q->rt, 413, "request body of %s bytes is over the limit of %zu bytes",
+                                    cl, s->o.max_body);
+                    return send_reply(q, &r, 0);
+                }
+                q->too_large = 1; /* drained below; the 413 follows the body */
             }
         }
         return MHD_YES;
@@ -367,7 +386,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         }
         if (q->too_large || q->len + n > s->o.max_body) {
-            q->too_large = 1; /* chunked upload without Content-Length: discard, 413 at the end */
+            q->too_large = 1; /* discarded; the 413 goes out once the body is in */
+            q->dropped += n;
+            if (q->len + q->dropped > drain_bound(s)) {
+                /* MHD takes no reply in the middle of a body: closing is all there is */
+                metrics_count(s, q->rt->id, 413);
+                return MHD_NO;
+            }
             return MHD_YES;
         }
         if (q->len + n + 1 > q->cap) {
@@ -392,7 +417,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (q->responded)
         return MHD_YES;
     if (q->too_large) {
-        reply_route_err(&r, q->rt, 413, "request body is over the limit of %zu bytes", s->o.max_body);
+        reply_route_err(&r, q->rt, 413, "request body of %llu bytes is over the limit of %zu bytes",
+                        (unsigned long long)(q->len + q->dropped), s->o.max_body);
         return send_reply(q, &r, 0);
     }
     if (q->rt->gated) {

@@ -98,19 +98,3 @@ void lq_sha1(const void *data, size_t len, uint8_t out[20])
     lq_sha1_update(&c, data, len);
     lq_sha1_final(&c, out);
 }
-
-size_t lq_base64_encode(const void *data, size_t len, char *out)
-{
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const uint8_t *p = data;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t x = (uint32_t)p[i] << 16 | (i + 1 < len ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < len ? p[i + 2] : 0);
-        out[o++] = A[(x >> 18) & 63];
-        out[o++] = A[(x >> 12) & 63];
-        out[o++] = i + 1 < len ? A[(x >> 6) & 63] : '=';
-        out[o++] = i + 2 < len ? A[x & 63] : '=';
-    }
-    out[o] = 0;
-    return o;
-}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/base64.h"
+
 typedef struct lq_sha1_ctx {
     uint32_t h[5];
     uint64_t bytes;      /* message length so far */
@@ -19,8 +21,5 @@ void lq_sha1_update(lq_sha1_ctx *c, const void *data, size_t len);
 void lq_sha1_final(lq_sha1_ctx *c, uint8_t out[20]);
 void lq_sha1(const void *data, size_t len, uint8_t out[20]);
 
-/* Standard alphabet with '=' padding. out must hold 4 * ceil(len / 3) + 1 bytes; it is
- * NUL-terminated. Returns the length written (without the NUL). */
-size_t lq_base64_encode(const void *data, size_t len, char *out);
 
 #endif

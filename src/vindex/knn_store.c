@@ -340,6 +340,34 @@ out:
 
 /* ---- INSERT ... MODE KNN ---- */
 
+char *lq_vx_canonical_prompt(const char *entity, const char *relation)
+{
+    size_t rl = strlen(relation), el = strlen(entity);
+    char *prompt = malloc(rl + el + 16);
+    if (!prompt)
+        return NULL;
+    int k = snprintf(prompt, rl + el + 16, "The ");
+    for (size_t i = 0; i < rl; i++)
+        prompt[k++] = relation[i] == '-' || relation[i] == '_' ? ' ' : relation[i];
+    snprintf(prompt + k, rl + el + 16 - (size_t)k, " of %s is", entity);
+    return prompt;
+}
+
+size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation)
+{
+    size_t w = 0, n0 = s->n;
+    for (size_t i = 0; i < s->n; i++) {
+        lq_vx_knn_entry *e = &s->e[i];
+        if (!strcmp(e->entity ? e->entity : "", entity) && (!relation || !strcmp(e->relation ? e->relation : "", relation))) {
+            entry_free(e);
+            continue;
+        }
+        s->e[w++] = *e;
+    }
+    s->n = w;
+    return n0 - w;
+}
+
 int lq_knn_insert(struct lq_model *m, lq_knn_store *s, const lq_knn_insert_params *p, lq_err *err)
 {
     if (!m || !s || !p || !p->entity || !*p->entity || !p->relation || !*p->relation || !p->target || !*p->target)
@@ -365,15 +393,9 @@ int lq_knn_insert(struct lq_model *m, lq_knn_store *s, const lq_knn_insert_param
     }
     if (layer >= mi->n_layer)
         layer = mi->n_layer - 1; /* clamped, as LQL does */
-    /* canonical prompt: "The {relation with - and _ as spaces} of {entity} is" */
-    size_t rl = strlen(p->relation), el = strlen(p->entity);
-    char *prompt = malloc(rl + el + 16);
+    char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
     if (!prompt)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    int k = snprintf(prompt, rl + el + 16, "The ");
-    for (size_t i = 0; i < rl; i++)
-        prompt[k++] = p->relation[i] == '-' || p->relation[i] == '_' ? ' ' : p->relation[i];
-    snprintf(prompt + k, rl + el + 16 - (size_t)k, " of %s is", p->entity);
     float *resid = malloc((size_t)mi->n_layer * mi->n_embd * sizeof *resid);
     int32_t *ids = NULL;
     size_t nid = 0;

@@ -103,6 +103,9 @@ struct lq_vindex {
     uint8_t *sk_block;
     float **sk_scale;
     int *sk_inexact;           /* [num_layers] 1: the layer's rows are not unit trits */
+    /* set only in an overlay's view (lq_overlay_vindex): a shallow copy of the base handle
+     * whose queries see the overlay; never closed */
+    const struct lq_overlay *ov;
 };
 
 /* ---- gate kernels ----
@@ -199,5 +202,40 @@ struct lq_knn_store {
     lq_vx_knn_entry *e;
     size_t n, cap;
 };
+
+/* ---- overlays (overlay.c, compile.c) ----
+ * The read paths ask these first when v->ov is set. */
+struct lq_overlay;
+/* The overlay's metadata of (layer, feature): -1 = not patched (ask the base), 0 = deleted,
+ * 1 = m filled (m->top_token is the target text). */
+int lq_vx_ov_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m);
+/* The relation of an inserted feature, or NULL. */
+const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature);
+/* -1 = not patched, 0 = deleted, 1 = row [hidden] receives the gate override. */
+int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row);
+/* 1 if the overlay has gate overrides or tombstones at layer (the gate KNN must merge). */
+int lq_vx_ov_touches(const lq_vindex *v, int layer);
+/* How many more base hits a layer's KNN needs so that K survive the merge. */
+size_t lq_vx_ov_extra(const lq_vindex *v, int layer);
+/* Merges base hits (nb, K + extra of them) with the layer's gate overrides scored against q:
+ * tombstoned and re-gated features dropped, overrides added, sorted by |score| desc (ties
+ * lower feature), truncated to k. out has room for nb + the layer's overrides. */
+size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
+                           size_t k, lq_vindex_hit *out);
+int lq_vx_compile(const lq_vindex *base, const lq_vindex *view, const lq_knn_store *knn, const char *out_dir,
+                  lq_err *err);
+
+/* The text a feature's metadata shows: an overlay's target, else the top token's text. */
+static inline const char *lq_vx_meta_text(const lq_vindex *v, const lq_feature_meta *m)
+{
+    return m->top_token ? m->top_token : lq_vindex_token_text(v, m->top_token_id);
+}
+
+/* ---- KNN store helpers (knn_store.c) ---- */
+/* "The {relation, '-'/'_' as spaces} of {entity} is" (malloc'd): INSERT's canonical prompt. */
+char *lq_vx_canonical_prompt(const char *entity, const char *relation);
+/* Removes the entries of entity (case-sensitive, as LARQL's delete_knn); relation NULL = any.
+ * Returns how many. */
+size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation);
 
 #endif

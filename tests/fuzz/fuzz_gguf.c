@@ -1,17 +1,10 @@
 /* libFuzzer target for the GGUF reader (and, for inputs that open, the writer).
  *
- * Not built by `make`. Build and run from the project root with clang:
- *
- *   mkdir -p build/fuzz && clang -g -O1 -fsanitize=fuzzer,address,undefined \
- *       -D_GNU_SOURCE -Iinclude -Isrc tests/fuzz/fuzz_gguf.c src/gguf/[a-z]*.c \
- *       src/core/status.c src/core/mapfile.c -o build/fuzz/fuzz_gguf
- *   mkdir -p build/fuzz/corpus && cp tests/data/bad_gguf/[a-z]*.gguf build/fuzz/corpus/
- *   build/fuzz/fuzz_gguf -max_len=65536 -max_total_time=300 build/fuzz/corpus
- *
- * (Adding ../shared/conformance/bitnet/bitnet-tiny-a.gguf to the corpus gives it a
- * realistic starting point.) Properties checked: no crash, no sanitizer report, every
- * rejection has a message and no handle, and any file that opens can be rewritten by the
- * writer and read back with the same keys and tensors. */
+ * Built and run by `make fuzz` (seeds: tests/fuzz/corpus/fuzz_gguf/, a small model written
+ * by `larql make-model`, and the malformed files in tests/data/bad_gguf/). Properties
+ * checked: no crash, no sanitizer report, every rejection has a message and no handle, and
+ * any file that opens can be rewritten by the writer and read back with the same keys and
+ * tensors. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

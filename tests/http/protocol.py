@@ -15,6 +15,8 @@ import tap
 from tap import ok
 import threading
 import time
+import urllib.error
+import urllib.request
 
 HOST = "127.0.0.1"
 PORT = 0
@@ -217,6 +219,80 @@ def logits_binary_tests(resid, hidden):
                  raw=struct.pack("<%df" % hidden, float("nan"), *resid[1:]), headers=OCTET, contains="finite")
 
 
+def oversize_body_tests():
+    """Bodies over --max-body (64 KiB here) from clients that write the whole body before
+    reading the reply, as http.client, urllib and requests do. 8 MiB is more than loopback's
+    socket buffers hold, so a server that answered without reading the body would leave such
+    a client with a broken pipe or a reset instead of the 413."""
+    big = b"x" * (8 << 20)
+    try:
+        st, _, j, data = jreq("POST", "/v1/completions", raw=big)
+        ok("http.client writing 8 MiB before reading gets the 413", st == 413 and "limit" in (err_msg(j) or ""),
+           (st, data[:200]))
+    except OSError as e:
+        ok("http.client writing 8 MiB before reading gets the 413", False, repr(e))
+    url = "http://%s:%d/v1/chat/completions" % (HOST, PORT)
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=big, headers={"Content-Type": "application/json"}),
+                               timeout=30)
+        ok("urllib POST of 8 MiB gets the 413", False, "no error")
+    except urllib.error.HTTPError as e:
+        ok("urllib POST of 8 MiB gets the 413", e.code == 413 and b"limit" in e.read(), e.code)
+    except OSError as e:
+        ok("urllib POST of 8 MiB gets the 413", False, repr(e))
+    # the body was read to its end, so the connection serves the next request
+    c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    try:
+        c.request("POST", "/v1/completions", body=big[:100000], headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        first = c.sock  # http.client drops it after reading a reply that closes the connection
+        r.read()
+        c.request("GET", "/v1/health")
+        r2 = c.getresponse()
+        ok("after a drained 413 the connection is kept and answers the next request",
+           r.status == 413 and not r.will_close and c.sock is first and r2.status == 200 and b'"ok"' in r2.read(),
+           (r.status, r.will_close, r2.status))
+    except OSError as e:
+        ok("after a drained 413 the connection is kept and answers the next request", False, repr(e))
+    c.close()
+
+    def head_only(name, extra):
+        """Headers announcing a body too big to drain, then read without sending it: the 413
+        comes at once and the server closes the connection."""
+        s = socket.create_connection((HOST, PORT), timeout=30)
+        try:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1073741824\r\n" + extra + b"\r\n")
+            got = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                got += d
+            ok(name, got.startswith(b"HTTP/1.1 413") and b"limit" in got and b"100 Continue" not in got, got[:300])
+        except OSError as e:
+            ok(name, False, repr(e))
+        s.close()
+    # a chunked body (no length announced) is drained up to the bound, then the connection
+    # is closed: 40 MiB cannot all be written
+    c = http.client.HTTPConnection(HOST, PORT, timeout=30)
+    c.putrequest("POST", "/v1/completions")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    piece = b"x" * (1 << 20)
+    try:
+        for _ in range(40):
+            c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        c.send(b"0\r\n\r\n")
+        ok("chunked 40 MiB: the server stops reading past the drain bound", False, c.getresponse().status)
+    except OSError:
+        ok("chunked 40 MiB: the server stops reading past the drain bound", True)
+    c.close()
+    head_only("1 GiB Content-Length (past the drain bound) -> 413 at once, connection closed", b"")
+    head_only("Expect: 100-continue with a body over the limit -> 413, no 100 Continue",
+              b"Expect: 100-continue\r\n")
+
+
 def main_tests():
     # ---- LARQL routes ----
     st, hd, j, _ = jreq("GET", "/v1/health")
@@ -306,6 +382,7 @@ def main_tests():
     except OSError as e:
         ok("chunked body over limit -> 413", False, e)
     c.close()
+    oversize_body_tests()
 
     # ---- OpenAI: completions ----
     base = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}

@@ -1,0 +1,989 @@
+/* The overlay: LARQL's PatchedVindex over a read-only base (crates/larql-vindex/src/patch/
+ * overlay.rs, overlay_apply.rs), as the fold of an ordered list of patches.
+ *
+ * Feature state lives in one table keyed by (layer, feature): a meta override (target text
+ * and id, c_score, provenance), a gate override row, up/down rows, or a tombstone. Per layer
+ * counts of gate overrides and tombstones let the gate KNN skip the overlay work for layers
+ * nothing touched. The view (lq_overlay_vindex) is a shallow copy of the base handle that
+ * points back here: the query code asks lq_vx_ov_* for what the overlay says and falls back
+ * to the base files. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/f16.h"
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "vindex/vindex_internal.h"
+
+#define EDITS_NAME "edits"
+
+typedef struct ov_feat {
+    int layer, feature;
+    int deleted;          /* tombstone */
+    int has_meta;
+    char *target;         /* meta: the target text */
+    int32_t target_id;    /* meta: -1 = no vocabulary id */
+    float c_score;
+    char *entity, *relation;
+    float *gate, *up, *down; /* [hidden] or NULL */
+} ov_feat;
+
+struct lq_overlay {
+    const lq_vindex *base;
+    lq_vindex view;       /* *base with ov = this */
+    int hidden, n_layers;
+    lq_knn_store *knn;
+    lq_knn_store *knn0;   /* the initial store (rebuilds start from it) */
+    ov_feat *f;
+    size_t nf, capf;
+    size_t *slot;         /* open addressing over f: index + 1, 0 = empty; capacity hcap */
+    size_t hcap;
+    int *n_gate, *n_del;  /* [n_layers] */
+    lq_patch **patches;
+    size_t np, capp;
+    uint64_t version;
+};
+
+/* patch.c */
+int lq_vx_patch_hidden(const lq_patch *p);
+const char *lq_vx_patch_checksum(const lq_patch *p);
+int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
+
+/* ---- the feature table ---- */
+
+static size_t fhash(int l, int f)
+{
+    uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)f;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static ov_feat *find(const lq_overlay *o, int l, int f)
+{
+    if (!o->hcap)
+        return NULL;
+    for (size_t j = fhash(l, f) & (o->hcap - 1); o->slot[j]; j = (j + 1) & (o->hcap - 1)) {
+        ov_feat *e = &o->f[o->slot[j] - 1];
+        if (e->layer == l && e->feature == f)
+            return e;
+    }
+    return NULL;
+}
+
+static int rehash(lq_overlay *o, size_t cap)
+{
+    size_t *s = calloc(cap, sizeof *s);
+    if (!s)
+        return LQ_ENOMEM;
+    for (size_t i = 0; i < o->nf; i++) {
+        size_t j = fhash(o->f[i].layer, o->f[i].feature) & (cap - 1);
+        while (s[j])
+            j = (j + 1) & (cap - 1);
+        s[j] = i + 1;
+    }
+    free(o->slot);
+    o->slot = s;
+    o->hcap = cap;
+    return LQ_OK;
+}
+
+static ov_feat *get_or_add(lq_overlay *o, int l, int f)
+{
+    ov_feat *e = find(o, l, f);
+    if (e)
+        return e;
+    if (o->nf == o->capf) {
+        size_t cap = o->capf ? o->capf * 2 : 64;
+        ov_feat *n = realloc(o->f, cap * sizeof *n);
+        if (!n)
+            return NULL;
+        o->f = n;
+        o->capf = cap;
+    }
+    if ((o->nf + 1) * 2 > o->hcap && rehash(o, o->hcap ? o->hcap * 2 : 128))
+        return NULL;
+    e = &o->f[o->nf];
+    memset(e, 0, sizeof *e);
+    e->layer = l;
+    e->feature = f;
+    e->target_id = -1;
+    size_t j = fhash(l, f) & (o->hcap - 1);
+    while (o->slot[j])
+        j = (j + 1) & (o->hcap - 1);
+    o->slot[j] = ++o->nf;
+    return e;
+}
+
+static void feat_clear(ov_feat *e)
+{
+    free(e->target);
+    free(e->entity);
+    free(e->relation);
+    free(e->gate);
+    free(e->up);
+    free(e->down);
+}
+
+static void clear_state(lq_overlay *o)
+{
+    for (size_t i = 0; i < o->nf; i++)
+        feat_clear(&o->f[i]);
+    o->nf = 0;
+    if (o->hcap)
+        memset(o->slot, 0, o->hcap * sizeof *o->slot);
+    memset(o->n_gate, 0, (size_t)o->n_layers * sizeof *o->n_gate);
+    memset(o->n_del, 0, (size_t)o->n_layers * sizeof *o->n_del);
+}
+
+static float *vdup(const float *v, int n)
+{
+    float *d = malloc((size_t)n * sizeof *d);
+    if (d)
+        memcpy(d, v, (size_t)n * sizeof *d);
+    return d;
+}
+
+/* ---- KNN store copies ---- */
+
+static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_err *err)
+{
+    int rc = lq_knn_store_create(hidden, out, err);
+    for (size_t i = 0; !rc && src && i < src->n; i++) {
+        lq_knn_entry e;
+        lq_knn_store_get(src, i, &e);
+        rc = lq_knn_store_add_entry(*out, &e, err);
+    }
+    if (rc) {
+        lq_knn_store_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* ---- validation and application of one op ---- */
+
+static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_patch_op *op, lq_err *err)
+{
+    const lq_vindex *v = o->base;
+    if (op->kind == LQ_OP_DELETE_KNN)
+        return op->entity ? LQ_OK : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: delete_knn needs an entity", pname, i);
+    if (op->layer < 0 || op->layer >= o->n_layers)
+        return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: layer %d is outside the model's %d layers", pname, i,
+                          op->layer, o->n_layers);
+    if (op->kind == LQ_OP_INSERT_KNN) {
+        if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
+            return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: target_id %d outside the vocabulary (%d)", pname,
+                              i, (int)op->target_id, v->info.vocab_size);
+        return op->key && op->target ? LQ_OK
+                                     : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert_knn needs key and target",
+                                                  pname, i);
+    }
+    const lq_vx_layer *ly = &v->layers[op->layer];
+    if (!ly->present || ly->num_features <= 0)
+        return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: layer %d has no features in this vindex%s", pname, i,
+                          op->layer, v->info.dense_only ? " (dense-only)" : "");
+    if (op->feature < 0 || op->feature >= ly->num_features)
+        return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: feature %d outside layer %d's %d features", pname, i,
+                          op->feature, op->layer, ly->num_features);
+    if (op->kind == LQ_OP_INSERT && !op->target && !op->has_down_meta)
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert needs a target", pname, i);
+    return LQ_OK;
+}
+
+static int set_meta(ov_feat *e, const char *text, int32_t id, float c)
+{
+    char *t = strdup(text ? text : "");
+    if (!t)
+        return LQ_ENOMEM;
+    free(e->target);
+    e->target = t;
+    e->target_id = id;
+    e->c_score = c;
+    e->has_meta = 1;
+    return LQ_OK;
+}
+
+static int set_vec(lq_overlay *o, ov_feat *e, float **dst, const float *src, int is_gate)
+{
+    if (!src)
+        return LQ_OK;
+    float *d = vdup(src, o->hidden);
+    if (!d)
+        return LQ_ENOMEM;
+    if (is_gate && !e->gate && !e->deleted)
+        o->n_gate[e->layer]++;
+    free(*dst);
+    *dst = d;
+    return LQ_OK;
+}
+
+static int set_str(char **dst, const char *s)
+{
+    if (!s)
+        return LQ_OK;
+    char *d = strdup(s);
+    if (!d)
+        return LQ_ENOMEM;
+    free(*dst);
+    *dst = d;
+    return LQ_OK;
+}
+
+/* LARQL's apply semantics (§6.2 of the reference notes). Errors are allocation failures only:
+ * everything else was checked by check_op. */
+static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
+{
+    int rc = LQ_OK;
+    if (op->kind == LQ_OP_INSERT_KNN) {
+        lq_knn_entry ke = {op->layer, op->key, op->target_id, op->target, op->entity, op->relation,
+                           isnan(op->confidence) ? 1.0f : op->confidence};
+        return lq_knn_store_add_entry(o->knn, &ke, err);
+    }
+    if (op->kind == LQ_OP_DELETE_KNN) {
+        lq_vx_knn_remove(o->knn, op->entity, NULL);
+        return LQ_OK;
+    }
+    ov_feat *e = get_or_add(o, op->layer, op->feature);
+    if (!e)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    switch (op->kind) {
+    case LQ_OP_INSERT:
+        if (e->deleted) { /* an insert clears the tombstone */
+            e->deleted = 0;
+            o->n_del[e->layer]--;
+        }
+        rc = op->has_down_meta ? set_meta(e, op->dm_token, op->dm_id, op->dm_c)
+                               : set_meta(e, op->target, op->target_id,
+                                          isnan(op->confidence) ? 0.9f : op->confidence);
+        if (!rc)
+            rc = set_str(&e->entity, op->entity);
+        if (!rc)
+            rc = set_str(&e->relation, op->relation);
+        break;
+    case LQ_OP_UPDATE:
+        if (op->has_down_meta)
+            rc = set_meta(e, op->dm_token, op->dm_id, op->dm_c);
+        break;
+    default: /* LQ_OP_DELETE: meta None + tombstone + the gate override dropped */
+        if (!e->deleted)
+            o->n_del[e->layer]++;
+        if (e->gate)
+            o->n_gate[e->layer]--;
+        free(e->gate);
+        e->gate = NULL;
+        e->deleted = 1;
+        e->has_meta = 0;
+        return LQ_OK;
+    }
+    if (!rc && !e->deleted)
+        rc = set_vec(o, e, &e->gate, op->gate, 1);
+    if (!rc)
+        rc = set_vec(o, e, &e->up, op->up, 0);
+    if (!rc)
+        rc = set_vec(o, e, &e->down, op->down, 0);
+    return rc ? lq_err_set(err, LQ_ENOMEM, "out of memory") : LQ_OK;
+}
+
+static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
+{
+    const char *pm = lq_patch_base_model(p), *name = lq_patch_name(p);
+    const char *bm = o->base->info.model ? o->base->info.model : "";
+    if (pm && *pm && strcmp(pm, bm) && strcmp(pm, o->base->info.model_id ? o->base->info.model_id : ""))
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' is for model '%s'; this vindex holds '%s'", name, pm, bm);
+    int ph = lq_vx_patch_hidden(p);
+    if (ph && ph != o->hidden)
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' has vectors of %d values; the model's hidden size is %d", name,
+                          ph, o->hidden);
+    const char *ck = lq_vx_patch_checksum(p);
+    if (ck && *ck) {
+        /* base_checksum: the sha256 index.json records for gate_vectors.bin */
+        json_t *c = json_object_get(json_object_get(o->base->index, "checksums"), "gate_vectors.bin");
+        if (json_is_string(c) && strcasecmp(json_string_value(c), ck))
+            return lq_err_set(err, LQ_EINVAL, "patch '%s': base_checksum %.16s... is not this vindex's (%.16s...)",
+                              name, ck, json_string_value(c));
+    }
+    lq_patch_op op;
+    for (size_t i = 0; lq_patch_op_at(p, i, &op); i++) {
+        int rc = check_op(o, name, i, &op, err);
+        if (rc)
+            return rc;
+    }
+    return LQ_OK;
+}
+
+static int apply_ops(lq_overlay *o, const lq_patch *p, lq_err *err)
+{
+    lq_patch_op op;
+    for (size_t i = 0; lq_patch_op_at(p, i, &op); i++) {
+        int rc = apply_op(o, &op, err);
+        if (rc)
+            return rc;
+    }
+    return LQ_OK;
+}
+
+/* State = fold of the patches over the initial store. */
+static int rebuild(lq_overlay *o, lq_err *err)
+{
+    clear_state(o);
+    lq_knn_store *k = NULL;
+    int rc = knn_copy(o->knn0, o->hidden, &k, err);
+    if (rc)
+        return rc;
+    lq_knn_store_free(o->knn);
+    o->knn = k;
+    for (size_t i = 0; !rc && i < o->np; i++)
+        rc = apply_ops(o, o->patches[i], err);
+    o->version++;
+    return rc;
+}
+
+/* ---- lifecycle ---- */
+
+int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_overlay **out, lq_err *err)
+{
+    *out = NULL;
+    if (!base)
+        return lq_err_set(err, LQ_EINVAL, "overlay: no base vindex");
+    lq_overlay *o = calloc(1, sizeof *o);
+    if (!o)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    o->base = base;
+    o->view = *base;
+    o->view.ov = o;
+    o->hidden = base->info.hidden_size;
+    o->n_layers = base->info.num_layers;
+    o->n_gate = calloc((size_t)o->n_layers + 1, sizeof *o->n_gate);
+    o->n_del = calloc((size_t)o->n_layers + 1, sizeof *o->n_del);
+    int rc = o->n_gate && o->n_del ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc && init_knn && init_knn->hidden != o->hidden)
+        rc = lq_err_set(err, LQ_EINVAL, "overlay: KNN store hidden %d, vindex hidden %d", init_knn->hidden, o->hidden);
+    if (!rc)
+        rc = knn_copy(init_knn, o->hidden, &o->knn0, err);
+    if (!rc)
+        rc = knn_copy(init_knn, o->hidden, &o->knn, err);
+    if (rc) {
+        lq_overlay_free(o);
+        return rc;
+    }
+    *out = o;
+    return LQ_OK;
+}
+
+void lq_overlay_free(lq_overlay *o)
+{
+    if (!o)
+        return;
+    clear_state(o);
+    free(o->f);
+    free(o->slot);
+    free(o->n_gate);
+    free(o->n_del);
+    for (size_t i = 0; i < o->np; i++)
+        lq_patch_free(o->patches[i]);
+    free(o->patches);
+    lq_knn_store_free(o->knn);
+    lq_knn_store_free(o->knn0);
+    free(o);
+}
+
+static int push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
+{
+    if (o->np == o->capp) {
+        size_t cap = o->capp ? o->capp * 2 : 8;
+        lq_patch **n = realloc(o->patches, cap * sizeof *n);
+        if (!n)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        o->patches = n;
+        o->capp = cap;
+    }
+    o->patches[o->np++] = p;
+    return LQ_OK;
+}
+
+int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
+{
+    int rc = lq_overlay_create(src->base, src->knn0, out, err);
+    for (size_t i = 0; !rc && i < src->np; i++) {
+        lq_patch *p;
+        if (!(rc = lq_vx_patch_copy(src->patches[i], &p, err)) && (rc = push_patch(*out, p, err)))
+            lq_patch_free(p);
+    }
+    if (!rc)
+        rc = rebuild(*out, err);
+    if (rc) {
+        lq_overlay_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+const lq_vindex *lq_overlay_vindex(const lq_overlay *o) { return o ? &o->view : NULL; }
+const lq_knn_store *lq_overlay_knn(const lq_overlay *o) { return o ? o->knn : NULL; }
+uint64_t lq_overlay_version(const lq_overlay *o) { return o ? o->version : 0; }
+size_t lq_overlay_n_patches(const lq_overlay *o) { return o ? o->np : 0; }
+const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i) { return o && i < o->np ? o->patches[i] : NULL; }
+size_t lq_overlay_n_features(const lq_overlay *o) { return o ? o->nf : 0; }
+
+const lq_patch *lq_overlay_edits(const lq_overlay *o)
+{
+    for (size_t i = 0; o && i < o->np; i++)
+        if (!strcmp(lq_patch_name(o->patches[i]), EDITS_NAME))
+            return o->patches[i];
+    return NULL;
+}
+
+int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
+{
+    if (!o || !p)
+        return lq_err_set(err, LQ_EINVAL, "overlay apply: overlay and patch are required");
+    for (size_t i = 0; i < o->np; i++)
+        if (!strcmp(lq_patch_name(o->patches[i]), lq_patch_name(p)))
+            return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
+    int rc = check_patch(o, p, err);
+    lq_patch *c = NULL;
+    if (!rc)
+        rc = lq_vx_patch_copy(p, &c, err);
+    if (!rc && (rc = push_patch(o, c, err)))
+        lq_patch_free(c);
+    if (rc)
+        return rc;
+    /* checked whole: only an allocation can fail here, and then the fold is redone without it */
+    rc = apply_ops(o, c, err);
+    o->version++;
+    if (rc) {
+        lq_patch_free(o->patches[--o->np]);
+        rebuild(o, NULL);
+    }
+    return rc;
+}
+
+int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
+{
+    for (size_t i = 0; o && name && i < o->np; i++)
+        if (!strcmp(lq_patch_name(o->patches[i]), name)) {
+            lq_patch_free(o->patches[i]);
+            memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
+            o->np--;
+            return rebuild(o, err);
+        }
+    return lq_err_set(err, LQ_ENOTFOUND, "patch '%s' not found", name ? name : "");
+}
+
+/* ---- edits: ops validated, applied, recorded in the live patch ---- */
+
+static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
+{
+    lq_patch *e = (lq_patch *)lq_overlay_edits(o);
+    if (e)
+        return e;
+    if (lq_patch_create(EDITS_NAME, o->base->info.model, o->hidden, &e, err))
+        return NULL;
+    if (push_patch(o, e, err)) {
+        lq_patch_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* ops[0..n) as one edit: all checked before any is applied or recorded */
+static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_op(o, EDITS_NAME, i, &ops[i], err);
+        if (rc)
+            return rc;
+    }
+    lq_patch *e = edits_patch(o, err);
+    if (!e)
+        return err ? err->code : LQ_ENOMEM;
+    size_t n0 = lq_patch_n_ops(e);
+    int rc = LQ_OK;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = lq_patch_add(e, &ops[i], err);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = apply_op(o, &ops[i], err);
+    o->version++;
+    if (rc && lq_patch_n_ops(e) > n0) { /* out of memory midway: back to the recorded state */
+        lq_patch *trimmed = NULL;
+        if (!lq_patch_create(EDITS_NAME, lq_patch_base_model(e), o->hidden, &trimmed, NULL)) {
+            lq_patch_op op;
+            for (size_t i = 0; i < n0 && lq_patch_op_at(e, i, &op); i++)
+                lq_patch_add(trimmed, &op, NULL);
+            for (size_t i = 0; i < o->np; i++)
+                if (o->patches[i] == e)
+                    o->patches[i] = trimmed;
+            lq_patch_free(e);
+        }
+        rebuild(o, NULL);
+    }
+    return rc;
+}
+
+void lq_insert_params_init(lq_insert_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->layer = -1;
+    p->mode = LQ_INSERT_KNN;
+    p->confidence = NAN;
+    p->alpha = 0.25f;
+}
+
+static void unit(float *v, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)v[i] * v[i];
+    if (s > 0) {
+        float inv = (float)(1.0 / sqrt(s));
+        for (int i = 0; i < n; i++)
+            v[i] *= inv;
+    }
+}
+
+/* mean norm of the layer's first (up to) 100 gate rows: the scale a composed gate gets */
+static float gate_ref_norm(const lq_vindex *v, int layer)
+{
+    const void *rows;
+    int nf = 0;
+    if (lq_vindex_gate_layer(v, layer, &rows, &nf, NULL) || nf <= 0)
+        return 1.0f;
+    int n = nf < 100 ? nf : 100, D = v->info.hidden_size, f16 = v->info.dtype == LQ_VDT_F16;
+    double sum = 0;
+    for (int r = 0; r < n; r++) {
+        double s = 0;
+        for (int i = 0; i < D; i++) {
+            float x;
+            if (f16) {
+                uint16_t h;
+                memcpy(&h, (const uint8_t *)rows + 2 * ((size_t)r * D + i), 2);
+                x = lq_f16_to_f32(h);
+            } else {
+                x = ((const float *)rows)[(size_t)r * D + i];
+            }
+            s += (double)x * x;
+        }
+        sum += sqrt(s);
+    }
+    return sum > 0 ? (float)(sum / n) : 1.0f;
+}
+
+/* COMPOSE slot: the first with no base meta and no override, else the non-overridden one with
+ * the lowest base c_score (LARQL's find_free_feature). */
+static int free_feature(const lq_overlay *o, int layer)
+{
+    const lq_vx_layer *ly = &o->base->layers[layer];
+    int best = -1;
+    float bc = INFINITY;
+    for (int f = 0; f < ly->num_features; f++) {
+        if (find(o, layer, f))
+            continue;
+        lq_feature_meta m;
+        if (!lq_vindex_feature_meta(o->base, layer, f, &m))
+            return f;
+        if (m.c_score < bc)
+            bc = m.c_score, best = f;
+    }
+    return best;
+}
+
+int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_insert_result *r,
+                      lq_err *err)
+{
+    lq_insert_result dummy;
+    if (!r)
+        r = &dummy;
+    memset(r, 0, sizeof *r);
+    if (!o || !p || !p->entity || !*p->entity || !p->relation || !*p->relation || !p->target || !*p->target)
+        return lq_err_set(err, LQ_EINVAL, "insert: entity, relation and target are required");
+    if (p->mode != LQ_INSERT_KNN && p->mode != LQ_INSERT_COMPOSE)
+        return lq_err_set(err, LQ_EINVAL, "insert: mode %d is not KNN (0) or COMPOSE (1)", p->mode);
+    const lq_vindex *v = o->base;
+    int L = o->n_layers, D = o->hidden;
+    if (p->layer >= L)
+        return lq_err_set(err, LQ_ERANGE, "insert: layer %d outside the model's %d layers", p->layer, L);
+    if (p->layer < -1)
+        return lq_err_set(err, LQ_ERANGE, "insert: layer %d is negative", p->layer);
+    if (m && lq_model_get_info(m)->n_embd != D)
+        return lq_err_set(err, LQ_EINVAL, "insert: model hidden %d, vindex hidden %d", lq_model_get_info(m)->n_embd, D);
+    /* layers written */
+    int kb_lo = v->info.bands[1].start, kb_hi = v->info.bands[1].end;
+    int l0, l1;
+    if (p->layer >= 0)
+        l0 = l1 = p->layer;
+    else if (p->mode == LQ_INSERT_KNN)
+        l0 = l1 = kb_hi - 1 < 0 ? 0 : kb_hi - 1;
+    else
+        l0 = (kb_lo + kb_hi) / 2, l1 = kb_hi;
+    if (l1 - l0 + 1 > 64)
+        l0 = l1 - 63;
+    /* keys: the residuals of the canonical prompt (weights) or the entity's embedding */
+    float *resid = malloc((size_t)L * D * sizeof *resid), *down = malloc((size_t)D * sizeof *down);
+    lq_patch_op *ops = calloc((size_t)(l1 - l0 + 1), sizeof *ops);
+    float *vecs = malloc((size_t)(l1 - l0 + 1) * 2 * D * sizeof *vecs);
+    int32_t *tids = NULL;
+    size_t nt = 0, ne = 0;
+    int rc = resid && down && ops && vecs ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    const lq_tokenizer *tok = m ? lq_model_tokenizer(m) : v->tok;
+    if (!rc) {
+        size_t tl = strlen(p->target);
+        char *sp = malloc(tl + 2);
+        if (!sp)
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        else {
+            sp[0] = ' ';
+            memcpy(sp + 1, p->target, tl + 1);
+            rc = lq_tokenizer_encode(tok, sp, tl + 1, 0, &tids, &nt, err);
+            free(sp);
+        }
+        if (!rc && nt == 0)
+            rc = lq_err_set(err, LQ_EINVAL, "insert: target '%s' encodes to no tokens", p->target);
+        for (size_t i = 0; !rc && i < nt; i++)
+            if (tids[i] < 0 || tids[i] >= v->info.vocab_size)
+                rc = lq_err_set(err, LQ_ERANGE, "insert: target token %d outside the vocabulary", (int)tids[i]);
+    }
+    if (!rc && m) {
+        char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
+        rc = prompt ? lq_infer_residuals(m, prompt, resid, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(prompt);
+        r->weights = 1;
+    } else if (!rc) {
+        rc = lq_vindex_entity_vector(v, p->entity, resid, &ne, err);
+        if (!rc && ne == 0)
+            rc = lq_err_set(err, LQ_EINVAL, "insert: entity '%s' encodes to no tokens", p->entity);
+        for (int l = 1; !rc && l < L; l++)
+            memcpy(resid + (size_t)l * D, resid, (size_t)D * sizeof *resid);
+    }
+    size_t n = 0;
+    if (!rc && p->mode == LQ_INSERT_COMPOSE) {
+        /* down = alpha * mean embedding of the target's tokens */
+        memset(down, 0, (size_t)D * sizeof *down);
+        float *row = vecs; /* scratch before the vectors are laid out */
+        for (size_t i = 0; !rc && i < nt; i++) {
+            rc = lq_vindex_embed_row(v, tids[i], row, err);
+            for (int d = 0; !rc && d < D; d++)
+                down[d] += row[d];
+        }
+        for (int d = 0; d < D; d++)
+            down[d] *= p->alpha / (float)nt;
+    }
+    for (int l = l0; !rc && l <= l1; l++, n++) {
+        lq_patch_op *op = &ops[n];
+        float *key = vecs + n * 2 * D, *up = key + D;
+        memcpy(key, resid + (size_t)l * D, (size_t)D * sizeof *key);
+        unit(key, D);
+        if (p->mode == LQ_INSERT_KNN) {
+            lq_patch_op_init(op, LQ_OP_INSERT_KNN);
+            op->key = key;
+            op->target_id = tids[0];
+            op->confidence = isnan(p->confidence) ? 1.0f : p->confidence;
+        } else {
+            int f = free_feature(o, l);
+            if (f < 0) {
+                rc = lq_err_set(err, LQ_ERANGE, "insert: layer %d has no feature slot to use", l);
+                break;
+            }
+            memcpy(up, key, (size_t)D * sizeof *up);
+            float g = gate_ref_norm(v, l);
+            for (int d = 0; d < D; d++)
+                key[d] *= g;
+            lq_patch_op_init(op, LQ_OP_INSERT);
+            op->feature = f;
+            op->gate = key;
+            op->up = up;
+            op->down = down;
+            op->target_id = tids[0];
+            op->confidence = isnan(p->confidence) ? 0.9f : p->confidence;
+            r->features[n] = f;
+        }
+        op->layer = l;
+        op->entity = p->entity;
+        op->relation = p->relation;
+        op->target = p->target;
+        r->layers[n] = l;
+    }
+    if (!rc)
+        rc = edit(o, ops, n, err);
+    if (!rc) {
+        r->mode = p->mode;
+        r->n_layers = (int)n;
+        r->knn_total = o->knn->n;
+    }
+    free(tids);
+    free(resid);
+    free(down);
+    free(ops);
+    free(vecs);
+    return rc;
+}
+
+void lq_edit_where_init(lq_edit_where *w)
+{
+    memset(w, 0, sizeof *w);
+    w->layer = w->feature = -1;
+}
+
+static int icontains(const char *hay, const char *needle)
+{
+    if (!hay)
+        return 0;
+    size_t n = strlen(needle);
+    for (; *hay; hay++)
+        if (!strncasecmp(hay, needle, n))
+            return 1;
+    return !*needle;
+}
+
+/* Does (layer, feature) as the overlay shows it match w? */
+static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *w)
+{
+    if ((w->layer >= 0 && l != w->layer) || (w->feature >= 0 && f != w->feature))
+        return 0;
+    const ov_feat *e = find(o, l, f);
+    if (e && e->deleted)
+        return 0;
+    if (w->entity) {
+        lq_feature_meta m;
+        int has = lq_vindex_feature_meta(&o->view, l, f, &m);
+        const char *t = has ? lq_vx_meta_text(&o->view, &m) : NULL;
+        if (!icontains(t, w->entity) && !(e && icontains(e->entity, w->entity)))
+            return 0;
+    }
+    if (w->relation && !icontains(lq_vindex_probe_label(&o->view, l, f), w->relation))
+        return 0;
+    return 1;
+}
+
+static int where_ok(const lq_edit_where *w, lq_err *err)
+{
+    if (!w || (!w->entity && !w->relation && w->layer < 0 && w->feature < 0))
+        return lq_err_set(err, LQ_EINVAL, "a WHERE condition on entity, relation, layer or feature is required");
+    if (w->feature >= 0 && w->layer < 0)
+        return lq_err_set(err, LQ_EINVAL, "WHERE feature needs a layer too");
+    return LQ_OK;
+}
+
+/* every matching feature as (layer, feature) pairs; *out malloc'd */
+static int collect(const lq_overlay *o, const lq_edit_where *w, int **out, size_t *n, lq_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    int lo = w->layer >= 0 ? w->layer : 0, hi = w->layer >= 0 ? w->layer : o->n_layers - 1;
+    if (w->layer >= o->n_layers)
+        return lq_err_set(err, LQ_ERANGE, "layer %d outside the model's %d layers", w->layer, o->n_layers);
+    for (int l = lo; l <= hi; l++) {
+        int nf = o->base->layers[l].present ? o->base->layers[l].num_features : 0;
+        int f0 = w->feature >= 0 ? w->feature : 0, f1 = w->feature >= 0 ? w->feature + 1 : nf;
+        if (w->feature >= nf && w->feature >= 0)
+            return lq_err_set(err, LQ_ERANGE, "feature %d outside layer %d's %d features", w->feature, l, nf);
+        for (int f = f0; f < f1; f++) {
+            if (!feat_matches(o, l, f, w))
+                continue;
+            if (*n + 2 > cap) {
+                cap = cap ? cap * 2 : 64;
+                int *p = realloc(*out, cap * sizeof *p);
+                if (!p) {
+                    free(*out);
+                    *out = NULL;
+                    return lq_err_set(err, LQ_ENOMEM, "out of memory");
+                }
+                *out = p;
+            }
+            (*out)[(*n)++] = l;
+            (*out)[(*n)++] = f;
+        }
+    }
+    *n /= 2;
+    return LQ_OK;
+}
+
+int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_err *err)
+{
+    size_t dummy;
+    if (!n_out)
+        n_out = &dummy;
+    *n_out = 0;
+    int rc = o ? where_ok(w, err) : lq_err_set(err, LQ_EINVAL, "delete: no overlay");
+    int *lf = NULL;
+    size_t n = 0;
+    if (!rc)
+        rc = collect(o, w, &lf, &n, err);
+    /* KNN entries of the entity (at the layer when one is given) */
+    size_t nk = 0;
+    for (size_t i = 0; !rc && w->entity && w->feature < 0 && i < o->knn->n; i++) {
+        const lq_vx_knn_entry *e = &o->knn->e[i];
+        if (icontains(e->entity, w->entity) && (w->layer < 0 || e->layer == w->layer) &&
+            (!w->relation || icontains(e->relation, w->relation)))
+            nk++;
+    }
+    lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);
+    if (!rc && !ops)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) {
+        lq_patch_op_init(&ops[i], LQ_OP_DELETE);
+        ops[i].layer = lf[2 * i];
+        ops[i].feature = lf[2 * i + 1];
+        ops[i].reason = "DELETE FROM EDGES";
+    }
+    if (!rc && nk) {
+        lq_patch_op_init(&ops[n], LQ_OP_DELETE_KNN);
+        ops[n].entity = w->entity;
+    }
+    if (!rc && (n || nk))
+        rc = edit(o, ops, n + (nk ? 1 : 0), err);
+    if (!rc)
+        *n_out = n + nk;
+    free(ops);
+    free(lf);
+    return rc;
+}
+
+int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_conf, size_t *n_out,
+                      lq_err *err)
+{
+    size_t dummy;
+    if (!n_out)
+        n_out = &dummy;
+    *n_out = 0;
+    int rc = o ? where_ok(w, err) : lq_err_set(err, LQ_EINVAL, "update: no overlay");
+    if (!rc && !set_target && isnan(set_conf))
+        rc = lq_err_set(err, LQ_EINVAL, "update: nothing to SET (target or confidence)");
+    int *lf = NULL;
+    size_t n = 0;
+    if (!rc)
+        rc = collect(o, w, &lf, &n, err);
+    lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);
+    if (!rc && !ops)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) {
+        int l = lf[2 * i], f = lf[2 * i + 1];
+        lq_feature_meta m;
+        int has = lq_vindex_feature_meta(&o->view, l, f, &m);
+        lq_patch_op_init(&ops[i], LQ_OP_UPDATE);
+        ops[i].layer = l;
+        ops[i].feature = f;
+        ops[i].has_down_meta = 1;
+        ops[i].dm_token = set_target ? set_target : has ? lq_vx_meta_text(&o->view, &m) : "";
+        ops[i].dm_id = set_target ? -1 : has ? m.top_token_id : -1;
+        ops[i].dm_c = !isnan(set_conf) ? set_conf : has ? m.c_score : 0.0f;
+    }
+    /* the texts point into the overlay's tables, which the edit replaces: copy them first */
+    char **keep = rc || !n ? NULL : calloc(n, sizeof *keep);
+    for (size_t i = 0; !rc && keep && i < n; i++)
+        if (!(keep[i] = strdup(ops[i].dm_token)))
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        else
+            ops[i].dm_token = keep[i];
+    if (!rc && n && !keep)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc && n)
+        rc = edit(o, ops, n, err);
+    if (!rc)
+        *n_out = n;
+    for (size_t i = 0; keep && i < n; i++)
+        free(keep[i]);
+    free(keep);
+    free(ops);
+    free(lf);
+    return rc;
+}
+
+/* ---- what the queries ask (vindex_internal.h) ---- */
+
+int lq_vx_ov_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m)
+{
+    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
+    if (!e || (!e->deleted && !e->has_meta))
+        return -1;
+    if (e->deleted)
+        return 0;
+    memset(m, 0, sizeof *m);
+    m->top_token_id = e->target_id < 0 ? 0 : e->target_id;
+    m->c_score = e->c_score;
+    m->top_token = e->target;
+    if (e->target_id >= 0) {
+        m->n_top = 1;
+        m->top_ids[0] = e->target_id;
+        m->top_logits[0] = e->c_score;
+    }
+    return 1;
+}
+
+int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row)
+{
+    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
+    if (!e || (!e->deleted && !e->gate))
+        return -1;
+    if (e->deleted)
+        return 0;
+    memcpy(row, e->gate, (size_t)v->ov->hidden * sizeof *row);
+    return 1;
+}
+
+const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature)
+{
+    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
+    return e && !e->deleted && e->has_meta && e->relation && *e->relation ? e->relation : NULL;
+}
+
+int lq_vx_ov_touches(const lq_vindex *v, int layer)
+{
+    const lq_overlay *o = v->ov;
+    return o && layer >= 0 && layer < o->n_layers && (o->n_gate[layer] || o->n_del[layer]);
+}
+
+size_t lq_vx_ov_extra(const lq_vindex *v, int layer)
+{
+    const lq_overlay *o = v->ov;
+    return lq_vx_ov_touches(v, layer) ? (size_t)o->n_gate[layer] + (size_t)o->n_del[layer] : 0;
+}
+
+static int cmp_hit(const void *a, const void *b)
+{
+    const lq_vindex_hit *x = a, *y = b;
+    float ax = fabsf(x->score), ay = fabsf(y->score);
+    if (ax != ay)
+        return ax > ay ? -1 : 1;
+    return (x->feature > y->feature) - (x->feature < y->feature);
+}
+
+size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
+                           size_t k, lq_vindex_hit *out)
+{
+    const lq_overlay *o = v->ov;
+    size_t n = 0;
+    /* base hits of features the overlay neither deleted nor re-gated */
+    for (size_t i = 0; i < nb; i++) {
+        const ov_feat *e = find(o, layer, base[i].feature);
+        if (e && (e->deleted || e->gate))
+            continue;
+        out[n++] = base[i];
+    }
+    /* every gate override of the layer, scored against q (out has room: nb + n_gate) */
+    for (size_t i = 0; i < o->nf; i++) {
+        const ov_feat *e = &o->f[i];
+        if (e->layer != layer || e->deleted || !e->gate)
+            continue;
+        double s = 0;
+        for (int d = 0; d < o->hidden; d++)
+            s += (double)e->gate[d] * q[d];
+        out[n++] = (lq_vindex_hit){layer, e->feature, (float)s};
+    }
+    qsort(out, n, sizeof *out, cmp_hit);
+    return n < k ? n : k;
+}
+
+/* ---- COMPILE ... INTO VINDEX ---- */
+
+int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err)
+{
+    if (!o || !out_dir || !*out_dir)
+        return lq_err_set(err, LQ_EINVAL, "compile: overlay and output directory are required");
+    return lq_vx_compile(o->base, &o->view, o->knn, out_dir, err);
+}

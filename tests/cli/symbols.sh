@@ -1,0 +1,52 @@
+#!/bin/sh
+# Only lq_*/LQ_* symbols leave liblarql.a (the Makefile's per-module ld -r + objcopy step):
+# lists every other global the archive defines, and checks that a program using the GGUF
+# reader alone links without pulling in the server.
+. "$(dirname "$0")/lib.inc"
+BUILD=${BUILD:-build}
+LIB="$BUILD/liblarql.a"
+
+if ! command -v nm >/dev/null; then
+    skip "library symbols" "nm is not installed"; done_tests; exit 0
+fi
+if [ ! -f "$LIB" ]; then
+    fail "library symbols" "$LIB is missing (run make)"; done_tests; exit 1
+fi
+
+# "addr TYPE name" per defined global (nm -P: name type value size); member headers dropped
+nm -g -P --defined-only "$LIB" >"$T_TMP/syms" 2>"$T_TMP/nm.err" || fail "nm reads $LIB" "$(cat "$T_TMP/nm.err")"
+if grep -q '^lq_[a-z0-9_]* T ' "$T_TMP/syms"; then pass "the archive exports lq_ functions"; else fail "the archive exports lq_ functions" "$(head -n 5 "$T_TMP/syms")"; fi
+awk 'NF >= 2 && $1 !~ /\]:$/ && $1 !~ /^(lq_|LQ_)/ { print $1 " (" $2 ")" }' "$T_TMP/syms" | sort -u >"$T_TMP/bad"
+if [ ! -s "$T_TMP/bad" ]; then
+    pass "every global the archive defines starts with lq_ or LQ_"
+else
+    fail "every global the archive defines starts with lq_ or LQ_" "$(wc -l <"$T_TMP/bad") others: $(tr '\n' ' ' <"$T_TMP/bad")"
+fi
+
+# A host that only reads GGUF files (as the vindex tools or pg_infer's metadata functions
+# might) gets the gguf and core modules, not the HTTP server or its libraries.
+CC=${CC:-cc}
+if command -v "${CC%% *}" >/dev/null; then
+    cat >"$T_TMP/gguf_only.c" <<'EOF'
+#include "larql/gguf.h"
+int main(void)
+{
+    lq_gguf *g = 0;
+    return lq_gguf_open_buffer((const unsigned char *)"GGUF", 4, &g, 0) == LQ_OK;
+}
+EOF
+    # shellcheck disable=SC2086 # CC and SAN are word lists (a compiler and its flags)
+    if $CC $SAN -Iinclude -o "$T_TMP/gguf_only" "$T_TMP/gguf_only.c" "$LIB" -lm -lpthread >"$T_TMP/cc.err" 2>&1; then
+        pass "a GGUF-only program links without libmicrohttpd, jansson or pcre2"
+        nm "$T_TMP/gguf_only" | awk '$3 ~ /^lq_(server|tok|session|vx)_/ { print $3 }' >"$T_TMP/pulled"
+        if [ ! -s "$T_TMP/pulled" ]; then pass "a GGUF-only program does not contain the server, tokenizer, engine or vindex"
+        else fail "a GGUF-only program does not contain the server, tokenizer, engine or vindex" "$(head -n 5 "$T_TMP/pulled" | tr '\n' ' ')"; fi
+        "$T_TMP/gguf_only"; rc=$?
+        if [ "$rc" = 0 ]; then pass "the GGUF-only program runs (and rejects a 4-byte file)"; else fail "the GGUF-only program runs (and rejects a 4-byte file)" "exit $rc"; fi
+    else
+        fail "a GGUF-only program links without libmicrohttpd, jansson or pcre2" "$(head -c 600 "$T_TMP/cc.err")"
+    fi
+else
+    skip "GGUF-only program" "no C compiler ($CC)"
+fi
+done_tests
