@@ -4,7 +4,7 @@
 # openai npm client; a machine that already has node keeps its own. --with-clang adds clang
 # and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and `make fuzz`.
 set -e
-PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
+PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl python3"
 node=""
 for a in "$@"; do
     case "$a" in

@@ -93,6 +93,12 @@ static void dashes(lq_sb *b, int n)
     lq_sb_put(b, "\n", 1);
 }
 
+/* The text of a feature's top token: an overlay's target text, else the vocabulary's. */
+static const char *meta_text(const lq_vindex *v, const lq_feature_meta *m)
+{
+    return m->top_token ? m->top_token : lq_vindex_token_text(v, m->top_token_id);
+}
+
 /* ---- session ---- */
 
 int lq_lql_create(const lq_lql_opts *opts, lq_lql **out, lq_err *err)
@@ -536,7 +542,7 @@ static void walk_row(const lq_lql *q, lq_sb *out, int layer, int feature, float 
     lq_sb_printf(out, " gate=%+.1f  top=", (double)gate);
     pad_quoted(out, target ? target : "", 15);
     lq_sb_puts(out, "  down=[");
-    lq_feature_meta m;
+    lq_feature_meta m = {0};
     if (lq_vindex_feature_meta(v, layer, feature, &m))
         for (int k = 0; k < m.n_top && k < 3; k++)
             lq_sb_printf(out, k ? ", %s" : "%s", lq_vindex_token_text(v, m.top_ids[k]));
@@ -729,9 +735,9 @@ static int exec_explain_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
             size_t nh = 0;
             rc = lq_vindex_gate_knn(v, l, x, (size_t)K, hits, &nh, err);
             for (size_t i = 0; !rc && i < nh; i++) {
-                lq_feature_meta m;
+                lq_feature_meta m = {0};
                 const char *tok = lq_vindex_feature_meta(v, l, hits[i].feature, &m)
-                                      ? lq_vindex_token_text(v, m.top_token_id) : "";
+                                      ? meta_text(v, &m) : "";
                 if (s->relations_only && !lq_vindex_probe_label(v, l, hits[i].feature))
                     continue;
                 walk_row(q, out, l, hits[i].feature, hits[i].score, tok,
@@ -754,7 +760,7 @@ static int cond_num(const lq_lql_cond *c, double *x, lq_err *err)
 }
 
 /* "%paris%" -> "paris": LIKE patterns are substrings here (LARQL supports % at either end) */
-static const char *like_core(const char *s, char *buf, size_t cap)
+const char *lq_lql_like_core(const char *s, char *buf, size_t cap)
 {
     while (*s == '%')
         s++;
@@ -774,7 +780,7 @@ typedef struct post_filter {
 
 static int also_list(const lq_vindex *v, int layer, int feature, int from, int to, lq_sb *b)
 {
-    lq_feature_meta m;
+    lq_feature_meta m = {0};
     int n = 0;
     if (!lq_vindex_feature_meta(v, layer, feature, &m))
         return 0;
@@ -838,17 +844,17 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
         const char *f = c->field;
-        double x;
+        double x = 0;
         if (c->op == LQ_LO_IN || c->op == LQ_LO_NEQ)
             return lq_err_set(err, LQ_EINVAL, "WHERE %s: only =, LIKE and comparisons are supported in SELECT", f);
         if (!strcmp(f, "entity") || !strcmp(f, "token") || !strcmp(f, "target")) {
             if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
                 return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
-            p.entity = like_core(c->v.s, ebuf, sizeof ebuf);
+            p.entity = lq_lql_like_core(c->v.s, ebuf, sizeof ebuf);
         } else if (!strcmp(f, "relation")) {
             if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
                 return lq_err_set(err, LQ_EINVAL, "WHERE relation needs = or LIKE with a string");
-            p.relation = like_core(c->v.s, rbuf, sizeof rbuf);
+            p.relation = lq_lql_like_core(c->v.s, rbuf, sizeof rbuf);
         } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
             if (cond_num(c, &x, err))
                 return LQ_EINVAL;
@@ -944,7 +950,7 @@ static int feat_match(const lq_vindex *v, const lq_feature_meta *m, const feat_f
 {
     if (!isnan(ff->min_score) && !(m->c_score >= ff->min_score))
         return 0;
-    if (ff->token && !strcasestr(lq_vindex_token_text(v, m->top_token_id), ff->token))
+    if (ff->token && !strcasestr(meta_text(v, m), ff->token))
         return 0;
     return 1;
 }
@@ -957,12 +963,12 @@ static int parse_feat_where(const lq_lql_stmt *s, feat_filter *ff, int *layer, c
     ff->feature = -1;
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
-        double x;
+        double x = 0;
         if (!strcmp(c->field, "token") || !strcmp(c->field, "relation") || !strcmp(c->field, "entity") ||
             !strcmp(c->field, "target")) {
             if (c->v.kind != LQ_LV_STRING)
                 return lq_err_set(err, LQ_EINVAL, "WHERE %s needs a string", c->field);
-            ff->token = like_core(c->v.s, buf, cap);
+            ff->token = lq_lql_like_core(c->v.s, buf, cap);
         } else if (!strcmp(c->field, "confidence") || !strcmp(c->field, "c_score") || !strcmp(c->field, "score")) {
             if (cond_num(c, &x, err))
                 return LQ_EINVAL;
@@ -995,7 +1001,7 @@ static void feature_row(const lq_vindex *v, lq_sb *out, int layer, int f, const 
     }
     lq_lql_pad(out, ff, 8, 0);
     lq_sb_puts(out, " ");
-    lq_lql_pad(out, lq_vindex_token_text(v, m->top_token_id), 20, 0);
+    lq_lql_pad(out, meta_text(v, m), 20, 0);
     snprintf(sc, sizeof sc, "%.4f", (double)m->c_score);
     lq_sb_puts(out, " ");
     lq_lql_pad(out, sc, 10, 1);
@@ -1030,7 +1036,7 @@ static int exec_show_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
     dashes(out, 72);
     int count = 0;
     for (int f = 0; f < nf && count < limit; f++) {
-        lq_feature_meta m;
+        lq_feature_meta m = {0};
         if ((ff.feature >= 0 && f != ff.feature) || !lq_vindex_feature_meta(v, s->layer, f, &m) ||
             !feat_match(v, &m, &ff))
             continue;
@@ -1068,7 +1074,7 @@ static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *
         int nf = 0;
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         for (int f = 0; f < nf && count < limit; f++) {
-            lq_feature_meta m;
+            lq_feature_meta m = {0};
             if ((ff.feature >= 0 && f != ff.feature) || !lq_vindex_feature_meta(v, l, f, &m) ||
                 !feat_match(v, &m, &ff))
                 continue;
@@ -1130,7 +1136,7 @@ static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err 
         int nf = 0;
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         for (int f = 0; f < nf; f++) {
-            lq_feature_meta m;
+            lq_feature_meta m = {0};
             if (!lq_vindex_feature_meta(v, l, f, &m) || m.top_token_id < 0 || m.top_token_id >= V)
                 continue;
             if (!entity_like(lq_vindex_token_text(v, m.top_token_id)))
@@ -1271,7 +1277,7 @@ static int exec_show_layers(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err 
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         memset(freq, 0, (size_t)(V > 0 ? V : 1) * sizeof *freq);
         for (int f = 0; f < nf; f++) {
-            lq_feature_meta m;
+            lq_feature_meta m = {0};
             if (!lq_vindex_feature_meta(v, l, f, &m))
                 continue;
             with++;

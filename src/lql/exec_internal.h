@@ -34,6 +34,8 @@ int lq_lql_need_model(lq_lql *q, lq_err *err);
 void lq_lql_pad(lq_sb *b, const char *s, int width, int right);
 /* s as Rust's {:?} writes a string: quoted, with \" \\ \n \t \r escaped. */
 void lq_lql_quoted(lq_sb *b, const char *s);
+/* A LIKE pattern's core: "%paris%" -> "paris" (patterns match substrings). */
+const char *lq_lql_like_core(const char *s, char *buf, size_t cap);
 /* LARQL's format_number: 1234 -> "1.2K", 3480000 -> "3.48M". */
 void lq_lql_fmt_count(char *buf, size_t cap, uint64_t n);
 

@@ -375,6 +375,22 @@ int lq_lql_split(const char *text, size_t len, lq_lql_span **spans, size_t *n, l
     size_t cap = 0;
     scan c = {text, len, 0, 1, 1, 0};
     while (c.i < len) {
+        /* a span starts at its first token, so its line/column are the statement's */
+        while (c.i < len && (isspace((unsigned char)text[c.i]) ||
+                             (text[c.i] == '-' && c.i + 1 < len && text[c.i + 1] == '-'))) {
+            if (text[c.i] == '-') {
+                while (c.i < len && text[c.i] != '\n')
+                    c.i++, c.col++;
+                continue;
+            }
+            if (text[c.i] == '\n')
+                c.line++, c.col = 1;
+            else
+                c.col++;
+            c.i++;
+        }
+        if (c.i >= len)
+            break;
         lq_lql_span sp = {c.i, 0, c.line, c.col};
         int content = 0, semi = scan_to_semi(&c, &content);
         if (semi) { /* the ';' belongs to its statement */
