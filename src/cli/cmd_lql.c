@@ -3,6 +3,7 @@
  * library's (include/larql/lql.h); this file reads lines, prints outputs to stdout and
  * errors as "Error: ..." to stderr. */
 #include <editline/readline.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,17 @@ static int blank(const char *s)
     return 1;
 }
 
+/* Ctrl-C in the shell cancels the statement being typed (LARQL: "(cancelled)") instead of
+ * ending the process: the handler only raises a flag; libedit's read is interrupted and
+ * readline() returns NULL, which the flag tells apart from the end of input. */
+static volatile sig_atomic_t g_sigint;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_sigint = 1;
+}
+
 /* The shell. Lines gather in a buffer until it ends a statement (';' outside quotes and
  * comments); then every statement in it runs. With a terminal, libedit edits the line and
  * keeps the history; from a pipe, lines are read as they come, without prompts. */
@@ -118,6 +130,12 @@ static int shell(lq_lql *q)
             read_history(hist);
         }
         stifle_history(1000);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint; /* no SA_RESTART: the read must see EINTR */
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        rl_catch_signals = 0; /* ours, not libedit's: it would re-raise SIGINT and exit */
         printf("larql LQL shell: statements end with ';' (help, exit)\n");
     }
     char *buf = NULL;
@@ -136,6 +154,15 @@ static int shell(lq_lql *q)
             } else if (r > 0 && line[r - 1] == '\n') {
                 line[r - 1] = 0;
             }
+        }
+        if (g_sigint) {
+            g_sigint = 0;
+            free(line);
+            blen = 0;
+            if (buf)
+                buf[0] = 0;
+            printf("\n(cancelled)\n");
+            continue;
         }
         if (!line)
             break;

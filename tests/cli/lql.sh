@@ -97,6 +97,44 @@ if grep -q '^Model: ' "$T_TMP/out" && grep -q '^Statements end with' "$T_TMP/out
    grep -q '^F0 ' "$T_TMP/out" && [ "$(grep -c '^Model: ' "$T_TMP/out")" -eq 1 ]; then
     pass "shell from a pipe"; else fail "shell from a pipe" "$(cat "$T_TMP/out" "$T_TMP/err" | head -c 500)"; fi
 
+# the shell on a terminal (a pty): prompts, continuation, Ctrl-C cancels the statement,
+# history saved to ~/.larql_history and recalled with the up arrow
+mkdir -p "$T_TMP/home"
+if HOME="$T_TMP/home" python3 - "$LARQL" "$V" >"$T_TMP/out" 2>&1 <<'PY'
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "lql", sys.argv[2]])
+buf = [b""]
+def read_until(want, t=20.0):
+    end = time.time() + t
+    while time.time() < end and want not in buf[0]:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                buf[0] += os.read(fd, 65536)
+            except OSError:
+                break
+    assert want in buf[0], (want, buf[0])
+    i = buf[0].index(want) + len(want)
+    out, buf[0] = buf[0][:i], buf[0][i:]
+    return out
+read_until(b"larql> ")
+os.write(fd, b'DESCRIBE " France"\r'); read_until(b"   ... ")
+os.write(fd, b"\x03"); read_until(b"(cancelled)"); read_until(b"larql> ")
+os.write(fd, b"SHOW LAYERS;\r"); out = read_until(b"larql> ")
+assert b"L3 " in out and b"signal" not in out, out
+os.write(fd, b"\x1b[A"); read_until(b"SHOW LAYERS;")
+os.write(fd, b"\x15exit\r"); read_until(b"Goodbye.")
+os.waitpid(pid, 0)
+PY
+then
+    # libedit's history file escapes blanks as \040
+    if grep -Eq '^SHOW( |\\040)LAYERS;$' "$T_TMP/home/.larql_history"; then pass "shell on a terminal: prompts, ^C, history"
+    else fail "shell on a terminal: prompts, ^C, history" "history: $(cat "$T_TMP/home/.larql_history")"; fi
+else
+    fail "shell on a terminal: prompts, ^C, history" "$(tail -c 600 "$T_TMP/out")"
+fi
+
 # ---- editing ----
 Q='INFER "The capital of Atlantis is" TOP 3;'
 "$LARQL" lql "$V" -c "$Q INFER \"The capital of France is\" TOP 5; INFER \"Hello world\" TOP 5;" >"$T_TMP/before" 2>&1
