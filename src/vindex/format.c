@@ -331,6 +331,9 @@ static int labels_put(lq_vindex *v, uint64_t key, const char *label)
 
 const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature)
 {
+    const char *ov = v->ov ? lq_vx_ov_label(v, layer, feature) : NULL;
+    if (ov)
+        return ov;
     if (!v->label_cap || layer < 0 || feature < 0)
         return NULL;
     uint64_t key = (uint64_t)layer << 32 | (uint32_t)feature;
@@ -690,6 +693,12 @@ int lq_vindex_entity_vector(const lq_vindex *v, const char *text, float *q, size
 
 int lq_vindex_feature_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m)
 {
+    if (v->ov) { /* an overlay's view: its override or tombstone first */
+        int r = lq_vx_ov_meta(v, layer, feature, m);
+        if (r >= 0)
+            return r;
+    }
+    m->top_token = NULL;
     if (!v->has_down || layer < 0 || layer >= (int)v->dm_layers || feature < 0 ||
         (uint32_t)feature >= v->dm_nf[layer])
         return 0;

@@ -482,9 +482,11 @@ int lq_vindex_gate_scores(const lq_vindex *v, int layer, const float *Q, size_t 
     return scan(v, &layer, 1, Q, n_q, &out, force_scalar, 0, err);
 }
 
-int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers,
-                             const float *Q, size_t n_q, size_t k, lq_vindex_hit *out,
-                             size_t *counts, lq_err *err)
+/* The base files' gate KNN; lq_vindex_gate_knn_batch (overlay.c) merges an overlay's
+ * overrides on top. */
+int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_layers,
+                              const float *Q, size_t n_q, size_t k, lq_vindex_hit *out,
+                              size_t *counts, lq_err *err)
 {
     if (k > LQ_VINDEX_MAX_QUERY_K)
         return lq_err_set(err, LQ_EINVAL, "k %zu exceeds the limit %d", k, LQ_VINDEX_MAX_QUERY_K);

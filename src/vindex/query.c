@@ -307,7 +307,7 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
             continue;
         lq_feature_meta fm;
         lq_vindex_feature_meta(v, h->layer, h->feature, &fm);
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         if (strlen(tok) < 2 || ieq(tok, ent))
             continue;
         if (p->per_layer) {
@@ -556,7 +556,7 @@ int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *
         lq_feature_meta fm;
         lq_vindex_feature_meta(v, hits[i].layer, hits[i].feature, &fm);
         r->hits[i] = (lq_walk_hit){hits[i].layer, hits[i].feature, hits[i].score,
-                                   lq_vindex_token_text(v, fm.top_token_id),
+                                   lq_vx_meta_text(v, &fm),
                                    lq_vindex_probe_label(v, hits[i].layer, hits[i].feature)};
     }
     free(hits);
@@ -669,7 +669,7 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
             const char *lab = lq_vindex_probe_label(v, l, f);
             if (p->relation && (!lab || !icontains(lab, p->relation)))
                 continue;
-            const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+            const char *tok = lq_vx_meta_text(v, &fm);
             if (p->entity && !icontains(tok, p->entity))
                 continue;
             if (!isnan(p->min_confidence) && !(fm.c_score >= p->min_confidence))
@@ -760,7 +760,7 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
             lq_feature_meta fm;
             if (!lq_vindex_feature_meta(v, l, f, &fm) || !(fm.c_score >= 0.2f))
                 continue;
-            const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+            const char *tok = lq_vx_meta_text(v, &fm);
             if (!lq_vx_is_content(tok))
                 continue;
             char *key = lower_dup(tok);
@@ -933,7 +933,7 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
         lq_feature_meta fm;
         if (!lq_vindex_feature_meta(v, hits[i].layer, hits[i].feature, &fm))
             continue;
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", first ? "" : ",", hits[i].feature);
         lq_sb_json_str(&b, tok, strlen(tok));
         lq_sb_puts(&b, ",\"score\":");
@@ -965,7 +965,7 @@ int lq_vindex_show_features_json(const lq_vindex *v, int layer, const char *filt
         lq_feature_meta fm;
         if (!lq_vindex_feature_meta(v, layer, f, &fm) || fm.c_score < min_score)
             continue;
-        const char *tok = lq_vindex_token_text(v, fm.top_token_id);
+        const char *tok = lq_vx_meta_text(v, &fm);
         if (filter && *filter && !icontains(tok, filter))
             continue;
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", rows ? "," : "", f);

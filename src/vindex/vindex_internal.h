@@ -222,6 +222,9 @@ size_t lq_vx_ov_extra(const lq_vindex *v, int layer);
  * lower feature), truncated to k. out has room for nb + the layer's overrides. */
 size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
                            size_t k, lq_vindex_hit *out);
+/* knn.c: the gate KNN over the base files alone (lq_vindex_gate_knn_batch's contract) */
+int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t n_q,
+                              size_t k, lq_vindex_hit *out, size_t *counts, lq_err *err);
 int lq_vx_compile(const lq_vindex *base, const lq_vindex *view, const lq_knn_store *knn, const char *out_dir,
                   lq_err *err);
 

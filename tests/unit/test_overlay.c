@@ -1,0 +1,326 @@
+/* Editing what the model knows (larql/patch.h) on a planted-knowledge fixture: the overlay
+ * view answers every read query with the edits, infer's walk mode with the overlay's KNN
+ * store, patches round-trip through .vlp, bad patches change nothing, COMPILE bakes it all
+ * into a new directory that reads back the same. */
+#include <math.h>
+
+#include "harness.h"
+
+#include "larql/fixture.h"
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "larql/vindex.h"
+
+static const char corpus[] =
+    "The capital of France is Paris . The capital of Germany is Berlin . The capital of Japan is Tokyo . "
+    "France Paris France Paris Germany Berlin Germany Berlin Japan Tokyo Japan Tokyo Italy Rome Italy Rome "
+    "Atlantis Atlantis Poseidonia the model reads the text and the model knows the capital . ";
+
+static char gguf[4200], dir[4200];
+static lq_vindex *V;
+static lq_model *M;
+
+static int setup(void)
+{
+    const char *tmp = harness_tmpdir();
+    snprintf(gguf, sizeof gguf, "%s/ov.gguf", tmp);
+    snprintf(dir, sizeof dir, "%s/ov.vindex", tmp);
+    lq_fixture_opts o;
+    lq_err err = {0};
+    if (lq_fixture_preset(&o, "demo", &err))
+        return printf("#   preset: %s\n", err.msg), -1;
+    o.corpus = corpus;
+    o.layers = 4;
+    o.seed = 7;
+    lq_fact facts[] = {{" France", "Paris", 1, 17}, {" Germany", "Berlin", 2, 100}};
+    lq_vindex_build_opts bo;
+    lq_vindex_build_opts_init(&bo);
+    bo.level = LQ_VLEVEL_INFERENCE;
+    bo.keep_quant = 1;
+    bo.n_threads = 2;
+    bo.extracted_at = "2026-01-01T00:00:00Z";
+    lq_model_opts mo = {.n_threads = 2};
+    if (lq_fixture_write(&o, gguf, &err) || lq_fixture_plant(gguf, facts, 2, &err) ||
+        lq_vindex_build(gguf, dir, &bo, &err) || lq_vindex_open(dir, NULL, &V, &err) ||
+        lq_vindex_model_open(V, &mo, &M, &err))
+        return printf("#   fixture: %s\n", err.msg), -1;
+    return 0;
+}
+
+static char *describe(const lq_vindex *v, const char *entity)
+{
+    lq_describe_params p;
+    lq_describe_params_init(&p);
+    p.entity = entity;
+    p.band = "all";
+    p.min_score = -1e9;
+    p.limit = 5;
+    char *j = NULL;
+    lq_err err = {0};
+    if (lq_vindex_describe_json(v, &p, &j, &err))
+        printf("#   describe: %s\n", err.msg);
+    char *lat = j ? strstr(j, ",\"latency_ms\"") : NULL;
+    if (lat)
+        *lat = 0; /* timings aside */
+    return j;
+}
+
+/* the top prediction's token of a walk-mode infer with the overlay's store */
+static int infer_top(const lq_overlay *o, const char *prompt, char *tok, size_t cap, double *p0, int *fired)
+{
+    lq_infer_params ip;
+    lq_infer_params_init(&ip);
+    ip.prompt = prompt;
+    ip.top = 3;
+    ip.knn = lq_overlay_knn(o);
+    lq_infer_result r;
+    lq_err err = {0};
+    int rc = lq_infer(M, &ip, &r, &err);
+    if (rc)
+        return printf("#   infer: %s\n", err.msg), rc;
+    snprintf(tok, cap, "%s", r.n_walk ? r.walk[0].token : "");
+    if (p0)
+        *p0 = r.n_walk ? r.walk[0].probability : 0;
+    if (fired)
+        *fired = r.knn_fired;
+    lq_infer_result_free(&r);
+    return 0;
+}
+
+static void test_knn_insert_and_delete(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    static const char *const prompts[] = {"the model", "The capital of France is", "Paris", "the text",
+                                          "Germany Berlin", "reads the", "Japan", "knows the", "Tokyo .", "Italy"};
+    char before[10][64], tok[64];
+    for (int i = 0; i < 10; i++)
+        CHECK(infer_top(o, prompts[i], before[i], sizeof before[i], NULL, NULL) == 0);
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    lq_insert_result r;
+    CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.mode == LQ_INSERT_KNN && r.n_layers == 1 && r.weights == 1 && r.knn_total == 1);
+    double p = 0;
+    int fired = 0;
+    CHECK(infer_top(o, "The capital of Atlantis is", tok, sizeof tok, &p, &fired) == 0);
+    CHECK_MSG(!strcmp(tok, "Poseidonia") && p == 1.0 && fired, "got '%s' %g", tok, p);
+    for (int i = 0; i < 10; i++) { /* unrelated prompts answer as before */
+        CHECK(infer_top(o, prompts[i], tok, sizeof tok, NULL, &fired) == 0);
+        CHECK_MSG(!strcmp(tok, before[i]) && !fired, "prompt '%s': '%s' vs '%s'", prompts[i], tok, before[i]);
+    }
+    CHECK(lq_overlay_edits(o) && lq_patch_n_ops(lq_overlay_edits(o)) == 1);
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.entity = "Atlantis";
+    size_t n = 0;
+    CHECK_MSG(lq_overlay_delete(o, &w, &n, &err) == 0, "%s", err.msg);
+    CHECK(n >= 1 && lq_knn_store_count(lq_overlay_knn(o)) == 0);
+    CHECK(infer_top(o, "The capital of Atlantis is", tok, sizeof tok, NULL, &fired) == 0);
+    CHECK(!fired && strcmp(tok, "Poseidonia"));
+    /* no unbounded DELETE; layer and feature ranges are checked */
+    lq_edit_where_init(&w);
+    CHECK(lq_overlay_delete(o, &w, &n, &err) == LQ_EINVAL);
+    w.layer = 99;
+    CHECK(lq_overlay_delete(o, &w, &n, &err) == LQ_ERANGE);
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    ip.layer = 99;
+    CHECK(lq_overlay_insert(o, M, &ip, &r, &err) == LQ_ERANGE);
+    ip.layer = -1;
+    ip.entity = "";
+    CHECK(lq_overlay_insert(o, M, &ip, &r, &err) == LQ_EINVAL);
+    lq_overlay_free(o);
+}
+
+static void test_compose_describe_update_delete(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    const lq_vindex *view = lq_overlay_vindex(o);
+    char *base_fr = describe(V, " France"), *view_fr = describe(view, " France");
+    CHECK(base_fr && view_fr && !strcmp(base_fr, view_fr)); /* no edits: identical answers */
+    CHECK(base_fr && strstr(base_fr, "\"Paris\""));
+    /* COMPOSE without weights: the gate is the entity's embedding direction, so describe finds it */
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    ip.mode = LQ_INSERT_COMPOSE;
+    ip.layer = 2;
+    lq_insert_result r;
+    CHECK_MSG(lq_overlay_insert(o, NULL, &ip, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.n_layers == 1 && r.layers[0] == 2 && r.features[0] >= 0 && r.weights == 0);
+    char *at = describe(view, "Atlantis");
+    CHECK_MSG(at && strstr(at, "\"target\":\"Poseidonia\"") && strstr(at, "\"relation\":\"capital\""), "%s",
+              at ? at : "(null)");
+    lq_feature_meta fm;
+    CHECK(lq_vindex_feature_meta(view, 2, r.features[0], &fm) == 1 && fm.top_token &&
+          !strcmp(fm.top_token, "Poseidonia"));
+    /* UPDATE the planted fact's target, then DELETE it */
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.layer = 1;
+    w.feature = 17;
+    size_t n = 0;
+    CHECK_MSG(lq_overlay_update(o, &w, "Lutetia", NAN, &n, &err) == 0 && n == 1, "%s", err.msg);
+    char *fr = describe(view, " France");
+    CHECK(fr && strstr(fr, "\"Lutetia\"") && !strstr(fr, "\"Paris\""));
+    free(fr);
+    CHECK(lq_overlay_delete(o, &w, &n, &err) == 0 && n == 1);
+    CHECK(lq_vindex_feature_meta(view, 1, 17, &fm) == 0);
+    fr = describe(view, " France");
+    CHECK(fr && !strstr(fr, "\"Lutetia\"") && !strstr(fr, "\"Paris\""));
+    free(fr);
+    /* the base never changed; removing the edits patch restores the view */
+    char *b2 = describe(V, " France");
+    CHECK(b2 && !strcmp(b2, base_fr));
+    CHECK(lq_overlay_remove(o, "edits", &err) == 0 && lq_overlay_n_patches(o) == 0);
+    fr = describe(view, " France");
+    CHECK(fr && !strcmp(fr, base_fr));
+    CHECK(lq_overlay_remove(o, "edits", &err) == LQ_ENOTFOUND);
+    free(fr);
+    free(b2);
+    free(at);
+    free(base_fr);
+    free(view_fr);
+    lq_overlay_free(o);
+}
+
+static void test_vlp_round_trip_and_compile(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *a = NULL, *b = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &a, &err) == 0 && lq_overlay_create(V, NULL, &b, &err) == 0);
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    CHECK(lq_overlay_insert(a, M, &ip, NULL, &err) == 0); /* KNN */
+    ip.mode = LQ_INSERT_COMPOSE;
+    ip.layer = 3;
+    CHECK(lq_overlay_insert(a, NULL, &ip, NULL, &err) == 0);
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.layer = 2;
+    w.feature = 100;
+    size_t n;
+    CHECK(lq_overlay_delete(a, &w, &n, &err) == 0 && n == 1);
+    char *j1 = NULL, *j2 = NULL;
+    CHECK(lq_patch_json(lq_overlay_edits(a), &j1, &err) == 0);
+    lq_patch *p = NULL;
+    CHECK_MSG(j1 && lq_patch_parse(j1, strlen(j1), "copy", lq_vindex_get_info(V)->hidden_size, &p, &err) == 0, "%s",
+              err.msg);
+    CHECK(p && lq_patch_n_ops(p) == 3 && lq_patch_json(p, &j2, &err) == 0);
+    CHECK(j1 && j2 && !strcmp(j1, j2)); /* written, read back, written again: identical */
+    CHECK(lq_overlay_apply(b, p, &err) == 0);
+    CHECK(lq_overlay_apply(b, p, &err) == LQ_EINVAL); /* the same name twice */
+    char *da = describe(lq_overlay_vindex(a), "Atlantis"), *db = describe(lq_overlay_vindex(b), "Atlantis");
+    CHECK(da && db && !strcmp(da, db));
+    char tok[64];
+    int fired = 0;
+    CHECK(infer_top(b, "The capital of Atlantis is", tok, sizeof tok, NULL, &fired) == 0 && fired &&
+          !strcmp(tok, "Poseidonia"));
+    /* COMPILE: a new directory that reads back as the overlay */
+    char out[4300];
+    snprintf(out, sizeof out, "%s/compiled.vindex", harness_tmpdir());
+    CHECK_MSG(lq_overlay_compile(a, out, &err) == 0, "%s", err.msg);
+    CHECK(lq_overlay_compile(a, out, &err) == LQ_EINVAL); /* exists */
+    lq_vindex *c = NULL;
+    CHECK_MSG(lq_vindex_open(out, &(lq_vindex_open_opts){.verify_checksums = 1}, &c, &err) == 0, "%s", err.msg);
+    char *dc = c ? describe(c, "Atlantis") : NULL;
+    CHECK_MSG(dc && da && !strcmp(dc, da), "compiled %s\nview %s", dc ? dc : "", da ? da : "");
+    char *gc = c ? describe(c, " Germany") : NULL, *ga = describe(lq_overlay_vindex(a), " Germany");
+    CHECK(gc && ga && !strcmp(gc, ga) && !strstr(gc, "\"Berlin\""));
+    lq_vindex_close(c);
+    free(dc);
+    free(gc);
+    free(ga);
+    free(da);
+    free(db);
+    free(j1);
+    free(j2);
+    lq_patch_free(p);
+    lq_overlay_free(a);
+    lq_overlay_free(b);
+}
+
+/* a mismatched patch is refused whole, the overlay unchanged */
+static void test_bad_patches(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    int H = lq_vindex_get_info(V)->hidden_size;
+    static const char *const bad[] = {
+        "{\"operations\":[{\"op\":\"insert\",\"layer\":1,\"feature\":3,\"entity\":\"a\",\"target\":\"b\"},"
+        "{\"op\":\"delete\",\"layer\":40,\"feature\":1}]}",
+        "{\"operations\":[{\"op\":\"delete\",\"layer\":1,\"feature\":99999}]}",
+        "{\"base_model\":\"someone/else\",\"operations\":[{\"op\":\"delete\",\"layer\":1,\"feature\":1}]}",
+        "{\"operations\":[{\"op\":\"teleport\",\"layer\":1}]}",
+        "{\"operations\":[{\"op\":\"update\",\"layer\":1,\"feature\":1,\"gate_vector_b64\":\"AAAAAA==\"}]}",
+        "{\"operations\":[{\"op\":\"update\",\"layer\":1,\"feature\":1,\"gate_vector_b64\":\"!!!!\"}]}",
+        "{\"operations\":[{\"op\":\"insert_knn\",\"layer\":1,\"entity\":\"a\",\"relation\":\"r\",\"target\":\"t\","
+        "\"target_id\":5}]}",
+        "{\"operations\":{}}",
+        "[1,2",
+    };
+    uint64_t v0 = lq_overlay_version(o);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lq_patch *p = NULL;
+        int rc = lq_patch_parse(bad[i], strlen(bad[i]), NULL, H, &p, &err);
+        if (!rc)
+            rc = lq_overlay_apply(o, p, &err);
+        CHECK_MSG(rc != 0, "bad patch %zu accepted", i);
+        lq_patch_free(p);
+    }
+    CHECK(lq_overlay_version(o) == v0 && lq_overlay_n_patches(o) == 0 && lq_overlay_n_features(o) == 0);
+    /* a patch in LARQL's own format (format.rs fields) applies */
+    const char *larql =
+        "{\"version\":1,\"base_model\":\"\",\"created_at\":\"2026-01-01T00:00:00Z\",\"description\":\"hand\","
+        "\"author\":\"test\",\"tags\":[\"x\"],\"operations\":["
+        "{\"op\":\"insert\",\"layer\":2,\"feature\":7,\"relation\":\"capital\",\"entity\":\"Atlantis\","
+        "\"target\":\"Poseidonia\",\"confidence\":0.8},"
+        "{\"op\":\"delete\",\"layer\":1,\"feature\":17,\"reason\":\"wrong\"},"
+        "{\"op\":\"delete_knn\",\"entity\":\"Nobody\"}]}";
+    lq_patch *p = NULL;
+    CHECK_MSG(lq_patch_parse(larql, strlen(larql), NULL, H, &p, &err) == 0, "%s", err.msg);
+    CHECK(p && !strcmp(lq_patch_name(p), "hand") && lq_overlay_apply(o, p, &err) == 0);
+    lq_feature_meta fm;
+    CHECK(lq_vindex_feature_meta(lq_overlay_vindex(o), 2, 7, &fm) == 1 && !strcmp(fm.top_token, "Poseidonia") &&
+          fabsf(fm.c_score - 0.8f) < 1e-6f);
+    CHECK(lq_vindex_feature_meta(lq_overlay_vindex(o), 1, 17, &fm) == 0);
+    CHECK(lq_vindex_feature_meta(V, 1, 17, &fm) == 1); /* the base is untouched */
+    lq_patch_free(p);
+    lq_overlay_free(o);
+}
+
+int main(void)
+{
+    if (setup())
+        printf("#   setup failed\n");
+    RUN(test_knn_insert_and_delete);
+    RUN(test_compose_describe_update_delete);
+    RUN(test_vlp_round_trip_and_compile);
+    RUN(test_bad_patches);
+    lq_model_close(M);
+    lq_vindex_close(V);
+    return harness_done();
+}
