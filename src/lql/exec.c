@@ -86,6 +86,14 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t b)
         snprintf(buf, cap, "%llu B", (unsigned long long)b);
 }
 
+/* Rust pads the last column too; trailing blanks carry nothing, so rows end at their text */
+static void end_row(lq_sb *b)
+{
+    while (b->n && b->s[b->n - 1] == ' ')
+        b->s[--b->n] = 0;
+    lq_sb_puts(b, "\n");
+}
+
 static void dashes(lq_sb *b, int n)
 {
     for (int i = 0; i < n; i++)
@@ -382,10 +390,7 @@ static void describe_row(lq_sb *out, const dedge *e, int mode)
         for (int k = 0; k < e->n_also; k++)
             lq_sb_printf(out, k ? ", %s" : "  also: %s", e->also[k]);
     }
-    /* Rust pads the last column too; trailing blanks carry nothing */
-    while (out->n && out->s[out->n - 1] == ' ')
-        out->s[--out->n] = 0;
-    lq_sb_puts(out, "\n");
+    end_row(out);
 }
 
 static int exec_describe(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
@@ -1010,7 +1015,7 @@ static void feature_row(const lq_vindex *v, lq_sb *out, int layer, int f, const 
     lq_sb_puts(out, " ");
     lq_lql_pad(out, down.s ? down.s : "", 30, 1);
     lq_sb_free(&down);
-    lq_sb_puts(out, "\n");
+    end_row(out); /* an edited feature may have no down tokens */
 }
 
 static int exec_show_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)

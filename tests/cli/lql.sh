@@ -176,6 +176,14 @@ lql_ok "INSERT COMPOSE" 'INSERT INTO EDGES (entity, relation, target) VALUES ("A
     '^Inserted: Atlantis —\[capital\]→ Paris at L2$' '^  mode: compose \(feature slot L2 F[0-9]+; gate from the residual\)$'
 lql_ok "UPDATE" 'UPDATE EDGES SET target = "Rome", confidence = 0.5 WHERE layer = 1 AND feature = 5; SHOW PATCHES;' \
     '^Updated 1 features \(patch overlay\)$' '^  edits +1 operations \(0 inserts, 1 updates, 0 deletes\)$'
+lql_ok "reads see the edits: UPDATE" 'UPDATE EDGES SET target = "Rome" WHERE entity = "Paris" AND layer = 1; DESCRIBE " France"; SHOW FEATURES 1 LIMIT 6;' \
+    '^Updated 1 features \(patch overlay\)$' '^ {17}→ Rome {17,} 2[0-9]\.[0-9]  L1$' '^F5 +Rome +5\.[0-9]{4}$'
+if ! grep -q 'Paris' "$T_TMP/out"; then pass "UPDATE replaces the planted target"; else fail "UPDATE replaces the planted target"; fi
+lql_ok "reads see the edits: COMPOSE" 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Berlin") MODE COMPOSE AT LAYER 2; SELECT * FROM EDGES WHERE entity = "Berlin" AND relation = "capital";' \
+    '^L2 +F[0-9]+ +Berlin +capital +0\.9000$' '^1 rows \(1 matched\)$'
+lql_ok "reads see the edits: DELETE" 'DELETE FROM EDGES WHERE layer = 1 AND feature = 5; DESCRIBE " France"; SELECT * FROM EDGES WHERE layer = 1 AND feature = 5;' \
+    '^Deleted 1 features \(patch overlay\)$' '^0 rows \(0 matched\)$'
+if ! grep -q 'Paris' "$T_TMP/out"; then pass "DELETE removes the planted fact from DESCRIBE"; else fail "DELETE removes the planted fact from DESCRIBE"; fi
 lql_ok "DELETE nothing" 'DELETE FROM EDGES WHERE layer = 1 AND feature = 5 AND entity = "zzzz";' '^  \(no matching features found\)$'
 C2="$T_TMP/compiled"
 lql_ok "COMPILE CURRENT INTO VINDEX" "$INS COMPILE CURRENT INTO VINDEX \"$C2\";" "^Compiled: $C2 \\(0 patched features, 1 KNN entries\\)\$"
