@@ -395,8 +395,6 @@ static void describe_row(lq_sb *out, const dedge *e, int mode)
 
 static int exec_describe(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (s->layer >= 0 && check_layer(q, s->layer, err))
         return LQ_ERANGE;
     static const char *const bands[] = {"syntax", "knowledge", "output", "all"};
@@ -559,8 +557,6 @@ static void walk_row(const lq_lql *q, lq_sb *out, int layer, int feature, float 
 
 static int exec_walk(lq_lql *q, const lq_lql_stmt *s, int explain, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (!*s->str)
         return lq_err_set(err, LQ_EINVAL, "empty prompt");
     int k = s->top >= 0 ? s->top : explain ? (s->verbose ? 10 : 5) : 10;
@@ -794,6 +790,32 @@ static int also_list(const lq_vindex *v, int layer, int feature, int from, int t
     return n;
 }
 
+/* The table of SELECT ... FROM EDGES: Layer Feature Token Also Relation Score. */
+static void edge_header(lq_sb *out)
+{
+    lq_sb_printf(out, "%-6s %-8s ", "Layer", "Feature");
+    lq_lql_pad(out, "Token", 20, 0);
+    lq_sb_puts(out, " ");
+    lq_lql_pad(out, "Also", 30, 0);
+    lq_sb_printf(out, " %-20s %10s\n", "Relation", "Score");
+    dashes(out, 98);
+}
+
+static void edge_row(lq_sb *out, int layer, int feature, const char *tok, const char *also, const char *rel,
+                     double score)
+{
+    char lf[24], ff[24];
+    snprintf(lf, sizeof lf, "L%d", layer);
+    snprintf(ff, sizeof ff, "F%d", feature);
+    lq_sb_printf(out, "%-6s %-8s ", lf, ff);
+    lq_lql_pad(out, tok ? tok : "", 20, 0);
+    lq_sb_puts(out, " ");
+    lq_lql_pad(out, also ? also : "", 30, 0);
+    lq_sb_puts(out, " ");
+    lq_lql_pad(out, rel ? rel : "", 20, 0);
+    lq_sb_printf(out, " %10.4f\n", score);
+}
+
 static int select_nearest(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     if (s->layer < 0)
@@ -811,12 +833,7 @@ static int select_nearest(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
     json_t *j = json_loads(js, 0, NULL);
     free(js);
     json_t *hits = j ? json_object_get(j, "hits") : NULL;
-    lq_sb_printf(out, "%-6s %-8s ", "Layer", "Feature");
-    lq_lql_pad(out, "Token", 20, 0);
-    lq_sb_puts(out, " ");
-    lq_lql_pad(out, "Also", 30, 0);
-    lq_sb_printf(out, " %-20s %10s\n", "Relation", "Score");
-    dashes(out, 98);
+    edge_header(out);
     size_t i;
     json_t *h;
     json_array_foreach(hits, i, h) {
@@ -824,16 +841,7 @@ static int select_nearest(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
         const char *tok = json_string_value(json_object_get(h, "token"));
         const char *also = json_string_value(json_object_get(h, "also"));
         const char *rel = lq_vindex_probe_label(lq_lql_view(q), s->layer, f);
-        char lf[24], ff[24];
-        snprintf(lf, sizeof lf, "L%d", s->layer);
-        snprintf(ff, sizeof ff, "F%d", f);
-        lq_sb_printf(out, "%-6s %-8s ", lf, ff);
-        lq_lql_pad(out, tok ? tok : "", 20, 0);
-        lq_sb_puts(out, " ");
-        lq_lql_pad(out, also ? also : "", 30, 0);
-        lq_sb_puts(out, " ");
-        lq_lql_pad(out, rel ? rel : "", 20, 0);
-        lq_sb_printf(out, " %10.4f\n", json_number_value(json_object_get(h, "score")));
+        edge_row(out, s->layer, f, tok, also, rel, json_number_value(json_object_get(h, "score")));
     }
     lq_sb_printf(out, "\n%zu rows\n", json_array_size(hits));
     json_decref(j);
@@ -906,12 +914,7 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
     if (rc)
         return rc;
     const lq_vindex *v = lq_lql_view(q);
-    lq_sb_printf(out, "%-6s %-8s ", "Layer", "Feature");
-    lq_lql_pad(out, "Token", 20, 0);
-    lq_sb_puts(out, " ");
-    lq_lql_pad(out, "Also", 30, 0);
-    lq_sb_printf(out, " %-20s %10s\n", "Relation", "Score");
-    dashes(out, 98);
+    edge_header(out);
     size_t shown = 0, matched = post ? 0 : r.total;
     for (size_t i = 0; i < r.n_edges; i++) {
         const lq_select_edge *e = &r.edges[i];
@@ -924,19 +927,10 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
         if (shown >= (size_t)limit)
             continue;
         shown++;
-        char lf[24], ff[24];
-        snprintf(lf, sizeof lf, "L%d", e->layer);
-        snprintf(ff, sizeof ff, "F%d", e->feature);
-        lq_sb_printf(out, "%-6s %-8s ", lf, ff);
-        lq_lql_pad(out, e->target ? e->target : "", 20, 0);
-        lq_sb_puts(out, " ");
         lq_sb also = {0};
         also_list(v, e->layer, e->feature, 1, 4, &also);
-        lq_lql_pad(out, also.s ? also.s : "", 30, 0);
+        edge_row(out, e->layer, e->feature, e->target, also.s, e->relation, (double)e->c_score);
         lq_sb_free(&also);
-        lq_sb_puts(out, " ");
-        lq_lql_pad(out, e->relation ? e->relation : "", 20, 0);
-        lq_sb_printf(out, " %10.4f\n", (double)e->c_score);
     }
     lq_sb_printf(out, "\n%zu rows (%zu matched)\n", shown, matched);
     lq_select_result_free(&r);
@@ -1020,8 +1014,6 @@ static void feature_row(const lq_vindex *v, lq_sb *out, int layer, int f, const 
 
 static int exec_show_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (check_layer(q, s->layer, err))
         return LQ_ERANGE;
     feat_filter ff;
@@ -1123,8 +1115,6 @@ static int entity_like(const char *t)
 
 static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (layer >= 0 && check_layer(q, layer, err))
         return LQ_ERANGE;
     const lq_vindex *v = lq_lql_view(q);
@@ -1176,8 +1166,6 @@ static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err 
 
 static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (s->nearest) {
         if (s->from != LQ_LF_EDGES)
             return lq_err_set(err, LQ_EINVAL, "NEAREST TO is only supported FROM EDGES");
@@ -1201,8 +1189,6 @@ static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 
 static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     if (s->layer >= 0)
         return lq_err_set(err, LQ_EUNSUPPORTED,
                           "SHOW RELATIONS AT LAYER is not supported: relations are aggregated over the knowledge band");
@@ -1262,8 +1248,6 @@ static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_e
 
 static int exec_show_layers(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     const lq_vindex *v = lq_lql_view(q);
     int V = vinfo(q)->vocab_size;
     int *layers = NULL, nl = 0, *freq = calloc((size_t)(V > 0 ? V : 1), sizeof *freq);
@@ -1341,6 +1325,10 @@ static int exec_show_models(lq_lql *q, lq_sb *out)
 
 static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
+    /* everything but USE, STATS "path" and SHOW MODELS acts on the USE'd vindex */
+    if (s->kind != LQ_LS_USE && s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str) &&
+        lq_lql_need_vindex(q, err))
+        return LQ_EINVAL;
     switch (s->kind) {
     case LQ_LS_USE: return exec_use(q, s->str, out, err);
     case LQ_LS_STATS: return exec_stats(q, s, out, err);

@@ -260,8 +260,6 @@ static int exec_show_patches(lq_lql *q, lq_sb *out)
 
 int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
     switch (s->kind) {
     case LQ_LS_INSERT: return exec_insert(q, s, out, err);
     case LQ_LS_DELETE:

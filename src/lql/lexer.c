@@ -327,27 +327,24 @@ void lq_lql_tok_describe(const lq_ltok *t, char *buf, size_t cap)
  * the lexer does, and reports each ';' outside them. */
 
 typedef struct scan {
-    const char *s;
-    size_t n, i;
-    int line, col;
+    lx x;
     int in_quote;        /* 0, '"' or '\'' */
 } scan;
 
-/* Advances to the next top-level ';' (returns 1, i at the ';') or the end (returns 0).
+/* Advances to the next top-level ';' (returns 1, at the ';') or the end (returns 0).
  * *content is set when something other than blanks and comments was passed. */
 static int scan_to_semi(scan *c, int *content)
 {
-    while (c->i < c->n) {
-        char ch = c->s[c->i];
+    lx *x = &c->x;
+    while (x->i < x->n) {
+        char ch = x->s[x->i];
         if (c->in_quote) {
-            if (ch == '\\' && c->i + 1 < c->n) {
-                c->i++, c->col++;
-            } else if (ch == c->in_quote) {
+            if (ch == '\\' && x->i + 1 < x->n)
+                adv(x);
+            else if (ch == c->in_quote)
                 c->in_quote = 0;
-            }
-        } else if (ch == '-' && c->i + 1 < c->n && c->s[c->i + 1] == '-') {
-            while (c->i < c->n && c->s[c->i] != '\n')
-                c->i++, c->col++;
+        } else if (ch == '-' && x->i + 1 < x->n && x->s[x->i + 1] == '-') {
+            skip_space(x);
             continue;
         } else if (ch == ';') {
             return 1;
@@ -357,13 +354,7 @@ static int scan_to_semi(scan *c, int *content)
         } else if (!isspace((unsigned char)ch)) {
             *content = 1;
         }
-        if (c->s[c->i] == '\n') {
-            c->line++;
-            c->col = 1;
-        } else {
-            c->col++;
-        }
-        c->i++;
+        adv(x);
     }
     return 0;
 }
@@ -373,31 +364,16 @@ int lq_lql_split(const char *text, size_t len, lq_lql_span **spans, size_t *n, l
     *spans = NULL;
     *n = 0;
     size_t cap = 0;
-    scan c = {text, len, 0, 1, 1, 0};
-    while (c.i < len) {
-        /* a span starts at its first token, so its line/column are the statement's */
-        while (c.i < len && (isspace((unsigned char)text[c.i]) ||
-                             (text[c.i] == '-' && c.i + 1 < len && text[c.i + 1] == '-'))) {
-            if (text[c.i] == '-') {
-                while (c.i < len && text[c.i] != '\n')
-                    c.i++, c.col++;
-                continue;
-            }
-            if (text[c.i] == '\n')
-                c.line++, c.col = 1;
-            else
-                c.col++;
-            c.i++;
-        }
-        if (c.i >= len)
+    scan c = {{text, len, 0, 1, 1}, 0};
+    for (;;) {
+        skip_space(&c.x); /* a span starts at its first token: its line/column are the statement's */
+        if (c.x.i >= len)
             break;
-        lq_lql_span sp = {c.i, 0, c.line, c.col};
-        int content = 0, semi = scan_to_semi(&c, &content);
-        if (semi) { /* the ';' belongs to its statement */
-            c.i++;
-            c.col++;
-        }
-        sp.len = c.i - sp.off;
+        lq_lql_span sp = {c.x.i, 0, c.x.line, c.x.col};
+        int content = 0;
+        if (scan_to_semi(&c, &content))
+            adv(&c.x); /* the ';' belongs to its statement */
+        sp.len = c.x.i - sp.off;
         if (!content)
             continue;
         if (*n == cap) {
@@ -419,14 +395,13 @@ int lq_lql_split(const char *text, size_t len, lq_lql_span **spans, size_t *n, l
 
 int lq_lql_complete(const char *text, size_t len)
 {
-    scan c = {text, len, 0, 1, 1, 0};
+    scan c = {{text, len, 0, 1, 1}, 0};
     int done = 0;
-    while (c.i < len) {
+    while (c.x.i < len) {
         int content = 0;
         if (scan_to_semi(&c, &content)) {
             done = 1;
-            c.i++;
-            c.col++;
+            adv(&c.x);
         } else if (content || c.in_quote) {
             done = 0; /* text after the last ';' */
         }
