@@ -152,6 +152,9 @@ static int lex_string(lx *x, lq_ltok *k, lq_err *err)
                            "unterminated string (no closing %c)", q);
     }
     adv(x); /* closing quote */
+    /* an empty put still writes the terminating NUL: lq_sb_finish on a builder that never
+     * got a byte hands over an unterminated buffer */
+    lq_sb_put(&b, "", 0);
     k->kind = LQ_LT_STRING;
     return lq_sb_finish(&b, &k->text, err);
 }
