@@ -576,7 +576,7 @@ static int exec_walk(lq_lql *q, const lq_lql_stmt *s, int explain, lq_sb *out, l
     char tok[256];
     int rc = last_token_text(q, s->str, tok, sizeof tok, err);
     lq_walk_result r = {0};
-    if (!rc && n_scan) {
+    if (!rc && (n_scan || vinfo(q)->dense_only)) { /* dense-only: the library says why not */
         lq_walk_params p;
         lq_walk_params_init(&p);
         p.prompt = s->str;

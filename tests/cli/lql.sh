@@ -14,6 +14,8 @@ M="$T_TMP/planted.gguf"; V="$T_TMP/v"; B="$T_TMP/browse"
 "$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference >/dev/null 2>&1 ||
     { fail "convert"; done_tests; exit 1; }
 "$LARQL" convert gguf-to-vindex "$M" --output "$B" >/dev/null 2>&1 || fail "convert browse"
+D="$T_TMP/dense"
+"$LARQL" convert gguf-to-vindex "$M" --output "$D" --keep-quant --level inference --dense-only >/dev/null 2>&1 || fail "convert dense-only"
 
 # lql_ok NAME STATEMENTS PATTERN...: runs the statements on $V; passes when it exits 0 and
 # stdout matches every extended-regex PATTERN
@@ -85,6 +87,9 @@ if [ $rc -eq 1 ] && grep -q '^Error: Parse error at line 7, column 3: expected a
 check_fails "no vindex" 'No backend loaded. Run USE "path.vindex" first.' "$LARQL" lql -c 'STATS;'
 check_fails "USE missing dir" "Error: .*nope" "$LARQL" lql -c "USE \"$T_TMP/nope\";"
 check_fails "INFER on a browse vindex" "Error: this vindex has no model weights" "$LARQL" lql "$B" -c 'INFER "hi";'
+check_fails "WALK on a dense-only vindex" "Error: .*dense-only vindex" "$LARQL" lql "$D" -c 'WALK "x";'
+if "$LARQL" lql "$D" -c 'INFER "The capital of France is" TOP 2;' >"$T_TMP/out" 2>&1 && grep -q '^Predictions (dense):$' "$T_TMP/out"; then
+    pass "INFER on a dense-only vindex runs dense"; else fail "INFER on a dense-only vindex runs dense" "$(cat "$T_TMP/out")"; fi
 check_fails "DESCRIBE AT a layer outside" "Error: layer 9 is outside the model (layers 0-3)" "$LARQL" lql "$V" -c 'DESCRIBE "x" AT LAYER 9;'
 check_fails "SELECT unknown field" "Error: unknown field 'colour'" "$LARQL" lql "$V" -c 'SELECT * FROM EDGES WHERE colour = "red";'
 check_fails "SHOW FEATURES outside" "Error: layer 7 is outside" "$LARQL" lql "$V" -c 'SHOW FEATURES 7;'
