@@ -189,6 +189,9 @@ lql_ok "reads see the edits: COMPOSE" 'INSERT INTO EDGES (entity, relation, targ
 lql_ok "reads see the edits: DELETE" 'DELETE FROM EDGES WHERE layer = 1 AND feature = 5; DESCRIBE " France"; SELECT * FROM EDGES WHERE layer = 1 AND feature = 5;' \
     '^Deleted 1 features \(patch overlay\)$' '^0 rows \(0 matched\)$'
 if ! grep -q 'Paris' "$T_TMP/out"; then pass "DELETE removes the planted fact from DESCRIBE"; else fail "DELETE removes the planted fact from DESCRIBE"; fi
+check_fails "INSERT with an empty entity" "Error: insert: entity, relation and target are required" "$LARQL" lql "$V" -c 'INSERT INTO EDGES (entity, relation, target) VALUES ("", "capital", "Paris");'
+check_fails "INFER an empty prompt" "Error: empty prompt" "$LARQL" lql "$V" -c 'INFER "";'
+lql_ok "DELETE an unknown relation" 'DELETE FROM EDGES WHERE relation = "no-such-relation";' '^  \(no matching features found\)$'
 lql_ok "DELETE nothing" 'DELETE FROM EDGES WHERE layer = 1 AND feature = 5 AND entity = "zzzz";' '^  \(no matching features found\)$'
 C2="$T_TMP/compiled"
 lql_ok "COMPILE CURRENT INTO VINDEX" "$INS COMPILE CURRENT INTO VINDEX \"$C2\";" "^Compiled: $C2 \\(0 patched features, 1 KNN entries\\)\$"
