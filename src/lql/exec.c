@@ -204,6 +204,8 @@ static int check_layer(const lq_lql *q, int layer, lq_err *err)
 
 static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
 {
+    if (strlen(path) > 4000) /* knn_store.bin's path below must not be cut short */
+        return lq_err_set(err, LQ_EINVAL, "vindex path too long (%zu bytes, at most 4000)", strlen(path));
     lq_vindex *v = NULL;
     lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
     int rc = lq_vindex_open(path, &vo, &v, err);
