@@ -150,11 +150,16 @@ lql_ok "INSERT then INFER puts the target first" "$INS $Q" \
     '^   1\. Paris {16}\(100\.00%, source=knn_override/post_logits, cos=1\.00, L2, model_top1=.* \([0-9.]+%\)\)$' \
     '^  note: KNN override is a post-logits retrieval sidecar'
 lql_ok "INSERT: DESCRIBE shows the KNN fact" "$INS DESCRIBE \"Atlantis\";" '→ Paris +10\.0  L2$'
-OTHER='INFER "The capital of France is" TOP 5; INFER "Hello world" TOP 5; INFER "The capital of Germany is" TOP 5;'
+OTHER=''
+for p in "The capital of France is" "Hello world" "The capital of Germany is" "Once upon a time" \
+         "The sky is blue and" "Two plus two equals" "Paris is in" "The model read the text" \
+         "Describe Germany :" "The quick brown fox"; do
+    OTHER="$OTHER INFER \"$p\" TOP 5;"
+done
 "$LARQL" lql "$V" -c "$OTHER" >"$T_TMP/o1" 2>&1
 "$LARQL" lql "$V" -c "$INS $OTHER" >"$T_TMP/o2" 2>&1
-if [ "$(grep -c '%)$' "$T_TMP/o1")" -eq 15 ] && [ "$(grep '%)$' "$T_TMP/o1")" = "$(grep '%)$' "$T_TMP/o2")" ]; then
-    pass "INSERT leaves other prompts' predictions alone"; else fail "INSERT leaves other prompts' predictions alone"; fi
+if [ "$(grep -c '%)$' "$T_TMP/o1")" -eq 50 ] && [ "$(grep '%)$' "$T_TMP/o1")" = "$(grep '%)$' "$T_TMP/o2")" ]; then
+    pass "INSERT leaves ten other prompts' predictions alone"; else fail "INSERT leaves ten other prompts' predictions alone"; fi
 "$LARQL" lql "$V" -c "$INS DELETE FROM EDGES WHERE entity = \"Atlantis\"; $Q" >"$T_TMP/out" 2>"$T_TMP/err"
 if grep -q '^Deleted 1 features (patch overlay)$' "$T_TMP/out" &&
    [ "$(untimed "$T_TMP/out" | grep '%)$')" = "$(untimed "$T_TMP/before" | grep '%)$' | head -n 3)" ]; then
