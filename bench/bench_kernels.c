@@ -18,14 +18,12 @@
  * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, q8; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
-#include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/cpu.h"
 #include "core/f16.h"
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
@@ -150,8 +148,6 @@ int main(void)
     const int quick = getenv("LQ_BENCH_QUICK") && *getenv("LQ_BENCH_QUICK") == '1';
     const int runs = quick ? 3 : 7;
     only = getenv("LQ_BENCH_ONLY");
-    const lq_cpu_features *f = lq_cpu_features_get();
-    const int have_vnni512 = f->avx512f && f->avx512vnni;
     lq_pool *pools[3] = {NULL, NULL, NULL};
     if (lq_pool_create(1, &pools[1], NULL) || lq_pool_create(2, &pools[2], NULL)) {
         fprintf(stderr, "bench_kernels: cannot create thread pools\n");
@@ -180,7 +176,7 @@ int main(void)
     /* 2. int8 MAC peak */
     double peak[3] = {0, 0, 0};
     if (!want("peak")) {
-    } else if (have_vnni512) {
+    } else if (lq_kernels_best()->mac_peak) {
         for (int nt = 1; nt <= 2; nt++) {
             lq_bw_stat s = lq_bench_mac_peak_stat(nt, runs);
             peak[nt] = s.med;
@@ -188,7 +184,7 @@ int main(void)
                    nt, nt > 1 ? "s" : "", s.med, s.min, s.max, lq_bench_loadavg());
         }
     } else {
-        printf("int8 MAC peak: skipped (no AVX-512 VNNI)\n");
+        printf("int8 MAC peak: skipped (the %s kernel set has no int8 peak probe)\n", lq_kernels_best()->name);
     }
 
     /* 3. pool hand-off */

@@ -14,7 +14,6 @@
 #ifndef LQ_BENCH_MEMBW_H
 #define LQ_BENCH_MEMBW_H
 
-#include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +21,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include "kernels/kernels.h"
 
 typedef struct lq_bw_stat {
     double med, min, max;
@@ -67,35 +68,12 @@ typedef struct lq_bw_job {
     int64_t iters;      /* MAC peak: loop count */
 } lq_bw_job;
 
-__attribute__((target("avx2"))) static void *lq_bw_worker_avx2(void *arg)
+/* The probes are the kernel set's (kernels.h: read_sum, mac_peak), chosen by the library's
+ * dispatcher like every kernel, so the benchmarks carry no SIMD or CPU checks of their own. */
+static void *lq_bw_worker(void *arg)
 {
     lq_bw_job *j = arg;
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= j->bytes; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(j->p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(j->p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(j->p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(j->p + i + 96)));
-    }
-    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t o[4];
-    _mm256_storeu_si256((__m256i *)o, s);
-    j->sum = o[0] + o[1] + o[2] + o[3];
-    return NULL;
-}
-
-static void *lq_bw_worker_plain(void *arg)
-{
-    lq_bw_job *j = arg;
-    const uint64_t *q = (const uint64_t *)j->p;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= j->bytes / 8; i += 4) {
-        s0 += q[i];
-        s1 += q[i + 1];
-        s2 += q[i + 2];
-        s3 += q[i + 3];
-    }
-    j->sum = s0 + s1 + s2 + s3;
+    j->sum = lq_kernels_best()->read_sum(j->p, j->bytes);
     return NULL;
 }
 
@@ -138,12 +116,11 @@ static inline uint8_t *lq_bw_buf_new(size_t *bytes)
  * taken under the same load from neighbours. */
 static inline double lq_bw_buf_read(const uint8_t *buf, size_t bytes, int threads)
 {
-    void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? lq_bw_worker_avx2 : lq_bw_worker_plain;
     lq_bw_job jobs[32];
     size_t per = bytes / (size_t)threads / 128 * 128;
     for (int t = 0; t < threads; t++)
         jobs[t] = (lq_bw_job){buf + per * (size_t)t, per, 0, 0};
-    double s = lq_bw_run(fn, jobs, threads);
+    double s = lq_bw_run(lq_bw_worker, jobs, threads);
     uint64_t total = 0;
     for (int t = 0; t < threads; t++)
         total += jobs[t].sum;
@@ -175,33 +152,19 @@ static inline double lq_bench_read_bw(int threads)
     return lq_bench_read_bw_stat(threads, 5).med;
 }
 
-/* 12 independent vpdpbusd chains (latency x throughput of current cores is <= 12). */
-__attribute__((target("avx512f,avx512vnni"))) static void *lq_peak_worker(void *arg)
+static void *lq_peak_worker(void *arg)
 {
     lq_bw_job *j = arg;
-    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
-    __m512i acc[12];
-    for (int i = 0; i < 12; i++)
-        acc[i] = _mm512_set1_epi32(i);
-    for (int64_t it = 0; it < j->iters; it++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++)
-            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-        __asm__ volatile("" : "+v"(a), "+v"(b)); /* keeps the loop from being folded */
-    }
-    __m512i s = acc[0];
-    for (int i = 1; i < 12; i++)
-        s = _mm512_add_epi32(s, acc[i]);
-    j->sum = (uint64_t)(uint32_t)_mm512_reduce_add_epi32(s);
+    j->sum = lq_kernels_best()->mac_peak(j->iters);
     return NULL;
 }
 
-/* int8 multiply-accumulates per second (G MAC/s) with `threads` threads of AVX-512 VNNI;
- * all zero when the CPU has no AVX-512 VNNI. */
+/* int8 multiply-accumulates per second (G MAC/s) with `threads` threads of the kernel set's
+ * peak probe (AVX-512 VNNI); all zero when the set has none. */
 static inline lq_bw_stat lq_bench_mac_peak_stat(int threads, int runs)
 {
     lq_bw_stat z = {0, 0, 0};
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vnni"))
+    if (!lq_kernels_best()->mac_peak)
         return z;
     if (threads < 1 || threads > 32 || runs < 1 || runs > 64)
         return z;

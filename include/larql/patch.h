@@ -130,6 +130,38 @@ const lq_patch *lq_overlay_edits(const lq_overlay *o);
 /* Number of patched features (meta or gate overrides and tombstones) and KNN entries. */
 size_t lq_overlay_n_features(const lq_overlay *o);
 
+/* The name of the live patch direct edits go to (default "edits"; a server session uses
+ * its own so that a session's edits stay apart from the global ones it sees). Set it before
+ * the first edit. */
+int lq_overlay_set_edits_name(lq_overlay *o, const char *name, lq_err *err);
+/* Validates the ops of p and appends them to the live patch, applied (all or none): how a
+ * journal replays recorded edits. */
+int lq_overlay_record(lq_overlay *o, const lq_patch *p, lq_err *err);
+/* Drops the live patch's ops from index n on and rebuilds (an edit whose persistence
+ * failed is undone so). */
+int lq_overlay_truncate_edits(lq_overlay *o, size_t n, lq_err *err);
+
+/* ---- durability: an append-only journal of the changes to an overlay ----
+ *
+ * One file of records [u32 magic "LQJ1"][u32 payload length][8 bytes: the first 8 of the
+ * payload's sha256][payload: JSON {"t":"apply"|"remove"|"edit", ...}], each written and
+ * fsync'd before the change is acknowledged. Opening replays every complete, intact record
+ * in order into the overlay; a torn or corrupt tail (a crash mid-write) is reported and cut
+ * off, never applied. */
+typedef struct lq_journal lq_journal;
+typedef struct lq_journal_stats {
+    size_t records;       /* replayed */
+    uint64_t dropped;     /* bytes of a torn or corrupt tail cut off */
+} lq_journal_stats;
+int lq_journal_open(const char *path, lq_overlay *o, lq_journal **out, lq_journal_stats *st, lq_err *err);
+void lq_journal_close(lq_journal *j);
+/* A patch applied / removed / the live patch's ops from index n0 on (an edit). On a write
+ * error (disk full) the file is cut back to its previous length and the error returned: the
+ * caller undoes the change in memory. */
+int lq_journal_apply(lq_journal *j, const lq_patch *p, lq_err *err);
+int lq_journal_remove(lq_journal *j, const char *name, lq_err *err);
+int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err);
+
 /* ---- edits ---- */
 
 typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1 } lq_insert_mode;

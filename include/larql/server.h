@@ -49,6 +49,13 @@ typedef struct lq_server_opts {
     int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
     int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */
     uint64_t memory_limit;    /* bytes; 0 = read the cgroup v2 memory.max (none -> no check) */
+    const char *state_dir;    /* NULL: edits live in memory; else the global overlay's journal
+                                 (DIR/journal.lqj) is replayed at start and every acknowledged
+                                 edit is persisted there before its 200 */
+    const char *patch_dir;    /* POST /v1/patches/apply {"url": NAME} reads NAME (a plain file
+                                 name) from this directory only; NULL: inline patches only */
+    int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */
+    int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
     lq_server_log_fn log;
     void *log_user;
 } lq_server_opts;

@@ -99,7 +99,8 @@ typedef struct lq_vindex_open_opts {
                                rows are not unit trits) exactly from the mapped rows. Exact for
                                unit-trit (BitNet) gates; an approximation for real-valued gates
                                (recall measured in tests/unit/test_vindex_build.c). */
-    const char *kernels;    /* gate kernels: NULL = the best for this CPU, or "scalar", "avx2",
+    const char *kernels;    /* gate kernels: NULL = lq_kernels_best() as for the model (the
+                               best for this CPU, or LQ_KERNELS), or "scalar", "avx2",
                                "avx512" (LQ_EUNSUPPORTED if the CPU lacks it, LQ_EINVAL for
                                another name) — for benchmarks and tests */
 } lq_vindex_open_opts;
@@ -468,8 +469,10 @@ typedef struct lq_infer_result {
 } lq_infer_result;
 
 int lq_infer(struct lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *err);
-/* The KNN store saved in the directory of the vindex the model was opened from
- * (knn_store.bin, loaded and validated at open), or NULL (none, or a GGUF model). */
+/* The KNN store saved in a vindex directory (knn_store.bin, loaded and validated by
+ * lq_vindex_open; a malformed one fails the open), or NULL. */
+const lq_knn_store *lq_vindex_knn_store(const lq_vindex *v);
+/* That store of the vindex the model was opened from, or NULL (none, or a GGUF model). */
 const lq_knn_store *lq_knn_store_of_model(const struct lq_model *m);
 /* The last position's residual after every layer for prompt (encoded as lq_infer does):
  * resid [n_layer, n_embd]. The key an INSERT ... MODE KNN stores. */

@@ -15,6 +15,7 @@ static const char *SERVE_USAGE =
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--max-body BYTES]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
+    "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
@@ -88,6 +89,18 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 0, 3600, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--shutdown-grace: '%s' is not in 0..3600 seconds", argv[i]);
             o.shutdown_grace_s = (int)v;
+        } else if (!strcmp(a, "--state-dir") && has_val) {
+            o.state_dir = argv[++i];
+        } else if (!strcmp(a, "--patch-dir") && has_val) {
+            o.patch_dir = argv[++i];
+        } else if (!strcmp(a, "--max-sessions") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 100000, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-sessions: '%s' is not in 1..100000", argv[i]);
+            o.max_sessions = (int)v;
+        } else if (!strcmp(a, "--session-ttl") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 365L * 86400, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--session-ttl: '%s' is not a number of seconds", argv[i]);
+            o.session_ttl_s = (int)v;
         } else if (!strcmp(a, "--memory-limit") && has_val) {
             /* overrides the cgroup limit (tests, or hosts without cgroup v2) */
             if (lq_parse_long(argv[++i], 1, 0x7fffffffffffffffL, &v))

@@ -40,9 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The spin-wait hint (PAUSE) as a compiler builtin: SIMD headers stay inside src/kernels. */
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
+#define cpu_relax() __builtin_ia32_pause()
 #else
 #define cpu_relax() ((void)0)
 #endif

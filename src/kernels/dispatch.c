@@ -33,6 +33,11 @@ const lq_kernels *lq_kernels_by_name(const char *name)
     return NULL;
 }
 
+int lq_kernels_is_name(const char *name)
+{
+    return name && (!strcmp(name, "scalar") || !strcmp(name, "avx2") || !strcmp(name, "avx512"));
+}
+
 const lq_kernels *lq_kernels_best(void)
 {
     const char *env = getenv("LQ_KERNELS");

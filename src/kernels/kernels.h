@@ -1,7 +1,10 @@
-/* Compute kernels: ternary (I2_S) and dense (F32/F16/BF16) matrix x activations, and the
- * int8 activation quantizer. One implementation per ISA (kernels_scalar.c is the reference,
- * *_avx2.c, *_avx512.c), chosen at run time from cpuid; tests compare each with the scalar
- * reference bit for bit (integer paths) or within a float tolerance (f32 paths).
+/* Compute kernels: ternary (I2_S) and dense (F32/F16/BF16) matrix x activations, the int8
+ * activation quantizer, attention, the vindex's gate scoring, gate sketches and down_meta
+ * GEMM, and the roofline probes of the benchmarks. Every SIMD loop of the library lives
+ * here. One implementation per ISA (kernels_scalar.c and gate_scalar.c are the references,
+ * *_avx2.c, *_avx512.c), chosen at run time from cpuid by one dispatcher (dispatch.c) for the
+ * model, the vindex and the builder alike; tests compare each with the scalar reference bit
+ * for bit (integer paths) or within a float tolerance (f32 paths).
  *
  * Every matrix kernel computes a row range [r0, r1) of the output for T input vectors, so
  * the thread pool can split rows across threads and prefill can batch positions (each weight
@@ -85,6 +88,112 @@ typedef void (*lq_attn_fn)(const float *q, size_t ldq, int nq, const void *k, co
                            size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
                            size_t ldo, float *ml);
 
+/* ---- gate scoring (the vindex's gate KNN, and the exact down_meta scan of the builder) ----
+ * rows: [n, d] f32 or f16 (f16 = 1; little-endian, read in place, no alignment assumed),
+ * Q: [nq, d] f32, out: [nq, out_stride] f32 with out[q * out_stride + r] = rows[r] . Q[q].
+ * Computes rows [r0, r1) only (the thread pool splits rows). The scalar reference sums in
+ * double; SIMD sets agree within float tolerance. The AVX-512 set accumulates every
+ * (row, query) score in the same order whatever r0, r1 and nq are, so a row scored alone
+ * (the prefilter's exact re-scoring) is bit-identical to the same row in a full scan. */
+typedef void (*lq_gate_scores_fn)(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                                  const float *Q, size_t nq, float *out, size_t out_stride);
+
+/* ---- 2-bit sketches of gate rows (the vindex's gate prefilter) ----
+ * A gate row g (d components) becomes trits t_i = sign(g_i) where |g_i| > 0.5 * mean|g| (else
+ * 0) and a scale s = mean of |g_i| over the kept components, so that s * Σ t·q approximates
+ * g . q (exactly the trits and s = 1 for BitNet's unit-trit gate rows).
+ * Codes: dp / 4 bytes per row (dp = lq_sketch_dp(d), padding codes 1); in each block of 256
+ * components, byte j holds components j, j+64, j+128, j+192 in bits 0-1, 2-3, 4-5, 6-7 as
+ * t + 1 (0, 1, 2): one 64-byte load and three shifts give 64 consecutive codes per byte lane,
+ * ready for a u8 x s8 dot product.
+ * Queries are quantised to int8 per query by lq_sketch_quant_queries; a row's approximate
+ * score is (float)(Σ (t+1) q8 - qsum) * (s * qs), integer-exact, so every set gives the same
+ * float. */
+size_t lq_sketch_dp(size_t d); /* d rounded up to a multiple of 256 */
+
+/* Q [nq, d] -> q8 [nq, dp] (round(q * 127 / amax), clamped to ±127, zero padded to dp),
+ * qs [nq] = amax / 127 (0 for an all-zero or non-finite query), qsum [nq] = Σ q8. Shared
+ * scalar code (one pass per query, not worth a SIMD version). */
+void lq_sketch_quant_queries(const float *Q, size_t nq, size_t d, int8_t *q8, float *qs,
+                             int32_t *qsum);
+
+/* One row (f32 or f16, d components) -> codes [dp / 4] and *scale; sets *inexact (never
+ * clears it) when a nonzero component's magnitude differs from the scale (the row is not a
+ * unit-trit pattern times s). Codes are identical across sets; the scale within 1e-5
+ * (its sums run in another order). */
+typedef void (*lq_sketch_row_fn)(const void *row, int f16, size_t d, uint8_t *codes,
+                                 float *scale, int *inexact);
+
+/* Approximate scores of sketch rows [r0, r1): codes [n, dp / 4], scale [n], q8 [nq, dp],
+ * qs, qsum [nq], out [nq, out_stride]. Bit-identical across sets (integer dot). */
+typedef void (*lq_sketch_scores_fn)(const uint8_t *codes, const float *scale, size_t dp,
+                                    size_t r0, size_t r1, const int8_t *q8, const float *qs,
+                                    const int32_t *qsum, size_t nq, float *out,
+                                    size_t out_stride);
+
+/* ---- down_meta candidates: logits[v, f] = E[v] . W_down[:, f] over the whole vocabulary as
+ * an int8 x ternary GEMM (the vindex builder) ----
+ * E is quantised per row to int8 (absmax / 127) and stored as u8 = q + 128 (the unsigned
+ * operand of vpdpbusd; the +128 is removed with 128 * colsum(trits)). W_down's columns are
+ * unit trits (a positive per-tensor scale does not change the ranking). The approximate
+ * logits only choose candidates; the builder re-scores them exactly in f32.
+ * Layouts:
+ *   Ep      [Vp/16][D4/4][16][4] u8: 16 vocabulary rows per lane panel, 4 consecutive
+ *           components per 32-bit lane; Vp = V rounded up to 32, D4 = d rounded up to 4
+ *   escale  [Vp] f32 per-row scale of Ep (0 for padding rows)
+ *   keep    [V] u8: 1 = the token may be a candidate
+ *   Bt      [Fp, D4] int8 trit of (feature f, component d), Fp a multiple of 12 (zero rows)
+ *   colsum  [Fp] int32 Σ_d Bt[f, d]
+ *   ids, vals [Fp, Kc]: per feature the Kc best approximate logits so far, vals descending,
+ *           -inf = empty; updated in place (a value enters only if strictly greater than
+ *           the current last, inserted after equal values)
+ * A call covers vocabulary rows [v0, v0 + nv), nv a multiple of 32. Every set that has this
+ * kernel gives bit-identical ids and vals (exact int32 dot, one float multiply). */
+typedef void (*lq_dm_block_fn)(const uint8_t *Ep, const float *escale, const uint8_t *keep,
+                               int V, int v0, int nv, const int8_t *Bt, const int32_t *colsum,
+                               int Fp, int D4, int Kc, uint32_t *ids, float *vals);
+
+/* The one candidate-list update of lq_dm_block_fn, also the builder's exact scan's: x
+ * (already known to beat vals[k - 1]) enters the descending list ids/vals [k] after every
+ * value >= x, so ties keep the token seen first (both walk the vocabulary in order). */
+static inline void lq_dm_cand_insert(uint32_t *ids, float *vals, int k, uint32_t id, float x)
+{
+    int i = k - 1;
+    while (i > 0 && x > vals[i - 1]) {
+        vals[i] = vals[i - 1];
+        ids[i] = ids[i - 1];
+        i--;
+    }
+    vals[i] = x;
+    ids[i] = id;
+}
+
+/* Lane `lane` (0..15) of a 16-row panel of Ep (panel = Ep + (v / 16) * D4 * 16, lane = v % 16)
+ * from row x [d] (NULL: a padding row, all zeros); returns the row's scale (amax / 127, 0 for
+ * an all-zero, non-finite or padding row). */
+float lq_dm_pack_row(const float *x, int d, int D4, uint8_t *panel, int lane);
+
+/* The scalar definition of lq_dm_block_fn (the reference the SIMD kernel is tested against).
+ * Not in a kernel set: without an int8 GEMM that beats it, the builder scans exactly in f32. */
+void lq_dm_block_scalar(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                        int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                        int Kc, uint32_t *ids, float *vals);
+
+/* ---- roofline probes: the references the benchmarks print next to every kernel ----
+ * Σ of the u64 words of p [bytes / 8] (bytes a multiple of 128, p 32-byte aligned), streamed
+ * with 4 independent sums: the read bandwidth this set's loads reach (no arithmetic limit). */
+typedef uint64_t (*lq_read_sum_fn)(const uint8_t *p, size_t bytes);
+
+/* iters rounds of 12 independent int8 dot-product chains of 16 int32 lanes, each lane adding
+ * 4 products 3 x -5 per round (chain c starts at c in every lane), in registers with no
+ * memory traffic: the set's int8 multiply-accumulate peak. Returns Σ of every lane, wrapped
+ * to 32 bits (keeps the work live; tests check it). */
+typedef uint32_t (*lq_mac_peak_fn)(int64_t iters);
+
+/* The scalar definition of lq_mac_peak_fn (the reference; not a peak worth measuring, so not
+ * in a set). */
+uint32_t lq_mac_peak_scalar(int64_t iters);
+
 typedef struct lq_kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     lq_quant_i8_fn quant_i8;
@@ -93,6 +202,12 @@ typedef struct lq_kernels {
     lq_dense_f32_fn dense;
     lq_q8_i16_fn q8_i16;
     lq_attn_fn attn;
+    lq_gate_scores_fn gate_scores;
+    lq_sketch_row_fn sketch_row;
+    lq_sketch_scores_fn sketch_scores;
+    lq_dm_block_fn dm_block; /* NULL: no fast int8 GEMM in this set (builder: exact f32 scan) */
+    lq_read_sum_fn read_sum;
+    lq_mac_peak_fn mac_peak; /* NULL: no int8 dot-product instruction in this set */
 } lq_kernels;
 
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the
@@ -100,6 +215,9 @@ typedef struct lq_kernels {
 const lq_kernels *lq_kernels_best(void);
 /* A named kernel set, or NULL if unknown or unsupported by this CPU. */
 const lq_kernels *lq_kernels_by_name(const char *name);
+/* 1 if name is one of the set names ("scalar", "avx2", "avx512"), supported here or not
+ * (callers tell "unknown" from "not on this CPU" in their errors). */
+int lq_kernels_is_name(const char *name);
 
 extern const lq_kernels lq_kernels_scalar;
 

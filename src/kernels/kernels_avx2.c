@@ -362,4 +362,10 @@ const lq_kernels lq_kernels_avx2 = {
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
     .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */
+    .gate_scores = lq_gate_scores_avx2,
+    .sketch_row = lq_sketch_row_avx2,
+    .sketch_scores = lq_sketch_scores_avx2,
+    .dm_block = NULL,
+    .read_sum = lq_read_sum_avx2,
+    .mac_peak = NULL, /* vpmaddubsw + vpmaddwd: not the instruction any kernel here uses */
 };

@@ -733,4 +733,10 @@ const lq_kernels lq_kernels_avx512 = {
     .dense = dense_avx512,
     .q8_i16 = q8_i16_avx512,
     .attn = attn_avx512,
+    .gate_scores = lq_gate_scores_avx512,
+    .sketch_row = lq_sketch_row_avx512,
+    .sketch_scores = lq_sketch_scores_avx512,
+    .dm_block = lq_dm_block_avx512,
+    .read_sum = lq_read_sum_avx2, /* 256-bit loads already reach DRAM bandwidth */
+    .mac_peak = lq_mac_peak_avx512,
 };

@@ -6,7 +6,9 @@
 #define LQ_KERNELS_INTERNAL_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/f16.h"
 #include "kernels/kernels.h"
@@ -97,6 +99,92 @@ void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, con
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;
+
+/* Component i of a gate row stored as f32 or f16 (rows come from a file mapping: memcpy,
+ * no alignment assumed). */
+static inline float lq_gate_elem(const void *row, int f16, size_t i)
+{
+    const uint8_t *p = row;
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return lq_f16_to_f32(h);
+    }
+    float w;
+    memcpy(&w, p + 4 * i, 4);
+    return w;
+}
+
+/* The gate, sketch and down_meta kernels of each set (signatures and layouts in kernels.h). */
+void lq_gate_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                           const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_gate_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_gate_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                           const float *Q, size_t nq, float *out, size_t out_stride);
+void lq_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale,
+                          int *inexact);
+void lq_sketch_row_avx2(const void *row, int f16, size_t d, uint8_t *codes, float *scale,
+                        int *inexact);
+void lq_sketch_row_avx512(const void *row, int f16, size_t d, uint8_t *codes, float *scale,
+                          int *inexact);
+void lq_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
+                             size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
+                             size_t nq, float *out, size_t out_stride);
+void lq_sketch_scores_avx2(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
+                           size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
+                           size_t nq, float *out, size_t out_stride);
+void lq_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp, size_t r0,
+                             size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,
+                             size_t nq, float *out, size_t out_stride);
+void lq_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                        int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                        int Kc, uint32_t *ids, float *vals);
+
+uint64_t lq_read_sum_scalar(const uint8_t *p, size_t bytes);
+uint64_t lq_read_sum_avx2(const uint8_t *p, size_t bytes);
+uint32_t lq_mac_peak_avx512(int64_t iters);
+
+/* The one float expression of a sketch score (kernels.h): exact integer dot, then scales. */
+static inline float lq_sketch_out(int32_t dot, int32_t qsum, float scale, float qs)
+{
+    return (float)(dot - qsum) * (scale * qs);
+}
+
+#ifndef LQ_SKETCH_PF_ROWS
+#define LQ_SKETCH_PF_ROWS 8 /* code rows prefetched ahead (640 bytes each for hidden 2560) */
+#endif
+
+/* The row loop every SIMD sketch scorer shares (a static function NAME with the
+ * lq_sketch_scores_fn signature): rows [r0, r1), queries in groups of up to 4 through the
+ * set's ROW(codes, prefetch, dp, q8, NQ, dots[NQ]) with a constant NQ so it unrolls; only
+ * the first group prefetches (LQ_SKETCH_PF_ROWS rows ahead): the row is in cache for the
+ * others. */
+#define LQ_SKETCH_ROWS_FN(NAME, ROW)                                                         \
+    static void NAME(const uint8_t *codes, const float *scale, size_t dp, size_t r0,        \
+                     size_t r1, const int8_t *q8, const float *qs, const int32_t *qsum,     \
+                     size_t nq, float *out, size_t out_stride)                              \
+    {                                                                                        \
+        const size_t rb = dp / 4;                                                            \
+        for (size_t r = r0; r < r1; r++) {                                                   \
+            const uint8_t *c = codes + r * rb;                                               \
+            const uint8_t *pf = r + LQ_SKETCH_PF_ROWS < r1 ? c + LQ_SKETCH_PF_ROWS * rb : NULL; \
+            for (size_t q = 0; q < nq; q += 4) {                                             \
+                int32_t dots[4];                                                             \
+                const size_t n = nq - q < 4 ? nq - q : 4;                                    \
+                const int8_t *x = q8 + q * dp;                                               \
+                switch (n) {                                                                 \
+                case 4: ROW(c, q ? NULL : pf, dp, x, 4, dots); break;                        \
+                case 3: ROW(c, q ? NULL : pf, dp, x, 3, dots); break;                        \
+                case 2: ROW(c, q ? NULL : pf, dp, x, 2, dots); break;                        \
+                default: ROW(c, q ? NULL : pf, dp, x, 1, dots); break;                       \
+                }                                                                            \
+                for (size_t k = 0; k < n; k++)                                               \
+                    out[(q + k) * out_stride + r] =                                          \
+                        lq_sketch_out(dots[k], qsum[q + k], scale[r], qs[q + k]);            \
+            }                                                                                \
+        }                                                                                    \
+    }
 
 /* The i2s_f32 entry point every SIMD set shares: rows [r0, r1), tokens in groups of up to 4
  * through the set's tile (TILE(row, x, ldx, nblk, TT, out[4]) with a constant TT so the

@@ -256,4 +256,10 @@ const lq_kernels lq_kernels_scalar = {
     .dense = dense_scalar,
     .q8_i16 = q8_i16_scalar,
     .attn = lq_attn_group_scalar,
+    .gate_scores = lq_gate_scores_scalar,
+    .sketch_row = lq_sketch_row_scalar,
+    .sketch_scores = lq_sketch_scores_scalar,
+    .dm_block = NULL, /* lq_dm_block_scalar is the reference, slower than the exact f32 scan */
+    .read_sum = lq_read_sum_scalar,
+    .mac_peak = NULL,
 };

@@ -23,12 +23,14 @@ enum {
     R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
+    R_INSERT, R_PATCHES, R_PATCH_DELETE,
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
 };
 
 #define M_GET 1
 #define M_POST 2
+#define M_DELETE 4
 
 typedef struct route {
     const char *path;
@@ -58,7 +60,7 @@ typedef struct metrics {
 
 struct lq_server {
     lq_server_opts o;
-    char *host, *api_key, *model_path, *kernels; /* owned copies (kernels: o.model.kernels) */
+    char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir; /* owned copies of o's strings */
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
     int is_dir;
@@ -84,6 +86,16 @@ struct lq_server {
     int n_ctx;                /* context of every session (the scheduler's and the pool's) */
     size_t kv_bytes_per_session; /* lq_model_kv_bytes(model, n_ctx): f32 or f16 as loaded */
 
+    /* what the model knows (knowledge.c): the global overlay over vx (NULL for a GGUF),
+     * its journal (--state-dir), the X-Session-Id sessions */
+    struct lq_overlay *global;
+    pthread_rwlock_t kmu;
+    struct lq_journal *journal;
+    struct srv_ksession **sess;
+    int n_sess;
+    pthread_mutex_t sess_mu;
+    int knowledge_ready;      /* srv_knowledge_init ran (its locks exist) */
+
     int stopping;             /* set by lq_server_stop: new generation work refused */
     int cancel_all;           /* set after the grace period: running generations stop */
     metrics m;
@@ -104,9 +116,9 @@ typedef struct req {
     double t0;
     int holds_slot;           /* counted in active_requests (released by the response) */
     int responded;
-    /* the segment after a prefix route's path ("42" of /v1/embed/42); a token id has at
-     * most 10 digits, so a longer segment is kept cut and flagged, never allocated */
-    char path_arg[24];
+    /* the segment after a prefix route's path ("42" of /v1/embed/42, a patch name of
+     * /v1/patches/NAME); a longer segment is kept cut and flagged, never allocated */
+    char path_arg[256];
     int path_arg_long;
 } req;
 
@@ -180,6 +192,27 @@ const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
 int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, char **body, lq_err *e);
 /* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
+
+/* knowledge.c: overlays, sessions, the editing routes */
+typedef struct srv_ksession srv_ksession;
+/* A read view of what the model knows for one request: the session's (sid names an existing
+ * session) or the global state, locked until srv_kview_put. v is the vindex every read query
+ * takes (the plain vindex, or NULL, on a server without overlays), knn the store for infer. */
+typedef struct kview {
+    lq_server *s;
+    srv_ksession *ks;
+    struct lq_overlay *ov;
+    const lq_vindex *v;
+    const lq_knn_store *knn;
+    const char *sid;
+} kview;
+int srv_knowledge_init(lq_server *s, lq_err *err);
+void srv_knowledge_free(lq_server *s);
+int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
+void srv_kview_put(kview *kv);
+void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
+void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
+void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */
 
 /* ws.c: GET /v1/stream (WebSocket); answers 101 and runs the session, or a 4xx */
 void route_stream(lq_server *s, req *q, reply *r);

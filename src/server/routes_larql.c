@@ -157,12 +157,23 @@ static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
     r->ctype = "application/json";
 }
 
+/* The request's view of what the model knows (its X-Session-Id's, or the global one). */
+static int kget(lq_server *s, req *q, kview *kv, reply *r)
+{
+    lq_err e = {0};
+    int st = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), kv, &e);
+    if (st)
+        reply_larql_err(r, st, "%s", e.msg);
+    return st;
+}
+
 void route_browse(lq_server *s, req *q, reply *r)
 {
     lq_err err = {0};
     char *json = NULL;
     int rc;
     json_t *j = NULL;
+    kview kv;
     /* Check what the route requires first, so a GGUF-backed server answers the same 400s. */
     if (q->rt->id == R_DESCRIBE) {
         lq_describe_params p;
@@ -175,7 +186,9 @@ void route_browse(lq_server *s, req *q, reply *r)
         p.limit = (int)limit;
         if (!s->vx)
             goto no_vindex;
-        rc = lq_vindex_describe_json(s->vx, &p, &json, &err);
+        if (kget(s, q, &kv, r))
+            return;
+        rc = lq_vindex_describe_json(kv.v, &p, &json, &err);
     } else if (q->rt->id == R_WALK) {
         lq_walk_params p;
         lq_walk_params_init(&p);
@@ -190,7 +203,9 @@ void route_browse(lq_server *s, req *q, reply *r)
         }
         if (!s->vx)
             goto no_vindex;
-        rc = lq_vindex_walk_json(s->vx, &p, &json, &err);
+        if (kget(s, q, &kv, r))
+            return;
+        rc = lq_vindex_walk_json(kv.v, &p, &json, &err);
     } else if (q->rt->id == R_SELECT) {
         if (!(j = req_json_body(q, r)))
             return;
@@ -213,13 +228,20 @@ void route_browse(lq_server *s, req *q, reply *r)
             json_decref(j);
             goto no_vindex;
         }
-        rc = lq_vindex_select_json(s->vx, &p, &json, &err);
+        if (kget(s, q, &kv, r)) {
+            json_decref(j);
+            return;
+        }
+        rc = lq_vindex_select_json(kv.v, &p, &json, &err);
         json_decref(j); /* p's strings pointed into j */
     } else {
         if (!s->vx)
             goto no_vindex;
-        rc = lq_vindex_relations_json(s->vx, &json, &err);
+        if (kget(s, q, &kv, r))
+            return;
+        rc = lq_vindex_relations_json(kv.v, &json, &err);
     }
+    srv_kview_put(&kv);
     vindex_reply(r, rc, json, &err);
     return;
 no_vindex:
@@ -251,12 +273,18 @@ int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, ch
     }
     lq_infer_params ip = *p;
     ip.session = sess;
-    /* X-Session-Id names the knowledge state the request sees. Until the editing routes
-     * create sessions there is only the global state: the store saved in the vindex
-     * (lq_knn_store_of_model), which lq_infer applies when ip.knn is NULL. */
-    (void)session_id;
-    ip.knn = NULL;
+    /* X-Session-Id names the knowledge state the request sees (its session's, or the global
+     * overlay's); walk mode applies that state's KNN store */
+    kview kv;
+    int st = srv_kview_get(s, session_id, &kv, &err);
+    if (st) {
+        srv_session_put(s, sess);
+        *e = err;
+        return st;
+    }
+    ip.knn = kv.knn;
     rc = lq_infer_json(m, &ip, body, &err);
+    srv_kview_put(&kv);
     srv_session_put(s, sess);
     if (rc) {
         *e = err;

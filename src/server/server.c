@@ -39,6 +39,10 @@ static const route ROUTES[] = {
     {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0},
     {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0},
     {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0},
+    {"/v1/insert", R_INSERT, M_POST, 0, 1, 0},
+    {"/v1/patches", R_PATCHES, M_GET, 0, 1, 0},
+    {"/v1/patches/apply", R_PATCHES, M_POST, 0, 1, 0},
+    {"/v1/patches/", R_PATCH_DELETE, M_DELETE, 0, 1, 1}, /* /v1/patches/{name} */
     /* not gated: a WebSocket may stay open and idle for long; its generations go through
      * the scheduler's bounded queue and its infers through the bounded session pool */
     {"/v1/stream", R_STREAM, M_GET, 0, 0, 0},
@@ -230,7 +234,7 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
     if (allow_methods) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
                                 allow_methods == (M_GET | M_POST) ? "GET, POST"
-                                : allow_methods == M_POST ? "POST" : "GET");
+                                : allow_methods == M_POST ? "POST" : allow_methods == M_DELETE ? "DELETE" : "GET");
     }
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -279,6 +283,9 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_CHAT: route_chat(s, q, r); break;
     case R_EMBEDDINGS: route_embeddings(s, q, r); break;
     case R_STREAM: route_stream(s, q, r); break;
+    case R_INSERT: route_insert(s, q, r); break;
+    case R_PATCHES: route_patches(s, q, r); break;
+    case R_PATCH_DELETE: route_patch_delete(s, q, r); break;
     default: reply_larql_err(r, 404, "not found"); break;
     }
 }
@@ -314,7 +321,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->t0 = lq_now();
         __atomic_add_fetch(&s->m.requests_total, 1, __ATOMIC_RELAXED);
         q->method = !strcmp(method, "GET") || !strcmp(method, "HEAD") ? M_GET
-                    : !strcmp(method, "POST") ? M_POST : 0;
+                    : !strcmp(method, "POST") ? M_POST : !strcmp(method, "DELETE") ? M_DELETE : 0;
         q->is_options = !strcmp(method, "OPTIONS");
         const char *arg;
         size_t arg_len;
@@ -348,7 +355,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (!(q->rt->methods & q->method)) {
             reply_route_err(&r, q->rt, 405, "method %s not allowed on %s (use %s)", method, q->rt->path,
-                            q->rt->methods & M_POST ? "POST" : "GET");
+                            q->rt->methods & M_POST ? "POST" : q->rt->methods & M_DELETE ? "DELETE" : "GET");
             return send_reply(q, &r, q->rt->methods);
         }
         if (s->api_key && q->rt->id != R_HEALTH &&
@@ -500,6 +507,8 @@ void lq_server_opts_init(lq_server_opts *o)
     o->max_body = 2u << 20;
     o->request_timeout_s = 30;
     o->shutdown_grace_s = 5;
+    o->max_sessions = 64;
+    o->session_ttl_s = 3600;
 }
 
 static char *dupz(const char *s)
@@ -536,6 +545,8 @@ static void server_free(lq_server *s)
     /* after the daemon stopped: every stream has released its scheduler handle */
     lq_scheduler_free(s->sched);
     lq_model_close(s->model);
+    if (s->knowledge_ready)
+        srv_knowledge_free(s);
     lq_vindex_close(s->vx);
     if (s->stop_pipe[0] > 0)
         close(s->stop_pipe[0]);
@@ -547,6 +558,8 @@ static void server_free(lq_server *s)
     free(s->api_key);
     free(s->model_path);
     free(s->kernels);
+    free(s->state_dir);
+    free(s->patch_dir);
     free(s);
 }
 
@@ -557,6 +570,9 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "server: a model path is required");
     if (o->port < 0 || o->port > 65535)
         return lq_err_set(err, LQ_EINVAL, "server: port %d is outside 0..65535", o->port);
+    if (o->max_sessions < 1 || o->max_sessions > 100000 || o->session_ttl_s < 1)
+        return lq_err_set(err, LQ_EINVAL, "server: max_sessions %d (1..100000) / session_ttl %d s (>= 1)",
+                          o->max_sessions, o->session_ttl_s);
     if (o->max_concurrent < 1 || o->max_concurrent > 4096)
         return lq_err_set(err, LQ_EINVAL, "server: max_concurrent %d is outside 1..4096", o->max_concurrent);
     if (o->max_body < 1024 || o->max_body > ((size_t)1 << 30))
@@ -590,6 +606,10 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->api_key = o->api_key && *o->api_key ? dupz(o->api_key) : NULL;
     s->model_path = dupz(o->model_path);
     s->kernels = dupz(o->model.kernels);
+    s->state_dir = dupz(o->state_dir);
+    s->patch_dir = dupz(o->patch_dir);
+    s->o.state_dir = s->state_dir;
+    s->o.patch_dir = s->patch_dir;
     s->o.host = s->host;
     s->o.api_key = s->api_key;
     s->o.model_path = s->model_path;
@@ -603,7 +623,8 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     model_id_from_path(s->model_path, s->model_id, sizeof s->model_id);
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
-    if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) || pipe2(s->stop_pipe, O_CLOEXEC)) {
+    if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
+        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
     }
@@ -620,6 +641,14 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
         snprintf(s->model_id, sizeof s->model_id, "%s", vi->model_id && *vi->model_id ? vi->model_id : "vindex");
         srv_log(s, "opened vindex %s (%s, %d layers, %llu features)", s->model_path, vi->model ? vi->model : "",
                 vi->num_layers, (unsigned long long)vi->total_features);
+        /* what the model knows: the overlay every edit and query goes through */
+        rc = srv_knowledge_init(s, err);
+        s->knowledge_ready = 1;
+        if (rc) {
+            lq_err_prefix(err, "state");
+            server_free(s);
+            return rc;
+        }
         /* the engine loads GGUF files; a vindex's weights serve inference once it reads them */
         lq_err merr = {0};
         if (!s->o.lazy_weights && load_model(s, &merr)) {
@@ -627,7 +656,11 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
             s->load_err = merr;
             srv_log(s, "inference routes unavailable: %s", merr.msg);
         }
-    } else if (!s->o.lazy_weights) {
+    } else {
+        srv_knowledge_init(s, err); /* locks only: a GGUF has nothing to edit */
+        s->knowledge_ready = 1;
+    }
+    if (!s->is_dir && !s->o.lazy_weights) {
         int rc = load_model(s, err);
         if (rc) {
             lq_err_prefix(err, "failed to load weights (pass --lazy-weights to defer until first request)");

@@ -380,13 +380,21 @@ static void do_describe(ws *w, json_t *j)
     p.per_layer = 1;
     lq_describe_result r;
     lq_err err = {0};
-    if (lq_vindex_describe(s->vx, &p, &r, &err)) {
+    /* the global knowledge state, held until the frames are out (edges point into it) */
+    kview kv;
+    if (srv_kview_get(s, NULL, &kv, &err)) {
+        put_error(w, "%s", err.msg);
+        return;
+    }
+    if (lq_vindex_describe(kv.v, &p, &r, &err)) {
+        srv_kview_put(&kv);
         put_error(w, "%s", err.msg);
         return;
     }
     if (r.n_tokens == 0) {
         put_json(w, json_pack("{s:s,s:i,s:i}", "type", "done", "total_edges", 0, "latency_ms", 0));
         lq_describe_result_free(&r);
+        srv_kview_put(&kv);
         return;
     }
     size_t k = 0;
@@ -408,6 +416,7 @@ static void do_describe(ws *w, json_t *j)
     put_json(w, json_pack("{s:s,s:o,s:I,s:f}", "type", "done", "entity", lq_jstr(p.entity, strlen(p.entity)),
                           "total_edges", (json_int_t)r.n_edges, "latency_ms", lq_round(r.latency_ms, 1)));
     lq_describe_result_free(&r);
+    srv_kview_put(&kv);
 }
 
 static void do_infer(ws *w, json_t *j)

@@ -15,7 +15,6 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include "core/cpu.h"
 #include "core/f16.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -47,9 +46,9 @@ typedef struct bctx {
     lq_vindex_build_opts *o;
     const char *tmp;
     lq_pool *pool;
-    int use_avx2;
-    int use_vnni;             /* AVX-512 VNNI down_meta path (see dm_avx512.c) */
-    uint8_t *Ep;              /* [Vp/16][D4/4][16][4] embedding as u8 (q + 128), VNNI path */
+    const lq_kernels *kern;   /* lq_kernels_best(): gate scores and the down_meta GEMM */
+    int dm_fast;              /* int8 candidates (kern->dm_block) + exact f32 re-scoring */
+    uint8_t *Ep;              /* [Vp/16][D4/4][16][4] embedding as u8 (q + 128), fast path */
     float *escale;            /* [Vp] per-row int8 scale of Ep (0 for padding rows) */
     int Vp, D4;
     lq_err *err;
@@ -200,20 +199,6 @@ typedef struct dm_job {
 
 #define DM_VTILE 16
 
-static void dm_insert(uint32_t *ids, float *lg, int k, uint32_t id, float x)
-{
-    if (!(x > lg[k - 1]))
-        return; /* strict: the earlier token keeps its place on ties */
-    int i = k - 1;
-    while (i > 0 && x > lg[i - 1]) {
-        lg[i] = lg[i - 1];
-        ids[i] = ids[i - 1];
-        i--;
-    }
-    lg[i] = x;
-    ids[i] = id;
-}
-
 static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
 {
     (void)thread_idx;
@@ -228,7 +213,7 @@ static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         free(sc);
         return;
     }
-    lq_vx_scores_fn fn = c->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
+    lq_gate_scores_fn fn = c->kern->gate_scores;
     for (int64_t b = start; b < end; b++) {
         int f0 = (int)b * j->fblock, f1 = f0 + j->fblock < F ? f0 + j->fblock : F, nf = f1 - f0;
         for (int v0 = 0; v0 < V; v0 += DM_VTILE) {
@@ -241,9 +226,12 @@ static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
             for (int i = 0; i < nv; i++) {
                 if (!j->keep[v0 + i])
                     continue;
-                for (int f = 0; f < nf; f++)
-                    dm_insert(j->ids + (size_t)(f0 + f) * j->topk, j->logits + (size_t)(f0 + f) * j->topk,
-                              j->topk, (uint32_t)(v0 + i), sc[(size_t)i * nf + f]);
+                for (int f = 0; f < nf; f++) {
+                    float x = sc[(size_t)i * nf + f];
+                    float *lg = j->logits + (size_t)(f0 + f) * j->topk;
+                    if (x > lg[j->topk - 1]) /* strict: the earlier token keeps its place on ties */
+                        lq_dm_cand_insert(j->ids + (size_t)(f0 + f) * j->topk, lg, j->topk, (uint32_t)(v0 + i), x);
+                }
             }
         }
     }
@@ -251,8 +239,10 @@ static void dm_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     free(sc);
 }
 
-/* ---- down_meta, fast path: int8 x ternary GEMM (AVX-512 VNNI) picks Kc candidates per
- * feature, exact f32 re-scoring picks the K written (dm_avx512.c explains the layout). The
+/* ---- down_meta, fast path: int8 x ternary GEMM (the kernel set's dm_block) picks Kc
+ * candidates per feature, exact f32 re-scoring picks the K written (layouts in
+ * kernels/kernels.h). The top K is exact whenever the true top K lies inside the approximate
+ * top Kc (the int8 error is ~1% of a logit's spread; Kc = 4K leaves a wide margin). The
  * memory it adds: the embedding as int8 (vocab x hidden bytes, built once), one layer's
  * trits (ffn x hidden bytes) and per-thread candidate lists. */
 
@@ -278,23 +268,10 @@ static void dmq_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         uint8_t *P = c->Ep + (size_t)p * D4 * 16;
         for (int lane = 0; lane < 16; lane++) {
             int64_t v = p * 16 + lane;
-            float amax = 0;
             int have = v < c->V && lq_gguf_tensor_row_f32(c->embd, (uint64_t)v, row, NULL) == LQ_OK;
             if (v < c->V && !have)
                 j->failed = 1;
-            for (int d = 0; have && d < D; d++)
-                if (fabsf(row[d]) > amax)
-                    amax = fabsf(row[d]);
-            float s = amax > 0 && isfinite(amax) ? amax / 127.0f : 0.0f, inv = s > 0 ? 1.0f / s : 0.0f;
-            c->escale[v] = s;
-            for (int d = 0; d < D4; d++) {
-                int q = 0;
-                if (have && d < D && s > 0) {
-                    q = (int)lrintf(row[d] * inv);
-                    q = q > 127 ? 127 : q < -127 ? -127 : q;
-                }
-                P[(size_t)(d / 4) * 64 + lane * 4 + d % 4] = (uint8_t)(q + 128);
-            }
+            c->escale[v] = lq_dm_pack_row(have ? row : NULL, D, D4, P, lane);
         }
     }
     free(row);
@@ -339,8 +316,8 @@ static void dmv_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     size_t off = (size_t)thread_idx * j->Fp * j->Kc;
     for (int64_t b = start; b < end; b++) {
         int v0 = (int)b * DM_VBLOCK, nv = c->Vp - v0 < DM_VBLOCK ? c->Vp - v0 : DM_VBLOCK;
-        lq_vx_dm_block_avx512(c->Ep, c->escale, j->keep, c->V, v0, nv, j->Bt, j->colsum, j->Fp, c->D4,
-                              j->Kc, j->cids + off, j->cvals + off);
+        c->kern->dm_block(c->Ep, c->escale, j->keep, c->V, v0, nv, j->Bt, j->colsum, j->Fp, c->D4,
+                          j->Kc, j->cids + off, j->cvals + off);
     }
 }
 
@@ -350,7 +327,7 @@ static void dmr_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     (void)thread_idx;
     dmv_job *j = ctx;
     bctx *c = j->c;
-    lq_vx_scores_fn fn = c->use_avx2 ? lq_vx_scores_avx2 : lq_vx_scores_scalar;
+    lq_gate_scores_fn fn = c->kern->gate_scores;
     int f16 = c->embd->type == LQ_GGML_F16;
     size_t esz = f16 ? 2 : 4;
     for (int64_t f = start; f < end; f++) {
@@ -379,7 +356,7 @@ static void dmr_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     }
 }
 
-static int dm_layer_vnni(bctx *c, const float *Wd, const float *WT, const uint8_t *keep, int K, uint32_t *ids,
+static int dm_layer_fast(bctx *c, const float *Wd, const float *WT, const uint8_t *keep, int K, uint32_t *ids,
                          float *lg)
 {
     int Fp = (c->F + 11) / 12 * 12, nt = lq_pool_threads(c->pool);
@@ -440,11 +417,11 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
                 WT[(size_t)f * c->D + d] = Wd[(size_t)d * c->F + f];
         for (size_t i = 0; i < (size_t)c->F * K; i++)
             ids[i] = 0, lg[i] = -INFINITY;
-        int vnni = K > 0 && c->use_vnni && t->type == LQ_GGML_I2_S;
-        if (vnni && !c->Ep && (rc = dm_quantise_embedding(c)))
+        int fast = K > 0 && c->dm_fast && t->type == LQ_GGML_I2_S;
+        if (fast && !c->Ep && (rc = dm_quantise_embedding(c)))
             break;
-        if (vnni) {
-            if ((rc = dm_layer_vnni(c, Wd, WT, keep, K, ids, lg)))
+        if (fast) {
+            if ((rc = dm_layer_fast(c, Wd, WT, keep, K, ids, lg)))
                 break;
         } else if (K > 0) {
             dm_job j = {c, WT, keep, K, ids, lg, 64, 0};
@@ -1104,13 +1081,10 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
     c.tmp = tmp;
     if ((rc = lq_pool_create(o->n_threads > 0 ? o->n_threads : lq_cpu_count(), &c.pool, err)))
         goto out;
-    {
-        const lq_cpu_features *cf = lq_cpu_features_get();
-        c.use_avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
-        /* the VNNI down_meta path re-scores from the embedding's own rows: F16/F32 only */
-        c.use_vnni = c.use_avx2 && cf->avx512f && cf->avx512bw && cf->avx512vnni && !o->dm_exact &&
-                     (c.embd->type == LQ_GGML_F16 || c.embd->type == LQ_GGML_F32);
-    }
+    c.kern = lq_kernels_best();
+    /* the fast down_meta path re-scores from the embedding's own rows: F16/F32 only */
+    c.dm_fast = c.kern->dm_block && !o->dm_exact &&
+                (c.embd->type == LQ_GGML_F16 || c.embd->type == LQ_GGML_F32);
     if ((rc = write_tokenizer(&c, gguf_path, &tok)))
         goto out;
     if (!o->dense_only) {

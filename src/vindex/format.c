@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/cpu.h"
 #include "core/f16.h"
 #include "vindex/vindex_internal.h"
 
@@ -454,6 +453,8 @@ static int build_token_texts(lq_vindex *v, lq_err *err)
     return LQ_OK;
 }
 
+const lq_knn_store *lq_vindex_knn_store(const lq_vindex *v) { return v ? v->knn : NULL; }
+
 const char *lq_vindex_token_text(const lq_vindex *v, int32_t id)
 {
     if (id < 0 || id >= v->info.vocab_size || !v->tok_text)
@@ -551,32 +552,27 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         rc = lq_pool_create(v->n_threads, &v->pool, err);
     }
     if (!rc) {
-        /* gate kernels: the best this CPU runs, or the one opts->kernels names */
-        const lq_cpu_features *cf = lq_cpu_features_get();
-        int avx2 = cf && cf->avx2 && cf->fma && cf->f16c;
-        int avx512 = avx2 && cf->avx512f && cf->avx512bw && cf->avx512vl;
-        v->use_vnni = avx512 && cf->avx512vnni;
+        /* gate kernels: the model's dispatcher picks them (lq_kernels_best, or the set
+         * opts->kernels names) */
         const char *k = opts ? opts->kernels : NULL;
-        if (!k) {
-            v->use_avx2 = avx2;
-            v->use_avx512 = avx512;
-        } else if (!strcmp(k, "scalar")) {
-            v->use_vnni = 0;
-        } else if (!strcmp(k, "avx2") && avx2) {
-            v->use_avx2 = 1;
-            v->use_vnni = 0;
-        } else if (!strcmp(k, "avx512") && avx512) {
-            v->use_avx2 = v->use_avx512 = 1;
-        } else if (!strcmp(k, "avx2") || !strcmp(k, "avx512")) {
+        v->kern = k ? lq_kernels_by_name(k) : lq_kernels_best();
+        if (!v->kern && lq_kernels_is_name(k))
             rc = lq_err_set(err, LQ_EUNSUPPORTED, "gate kernels '%s' are not supported by this CPU", k);
-        } else {
+        else if (!v->kern)
             rc = lq_err_set(err, LQ_EINVAL, "gate kernels '%s' (scalar, avx2, avx512)", k);
-        }
     }
     if (!rc && opts && opts->prefilter && !in->dense_only)
         rc = lq_vx_build_sketches(v, err);
     if (!rc && opts && opts->verify_checksums)
         rc = lq_vindex_verify_checksums(v, err);
+    /* the KNN store INSERTs were saved to (LARQL's COMPILE writes it beside the weights):
+     * walk-mode infer and the overlays start from it. A malformed file is an error, not a
+     * silently empty store. */
+    if (!rc && file_exists(v->dir, "knn_store.bin")) {
+        char *kp = lq_vx_join(v->dir, "knn_store.bin");
+        rc = kp ? lq_knn_store_load(kp, in->hidden_size, &v->knn, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(kp);
+    }
     (void)bpf;
     if (rc) {
         lq_vindex_close(v);
@@ -600,6 +596,7 @@ void lq_vindex_close(lq_vindex *v)
     lq_mapfile_close(&v->gate);
     lq_mapfile_close(&v->embed);
     lq_mapfile_close(&v->down);
+    lq_knn_store_free(v->knn);
     json_decref(v->index);
     lq_tokenizer_free(v->tok);
     for (size_t i = 0; i < v->label_cap; i++)

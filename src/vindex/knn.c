@@ -1,137 +1,21 @@
 /* Gate KNN: raw dot products of query vectors with a layer's gate rows (f32 or f16 read in
  * place from the mapping), top-K by |score| with the signed score kept. Batched queries and
  * several layers go through one pass: each row is loaded once and scored against every
- * query while it is in cache; row ranges of all layers are spread over the thread pool. */
+ * query while it is in cache; row ranges of all layers are spread over the thread pool.
+ * The arithmetic is the vindex's kernel set's (gate_scores, sketch_row, sketch_scores). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "core/f16.h"
 #include "vindex/vindex_internal.h"
 
-void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                         const float *Q, size_t nq, float *out, size_t out_stride)
+lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
 {
-    for (size_t r = r0; r < r1; r++) {
-        for (size_t q = 0; q < nq; q++) {
-            const float *x = Q + q * d;
-            double acc = 0; /* double: the reference the SIMD kernels are compared with */
-            if (f16) {
-                const uint8_t *p = (const uint8_t *)rows + r * d * 2;
-                for (size_t i = 0; i < d; i++) {
-                    uint16_t h;
-                    memcpy(&h, p + 2 * i, 2);
-                    acc += (double)lq_f16_to_f32(h) * x[i];
-                }
-            } else {
-                const uint8_t *p = (const uint8_t *)rows + r * d * 4;
-                for (size_t i = 0; i < d; i++) {
-                    float w;
-                    memcpy(&w, p + 4 * i, 4);
-                    acc += (double)w * x[i];
-                }
-            }
-            out[q * out_stride + r] = (float)acc;
-        }
-    }
+    return (force_scalar ? &lq_kernels_scalar : v->kern)->gate_scores;
 }
 
-lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
-{
-    if (force_scalar || !v->use_avx2)
-        return lq_vx_scores_scalar;
-    return v->use_avx512 ? lq_vx_scores_avx512 : lq_vx_scores_avx2;
-}
-
-/* ---- prefilter sketches (layout and arithmetic in vindex_internal.h) ---- */
-
-size_t lq_vx_sketch_dp(size_t d) { return (d + 255) / 256 * 256; }
-
-static inline float comp(const uint8_t *p, int f16, size_t i)
-{
-    if (f16) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return lq_f16_to_f32(h);
-    }
-    float g;
-    memcpy(&g, p + 4 * i, 4);
-    return g;
-}
-
-void lq_vx_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact)
-{
-    const uint8_t *p = row;
-    size_t dp = lq_vx_sketch_dp(d);
-    float sum = 0;
-    for (size_t i = 0; i < d; i++)
-        sum += fabsf(comp(p, f16, i));
-    float thr = 0.5f * (sum / (float)d);
-    memset(codes, 0x55, dp / 4); /* code 1 (trit 0) everywhere, padding included */
-    float kept = 0;
-    size_t nk = 0;
-    for (size_t i = 0; i < d; i++) {
-        float g = comp(p, f16, i);
-        if (!(fabsf(g) > thr))
-            continue;
-        size_t blk = i / 256, j = i % 256;
-        uint8_t *c = codes + blk * 64 + j % 64;
-        int sh = 2 * (int)(j / 64);
-        *c = (uint8_t)((*c & ~(3u << sh)) | (unsigned)(g > 0 ? 2 : 0) << sh);
-        kept += fabsf(g);
-        nk++;
-    }
-    *scale = nk ? kept / (float)nk : 0.0f;
-    for (size_t i = 0; i < d && !*inexact; i++) {
-        float g = comp(p, f16, i);
-        if (g != 0 && fabsf(g) != *scale)
-            *inexact = 1;
-    }
-}
-
-void lq_vx_quantise_queries(const float *Q, size_t nq, size_t d, int8_t *q8, float *qs, int32_t *qsum)
-{
-    size_t dp = lq_vx_sketch_dp(d);
-    for (size_t q = 0; q < nq; q++) {
-        const float *x = Q + q * d;
-        int8_t *o = q8 + q * dp;
-        float amax = 0;
-        for (size_t i = 0; i < d; i++)
-            amax = fmaxf(amax, fabsf(x[i]));
-        float s = amax > 0 && isfinite(amax) ? amax / 127.0f : 0.0f, inv = s > 0 ? 1.0f / s : 0.0f;
-        int32_t sum = 0;
-        for (size_t i = 0; i < dp; i++) {
-            int v = i < d && s > 0 ? (int)lrintf(x[i] * inv) : 0;
-            v = v > 127 ? 127 : v < -127 ? -127 : v;
-            o[i] = (int8_t)v;
-            sum += v;
-        }
-        qs[q] = s;
-        qsum[q] = sum;
-    }
-}
-
-void lq_vx_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
-                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
-                                size_t out_stride)
-{
-    size_t rb = dp / 4;
-    for (size_t r = r0; r < r1; r++) {
-        const uint8_t *c = codes + r * rb;
-        for (size_t q = 0; q < nq; q++) {
-            const int8_t *x = q8 + q * dp;
-            int32_t dot = 0;
-            for (size_t blk = 0; blk < dp / 256; blk++)
-                for (size_t j = 0; j < 64; j++) {
-                    unsigned b = c[blk * 64 + j];
-                    for (int k = 0; k < 4; k++)
-                        dot += (int32_t)(b >> (2 * k) & 3) * x[blk * 256 + 64 * (size_t)k + j];
-                }
-            out[q * out_stride + r] = (float)(dot - qsum[q]) * (scale[r] * qs[q]);
-        }
-    }
-}
+/* ---- prefilter sketches (codes and arithmetic: kernels/kernels.h) ---- */
 
 typedef struct sk_job {
     lq_vindex *v;
@@ -151,8 +35,8 @@ static void sk_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     int f16 = v->info.dtype == LQ_VDT_F16, inexact = 0;
     for (int64_t r = start; r < end; r++) {
         const uint8_t *p = (const uint8_t *)rows + (size_t)r * D * (f16 ? 2 : 4);
-        (v->use_avx512 ? lq_vx_sketch_row_avx512 : lq_vx_sketch_row_scalar)(
-            p, f16, D, v->sk[j->layer] + (size_t)r * rb, &v->sk_scale[j->layer][r], &inexact);
+        v->kern->sketch_row(p, f16, D, v->sk[j->layer] + (size_t)r * rb, &v->sk_scale[j->layer][r],
+                            &inexact);
     }
     if (inexact)
         j->inexact = 1; /* benign race: threads only ever store 1 */
@@ -162,7 +46,7 @@ int lq_vx_build_sketches(lq_vindex *v, lq_err *err)
 {
     int L = v->info.num_layers;
     size_t D = (size_t)v->info.hidden_size;
-    v->sk_dp = lq_vx_sketch_dp(D);
+    v->sk_dp = lq_sketch_dp(D);
     v->sk = calloc((size_t)L, sizeof *v->sk);
     v->sk_scale = calloc((size_t)L, sizeof *v->sk_scale);
     v->sk_inexact = calloc((size_t)L, sizeof *v->sk_inexact);
@@ -300,7 +184,7 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     scan_job *j = ctx;
     size_t D = (size_t)j->v->info.hidden_size;
     int f16 = j->v->info.dtype == LQ_VDT_F16;
-    lq_vx_scores_fn fn = lq_vx_scores_pick(j->v, j->force_scalar);
+    const lq_kernels *k = j->force_scalar ? &lq_kernels_scalar : j->v->kern;
     for (size_t li = 0; li < j->n_layers; li++) {
         uint64_t a = j->row_start[li], b = j->row_start[li + 1];
         uint64_t s = (uint64_t)start > a ? (uint64_t)start : a;
@@ -310,15 +194,13 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         const void *rows;
         int nf;
         lq_vindex_gate_layer(j->v, j->layers[li], &rows, &nf, NULL);
-        if (j->sketch) {
-            lq_vx_sketch_fn sf = j->force_scalar || !j->v->use_avx512 ? lq_vx_sketch_scores_scalar
-                                 : j->v->use_vnni                   ? lq_vx_sketch_scores_avx512
-                                                                    : lq_vx_sketch_scores_avx512bw;
-            sf(j->v->sk[j->layers[li]], j->v->sk_scale[j->layers[li]], j->v->sk_dp, (size_t)(s - a),
-               (size_t)(e - a), j->q8, j->qs, j->qsum, j->nq, j->scores[li], (size_t)nf);
-        }
+        if (j->sketch)
+            k->sketch_scores(j->v->sk[j->layers[li]], j->v->sk_scale[j->layers[li]], j->v->sk_dp,
+                             (size_t)(s - a), (size_t)(e - a), j->q8, j->qs, j->qsum, j->nq,
+                             j->scores[li], (size_t)nf);
         else
-            fn(rows, f16, D, (size_t)(s - a), (size_t)(e - a), j->Q, j->nq, j->scores[li], (size_t)nf);
+            k->gate_scores(rows, f16, D, (size_t)(s - a), (size_t)(e - a), j->Q, j->nq, j->scores[li],
+                           (size_t)nf);
     }
 }
 
@@ -372,7 +254,7 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
             free(q8), free(qs), free(qsum);
             return lq_err_set(err, LQ_ENOMEM, "out of memory");
         }
-        lq_vx_quantise_queries(Q, nq, (size_t)v->info.hidden_size, q8, qs, qsum);
+        lq_sketch_quant_queries(Q, nq, (size_t)v->info.hidden_size, q8, qs, qsum);
     }
     uint64_t *row_start = malloc((n_layers + 1) * sizeof *row_start);
     if (!row_start) {
@@ -442,7 +324,7 @@ static void rescore_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
         free(cs);
         return;
     }
-    lq_vx_scores_fn fn = lq_vx_scores_pick(v, 0);
+    lq_gate_scores_fn fn = lq_vx_scores_pick(v, 0);
     for (int64_t i = start; i < end; i++) {
         const void *rows;
         int nf;

@@ -45,6 +45,7 @@ struct lq_overlay {
     lq_patch **patches;
     size_t np, capp;
     uint64_t version;
+    char *edits_name;     /* NULL = EDITS_NAME */
 };
 
 /* patch.c */
@@ -157,6 +158,8 @@ static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_
         lq_knn_entry e;
         lq_knn_store_get(src, i, &e);
         rc = lq_knn_store_add_entry(*out, &e, err);
+        if (!rc) /* the key as it was: add_entry normalises again, which moves the last bit */
+            memcpy((*out)->e[(*out)->n - 1].key, src->e[i].key, (size_t)hidden * sizeof(float));
     }
     if (rc) {
         lq_knn_store_free(*out);
@@ -389,7 +392,24 @@ void lq_overlay_free(lq_overlay *o)
     free(o->patches);
     lq_knn_store_free(o->knn);
     lq_knn_store_free(o->knn0);
+    free(o->edits_name);
     free(o);
+}
+
+static const char *edits_name(const lq_overlay *o) { return o->edits_name ? o->edits_name : EDITS_NAME; }
+
+int lq_overlay_set_edits_name(lq_overlay *o, const char *name, lq_err *err)
+{
+    if (!o || !name || !*name)
+        return lq_err_set(err, LQ_EINVAL, "overlay: an edits patch needs a name");
+    if (lq_overlay_edits(o))
+        return lq_err_set(err, LQ_EINVAL, "overlay: edits already recorded under '%s'", edits_name(o));
+    char *n = strdup(name);
+    if (!n)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    free(o->edits_name);
+    o->edits_name = n;
+    return LQ_OK;
 }
 
 static int push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
@@ -433,7 +453,7 @@ size_t lq_overlay_n_features(const lq_overlay *o) { return o ? o->nf : 0; }
 const lq_patch *lq_overlay_edits(const lq_overlay *o)
 {
     for (size_t i = 0; o && i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), EDITS_NAME))
+        if (!strcmp(lq_patch_name(o->patches[i]), edits_name(o)))
             return o->patches[i];
     return NULL;
 }
@@ -482,7 +502,7 @@ static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
     lq_patch *e = (lq_patch *)lq_overlay_edits(o);
     if (e)
         return e;
-    if (lq_patch_create(EDITS_NAME, o->base->info.model, o->hidden, &e, err))
+    if (lq_patch_create(edits_name(o), o->base->info.model, o->hidden, &e, err))
         return NULL;
     if (push_patch(o, e, err)) {
         lq_patch_free(e);
@@ -491,11 +511,32 @@ static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
     return e;
 }
 
+int lq_overlay_truncate_edits(lq_overlay *o, size_t n, lq_err *err)
+{
+    lq_patch *e = (lq_patch *)lq_overlay_edits(o);
+    if (!e || n >= lq_patch_n_ops(e))
+        return LQ_OK;
+    lq_patch *t = NULL;
+    int rc = lq_patch_create(edits_name(o), lq_patch_base_model(e), o->hidden, &t, err);
+    lq_patch_op op;
+    for (size_t i = 0; !rc && i < n && lq_patch_op_at(e, i, &op); i++)
+        rc = lq_patch_add(t, &op, err);
+    if (rc) {
+        lq_patch_free(t);
+        return rc;
+    }
+    for (size_t i = 0; i < o->np; i++)
+        if (o->patches[i] == e)
+            o->patches[i] = t;
+    lq_patch_free(e);
+    return rebuild(o, err);
+}
+
 /* ops[0..n) as one edit: all checked before any is applied or recorded */
 static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
 {
     for (size_t i = 0; i < n; i++) {
-        int rc = check_op(o, EDITS_NAME, i, &ops[i], err);
+        int rc = check_op(o, edits_name(o), i, &ops[i], err);
         if (rc)
             return rc;
     }
@@ -509,19 +550,23 @@ static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
     for (size_t i = 0; !rc && i < n; i++)
         rc = apply_op(o, &ops[i], err);
     o->version++;
-    if (rc && lq_patch_n_ops(e) > n0) { /* out of memory midway: back to the recorded state */
-        lq_patch *trimmed = NULL;
-        if (!lq_patch_create(EDITS_NAME, lq_patch_base_model(e), o->hidden, &trimmed, NULL)) {
-            lq_patch_op op;
-            for (size_t i = 0; i < n0 && lq_patch_op_at(e, i, &op); i++)
-                lq_patch_add(trimmed, &op, NULL);
-            for (size_t i = 0; i < o->np; i++)
-                if (o->patches[i] == e)
-                    o->patches[i] = trimmed;
-            lq_patch_free(e);
-        }
-        rebuild(o, NULL);
-    }
+    if (rc) /* out of memory midway: back to the recorded state */
+        lq_overlay_truncate_edits(o, n0, NULL);
+    return rc;
+}
+
+int lq_overlay_record(lq_overlay *o, const lq_patch *p, lq_err *err)
+{
+    if (!o || !p)
+        return lq_err_set(err, LQ_EINVAL, "overlay record: overlay and ops are required");
+    size_t n = lq_patch_n_ops(p);
+    lq_patch_op *ops = malloc((n ? n : 1) * sizeof *ops);
+    if (!ops)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        lq_patch_op_at(p, i, &ops[i]);
+    int rc = n ? edit(o, ops, n, err) : LQ_OK;
+    free(ops);
     return rc;
 }
 

@@ -1,5 +1,6 @@
 /* Internals shared by the vindex sources: the lq_vindex struct, a string builder with
- * serde_json-compatible number/string output, sha256, file helpers, gate kernels. */
+ * serde_json-compatible number/string output, sha256, file helpers, gate top-k. The gate,
+ * sketch and down_meta kernels live in src/kernels (kernels.h). */
 #ifndef LQ_VINDEX_INTERNAL_H
 #define LQ_VINDEX_INTERNAL_H
 
@@ -11,6 +12,7 @@
 #include "core/mapfile.h"
 #include "core/threadpool.h"
 #include "core/sb.h"
+#include "kernels/kernels.h"
 #include "larql/vindex.h"
 
 /* ---- sha256 ---- */
@@ -94,11 +96,11 @@ struct lq_vindex {
     char **label_names;        /* distinct probe labels (for histograms) */
     lq_pool *pool;
     int n_threads;
-    int use_avx2;
+    const lq_kernels *kern;    /* gate scoring and sketches (lq_vindex_open_opts.kernels) */
     /* gate prefilter (lq_vindex_open_opts.prefilter): per layer a 2-bit sketch of every gate
-     * row, codes [nf][sk_dp / 4] (layout at lq_vx_sketch_row_scalar), and its scale [nf] */
-    int prefilter, use_avx512, use_vnni;
-    size_t sk_dp;              /* hidden rounded up to a multiple of 256 */
+     * row, codes [nf][sk_dp / 4] (layout in kernels/kernels.h), and its scale [nf] */
+    int prefilter;
+    size_t sk_dp;              /* lq_sketch_dp(hidden) */
     uint8_t **sk;              /* [num_layers] -> codes inside sk_block */
     uint8_t *sk_block;
     float **sk_scale;
@@ -106,22 +108,12 @@ struct lq_vindex {
     /* set only in an overlay's view (lq_overlay_vindex): a shallow copy of the base handle
      * whose queries see the overlay; never closed */
     const struct lq_overlay *ov;
+    lq_knn_store *knn;         /* knn_store.bin of the directory, or NULL */
 };
 
-/* ---- gate kernels ----
- * rows: [n, d] f32 or f16 (LE); Q: [nq, d]; out: [nq, n] (stride out_stride per query).
- * Computes rows [r0, r1). */
-typedef void (*lq_vx_scores_fn)(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                                const float *Q, size_t nq, float *out, size_t out_stride);
-void lq_vx_scores_scalar(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                         const float *Q, size_t nq, float *out, size_t out_stride);
-void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                       const float *Q, size_t nq, float *out, size_t out_stride);
-void lq_vx_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                         const float *Q, size_t nq, float *out, size_t out_stride);
 /* The exact gate kernel a vindex scans with (the prefilter re-scores with the same one, so
- * its exact scores are bit-identical to a full scan's). */
-lq_vx_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar);
+ * its exact scores are bit-identical to a full scan's); force_scalar: the scalar reference. */
+lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar);
 
 /* Top-k by |score| of scores[0..n) into hits (sorted, |score| desc, ties lower feature
  * first); returns the count. */
@@ -146,45 +138,7 @@ int lq_vx_tokenizer_from_unigram(const char *path, lq_tokenizer **out, lq_err *e
  * j%32, shift 6-2*(j/32), codes 0/1/2 = -1/0/+1). src, dst: rows*cols/4 bytes; cols % 128 == 0. */
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 
-/* down_meta candidates (dm_avx512.c): rows [v0, v0+nv) of the packed int8 embedding (nv a
- * multiple of 32) against every feature's trits; keeps per feature the Kc best approximate
- * logits (ids/vals [Fp][Kc], vals sorted desc, -inf = empty) among tokens with keep[v]. */
-void lq_vx_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
-                           int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
-                           int Kc, uint32_t *ids, float *vals);
-
-/* ---- prefilter sketches ----
- * A gate row g (d components) becomes trits t_i = sign(g_i) where |g_i| > 0.5 * mean|g| (else
- * 0) and a scale s = mean of |g_i| over the kept components, so that s * sum(t * q)
- * approximates g . q (exactly the trits and s = 1 for BitNet's unit-trit gate rows).
- * Codes: dp / 4 bytes per row (dp = d rounded up to 256, padding codes 1); in each block of
- * 256 components, byte j holds components j, j+64, j+128, j+192 in bits 0-1, 2-3, 4-5, 6-7
- * as t + 1 (0, 1, 2): one 64-byte load and three shifts give 64 consecutive codes per
- * byte lane, ready for a u8 x s8 dot product.
- * Queries are quantised to int8 per query (q8 = round(q * 127 / amax), scale qs = amax /
- * 127, padded with zeros to dp, qsum = sum q8); a row's approximate score is
- * (float)(sum (t+1) q8 - qsum) * (s * qs), integer-exact, so every kernel gives the same
- * float. */
-size_t lq_vx_sketch_dp(size_t d);
-/* Writes the codes (dp / 4 bytes) and scale of one row (f32 or f16); sets *inexact when a
- * nonzero component's magnitude differs from the scale. */
-void lq_vx_sketch_row_scalar(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact);
-void lq_vx_sketch_row_avx512(const void *row, int f16, size_t d, uint8_t *codes, float *scale, int *inexact);
-/* q8: [nq][dp], qs, qsum: [nq]. */
-void lq_vx_quantise_queries(const float *Q, size_t nq, size_t d, int8_t *q8, float *qs, int32_t *qsum);
-typedef void (*lq_vx_sketch_fn)(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
-                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
-                                size_t out_stride);
-void lq_vx_sketch_scores_scalar(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
-                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
-                                size_t out_stride);
-/* AVX-512BW; vnni = 1 uses vpdpbusd (AVX512-VNNI), else vpmaddubsw + vpmaddwd */
-void lq_vx_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
-                                const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
-                                size_t out_stride);
-void lq_vx_sketch_scores_avx512bw(const uint8_t *codes, const float *scale, size_t dp, size_t r0, size_t r1,
-                                  const int8_t *q8, const float *qs, const int32_t *qsum, size_t nq, float *out,
-                                  size_t out_stride);
+/* ---- prefilter sketches (kernels/kernels.h defines the codes and the arithmetic) ---- */
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);
 

@@ -55,7 +55,6 @@
 typedef struct vx_src {
     lq_vindex *v;
     int own_v;              /* v is closed with the model (lq_vindex_model_open_dir) */
-    lq_knn_store *knn;      /* knn_store.bin of the directory, if present */
     lq_mapfile norms, lm_head;
     lq_mapfile dense[3];    /* attn_weights.bin, up_weights.bin, down_weights.bin (llama) */
     void **owned;           /* repacked projections and decoded norms */
@@ -83,7 +82,6 @@ static void vx_src_free(void *p)
     lq_mapfile_close(&s->lm_head);
     for (int i = 0; i < 3; i++)
         lq_mapfile_close(&s->dense[i]);
-    lq_knn_store_free(s->knn);
     if (s->own_v)
         lq_vindex_close(s->v);
     free(s);
@@ -734,20 +732,6 @@ static void fill_info(lq_model *m, const vx_src *s, int llama)
     in->weights_copied = s->huge;
 }
 
-/* The store INSERT ... MODE KNN entries were saved to (LARQL's COMPILE writes it next to
- * the weights): walk-mode inference applies it by default. A malformed file is an error, not
- * a silently empty store. */
-static int load_knn_store(vx_src *s, int hidden, lq_err *err)
-{
-    char *p = lq_vx_join(s->v->info.dir, "knn_store.bin");
-    if (!p)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    struct stat st;
-    int rc = stat(p, &st) == 0 ? lq_knn_store_load(p, hidden, &s->knn, err) : LQ_OK;
-    free(p);
-    return rc;
-}
-
 /* own: the model closes v with itself (lq_model_open on a directory). */
 static int vx_model_open(lq_vindex *v, int own, const lq_model_opts *opts, lq_model **out,
                          lq_err *err)
@@ -782,8 +766,6 @@ static int vx_model_open(lq_vindex *v, int own, const lq_model_opts *opts, lq_mo
         goto out;
     m->tok = v->tok; /* borrowed: the vindex frees it */
     m->tok_borrowed = 1;
-    if ((rc = load_knn_store(s, m->n_embd, err)))
-        goto out;
     fill_info(m, s, llama);
     rc = lq_model_finish(m, err);
 out:
@@ -837,5 +819,5 @@ const lq_vindex *lq_vindex_of_model(const lq_model *m)
 const lq_knn_store *lq_knn_store_of_model(const lq_model *m)
 {
     const vx_src *s = src_of(m);
-    return s ? s->knn : NULL;
+    return s ? lq_vindex_knn_store(s->v) : NULL;
 }

@@ -3,6 +3,10 @@
  * store, patches round-trip through .vlp, bad patches change nothing, COMPILE bakes it all
  * into a new directory that reads back the same. */
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -312,6 +316,97 @@ static void test_bad_patches(void)
     lq_overlay_free(o);
 }
 
+static off_t fsize(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) ? -1 : st.st_size;
+}
+
+/* an insert journaled, as the server does: ops recorded, then persisted, undone on failure */
+static int journaled_insert(lq_overlay *o, lq_journal *j, const char *entity, const char *target, lq_err *err)
+{
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = entity;
+    ip.relation = "capital";
+    ip.target = target;
+    const lq_patch *e = lq_overlay_edits(o);
+    size_t n0 = e ? lq_patch_n_ops(e) : 0;
+    int rc = lq_overlay_insert(o, M, &ip, NULL, err);
+    if (!rc && (rc = lq_journal_edit(j, o, n0, err)))
+        lq_overlay_truncate_edits(o, n0, NULL);
+    return rc;
+}
+
+static void test_journal(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    char path[4300];
+    snprintf(path, sizeof path, "%s/state.lqj", harness_tmpdir());
+    unlink(path);
+    lq_overlay *o = NULL, *r = NULL;
+    lq_journal *j = NULL;
+    lq_journal_stats st;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0 && lq_journal_open(path, o, &j, &st, &err) == 0);
+    CHECK(st.records == 0 && st.dropped == 0);
+    CHECK_MSG(journaled_insert(o, j, "Atlantis", "Poseidonia", &err) == 0, "%s", err.msg);
+    const char *vlp = "{\"description\":\"p1\",\"operations\":[{\"op\":\"delete\",\"layer\":1,\"feature\":17}]}";
+    lq_patch *p = NULL;
+    CHECK(lq_patch_parse(vlp, strlen(vlp), NULL, 0, &p, &err) == 0);
+    CHECK(lq_overlay_apply(o, p, &err) == 0 && lq_journal_apply(j, p, &err) == 0);
+    CHECK(journaled_insert(o, j, "Lemuria", "Poseidonia", &err) == 0);
+    CHECK(lq_overlay_remove(o, "p1", &err) == 0 && lq_journal_remove(j, "p1", &err) == 0);
+    off_t good = fsize(path);
+    /* a failing write (the file size limit standing in for a full disk): refused, undone */
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)good + 64;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    size_t knn_before = lq_knn_store_count(lq_overlay_knn(o));
+    CHECK(journaled_insert(o, j, "Mu", "Poseidonia", &err) == LQ_EIO);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(fsize(path) == good && lq_knn_store_count(lq_overlay_knn(o)) == knn_before);
+    lq_journal_close(j);
+    j = NULL;
+    /* replay: the same state */
+    CHECK(lq_overlay_create(V, NULL, &r, &err) == 0);
+    CHECK_MSG(lq_journal_open(path, r, &j, &st, &err) == 0, "%s", err.msg);
+    CHECK(st.records == 4 && st.dropped == 0);
+    char *a = describe(lq_overlay_vindex(o), " France"), *b = describe(lq_overlay_vindex(r), " France");
+    CHECK(a && b && !strcmp(a, b) && strstr(a, "\"Paris\""));
+    CHECK(lq_knn_store_count(lq_overlay_knn(r)) == 2 && lq_overlay_n_patches(r) == 1);
+    char tok[64];
+    int fired = 0;
+    CHECK(infer_top(r, "The capital of Lemuria is", tok, sizeof tok, NULL, &fired) == 0 && fired &&
+          !strcmp(tok, "Poseidonia"));
+    lq_journal_close(j);
+    lq_overlay_free(r);
+    /* a torn last record (a crash mid-write): dropped, the rest kept */
+    CHECK(truncate(path, good - 5) == 0);
+    CHECK(lq_overlay_create(V, NULL, &r, &err) == 0 && lq_journal_open(path, r, &j, &st, &err) == 0);
+    CHECK(st.records == 3 && st.dropped > 0 && fsize(path) < good - 5);
+    CHECK(lq_overlay_n_patches(r) == 2); /* the remove was the torn one: p1 is still applied */
+    lq_journal_close(j);
+    lq_overlay_free(r);
+    /* garbage appended: cut off */
+    FILE *f = fopen(path, "ab");
+    CHECK(f && fwrite("LQJ1\x05\0\0\0garbagegarbage", 1, 20, f) == 20);
+    if (f)
+        fclose(f);
+    CHECK(lq_overlay_create(V, NULL, &r, &err) == 0 && lq_journal_open(path, r, &j, &st, &err) == 0);
+    CHECK(st.records == 3 && st.dropped == 20);
+    lq_journal_close(j);
+    lq_overlay_free(r);
+    free(a);
+    free(b);
+    lq_patch_free(p);
+    lq_overlay_free(o);
+}
+
 int main(void)
 {
     if (setup())
@@ -320,6 +415,7 @@ int main(void)
     RUN(test_compose_describe_update_delete);
     RUN(test_vlp_round_trip_and_compile);
     RUN(test_bad_patches);
+    RUN(test_journal);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();

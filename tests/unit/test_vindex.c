@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/cpu.h"
 #include "harness.h"
 #include "larql/fixture.h"
 #include "larql/gguf.h"
@@ -77,65 +76,6 @@ static float frand(void)
 {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static void test_kernels_vs_scalar(void)
-{
-    const size_t dims[] = {1, 7, 8, 37, 128, 259};
-    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-        size_t d = dims[di], n = 23, nq = 6;
-        float *rows = malloc(n * d * 4), *Q = malloc(nq * d * 4);
-        uint16_t *rows16 = malloc(n * d * 2);
-        float *a = malloc(nq * n * 4), *b = malloc(nq * n * 4);
-        for (size_t i = 0; i < n * d; i++) {
-            rows16[i] = lq_vx_f32_to_f16_trunc(frand());
-            rows[i] = frand();
-        }
-        for (size_t i = 0; i < nq * d; i++)
-            Q[i] = frand();
-        for (int f16 = 0; f16 < 2; f16++) {
-            const void *r = f16 ? (const void *)rows16 : (const void *)rows;
-            lq_vx_scores_scalar(r, f16, d, 0, n, Q, nq, a, n);
-            lq_vx_scores_avx2(r, f16, d, 0, n, Q, nq, b, n);
-            double maxerr = 0;
-            for (size_t i = 0; i < nq * n; i++)
-                maxerr = fmax(maxerr, fabs((double)a[i] - b[i]));
-            CHECK_MSG(maxerr < 1e-4 * sqrt((double)d) + 1e-5, "d=%zu f16=%d maxerr %g", d, f16, maxerr);
-            /* partial row ranges write only their rows */
-            memset(b, 0, nq * n * 4);
-            lq_vx_scores_avx2(r, f16, d, 5, 9, Q, nq, b, n);
-            CHECK(b[4] == 0 && b[9] == 0 && fabsf(b[5] - a[5]) < 1e-3f);
-            /* AVX-512: close to the scalar reference, and every (row, query) score is
-             * bit-identical however rows and queries are grouped (a row alone, one query
-             * alone, odd ranges), which the prefilter's exact re-scoring relies on */
-            const lq_cpu_features *cf = lq_cpu_features_get();
-            if (!(cf && cf->avx512f && cf->avx512bw && cf->avx512vl && cf->f16c))
-                continue;
-            lq_vx_scores_avx512(r, f16, d, 0, n, Q, nq, b, n);
-            maxerr = 0;
-            for (size_t i = 0; i < nq * n; i++)
-                maxerr = fmax(maxerr, fabs((double)a[i] - b[i]));
-            CHECK_MSG(maxerr < 1e-4 * sqrt((double)d) + 1e-5, "avx512 d=%zu f16=%d maxerr %g", d, f16, maxerr);
-            size_t same = 0;
-            for (size_t row = 0; row < n; row++)
-                for (size_t q = 0; q < nq; q++) {
-                    float one;
-                    lq_vx_scores_avx512((const uint8_t *)r + row * d * (f16 ? 2 : 4), f16, d, 0, 1, Q + q * d, 1,
-                                        &one, 1);
-                    same += memcmp(&one, &b[q * n + row], 4) == 0;
-                }
-            CHECK_EQ_INT((int)same, (int)(n * nq));
-            float *c = calloc(nq * n, 4);
-            lq_vx_scores_avx512(r, f16, d, 3, 18, Q + d, nq - 1, c + n, n);
-            same = 0;
-            for (size_t q = 1; q < nq; q++)
-                for (size_t row = 0; row < n; row++)
-                    same += row < 3 || row >= 18 ? c[q * n + row] == 0 : memcmp(&c[q * n + row], &b[q * n + row], 4) == 0;
-            CHECK_EQ_INT((int)same, (int)((nq - 1) * n));
-            free(c);
-        }
-        free(rows), free(Q), free(rows16), free(a), free(b);
-    }
 }
 
 static void test_topk(void)
@@ -529,7 +469,6 @@ int main(void)
 {
     RUN(test_sha256_vectors);
     RUN(test_number_format);
-    RUN(test_kernels_vs_scalar);
     RUN(test_topk);
     RUN(test_token_classes);
     make_fixture();

@@ -1,26 +1,25 @@
 /* The fast down_meta path (int8 x ternary VNNI candidates + exact f32 re-scoring) against the
  * all-f32 reference scan: the same top tokens and logits for every feature, on an F16- and an
- * F32-embedding fixture. Skips when the CPU has no AVX-512 VNNI (both runs take the
- * reference path then). */
+ * F32-embedding fixture. Skips when the kernel set in use has no int8 down_meta GEMM (both
+ * runs take the reference path then). The kernels themselves are compared with their scalar
+ * references in test_kernels_vindex.c. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cpu.h"
-#include "core/f16.h"
 #include "harness.h"
+#include "kernels/kernels.h"
 #include "larql/fixture.h"
 #include "larql/gguf.h"
 #include "larql/vindex.h"
-#include "vindex/vindex_internal.h"
 
 static void compare_paths(int emb_type, const char *tag)
 {
-    const lq_cpu_features *cf = lq_cpu_features_get();
-    if (!(cf && cf->avx512f && cf->avx512bw && cf->avx512vnni && cf->avx2 && cf->fma && cf->f16c))
-        SKIP("no AVX-512 VNNI: the fast down_meta path is not used on this CPU");
+    if (!lq_kernels_best()->dm_block)
+        SKIP("the %s kernel set has no int8 down_meta GEMM: both builds take the f32 scan",
+             lq_kernels_best()->name);
     char g[4400], a[4400], b[4400];
     snprintf(g, sizeof g, "%s/%s.gguf", harness_tmpdir(), tag);
     snprintf(a, sizeof a, "%s/%s-fast", harness_tmpdir(), tag);
@@ -171,79 +170,6 @@ static void test_prefilter_bitnet(void)
 
 static void test_prefilter_llama(void) { prefilter_case("llama", 1, 0.98); }
 
-/* sketch building and scoring: AVX-512 == scalar to the bit (codes, scores), on unit-trit and
- * real-valued rows, f16 and f32, hidden sizes that are and are not multiples of 256; the
- * scores approximate the exact dot products (exactly the trits for unit-trit rows, up to
- * the int8 query rounding) */
-static void test_sketch_kernels(void)
-{
-    const lq_cpu_features *cf = lq_cpu_features_get();
-    int avx512 = cf && cf->avx512f && cf->avx512bw && cf->avx512vl;
-    static const size_t dims[] = {208, 256, 300, 2560};
-    uint32_t x = 12345;
-    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
-        for (int f16 = 0; f16 < 2; f16++)
-            for (int trit = 0; trit < 2; trit++) {
-                size_t d = dims[di], dp = lq_vx_sketch_dp(d), N = 9, nq = 6;
-                float *rows = malloc(N * d * 4), *Q = malloc(nq * d * 4);
-                uint16_t *rows16 = malloc(N * d * 2);
-                uint8_t *ca = malloc(N * dp / 4), *cb = malloc(N * dp / 4);
-                float sa[9], sb[9], *oa = malloc(nq * N * 4), *ob = malloc(nq * N * 4), *ex = malloc(nq * N * 4);
-                int8_t *q8 = malloc(nq * dp);
-                float qs[6];
-                int32_t qsum[6];
-                for (size_t i = 0; i < N * d; i++) {
-                    x = x * 1103515245u + 12345u;
-                    float v = trit ? (float)((int)(x >> 16) % 3 - 1) : ((float)(x >> 8) / 16777216.0f - 0.5f);
-                    rows16[i] = lq_vx_f32_to_f16_trunc(v);
-                    rows[i] = f16 ? lq_f16_to_f32(rows16[i]) : v;
-                }
-                for (size_t i = 0; i < nq * d; i++) {
-                    x = x * 1103515245u + 12345u;
-                    Q[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
-                }
-                int ina = 0, inb = 0;
-                for (size_t r = 0; r < N; r++) {
-                    const void *row = f16 ? (const void *)(rows16 + r * d) : (const void *)(rows + r * d);
-                    lq_vx_sketch_row_scalar(row, f16, d, ca + r * dp / 4, &sa[r], &ina);
-                    if (avx512)
-                        lq_vx_sketch_row_avx512(row, f16, d, cb + r * dp / 4, &sb[r], &inb);
-                }
-                CHECK_EQ_INT(ina, !trit);
-                lq_vx_quantise_queries(Q, nq, d, q8, qs, qsum);
-                lq_vx_sketch_scores_scalar(ca, sa, dp, 0, N, q8, qs, qsum, nq, oa, N);
-                for (size_t q = 0; q < nq; q++)
-                    for (size_t r = 0; r < N; r++) {
-                        double e = 0;
-                        for (size_t i = 0; i < d; i++)
-                            e += (double)rows[r * d + i] * Q[q * d + i];
-                        ex[q * N + r] = (float)e;
-                    }
-                if (trit) { /* exact trits: only the query rounding (<= 0.5 qs per component) */
-                    double worst = 0;
-                    for (size_t i = 0; i < nq * N; i++)
-                        worst = fmax(worst, fabs((double)oa[i] - ex[i]) / (qs[i / N] * (double)d));
-                    CHECK_MSG(worst <= 0.5, "d=%zu f16=%d: sketch score off by %g qs*d", d, f16, worst);
-                    for (size_t r = 0; r < N; r++)
-                        CHECK(sa[r] == 1.0f);
-                }
-                if (avx512) {
-                    CHECK_EQ_INT(inb, ina);
-                    CHECK_MSG(!memcmp(ca, cb, N * dp / 4), "d=%zu f16=%d trit=%d: codes differ", d, f16, trit);
-                    for (size_t r = 0; r < N; r++)
-                        CHECK_NEAR(sa[r], sb[r], 1e-5 * fabs(sa[r]));
-                    for (int k = 0; k < 2; k++) {
-                        memset(ob, 0, nq * N * 4);
-                        (k && cf->avx512vnni ? lq_vx_sketch_scores_avx512 : lq_vx_sketch_scores_avx512bw)(
-                            ca, sa, dp, 0, N, q8, qs, qsum, nq, ob, N);
-                        CHECK_MSG(!memcmp(oa, ob, nq * N * 4), "d=%zu f16=%d trit=%d kernel %d: scores differ", d,
-                                  f16, trit, k);
-                    }
-                }
-                free(rows), free(Q), free(rows16), free(ca), free(cb), free(oa), free(ob), free(ex), free(q8);
-            }
-}
-
 /* per-thread scan modes give the same hits, also from threads running at once */
 typedef struct tjob {
     lq_vindex *v;
@@ -303,7 +229,6 @@ int main(void)
     RUN(test_f32);
     RUN(test_prefilter_bitnet);
     RUN(test_prefilter_llama);
-    RUN(test_sketch_kernels);
     RUN(test_thread_scan);
     return harness_done();
 }

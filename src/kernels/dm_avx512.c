@@ -1,43 +1,20 @@
-/* down_meta candidates with AVX-512 VNNI: logits[v, f] = E[v] . W_down[:, f] for the whole
- * vocabulary, as an int8 x ternary GEMM.
+/* down_meta candidates with AVX-512 VNNI (lq_dm_block_fn; layouts in kernels.h): the
+ * int8 x ternary GEMM logits[v, f] = E[v] . W_down[:, f] for the whole vocabulary.
  *
- * E is quantised once per build to int8 per row (absmax / 127, stored as u8 = q + 128 for
- * vpdpbusd's unsigned operand; the +128 is removed with 128 * colsum(trits)). W_down's
- * columns are unit trits (the per-tensor scale is positive, so it does not change the
- * ranking). The approximate logits only choose candidates (the top Kc per feature); the
- * caller re-scores the candidates exactly in f32, so the values written are exact and the
- * top K is exact whenever the true top K lies inside the approximate top Kc (the int8 error
- * is ~1% of a logit's spread; Kc = 4K leaves a wide margin).
- *
- * Layouts:
- *   Ep    [Vp/16][D4/4][16][4] u8: 16 vocabulary rows per lane panel, 4 consecutive hidden
- *         components per 32-bit lane (what vpdpbusd multiplies), Vp = V rounded up to 32
- *   Bt    [Fp, D4] int8: trit of (feature f, component d), features padded to a multiple of
- *         12 with zero rows, D4 = hidden rounded up to 4 (zero padded)
- *   micro-kernel: 32 vocabulary rows (2 zmm) x 12 features = 24 int32 accumulators. */
+ * Micro-kernel: 32 vocabulary rows (2 zmm, two 16-row lane panels of Ep) x 12 features = 24
+ * int32 accumulators; per step of 4 components, one 4-byte group of trits per feature is
+ * broadcast and vpdpbusd multiplies it with 4 components of 16 rows at once. The int8 error
+ * (~1% of a logit's spread) only decides candidates; the builder re-scores them in f32. */
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
-#include "vindex/vindex_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define NRF 12
 
-static inline void cand_insert(uint32_t *ids, float *vals, int k, uint32_t id, float x)
-{
-    int i = k - 1;
-    while (i > 0 && x > vals[i - 1]) {
-        vals[i] = vals[i - 1];
-        ids[i] = ids[i - 1];
-        i--;
-    }
-    vals[i] = x;
-    ids[i] = id;
-}
-
-void lq_vx_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
-                           int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
-                           int Kc, uint32_t *ids, float *vals)
+void lq_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                        int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                        int Kc, uint32_t *ids, float *vals)
 {
     const size_t panel = (size_t)D4 * 16; /* bytes of one 16-row lane panel */
     const int ksteps = D4 / 4;
@@ -89,10 +66,10 @@ void lq_vx_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t
                 _mm512_storeu_ps(t1, x1);
                 for (int i = 0; i < 16; i++) /* in vocabulary order; thresholds rise */
                     if ((m0 >> i & 1) && t0[i] > fv[Kc - 1])
-                        cand_insert(fi, fv, Kc, (uint32_t)(vb + i), t0[i]);
+                        lq_dm_cand_insert(fi, fv, Kc, (uint32_t)(vb + i), t0[i]);
                 for (int i = 0; i < 16; i++)
                     if ((m1 >> i & 1) && t1[i] > fv[Kc - 1])
-                        cand_insert(fi, fv, Kc, (uint32_t)(vb + 16 + i), t1[i]);
+                        lq_dm_cand_insert(fi, fv, Kc, (uint32_t)(vb + 16 + i), t1[i]);
             }
         }
     }

@@ -1,4 +1,4 @@
-/* AVX-512 gate scoring. Rows are streamed in order, one at a time (one sequential stream
+/* AVX-512 gate scoring (lq_gate_scores_fn). Rows are streamed in order, one at a time (one sequential stream
  * over the gate file, what the hardware prefetchers follow best); each (row, query) dot
  * product runs on 4 accumulators (16-wide chunks i = 0, 1, 2, 3 mod 4) to hide the FMA
  * latency, and a row is scored against up to 4 queries per pass (16 accumulators), so it is
@@ -6,7 +6,7 @@
  * copy); the last d % 16 components go through a masked load.
  *
  * The hardware prefetchers stop at 4 KB page boundaries and the gate file is a page-cache
- * mapping in 4 KB pages, so every row also prefetches by hand the bytes LQ_VX_PF_BYTES ahead
+ * mapping in 4 KB pages, so every row also prefetches by hand the bytes LQ_GATE_PF_BYTES ahead
  * of where it reads.
  *
  * Every (row, query) score is accumulated in the same order whatever the call's shape (the
@@ -16,12 +16,12 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "vindex/vindex_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define UNROLL _Pragma("GCC unroll 4")
 
-#ifndef LQ_VX_PF_BYTES
-#define LQ_VX_PF_BYTES 8192 /* software prefetch distance along the row stream */
+#ifndef LQ_GATE_PF_BYTES
+#define LQ_GATE_PF_BYTES 8192 /* software prefetch distance along the row stream */
 #endif
 
 static inline __m512 load16(const uint8_t *p, int f16, size_t i)
@@ -50,7 +50,7 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
     for (int q = 0; q < 4; q++)
         for (int s = 0; s < 4; s++)
             a[q][s] = _mm512_setzero_ps();
-    const uint8_t *pf = p + LQ_VX_PF_BYTES;
+    const uint8_t *pf = p + LQ_GATE_PF_BYTES;
     size_t i = 0;
     for (; i < d64; i += 64) {
         if (pf + i * esz + 64 * esz <= pf_end) {
@@ -96,29 +96,21 @@ static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, c
             _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][1]), _mm512_add_ps(a[q][2], a[q][3])));
 }
 
-static void row1(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 1, o, os);
-}
-static void row2(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 2, o, os);
-}
-static void row3(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 3, o, os);
-}
-static void row4(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x, size_t xs, float *o,
-                 size_t os)
-{
-    row_scores(p, e, f16, d, x, xs, 4, o, os);
-}
+/* One out-of-line copy per query count (1..4), each with NQ a constant so it unrolls. */
+#define ROW_FN(N)                                                                                  \
+    static void row##N(const uint8_t *p, const uint8_t *e, int f16, size_t d, const float *x,     \
+                       size_t xs, float *o, size_t os)                                             \
+    {                                                                                              \
+        row_scores(p, e, f16, d, x, xs, N, o, os);                                                 \
+    }
+ROW_FN(1)
+ROW_FN(2)
+ROW_FN(3)
+ROW_FN(4)
+#undef ROW_FN
 
-void lq_vx_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                         const float *Q, size_t nq, float *out, size_t out_stride)
+void lq_gate_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                           const float *Q, size_t nq, float *out, size_t out_stride)
 {
     static void (*const fns[5])(const uint8_t *, const uint8_t *, int, size_t, const float *, size_t, float *,
                                 size_t) = {NULL, row1, row2, row3, row4};

@@ -1,10 +1,9 @@
-/* AVX2/FMA/F16C gate scoring: 4 queries per pass over a row so each row is loaded once per
- * group of queries; f16 rows are widened in registers (no decoded copy). */
+/* AVX2/FMA/F16C gate scoring (lq_gate_scores_fn): 4 queries per pass over a row so each
+ * row is loaded once per group of queries; f16 rows are widened in registers (no decoded
+ * copy). */
 #include <immintrin.h>
-#include <string.h>
 
-#include "core/f16.h"
-#include "vindex/vindex_internal.h"
+#include "kernels/kernels_internal.h"
 
 static inline float hsum(__m256 v)
 {
@@ -22,20 +21,8 @@ static inline __m256 load_row(const uint8_t *p, int f16, size_t i)
     return _mm256_loadu_ps((const float *)(p + 4 * i));
 }
 
-static inline float row_at(const uint8_t *p, int f16, size_t i)
-{
-    if (f16) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return lq_f16_to_f32(h);
-    }
-    float w;
-    memcpy(&w, p + 4 * i, 4);
-    return w;
-}
-
-void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
-                       const float *Q, size_t nq, float *out, size_t out_stride)
+void lq_gate_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
+                         const float *Q, size_t nq, float *out, size_t out_stride)
 {
     size_t esz = f16 ? 2 : 4, d8 = d & ~(size_t)7;
     for (size_t r = r0; r < r1; r++) {
@@ -53,7 +40,7 @@ void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1
             }
             float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
             for (size_t i = d8; i < d; i++) {
-                float w = row_at(p, f16, i);
+                float w = lq_gate_elem(p, f16, i);
                 s0 += w * x0[i], s1 += w * x1[i], s2 += w * x2[i], s3 += w * x3[i];
             }
             out[q * out_stride + r] = s0;
@@ -73,7 +60,7 @@ void lq_vx_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1
                 a0 = _mm256_fmadd_ps(load_row(p, f16, i), _mm256_loadu_ps(x + i), a0);
             float s = hsum(_mm256_add_ps(a0, a1));
             for (; i < d; i++)
-                s += row_at(p, f16, i) * x[i];
+                s += lq_gate_elem(p, f16, i) * x[i];
             out[q * out_stride + r] = s;
         }
     }

@@ -1,0 +1,522 @@
+/* What the served model knows: the global overlay over the vindex (with its journal under
+ * --state-dir) and the X-Session-Id sessions, and the routes that edit them
+ * (POST /v1/insert, POST /v1/patches/apply, GET /v1/patches, DELETE /v1/patches/{name}).
+ *
+ * Locking: the global overlay has a read-write lock (queries read, edits write). A session
+ * has a mutex held for each request that uses it (requests of one session are serialised:
+ * no lost update, no torn state); its overlay is a clone of the global one plus its own
+ * patches, rebuilt when the global state moved on since. Sessions are bounded
+ * (--max-sessions, 503 when full after evicting the idle ones) and expire after
+ * --session-ttl seconds without a request. Only global edits are journaled: a session is
+ * a scratch space, as in LARQL. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "larql/patch.h"
+#include "server/internal.h"
+
+#define SID_MAX 64
+
+struct srv_ksession {
+    char id[SID_MAX + 1];
+    lq_overlay *ov;
+    uint64_t global_ver;     /* the global version ov was built from */
+    char **own;              /* names of the session's own patches (its edits patch first) */
+    size_t n_own;
+    double last_used;
+    int refs;                /* requests holding it (never evicted while > 0) */
+    pthread_mutex_t mu;
+};
+
+static void ks_free(srv_ksession *k)
+{
+    if (!k)
+        return;
+    lq_overlay_free(k->ov);
+    for (size_t i = 0; i < k->n_own; i++)
+        free(k->own[i]);
+    free(k->own);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+int srv_knowledge_init(lq_server *s, lq_err *err)
+{
+    pthread_rwlock_init(&s->kmu, NULL);
+    pthread_mutex_init(&s->sess_mu, NULL);
+    if (!s->vx)
+        return LQ_OK; /* a GGUF: nothing to edit */
+    int rc = lq_overlay_create(s->vx, lq_vindex_knn_store(s->vx), &s->global, err);
+    if (rc)
+        return rc;
+    if (!s->o.state_dir) {
+        srv_log(s, "edits live in memory only (start with --state-dir DIR to keep them across restarts)");
+        return LQ_OK;
+    }
+    mkdir(s->o.state_dir, 0755);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/journal.lqj", s->o.state_dir);
+    lq_journal_stats st;
+    if ((rc = lq_journal_open(path, s->global, &s->journal, &st, err)))
+        return rc;
+    srv_log(s, "state %s: %zu change%s replayed%s", path, st.records, st.records == 1 ? "" : "s",
+            st.dropped ? " (a torn tail was cut off)" : "");
+    return LQ_OK;
+}
+
+void srv_knowledge_free(lq_server *s)
+{
+    for (int i = 0; i < s->n_sess; i++)
+        ks_free(s->sess[i]);
+    free(s->sess);
+    lq_journal_close(s->journal);
+    lq_overlay_free(s->global);
+    pthread_rwlock_destroy(&s->kmu);
+    pthread_mutex_destroy(&s->sess_mu);
+}
+
+static int valid_sid(const char *sid)
+{
+    size_t n = sid ? strlen(sid) : 0;
+    if (n == 0 || n > SID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)sid[i]) && !strchr("-_.:", sid[i]))
+            return 0;
+    return 1;
+}
+
+/* Finds (or with create, makes) the session sid and takes a reference. 0, or an HTTP status
+ * with e filled. */
+static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out, lq_err *e)
+{
+    *out = NULL;
+    if (!valid_sid(sid)) {
+        lq_err_set(e, LQ_EINVAL, "X-Session-Id must be 1..%d characters of [A-Za-z0-9-_.:]", SID_MAX);
+        return 400;
+    }
+    double now = lq_now();
+    pthread_mutex_lock(&s->sess_mu);
+    for (int i = 0; i < s->n_sess; i++)
+        if (!strcmp(s->sess[i]->id, sid)) {
+            *out = s->sess[i];
+            (*out)->refs++;
+            (*out)->last_used = now;
+            pthread_mutex_unlock(&s->sess_mu);
+            return 0;
+        }
+    if (!create) {
+        pthread_mutex_unlock(&s->sess_mu);
+        return 0;
+    }
+    /* evict the sessions idle past their TTL, then check the bound */
+    for (int i = 0; i < s->n_sess;) {
+        srv_ksession *k = s->sess[i];
+        if (!k->refs && now - k->last_used > s->o.session_ttl_s) {
+            ks_free(k);
+            s->sess[i] = s->sess[--s->n_sess];
+        } else {
+            i++;
+        }
+    }
+    if (s->n_sess >= s->o.max_sessions) {
+        pthread_mutex_unlock(&s->sess_mu);
+        lq_err_set(e, LQ_EBUSY, "too many sessions (%d, --max-sessions); idle ones expire after %d s",
+                   s->o.max_sessions, s->o.session_ttl_s);
+        return 503;
+    }
+    srv_ksession *k = calloc(1, sizeof *k);
+    srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
+    if (!ns) {
+        free(k);
+        pthread_mutex_unlock(&s->sess_mu);
+        lq_err_set(e, LQ_ENOMEM, "out of memory");
+        return 500;
+    }
+    s->sess = ns;
+    snprintf(k->id, sizeof k->id, "%s", sid);
+    pthread_mutex_init(&k->mu, NULL);
+    k->refs = 1;
+    k->last_used = now;
+    k->global_ver = (uint64_t)-1; /* built on first use */
+    s->sess[s->n_sess++] = k;
+    *out = k;
+    pthread_mutex_unlock(&s->sess_mu);
+    return 0;
+}
+
+static void ks_put(lq_server *s, srv_ksession *k)
+{
+    pthread_mutex_lock(&s->sess_mu);
+    k->refs--;
+    pthread_mutex_unlock(&s->sess_mu);
+}
+
+static int own_has(const srv_ksession *k, const char *name)
+{
+    for (size_t i = 0; i < k->n_own; i++)
+        if (!strcmp(k->own[i], name))
+            return 1;
+    return 0;
+}
+
+static int own_add(srv_ksession *k, const char *name)
+{
+    if (own_has(k, name))
+        return 0;
+    char **n = realloc(k->own, (k->n_own + 1) * sizeof *n);
+    if (!n || !(n[k->n_own] = strdup(name))) {
+        if (n)
+            k->own = n;
+        return -1;
+    }
+    k->own = n;
+    k->n_own++;
+    return 0;
+}
+
+/* With k->mu held: k->ov = the current global state + the session's own patches. */
+static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err)
+{
+    pthread_rwlock_rdlock(&s->kmu);
+    uint64_t gv = lq_overlay_version(s->global);
+    if (k->ov && k->global_ver == gv) {
+        pthread_rwlock_unlock(&s->kmu);
+        return LQ_OK;
+    }
+    lq_overlay *n = NULL;
+    int rc = lq_overlay_clone(s->global, &n, err);
+    pthread_rwlock_unlock(&s->kmu);
+    char ename[SID_MAX + 16];
+    snprintf(ename, sizeof ename, "session:%s", k->id);
+    if (!rc)
+        rc = lq_overlay_set_edits_name(n, ename, err);
+    for (size_t i = 0; !rc && k->ov && i < k->n_own; i++)
+        for (size_t j = 0; !rc && j < lq_overlay_n_patches(k->ov); j++) {
+            const lq_patch *p = lq_overlay_patch_at(k->ov, j);
+            if (!strcmp(lq_patch_name(p), k->own[i]))
+                rc = lq_overlay_apply(n, p, err);
+        }
+    if (rc) {
+        lq_overlay_free(n);
+        return rc;
+    }
+    lq_overlay_free(k->ov);
+    k->ov = n;
+    k->global_ver = gv;
+    return LQ_OK;
+}
+
+int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
+{
+    memset(kv, 0, sizeof *kv);
+    kv->s = s;
+    if (!s->global) { /* a GGUF, or no vindex: the plain handles */
+        kv->v = s->vx;
+        return 0;
+    }
+    if (sid) {
+        int st = ks_get(s, sid, 0, &kv->ks, e);
+        if (st)
+            return st;
+    }
+    if (kv->ks) {
+        pthread_mutex_lock(&kv->ks->mu);
+        lq_err err = {0};
+        if (ks_refresh(s, kv->ks, &err)) {
+            pthread_mutex_unlock(&kv->ks->mu);
+            ks_put(s, kv->ks);
+            *e = err;
+            return 500;
+        }
+        kv->ov = kv->ks->ov;
+        kv->sid = kv->ks->id;
+    } else {
+        pthread_rwlock_rdlock(&s->kmu);
+        kv->ov = s->global;
+    }
+    kv->v = lq_overlay_vindex(kv->ov);
+    kv->knn = lq_overlay_knn(kv->ov);
+    return 0;
+}
+
+void srv_kview_put(kview *kv)
+{
+    if (!kv->s || !kv->s->global)
+        return;
+    if (kv->ks) {
+        pthread_mutex_unlock(&kv->ks->mu);
+        ks_put(kv->s, kv->ks);
+    } else if (kv->ov) {
+        pthread_rwlock_unlock(&kv->s->kmu);
+    }
+    memset(kv, 0, sizeof *kv);
+}
+
+/* ---- editing: the overlay a request writes (global, or its session's) ---- */
+
+typedef struct kedit {
+    lq_server *s;
+    srv_ksession *ks;
+    lq_overlay *ov;
+} kedit;
+
+static int kedit_begin(lq_server *s, req *q, reply *r, kedit *ke)
+{
+    memset(ke, 0, sizeof *ke);
+    ke->s = s;
+    if (!s->global) {
+        reply_larql_err(r, 503, "%s needs a vindex directory (this server runs a GGUF file)", q->rt->path);
+        return -1;
+    }
+    const char *sid = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id");
+    lq_err e = {0};
+    if (sid) {
+        int st = ks_get(s, sid, 1, &ke->ks, &e);
+        if (st) {
+            reply_larql_err(r, st, "%s", e.msg);
+            return -1;
+        }
+        pthread_mutex_lock(&ke->ks->mu);
+        if (ks_refresh(s, ke->ks, &e)) {
+            pthread_mutex_unlock(&ke->ks->mu);
+            ks_put(s, ke->ks);
+            reply_larql_err(r, 500, "%s", e.msg);
+            return -1;
+        }
+        ke->ov = ke->ks->ov;
+    } else {
+        pthread_rwlock_wrlock(&s->kmu);
+        ke->ov = s->global;
+    }
+    return 0;
+}
+
+static void kedit_end(kedit *ke)
+{
+    if (ke->ks) {
+        /* the session's overlay was built from this global version and changed only by the
+         * session: it stays current */
+        pthread_mutex_unlock(&ke->ks->mu);
+        ks_put(ke->s, ke->ks);
+    } else if (ke->ov) {
+        pthread_rwlock_unlock(&ke->s->kmu);
+    }
+}
+
+static json_t *session_value(const kedit *ke) { return ke->ks ? json_string(ke->ks->id) : json_null(); }
+
+/* a global edit journaled (ops from n0 on); on failure undone: the reply is an error */
+static int persist_edit(kedit *ke, size_t n0, lq_err *e)
+{
+    if (ke->ks || !ke->s->journal)
+        return 0;
+    if (lq_journal_edit(ke->s->journal, ke->ov, n0, e)) {
+        lq_overlay_truncate_edits(ke->ov, n0, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+void route_insert(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    const char *mode = "compose";
+    long layer = -1;
+    double alpha = 0.25, conf = NAN;
+    if (jget_str(q->rt, j, "entity", &ip.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &ip.relation, NULL, r) < 0 ||
+        jget_str(q->rt, j, "target", &ip.target, NULL, r) < 0 || jget_str(q->rt, j, "mode", &mode, NULL, r) < 0 ||
+        jget_int(q->rt, j, "layer", 0, LQ_VINDEX_MAX_LAYERS, &layer, r) < 0 ||
+        jget_num(q->rt, j, "alpha", -1e6, 1e6, &alpha, r) < 0 || jget_num(q->rt, j, "confidence", 0, 1e6, &conf, r) < 0) {
+        json_decref(j);
+        return;
+    }
+    if (!ip.entity || !*ip.entity || !ip.relation || !*ip.relation || !ip.target || !*ip.target) {
+        reply_larql_err(r, 400, "'entity', 'relation' and 'target' are required and non-empty");
+        json_decref(j);
+        return;
+    }
+    if (strcmp(mode, "compose") && strcmp(mode, "knn")) {
+        reply_larql_err(r, 400, "mode '%s' is not one of compose, knn", mode);
+        json_decref(j);
+        return;
+    }
+    ip.mode = !strcmp(mode, "knn") ? LQ_INSERT_KNN : LQ_INSERT_COMPOSE;
+    ip.layer = (int)layer;
+    ip.alpha = (float)alpha;
+    ip.confidence = (float)conf;
+    double t0 = lq_now();
+    lq_model *m = NULL;
+    lq_err e = {0};
+    /* residual keys need the weights; a browse vindex inserts with the embedding key */
+    if (!s->o.no_infer && srv_model(s, &m, &e))
+        m = NULL;
+    kedit ke;
+    if (kedit_begin(s, q, r, &ke)) {
+        json_decref(j);
+        return;
+    }
+    const lq_patch *ep = lq_overlay_edits(ke.ov);
+    size_t n0 = ep ? lq_patch_n_ops(ep) : 0;
+    lq_insert_result res;
+    int rc = lq_overlay_insert(ke.ov, m, &ip, &res, &e);
+    if (!rc && persist_edit(&ke, n0, &e))
+        rc = LQ_EIO;
+    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(lq_overlay_edits(ke.ov))))
+        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
+    if (rc) {
+        reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
+    } else {
+        const char *mname = ip.mode == LQ_INSERT_KNN ? "knn" : res.weights ? "constellation" : "embedding";
+        reply_json(r, 200, json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
+                                     ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
+                                     "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
+                                     lq_round((lq_now() - t0) * 1000.0, 1)));
+    }
+    kedit_end(&ke);
+    json_decref(j);
+}
+
+/* a file name under --patch-dir: no directories, no "..", nothing hidden */
+static int patch_path(lq_server *s, const char *name, char *out, size_t cap, reply *r)
+{
+    if (!s->o.patch_dir) {
+        reply_larql_err(r, 400, "'url' names a patch file, but the server has no --patch-dir");
+        return -1;
+    }
+    if (!*name || strchr(name, '/') || strstr(name, "..") || name[0] == '.' || strlen(name) > 255) {
+        reply_larql_err(r, 400, "'url' must be a file name inside --patch-dir (no '/', no '..'): '%s'", name);
+        return -1;
+    }
+    snprintf(out, cap, "%s/%s", s->o.patch_dir, name);
+    return 0;
+}
+
+void route_patches(lq_server *s, req *q, reply *r)
+{
+    if (q->method == M_GET) {
+        kview kv;
+        lq_err e = {0};
+        int st = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &kv, &e);
+        if (st) {
+            reply_larql_err(r, st, "%s", e.msg);
+            return;
+        }
+        json_t *a = json_array();
+        for (size_t i = 0; kv.ov && i < lq_overlay_n_patches(kv.ov); i++) {
+            const lq_patch *p = lq_overlay_patch_at(kv.ov, i);
+            json_array_append_new(a, json_pack("{s:s,s:I,s:s}", "name", lq_patch_name(p), "operations",
+                                               (json_int_t)lq_patch_n_ops(p), "base_model", lq_patch_base_model(p)));
+        }
+        json_t *o = json_pack("{s:o}", "patches", a);
+        if (kv.sid)
+            json_object_set_new(o, "session", json_string(kv.sid));
+        srv_kview_put(&kv);
+        reply_json(r, 200, o);
+        return;
+    }
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    json_t *inl = json_object_get(j, "patch");
+    const char *url = NULL;
+    if (jget_str(q->rt, j, "url", &url, NULL, r) < 0) {
+        json_decref(j);
+        return;
+    }
+    lq_patch *p = NULL;
+    lq_err e = {0};
+    int rc;
+    int hidden = s->vx ? lq_vindex_get_info(s->vx)->hidden_size : 0;
+    if (inl && json_is_object(inl)) {
+        char *text = json_dumps(inl, JSON_COMPACT);
+        const char *desc = json_string_value(json_object_get(inl, "description"));
+        rc = text ? lq_patch_parse(text, strlen(text), url ? url : desc ? desc : "inline-patch", hidden, &p, &e)
+                  : lq_err_set(&e, LQ_ENOMEM, "out of memory");
+        free(text);
+    } else if (inl && !json_is_null(inl)) {
+        reply_larql_err(r, 400, "'patch' must be a JSON object (a .vlp)");
+        json_decref(j);
+        return;
+    } else if (url) {
+        char path[4400];
+        if (patch_path(s, url, path, sizeof path, r)) {
+            json_decref(j);
+            return;
+        }
+        rc = lq_patch_read(path, hidden, &p, &e);
+    } else {
+        reply_larql_err(r, 400, "must provide 'url' or 'patch' in request body");
+        json_decref(j);
+        return;
+    }
+    json_decref(j);
+    if (rc) {
+        reply_larql_err(r, rc == LQ_ENOTFOUND ? 404 : 400, "%s", e.msg);
+        return;
+    }
+    kedit ke;
+    if (kedit_begin(s, q, r, &ke)) {
+        lq_patch_free(p);
+        return;
+    }
+    rc = lq_overlay_apply(ke.ov, p, &e);
+    if (!rc && !ke.ks && s->journal && lq_journal_apply(s->journal, p, &e)) {
+        lq_overlay_remove(ke.ov, lq_patch_name(p), NULL);
+        rc = LQ_EIO;
+    }
+    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(p)))
+        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
+    if (rc) {
+        reply_larql_err(r, rc == LQ_EIO ? 500 : 400, "%s", e.msg);
+    } else {
+        json_t *o = json_pack("{s:s,s:I,s:I}", "applied", lq_patch_name(p), "operations",
+                              (json_int_t)lq_patch_n_ops(p), "active_patches", (json_int_t)lq_overlay_n_patches(ke.ov));
+        if (ke.ks)
+            json_object_set_new(o, "session", json_string(ke.ks->id));
+        reply_json(r, 200, o);
+    }
+    kedit_end(&ke);
+    lq_patch_free(p);
+}
+
+void route_patch_delete(lq_server *s, req *q, reply *r)
+{
+    if (q->path_arg_long) {
+        reply_larql_err(r, 404, "patch not found");
+        return;
+    }
+    const char *name = q->path_arg;
+    kedit ke;
+    if (kedit_begin(s, q, r, &ke))
+        return;
+    lq_err e = {0};
+    int rc = LQ_OK, found = 0;
+    for (size_t i = 0; i < lq_overlay_n_patches(ke.ov); i++)
+        found |= !strcmp(lq_patch_name(lq_overlay_patch_at(ke.ov, i)), name);
+    if (!found || (ke.ks && !own_has(ke.ks, name)))
+        rc = lq_err_set(&e, LQ_ENOTFOUND, ke.ks ? "patch '%s' not found in session '%s'" : "patch '%s' not found%s",
+                        name, ke.ks ? ke.ks->id : "");
+    /* persisted first: a remove that is on disk always names a patch that existed */
+    if (!rc && !ke.ks && s->journal && lq_journal_remove(s->journal, name, &e))
+        rc = LQ_EIO;
+    if (!rc)
+        rc = lq_overlay_remove(ke.ov, name, &e);
+    if (rc) {
+        reply_larql_err(r, rc == LQ_ENOTFOUND ? 404 : 500, "%s", e.msg);
+    } else {
+        json_t *o = json_pack("{s:s,s:I}", "removed", name, "active_patches", (json_int_t)lq_overlay_n_patches(ke.ov));
+        if (ke.ks)
+            json_object_set_new(o, "session", json_string(ke.ks->id));
+        reply_json(r, 200, o);
+    }
+    kedit_end(&ke);
+}
