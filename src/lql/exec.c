@@ -128,8 +128,6 @@ static void close_backend(lq_lql *q)
     q->m = NULL;
     lq_vindex_close(q->v);
     q->v = NULL;
-    lq_knn_store_free(q->knn0);
-    q->knn0 = NULL;
     free(q->path);
     q->path = NULL;
     free(q->patch_name);
@@ -148,7 +146,10 @@ void lq_lql_free(lq_lql *q)
 
 const lq_vindex *lq_lql_view(const lq_lql *q) { return q->o ? lq_overlay_vindex(q->o) : q->v; }
 
-static const lq_knn_store *session_knn(const lq_lql *q) { return q->o ? lq_overlay_knn(q->o) : q->knn0; }
+static const lq_knn_store *session_knn(const lq_lql *q)
+{
+    return q->o ? lq_overlay_knn(q->o) : q->v ? lq_vindex_knn_store(q->v) : NULL;
+}
 
 int lq_lql_need_vindex(const lq_lql *q, lq_err *err)
 {
@@ -204,33 +205,19 @@ static int check_layer(const lq_lql *q, int layer, lq_err *err)
 
 static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
 {
-    if (strlen(path) > 4000) /* knn_store.bin's path below must not be cut short */
-        return lq_err_set(err, LQ_EINVAL, "vindex path too long (%zu bytes, at most 4000)", strlen(path));
     lq_vindex *v = NULL;
     lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
     int rc = lq_vindex_open(path, &vo, &v, err);
     if (rc)
         return rc;
     const lq_vindex_info *vi = lq_vindex_get_info(v);
-    /* knn_store.bin: INSERT ... MODE KNN facts compiled into the directory (LARQL loads it
-     * at USE) */
-    lq_knn_store *ks = NULL;
-    char kp[4200];
-    struct stat st;
-    snprintf(kp, sizeof kp, "%s/knn_store.bin", path);
-    if (stat(kp, &st) == 0 && (rc = lq_knn_store_load(kp, vi->hidden_size, &ks, err))) {
-        lq_vindex_close(v);
-        return rc;
-    }
     char *p = strdup(path);
     if (!p) {
-        lq_knn_store_free(ks);
         lq_vindex_close(v);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
     close_backend(q);
     q->v = v;
-    q->knn0 = ks;
     q->path = p;
     if ((rc = lq_lql_edit_open(q, err)))
         return rc;
@@ -241,6 +228,9 @@ static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
     if (vi->n_probe_labels)
         lq_sb_printf(out, ", relations: %d probe labels", vi->n_probe_labels);
     lq_sb_puts(out, ")\n");
+    /* knn_store.bin: INSERT ... MODE KNN facts compiled into the directory (LARQL loads it
+     * at USE; the vindex opens it) */
+    const lq_knn_store *ks = lq_vindex_knn_store(v);
     if (ks)
         lq_sb_printf(out, "  KNN store: %zu entries (knn_store.bin)\n", lq_knn_store_count(ks));
     return 0;

@@ -11,7 +11,7 @@
 
 int lq_lql_edit_open(lq_lql *q, lq_err *err)
 {
-    return lq_overlay_create(q->v, q->knn0, &q->o, err);
+    return lq_overlay_create(q->v, lq_vindex_knn_store(q->v), &q->o, err);
 }
 
 static size_t edits_ops(const lq_lql *q)

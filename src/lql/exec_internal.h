@@ -12,7 +12,6 @@ struct lq_lql {
     char *path;              /* USE'd directory */
     lq_vindex *v;            /* the base vindex (read-only) */
     struct lq_model *m;      /* its weights, opened on first need (borrows v) */
-    lq_knn_store *knn0;      /* knn_store.bin of the directory, when it has one */
     lq_overlay *o;           /* edits and applied patches over v */
     /* patch recording: LARQL starts an anonymous one at the first edit; BEGIN PATCH names
      * it. The ops recorded are those of the overlay's live "edits" patch from mark on. */

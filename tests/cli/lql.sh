@@ -200,6 +200,7 @@ lql_ok "DELETE an unknown relation" 'DELETE FROM EDGES WHERE relation = "no-such
 lql_ok "DELETE nothing" 'DELETE FROM EDGES WHERE layer = 1 AND feature = 5 AND entity = "zzzz";' '^  \(no matching features found\)$'
 C2="$T_TMP/compiled"
 lql_ok "COMPILE CURRENT INTO VINDEX" "$INS COMPILE CURRENT INTO VINDEX \"$C2\";" "^Compiled: $C2 \\(0 patched features, 1 KNN entries\\)\$"
-if "$LARQL" lql "$C2" -c "$Q" >"$T_TMP/out" 2>&1 && grep -q '^   1\. Paris ' "$T_TMP/out" && grep -q 'source=knn_override' "$T_TMP/out"; then
+if "$LARQL" lql -c "USE \"$C2\"; $Q" >"$T_TMP/out" 2>&1 && grep -q '^  KNN store: 1 entries (knn_store.bin)$' "$T_TMP/out" &&
+   grep -q '^   1\. Paris ' "$T_TMP/out" && grep -q 'source=knn_override' "$T_TMP/out"; then
     pass "the compiled vindex answers with the edit"; else fail "the compiled vindex answers with the edit" "$(head -c 400 "$T_TMP/out")"; fi
 done_tests
