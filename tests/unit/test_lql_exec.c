@@ -51,6 +51,24 @@ static int run(lq_lql *q, const char *stmt, char **out, lq_err *err)
     return rc;
 }
 
+/* A session that has USE'd the fixture (checking USE's output), or NULL. */
+static lq_lql *session_on_fixture(void)
+{
+    lq_lql *q = NULL;
+    lq_err err = {0};
+    lq_lql_opts o = {.n_threads = 2};
+    char use[4300], *out;
+    if (lq_lql_create(&o, &q, &err)) {
+        CHECK_MSG(0, "create: %s", err.msg);
+        return NULL;
+    }
+    snprintf(use, sizeof use, "USE \"%s\";", dir);
+    CHECK_EQ_INT(run(q, use, &out, &err), 0);
+    CHECK_STR_CONTAINS(out, "(4 layers, 2.0K features, model: larql-demo)\n");
+    free(out);
+    return q;
+}
+
 static void test_no_backend(void)
 {
     lq_lql *q = NULL;
@@ -73,15 +91,11 @@ static void test_read_statements(void)
 {
     if (!have_fixture)
         SKIP("no fixture");
-    lq_lql *q = NULL;
     lq_err err = {0};
-    lq_lql_opts o = {.n_threads = 2};
-    CHECK_EQ_INT(lq_lql_create(&o, &q, &err), 0);
-    char use[4300], *out;
-    snprintf(use, sizeof use, "USE \"%s\";", dir);
-    CHECK_EQ_INT(run(q, use, &out, &err), 0);
-    CHECK_STR_CONTAINS(out, "(4 layers, 2.0K features, model: larql-demo)\n");
-    free(out);
+    char *out;
+    lq_lql *q = session_on_fixture();
+    if (!q)
+        return;
     CHECK_EQ_INT(run(q, "DESCRIBE \" France\" VERBOSE", &out, &err), 0);
     CHECK_STR_CONTAINS(out, " France\n  signal: clean (");
     CHECK_STR_CONTAINS(out, "\xe2\x86\x92 Paris ");
@@ -108,13 +122,11 @@ static void test_insert_infer_delete(void)
 {
     if (!have_fixture)
         SKIP("no fixture");
-    lq_lql *q = NULL;
     lq_err err = {0};
-    CHECK_EQ_INT(lq_lql_create(NULL, &q, &err), 0);
-    char use[4300], *out, *before;
-    snprintf(use, sizeof use, "USE \"%s\";", dir);
-    CHECK_EQ_INT(run(q, use, &out, &err), 0);
-    free(out);
+    char *out, *before;
+    lq_lql *q = session_on_fixture();
+    if (!q)
+        return;
     const char *inf = "INFER \"The capital of Atlantis is\" TOP 3";
     CHECK_EQ_INT(run(q, inf, &before, &err), 0);
     CHECK_EQ_INT(run(q, "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\")",
