@@ -410,7 +410,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 nc = s->o.max_body + 1;
             char *nb = realloc(q->body, nc);
             if (!nb) {
-                q->too_large = 1;
+                q->too_large = 1; /* drained like a body over the limit (counted in its size) */
+                q->dropped += n;
                 return MHD_YES;
             }
             q->body = nb;

@@ -402,7 +402,9 @@ int lq_overlay_set_edits_name(lq_overlay *o, const char *name, lq_err *err)
 {
     if (!o || !name || !*name)
         return lq_err_set(err, LQ_EINVAL, "overlay: an edits patch needs a name");
-    if (lq_overlay_edits(o))
+    /* only before this overlay recorded an edit of its own under the current name (a clone
+     * may carry the global "edits" patch: that one stays an ordinary patch of the fold) */
+    if (o->edits_name && lq_overlay_edits(o))
         return lq_err_set(err, LQ_EINVAL, "overlay: edits already recorded under '%s'", edits_name(o));
     char *n = strdup(name);
     if (!n)

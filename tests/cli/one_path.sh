@@ -6,24 +6,7 @@
 # vindex against the GGUF's (tests/http/one_path.py). Plus the model options of serve
 # (--kv f16 --lm-head q8) as /v1/runtime reports them.
 . "$(dirname "$0")/lib.inc"
-HTTP_DIR="$(cd "$(dirname "$0")/../http" && pwd)"
-PIDS=""
-cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T_TMP"; }
-trap cleanup EXIT INT TERM
-
-start_server() {
-    name=$1; shift
-    "$LARQL" serve "$@" --port 0 --threads 1 >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
-    PID=$!; PIDS="$PIDS $PID"; PORT=""
-    i=0
-    while [ $i -lt 300 ]; do
-        PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/$name.out")
-        if [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
-    echo "# server $name did not start: $(cat "$T_TMP/$name.err")"; return 1
-}
+. "$(dirname "$0")/server.inc"
 
 if ! command -v curl >/dev/null || ! command -v python3 >/dev/null; then
     skip "one-path tests" "curl or python3 missing"; done_tests; exit 0
@@ -52,13 +35,9 @@ done
 ports=""
 for kind in gguf full dense; do
     case $kind in gguf) P=$M ;; full) P=$V ;; dense) P=$D ;; esac
-    if start_server $kind "$P"; then ports="$ports $kind=$PORT"; else fail "server $kind starts"; fi
+    if start_server $kind "$P" --threads 1; then ports="$ports $kind=$PORT"; else fail "server $kind starts"; fi
 done
-start_server opts "$V" --kv f16 --lm-head q8 --weights mmap && ports="$ports opts=$PORT" || fail "server with --kv f16 --lm-head q8 starts"
+start_server opts "$V" --threads 1 --kv f16 --lm-head q8 --weights mmap && ports="$ports opts=$PORT" || fail "server with --kv f16 --lm-head q8 starts"
 
-python3 "$HTTP_DIR/one_path.py" "$T_TMP" $ports >"$T_TMP/py.log" 2>&1
-cat "$T_TMP/py.log"
-T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/py.log")))
-T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/py.log")))
-if grep -q Traceback "$T_TMP/py.log"; then fail "one_path.py ran to the end" "$(tail -n 5 "$T_TMP/py.log")"; fi
+run_py py.log "$HTTP_DIR/one_path.py" "$T_TMP" $ports
 done_tests

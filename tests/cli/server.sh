@@ -5,35 +5,8 @@
 # node_modules are missing). Every server started here is killed
 # on exit, whatever happens.
 . "$(dirname "$0")/lib.inc"
-HTTP_DIR="$(cd "$(dirname "$0")/../http" && pwd)"
-PIDS=""
-cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T_TMP"; }
-trap cleanup EXIT INT TERM
+. "$(dirname "$0")/server.inc"
 
-# run_py LOG SCRIPT ARGS...: runs a TAP-printing Python test, adds its counts
-run_py() {
-    log=$1; shift
-    python3 "$@" >"$T_TMP/$log" 2>&1
-    cat "$T_TMP/$log"
-    T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/$log")))
-    T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/$log")))
-    if grep -q Traceback "$T_TMP/$log"; then fail "$(basename "$1") $2 ran to the end" "$(tail -n 5 "$T_TMP/$log")"; fi
-}
-
-# start_server NAME ARGS...: starts larql serve --port 0, waits for /v1/health; sets PORT, PID
-start_server() {
-    name=$1; shift
-    "$LARQL" serve "$@" --port 0 >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
-    PID=$!; PIDS="$PIDS $PID"; PORT=""
-    i=0
-    while [ $i -lt 300 ]; do
-        PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/$name.out")
-        if [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
-    echo "# server $name did not start: $(cat "$T_TMP/$name.err")"; return 1
-}
 # stop_server PID: SIGTERM, then RC = the exit status (waits up to 20 s, then SIGKILL)
 stop_server() {
     kill -TERM "$1" 2>/dev/null

@@ -1,0 +1,148 @@
+"""Editing over HTTP (tests/cli/edit.sh): inserts, sessions, patches, bad input, and the
+kill -9 durability check.
+
+usage: edit.py main PORT PATCHDIR      routes, sessions, patches, errors
+       edit.py flood PORT ACKED_FILE   inserts until the server dies; acknowledged ones listed
+       edit.py check PORT ACKED_FILE   after a restart: every acknowledged insert is there"""
+import http.client
+import json
+import sys
+
+from tap import ok
+
+PORT = 0
+UNRELATED = ["the model", "The capital of France is", "Paris", "the text", "Germany Berlin", "reads the",
+             "Japan", "knows the", "Tokyo .", "Italy"]
+
+
+def call(method, path, body=None, sid=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    h = {}
+    data = None
+    if body is not None:
+        data = json.dumps(body)
+        h["Content-Type"] = "application/json"
+    if sid:
+        h["X-Session-Id"] = sid
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(raw)
+    except ValueError:
+        return r.status, raw
+
+
+def top(prompt, sid=None, n=3):
+    st, j = call("POST", "/v1/infer", {"prompt": prompt, "top": n, "mode": "walk"}, sid)
+    return j.get("predictions") if st == 200 else (st, j)
+
+
+def walk(prompt, sid=None):
+    st, j = call("GET", "/v1/walk?top=3&prompt=%s" % prompt.replace(" ", "%20"), sid=sid)
+    return [{k: h[k] for k in ("layer", "feature", "target")} for h in j.get("hits", [])] if st == 200 else (st, j)
+
+
+def main(patch_dir):
+    before = {p: top(p) for p in UNRELATED}
+    st, j = call("POST", "/v1/insert", {"entity": "Atlantis", "relation": "capital", "target": "Poseidonia",
+                                        "mode": "knn"})
+    ok("insert knn -> 200 with LARQL's fields", st == 200 and j.get("inserted") == 1 and j.get("mode") == "knn"
+       and j.get("session") is None and "latency_ms" in j, j)
+    p = top("The capital of Atlantis is")
+    ok("infer walk puts the inserted target first (p 1.0)", p[0] == {"token": "Poseidonia", "probability": 1.0}, p)
+    ok("ten unrelated prompts answer exactly as before", all(top(q) == before[q] for q in UNRELATED))
+    st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Mu"})
+    ok("insert (default compose) -> 200, constellation over the knowledge band",
+       st == 200 and j.get("mode") == "constellation" and j.get("inserted", 0) >= 1, j)
+    st, j = call("GET", "/v1/patches")
+    ok("GET /v1/patches lists the live edits patch", st == 200 and any(
+        x["name"] == "edits" and x["operations"] >= 2 for x in j["patches"]), j)
+    # sessions: isolated from each other, both see the global state
+    st, j = call("POST", "/v1/insert", {"entity": "Hyperborea", "relation": "capital", "target": "Thule",
+                                        "mode": "knn"}, sid="alice")
+    ok("session insert -> 200 naming the session", st == 200 and j.get("session") == "alice", j)
+    pa, pb, pg = (top("The capital of Hyperborea is", s) for s in ("alice", "bob", None))
+    ok("the session sees its own insert", pa[0]["token"] == "Thule", pa)
+    ok("another session and the global state do not", pb[0]["token"] != "Thule" and pg[0]["token"] != "Thule",
+       (pb, pg))
+    ok("both sessions see the global insert",
+       top("The capital of Atlantis is", "alice")[0]["token"] == "Poseidonia" and
+       top("The capital of Atlantis is", "bob")[0]["token"] == "Poseidonia")
+    st, j = call("GET", "/v1/patches", sid="alice")
+    ok("a session's patch list has the global edits and its own", st == 200 and j.get("session") == "alice" and
+       {"edits", "session:alice"} <= {x["name"] for x in j["patches"]}, j)
+    # patches: inline apply, list, delete (on the strongest feature the prompt fires)
+    w0 = walk("the capital of France is")
+    ok("walk fires features", isinstance(w0, list) and len(w0) > 0, w0)
+    l, f = w0[0]["layer"], w0[0]["feature"]
+    patch = {"version": 1, "base_model": "", "created_at": "", "description": "no-top", "tags": [],
+             "operations": [{"op": "delete", "layer": l, "feature": f, "reason": "test"}]}
+    st, j = call("POST", "/v1/patches/apply", {"patch": patch})
+    ok("apply an inline patch -> applied, operations, active_patches",
+       st == 200 and j == {"applied": "no-top", "operations": 1, "active_patches": 2}, j)
+    ok("the deleted feature is gone from walk", all((h["layer"], h["feature"]) != (l, f)
+                                                    for h in walk("the capital of France is")))
+    st, j = call("DELETE", "/v1/patches/no-top")
+    ok("DELETE /v1/patches/no-top -> removed", st == 200 and j.get("removed") == "no-top", j)
+    ok("walk answers as before", walk("the capital of France is") == w0)
+    st, j = call("POST", "/v1/patches/apply", {"url": "good.vlp"})
+    ok("apply a patch file from --patch-dir", st == 200 and j.get("applied") == "good", j)
+    # bad input
+    bad = [
+        ("insert without target", "POST", "/v1/insert", {"entity": "a", "relation": "b"}, 400, "required"),
+        ("insert into a layer that does not exist", "POST", "/v1/insert",
+         {"entity": "a", "relation": "b", "target": "c", "layer": 99}, 400, "layer"),
+        ("insert with an unknown mode", "POST", "/v1/insert",
+         {"entity": "a", "relation": "b", "target": "c", "mode": "magic"}, 400, "mode"),
+        ("apply without url or patch", "POST", "/v1/patches/apply", {}, 400, "must provide"),
+        ("apply a path with ..", "POST", "/v1/patches/apply", {"url": "../etc/passwd"}, 400, "file name"),
+        ("apply an absolute path", "POST", "/v1/patches/apply", {"url": "/etc/passwd"}, 400, "file name"),
+        ("apply a missing file", "POST", "/v1/patches/apply", {"url": "nope.vlp"}, 404, "nope.vlp"),
+        ("apply a patch for another model", "POST", "/v1/patches/apply",
+         {"patch": {"base_model": "other/model", "operations": [{"op": "delete", "layer": 1, "feature": 1}]}},
+         400, "other/model"),
+        ("apply a patch with a feature out of range", "POST", "/v1/patches/apply",
+         {"patch": {"operations": [{"op": "delete", "layer": 1, "feature": 10 ** 6}]}}, 400, "feature"),
+        ("apply a malformed patch", "POST", "/v1/patches/apply", {"patch": {"operations": [{"op": "zap"}]}},
+         400, "op"),
+        ("delete an unknown patch", "DELETE", "/v1/patches/ghost", None, 404, "not found"),
+        ("a session id with spaces", "POST", "/v1/insert",
+         {"entity": "a", "relation": "b", "target": "c"}, 400, "X-Session-Id"),
+    ]
+    for name, m, path, body, want, frag in bad:
+        st, j = call(m, path, body, sid="bad id" if "session id" in name else None)
+        ok("%s -> %d" % (name, want), st == want and frag in json.dumps(j), (st, j))
+    st, j = call("GET", "/v1/patches")
+    ok("bad requests changed nothing", st == 200 and [x["name"] for x in j["patches"]] == ["edits", "good"], j)
+
+
+def flood(acked_file):
+    with open(acked_file, "w") as f:
+        for i in range(200):
+            try:
+                st, j = call("POST", "/v1/insert", {"entity": "Isle%d" % i, "relation": "capital",
+                                                    "target": "Port%d" % i, "mode": "knn"}, timeout=10)
+            except OSError:
+                break
+            if st == 200:
+                f.write("%d\n" % i)
+                f.flush()
+
+
+def check(acked_file):
+    acked = [int(x) for x in open(acked_file).read().split()]
+    ok("the flood got some inserts acknowledged before the kill", len(acked) > 0, len(acked))
+    st, j = call("GET", "/v1/patches")
+    n = sum(x["operations"] for x in j.get("patches", []) if x["name"] == "edits") if st == 200 else -1
+    ok("after kill -9 and restart the edits patch holds every acknowledged insert (%d)" % len(acked),
+       n >= len(acked) + 2, (n, len(acked)))
+    missing = [i for i in acked if top("The capital of Isle%d is" % i, n=1)[0]["token"] != "Port%d" % i]
+    ok("every acknowledged insert answers after the restart", not missing, missing[:10])
+    ok("inserts from before the flood survived too", top("The capital of Atlantis is")[0]["token"] == "Poseidonia")
+
+
+if __name__ == "__main__":
+    mode, PORT = sys.argv[1], int(sys.argv[2])
+    {"main": lambda: main(sys.argv[3]), "flood": lambda: flood(sys.argv[3]), "check": lambda: check(sys.argv[3])}[mode]()
