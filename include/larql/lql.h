@@ -27,7 +27,15 @@
  *     Parse error at line 1, column 10: expected a string (the entity), found ';'
  *       DESCRIBE ;
  *                ^
- * A session is used by one thread at a time. */
+ * A session is used by one thread at a time.
+ *
+ * Where this differs from LARQL's executor: DESCRIBE runs the library's describe (the
+ * server's filters: signed gate >= 5, K = 20 per layer) and prints LARQL's LQL layout; its
+ * content-token and coherence filters are not applied. STATS and SHOW RELATIONS use the
+ * vindex's own layer bands (LARQL hard-codes Gemma's L14-27); SHOW RELATIONS AT LAYER is
+ * refused. EXPLAIN INFER's trace is each layer's gate KNN of that layer's input residual
+ * (captured by the library), not the walk FFN's own trace. USE MODEL / USE REMOTE,
+ * EXTRACT, DIFF, MERGE, REBALANCE, COMPACT and TRACE are parse errors that say so. */
 #ifndef LARQL_LQL_H
 #define LARQL_LQL_H
 

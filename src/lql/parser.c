@@ -703,8 +703,13 @@ static int parse_head(parser *p, lq_lql_stmt *s)
         return 0;
     }
     p->i--; /* point at the word */
-    return fail(p, "%s statements are not supported; expected a statement (USE, DESCRIBE, WALK, INFER, "
-                   "SELECT, INSERT, DELETE, UPDATE, SHOW, STATS, ...)", w);
+    static const char *const unsupported[] = {"EXTRACT", "DIFF", "MERGE", "REBALANCE", "COMPACT", "TRACE"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (!strcmp(w, unsupported[i]))
+            return lq_lql_diag(p->err, "Parse error", p->src, p->len, k->off, k->line, k->col,
+                               "%s statements are not supported by this LQL", w);
+    return fail(p, "expected a statement (USE, DESCRIBE, WALK, INFER, SELECT, INSERT, DELETE, UPDATE, "
+                   "SHOW, STATS, ...)");
 }
 
 static lq_lql_stmt *stmt_new(void)

@@ -260,7 +260,9 @@ static void test_parse_errors(void)
     perr("STATS; SHOW LAYERS", "column 8: unexpected trailing token", NULL);
     perr("", "column 1: expected a statement, found end of input", NULL);
     perr("FROB 1", "expected a statement (USE, DESCRIBE", NULL);
-    perr("MERGE \"a\"", "MERGE statements are not supported", NULL);
+    perr("MERGE \"a\"", "column 1: MERGE statements are not supported by this LQL", NULL);
+    perr("SELECT", "column 7: expected a field name, found end of input", NULL);
+    perr("ORDER BY x", "column 1: expected a statement (USE, DESCRIBE, WALK, INFER, SELECT", NULL);
     perr("USE MODEL \"x\"", "USE MODEL / USE REMOTE are not supported", NULL);
     perr("COMPILE CURRENT INTO MODEL \"x\"", "INTO MODEL is not supported", NULL);
     perr("SHOW TABLES", "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS or PATCHES", NULL);
