@@ -36,3 +36,16 @@ if [ -x "$BUILD/bench/bench_vindex" ]; then
     echo "## vindex ($VINDEX)"
     "$BUILD/bench/bench_vindex" "$VINDEX" --runs "${LQ_BENCH_RUNS:-5}"
 fi
+
+# editing: INSERT latency, walk-mode infer vs KNN-store size, describe with 1000 patched
+# features, on the 2B-shaped inference vindex (keep-quant, f16), built on first use
+EVINDEX=${LQ_BENCH_EDIT_VINDEX:-$BUILD/models/bench-2b4t-inference.vindex}
+if [ -x "$BUILD/bench/bench_edit" ]; then
+    if [ ! -f "$EVINDEX/index.json" ]; then
+        echo "building $EVINDEX (keep-quant, inference, f16)"
+        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$EVINDEX" --keep-quant --level inference --f16
+    fi
+    echo
+    echo "## editing ($EVINDEX)"
+    "$BUILD/bench/bench_edit" "$EVINDEX" --runs "${LQ_BENCH_RUNS:-5}"
+fi

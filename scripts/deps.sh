@@ -1,8 +1,11 @@
 #!/bin/sh
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
-# Node.js and npm are only needed by the tests that drive the server with the official
-# openai npm client; a machine that already has node keeps its own. --with-clang adds clang
-# and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and `make fuzz`.
+#   --with-node       nodejs and npm, only for the tests that drive the server with the
+#                     official openai npm client (a machine that already has node keeps its own)
+#   --with-clang      clang and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and
+#                     `make fuzz`
+#   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
+#                     (tests/cli/pg_infer.sh reports itself skipped without them)
 set -e
 PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl python3"
 node=""
@@ -10,7 +13,8 @@ for a in "$@"; do
     case "$a" in
     --with-node) node=1 ;;
     --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
-    *) echo "usage: $0 [--with-node] [--with-clang]" >&2; exit 2 ;;
+    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
+    *) echo "usage: $0 [--with-node] [--with-clang] [--with-postgres]" >&2; exit 2 ;;
     esac
 done
 missing=""

@@ -147,6 +147,11 @@ int lq_vindex_feature_meta(const lq_vindex *v, int layer, int feature, lq_featur
 /* Token text as the queries show it: decode([id], skip special) trimmed; "T{id}" when the
  * tokenizer cannot decode it. Points into a table owned by v. */
 const char *lq_vindex_token_text(const lq_vindex *v, int32_t id);
+/* The queries' token filters: readable = trimmed, 1..30 bytes, at least half of the
+ * characters ASCII alphanumeric or one of " -'.,"; content = readable, 3..25 characters,
+ * mostly ASCII letters, no lower-upper pair, not a stop word. 1 or 0 (NULL -> 0). */
+int lq_vindex_token_readable(const char *s);
+int lq_vindex_token_content(const char *s);
 /* Probe label of (layer, feature) from feature_labels.json, or NULL. */
 const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature);
 
@@ -185,6 +190,12 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
  *   the next call with another count). */
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err);
 void lq_vindex_thread_release(void);
+/* A cancel hook for the calling thread's queries whose gate scans run on that thread
+ * (lq_vindex_set_thread_scan(1)): fn(ctx) is called on the calling thread between blocks
+ * of 4096 gate rows; non-zero stops the query with LQ_ECANCELED ("gate scan cancelled").
+ * NULL (the default) removes it. A database front end reads its own interrupt flags here. */
+typedef int (*lq_vindex_cancel_fn)(void *ctx);
+void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx);
 
 /* Raw scores of one layer for n_q queries: out [n_q, n_features]. Scalar reference
  * (force_scalar = 1) or the best SIMD kernel for this CPU. */
@@ -230,6 +241,13 @@ typedef struct lq_describe_result {
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
                        lq_err *err);
 void lq_describe_result_free(lq_describe_result *r);
+/* describe of n entities in one pass over the gate rows (every row read once for all of
+ * them): results[i] equals lq_vindex_describe with p->entity = entities[i] (latency_ms is
+ * the whole call's). A NULL or empty entity, or one that encodes to nothing, gets no edges
+ * (n_tokens 0) instead of an error. p->entity and p->per_layer must be unset; on error
+ * every result is freed. */
+int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, const char *const *entities,
+                            size_t n, lq_describe_result *results, lq_err *err);
 /* {"entity","model","edges":[{"target","gate_score","layer"[,"relation","source":"probe"]
  *  [,"layer_max","layer_min","count"][,"also"]}],"latency_ms"} */
 int lq_vindex_describe_json(const lq_vindex *v, const lq_describe_params *p, char **json_out,
@@ -487,6 +505,27 @@ void lq_infer_result_free(lq_infer_result *r);
  *            (dense-only: {"prompt","dense":[...],"dense_ms","latency_ms"})
  *   other mode: {"prompt","latency_ms"} */
 int lq_infer_json(struct lq_model *m, const lq_infer_params *p, char **json_out, lq_err *err);
+/* EXPLAIN INFER (LARQL's POST /v1/explain-infer): the walk-mode predictions (KNN override
+ * included) and, per layer of the band, the per_layer features that layer's input residual
+ * (the previous layer's output; the last token's embedding at layer 0) fires most, with
+ * their metadata as view shows it.
+ * {"prompt","predictions":[{"token","probability"}],"trace":[{"layer","features":[{"feature",
+ *  "gate_score","top_token","top_tokens":[3],"relation":str|null}]}][,"knn_override"],
+ *  "latency_ms"}. A model without a gate index -> LQ_EUNSUPPORTED. */
+typedef struct lq_explain_params {
+    const char *prompt;         /* required */
+    int top;                    /* predictions, default 5 */
+    int per_layer;              /* features per layer, default 3 */
+    const char *band;           /* default "all" */
+    int relations_only;         /* only features with a relation label */
+    const lq_knn_store *knn;    /* NULL = the model's own store */
+    struct lq_session *session; /* NULL = its own */
+    const lq_vindex *view;      /* the vindex (or an overlay's view) the trace reads; NULL = the
+                                   model's */
+} lq_explain_params;
+void lq_explain_params_init(lq_explain_params *p);
+int lq_explain_infer_json(struct lq_model *m, const lq_explain_params *p, char **json_out, lq_err *err);
+
 /* ---- running a vindex's weights (src/vindex/vx_model.c) ---- */
 
 struct lq_model_opts;

@@ -23,7 +23,7 @@ enum {
     R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
-    R_INSERT, R_PATCHES, R_PATCH_DELETE,
+    R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN,
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
 };
@@ -175,6 +175,7 @@ void route_health(lq_server *s, req *q, reply *r);
 void route_models(lq_server *s, req *q, reply *r);
 void route_browse(lq_server *s, req *q, reply *r); /* describe/walk/select/relations */
 void route_infer(lq_server *s, req *q, reply *r);
+void route_explain(lq_server *s, req *q, reply *r); /* POST /v1/explain-infer */
 void route_tok_encode(lq_server *s, req *q, reply *r);
 void route_tok_decode(lq_server *s, req *q, reply *r);
 void route_embed(lq_server *s, req *q, reply *r);     /* POST /v1/embed: JSON or binary */

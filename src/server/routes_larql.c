@@ -337,6 +337,59 @@ out:
     json_decref(j);
 }
 
+/* POST /v1/explain-infer: LARQL's body; the trace reads the request's knowledge view */
+void route_explain(lq_server *s, req *q, reply *r)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_explain_params ep;
+    lq_explain_params_init(&ep);
+    long top = ep.top, per = ep.per_layer;
+    int ro = 0, wa = 0;
+    size_t plen = 0;
+    if (jget_str(q->rt, j, "prompt", &ep.prompt, &plen, r) < 0 || jget_int(q->rt, j, "top", 0, 1000, &top, r) < 0 ||
+        jget_int(q->rt, j, "per_layer", 0, 1000, &per, r) < 0 || jget_str(q->rt, j, "band", &ep.band, NULL, r) < 0 ||
+        jget_bool(q->rt, j, "relations_only", &ro, r) < 0 || jget_bool(q->rt, j, "with_attention", &wa, r) < 0)
+        goto out;
+    if (!ep.prompt || !plen || strlen(ep.prompt) != plen) {
+        reply_larql_err(r, 400, ep.prompt ? "empty prompt" : "missing field 'prompt'");
+        goto out;
+    }
+    ep.top = (int)top;
+    ep.per_layer = (int)per;
+    ep.relations_only = ro;
+    lq_model *m;
+    lq_session *sess = NULL;
+    lq_err err = {0};
+    if (srv_model(s, &m, &err)) {
+        reply_larql_err(r, 503, "model not available: %s", err.msg);
+        goto out;
+    }
+    int rc = srv_session_get(s, &sess, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
+        if (rc == LQ_EBUSY)
+            r->retry_after = 1;
+        goto out;
+    }
+    kview kv;
+    if (kget(s, q, &kv, r)) {
+        srv_session_put(s, sess);
+        goto out;
+    }
+    ep.session = sess;
+    ep.view = kv.v;
+    ep.knn = kv.knn;
+    char *body = NULL;
+    rc = lq_explain_infer_json(m, &ep, &body, &err);
+    srv_kview_put(&kv);
+    srv_session_put(s, sess);
+    vindex_reply(r, rc, body, &err);
+out:
+    json_decref(j);
+}
+
 void route_tok_encode(lq_server *s, req *q, reply *r)
 {
     const char *text = qparam(q, "text");

@@ -39,6 +39,7 @@ static const route ROUTES[] = {
     {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0},
     {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0},
     {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0},
+    {"/v1/explain-infer", R_EXPLAIN, M_POST, 0, 1, 0},
     {"/v1/insert", R_INSERT, M_POST, 0, 1, 0},
     {"/v1/patches", R_PATCHES, M_GET, 0, 1, 0},
     {"/v1/patches/apply", R_PATCHES, M_POST, 0, 1, 0},
@@ -284,6 +285,7 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_EMBEDDINGS: route_embeddings(s, q, r); break;
     case R_STREAM: route_stream(s, q, r); break;
     case R_INSERT: route_insert(s, q, r); break;
+    case R_EXPLAIN: route_explain(s, q, r); break;
     case R_PATCHES: route_patches(s, q, r); break;
     case R_PATCH_DELETE: route_patch_delete(s, q, r); break;
     default: reply_larql_err(r, 404, "not found"); break;

@@ -399,3 +399,127 @@ int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err
     return lq_sb_finish(&b, json_out, err);
 }
 
+/* ---- EXPLAIN INFER (LARQL's POST /v1/explain-infer) ---- */
+
+void lq_explain_params_init(lq_explain_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->top = 5;
+    p->per_layer = 3;
+    p->band = "all";
+}
+
+/* A feature of the trace: its metadata as the view shows it. */
+static void put_trace_feature(lq_sb *b, const lq_vindex *v, const lq_vindex_hit *h, int first)
+{
+    lq_feature_meta fm;
+    int has = lq_vindex_feature_meta(v, h->layer, h->feature, &fm);
+    lq_sb_printf(b, "%s{\"feature\":%d,\"gate_score\":", first ? "" : ",", h->feature);
+    lq_sb_f64(b, round(h->score * 10.0) / 10.0);
+    lq_sb_puts(b, ",\"top_token\":");
+    const char *t = has ? lq_vx_meta_text(v, &fm) : "";
+    lq_sb_json_str(b, t, strlen(t));
+    lq_sb_puts(b, ",\"top_tokens\":[");
+    for (int k = 0, n = 0; has && k < fm.n_top && n < 3; k++) {
+        const char *x = lq_vindex_token_text(v, fm.top_ids[k]);
+        if (!lq_vx_is_readable(x))
+            continue;
+        lq_sb_puts(b, n++ ? "," : "");
+        lq_sb_json_str(b, x, strlen(x));
+    }
+    lq_sb_puts(b, "],\"relation\":");
+    const char *rel = lq_vindex_probe_label(v, h->layer, h->feature);
+    if (rel)
+        lq_sb_json_str(b, rel, strlen(rel));
+    else
+        lq_sb_puts(b, "null");
+    lq_sb_puts(b, "}");
+}
+
+int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_out, lq_err *err)
+{
+    *json_out = NULL;
+    double t0 = lq_now_ms();
+    if (!m || !p)
+        return lq_err_set(err, LQ_EINVAL, "explain: model and parameters are required");
+    if (p->top < 0 || p->per_layer < 0 || p->per_layer > LQ_VINDEX_MAX_TOPK)
+        return lq_err_set(err, LQ_EINVAL, "explain: top %d and per_layer %d must be in 0..%d", p->top,
+                          p->per_layer, LQ_VINDEX_MAX_TOPK);
+    const lq_vindex *v = p->view ? p->view : lq_vindex_of_model(m);
+    if (!v || v->info.dense_only)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "explain: the model has no gate index (a GGUF or a dense-only vindex)");
+    int band = 3;
+    int rc = lq_vindex_parse_band(p->band ? p->band : "all", &band, err);
+    if (rc)
+        return rc;
+    const lq_model_info *mi = lq_model_get_info(m);
+    if (mi->n_embd != v->info.hidden_size || mi->n_layer != v->info.num_layers)
+        return lq_err_set(err, LQ_EINVAL, "explain: the vindex does not match the model's shape");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
+    if ((rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err)))
+        return rc;
+    size_t D = (size_t)mi->n_embd, L = (size_t)mi->n_layer;
+    float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
+    float *resid = malloc((L + 1) * D * sizeof *resid); /* [0]: the last token's embedding */
+    lq_vindex_hit *hits = malloc(((size_t)p->per_layer + 1) * 64 * sizeof *hits);
+    lq_infer_result r;
+    memset(&r, 0, sizeof r);
+    lq_sb b = {0};
+    if (!lg || !resid || !hits) {
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = lq_model_embed(m, &ids[n - 1], 1, resid, err)) ||
+        (rc = forward(m, p->session, ids, n, lg, resid + D, err)) ||
+        (rc = predictions(m, lg, p->top, &r.walk, &r.n_walk, err)))
+        goto out;
+    const lq_knn_store *ks = p->knn ? p->knn : lq_knn_store_of_model(m);
+    float cos = 0;
+    int e = knn_match(ks, resid + D, mi->n_layer, D, &cos);
+    if (e >= 0 && (rc = apply_override(&r, ks, e, ks->e[e].layer, cos, p->top, err)))
+        goto out;
+    lq_sb_puts(&b, "{\"prompt\":");
+    lq_sb_json_str(&b, p->prompt, strlen(p->prompt));
+    lq_sb_puts(&b, ",\"predictions\":");
+    put_preds(&b, r.walk, r.n_walk);
+    lq_sb_puts(&b, ",\"trace\":[");
+    /* each layer's FFN reads the residual stream that enters it: the previous layer's output
+     * (the last token's embedding for layer 0) */
+    size_t K = p->relations_only ? (size_t)p->per_layer * 64 : (size_t)p->per_layer;
+    int first_layer = 1;
+    for (int l = 0; l < mi->n_layer && p->per_layer > 0; l++) {
+        if (!v->layers[l].present || v->layers[l].num_features == 0)
+            continue;
+        if (band < 3 && (l < v->info.bands[band].start || l > v->info.bands[band].end))
+            continue;
+        size_t nh = 0;
+        if ((rc = lq_vindex_gate_knn(v, l, resid + (size_t)l * D, K, hits, &nh, err)))
+            goto out;
+        lq_sb_printf(&b, "%s{\"layer\":%d,\"features\":[", first_layer ? "" : ",", l);
+        first_layer = 0;
+        for (size_t i = 0, shown = 0; i < nh && shown < (size_t)p->per_layer; i++) {
+            if (p->relations_only && !lq_vindex_probe_label(v, l, hits[i].feature))
+                continue;
+            put_trace_feature(&b, v, &hits[i], shown++ == 0);
+        }
+        lq_sb_puts(&b, "]}");
+    }
+    lq_sb_puts(&b, "]");
+    if (r.knn_fired)
+        put_override(&b, &r);
+    lq_sb_puts(&b, ",\"latency_ms\":");
+    lq_sb_f64(&b, r1(lq_now_ms() - t0));
+    lq_sb_puts(&b, "}");
+    rc = lq_sb_finish(&b, json_out, err);
+out:
+    if (rc)
+        lq_sb_free(&b);
+    lq_infer_result_free(&r);
+    free(ids);
+    free(lg);
+    free(resid);
+    free(hits);
+    return rc;
+}

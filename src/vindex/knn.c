@@ -207,6 +207,14 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
 /* Per calling thread: how its queries scan (lq_vindex_set_thread_scan). */
 static _Thread_local int tl_scan_threads; /* 0 = the vindex's pool, 1 = inline, n = tl_pool */
 static _Thread_local lq_pool *tl_pool;
+static _Thread_local lq_vindex_cancel_fn tl_cancel;
+static _Thread_local void *tl_cancel_ctx;
+
+void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx)
+{
+    tl_cancel = fn;
+    tl_cancel_ctx = fn ? ctx : NULL;
+}
 
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err)
 {
@@ -275,8 +283,21 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         lq_pool *pool = scan_pool(v);
         if (pool && total >= 256)
             lq_pool_for(pool, (int64_t)total, 64, scan_chunk, &j);
-        else
+        else if (!tl_cancel)
             scan_chunk(&j, 0, (int64_t)total, 0);
+        else {
+            /* inline with a cancel hook: asked between blocks of rows (a block is a few ms
+               even on wide f16 gates), on this thread */
+            const uint64_t block = 4096;
+            for (uint64_t a = 0; a < total; a += block) {
+                if (tl_cancel(tl_cancel_ctx)) {
+                    free(row_start);
+                    free(q8), free(qs), free(qsum);
+                    return lq_err_set(err, LQ_ECANCELED, "gate scan cancelled");
+                }
+                scan_chunk(&j, (int64_t)a, (int64_t)(a + block < total ? a + block : total), 0);
+            }
+        }
     }
     free(row_start);
     free(q8), free(qs), free(qsum);

@@ -136,14 +136,18 @@ static void smap_free(smap *m)
 
 /* ---- shared: walk over layers ---- */
 
-/* Runs gate_knn(layer, q, K) for every layer in `layers` and keeps hits with metadata, in
- * layer order then |score| order. *hits malloc'd. */
-static int walk_layers(const lq_vindex *v, const float *q, const int *layers, size_t nl, size_t K,
-                       lq_vindex_hit **hits, size_t *n_hits, lq_err *err)
+/* Runs gate_knn(layer, q, K) for every layer in `layers` and each of the n_q queries Q
+ * [n_q, hidden] in one pass over the gate rows, and keeps hits with metadata, in layer order
+ * then |score| order: query i's hits start at (*hits)[i * *stride], n_hits[i] of them.
+ * *hits malloc'd. */
+static int walk_layers_many(const lq_vindex *v, const float *Q, size_t n_q, const int *layers, size_t nl,
+                            size_t K, lq_vindex_hit **hits, size_t *stride, size_t *n_hits, lq_err *err)
 {
     *hits = NULL;
-    *n_hits = 0;
-    if (nl == 0 || K == 0)
+    *stride = 0;
+    for (size_t i = 0; i < n_q; i++)
+        n_hits[i] = 0;
+    if (nl == 0 || K == 0 || n_q == 0)
         return LQ_OK;
     size_t kk = K;
     size_t maxf = 0;
@@ -152,30 +156,41 @@ static int walk_layers(const lq_vindex *v, const float *q, const int *layers, si
             maxf = (size_t)v->layers[layers[i]].num_features;
     if (kk > maxf)
         kk = maxf ? maxf : 1;
-    lq_vindex_hit *raw = malloc(nl * kk * sizeof *raw);
-    size_t *cnt = malloc(nl * sizeof *cnt);
+    lq_vindex_hit *raw = malloc(n_q * nl * kk * sizeof *raw);
+    size_t *cnt = malloc(n_q * nl * sizeof *cnt);
     if (!raw || !cnt) {
         free(raw);
         free(cnt);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    int rc = lq_vindex_gate_knn_batch(v, layers, nl, q, 1, kk, raw, cnt, err);
-    size_t m = 0;
-    for (size_t i = 0; !rc && i < nl; i++)
-        for (size_t j = 0; j < cnt[i]; j++) {
-            lq_feature_meta fm;
-            const lq_vindex_hit *h = &raw[i * kk + j];
-            if (lq_vindex_feature_meta(v, h->layer, h->feature, &fm))
-                raw[m++] = *h;
-        }
+    int rc = lq_vindex_gate_knn_batch(v, layers, nl, Q, n_q, kk, raw, cnt, err);
+    for (size_t qi = 0; !rc && qi < n_q; qi++) {
+        lq_vindex_hit *base = raw + qi * nl * kk; /* compacted in place: m never passes the read index */
+        size_t m = 0;
+        for (size_t i = 0; i < nl; i++)
+            for (size_t j = 0; j < cnt[qi * nl + i]; j++) {
+                lq_feature_meta fm;
+                const lq_vindex_hit *h = &base[i * kk + j];
+                if (lq_vindex_feature_meta(v, h->layer, h->feature, &fm))
+                    base[m++] = *h;
+            }
+        n_hits[qi] = m;
+    }
     free(cnt);
     if (rc) {
         free(raw);
         return rc;
     }
     *hits = raw;
-    *n_hits = m;
+    *stride = nl * kk;
     return LQ_OK;
+}
+
+static int walk_layers(const lq_vindex *v, const float *q, const int *layers, size_t nl, size_t K,
+                       lq_vindex_hit **hits, size_t *n_hits, lq_err *err)
+{
+    size_t stride;
+    return walk_layers_many(v, q, 1, layers, nl, K, hits, &stride, n_hits, err);
 }
 
 /* Loaded layers, optionally restricted to a band (band_idx 3 = all). */
@@ -252,48 +267,13 @@ static int cmp_edge_seq(const void *a, const void *b)
     return c ? c : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
-int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
-                       lq_err *err)
+/* Edges of one entity from its hits (layer order, |score| order within a layer): the
+ * min_score and token filters, merging by lowercase target (unless per_layer), sorting and
+ * truncation to limit. Fills r->edges / r->n_edges only; hits stay the caller's. */
+static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const lq_vindex_hit *hits,
+                          size_t nh, lq_describe_result *r, lq_err *err)
 {
-    memset(r, 0, sizeof *r);
-    double t0 = lq_now_ms();
-    if (!p->entity || !*p->entity)
-        return lq_err_set(err, LQ_EINVAL, "empty entity");
-    if (p->limit < 0)
-        return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
-    if (isnan(p->min_score))
-        return lq_err_set(err, LQ_EINVAL, "min_score is not a number");
-    int band = 1;
-    int rc = lq_vindex_parse_band(p->band ? p->band : "knowledge", &band, err);
-    if (rc || (rc = need_browse(v, err)))
-        return rc;
-    int D = v->info.hidden_size;
-    float *q = malloc((size_t)D * sizeof *q);
-    if (!q)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    size_t ntok = 0;
-    rc = lq_vindex_entity_vector(v, p->entity, q, &ntok, err);
-    r->n_tokens = ntok;
-    if (rc || ntok == 0) {
-        free(q);
-        r->latency_ms = 0.0;
-        return rc;
-    }
-    int *layers = NULL;
-    size_t nl = 0;
-    lq_vindex_hit *hits = NULL;
-    size_t nh = 0;
-    if (band_layers(v, band, &layers, &nl))
-        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-    if (!rc)
-        rc = walk_layers(v, q, layers, nl, (size_t)p->limit, &hits, &nh, err);
-    free(q);
-    if (!rc && p->per_layer) {
-        r->layers = layers; /* the caller reports every layer scanned, even without edges */
-        r->n_layers = nl;
-        layers = NULL;
-    }
-    free(layers);
+    int rc = LQ_OK;
     char *ent = trim_dup(p->entity);
     char *ent_l = ent ? lower_dup(ent) : NULL;
     edge_sort *edges = calloc(nh ? nh : 1, sizeof *edges);
@@ -365,7 +345,6 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
         }
     }
     smap_free(&map);
-    free(hits);
     free(ent);
     free(ent_l);
     size_t keep = ne;
@@ -389,13 +368,132 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     free(edges);
     if (rc) {
         free(r->edges);
+        r->edges = NULL;
+        return rc;
+    }
+    r->n_edges = keep;
+    return LQ_OK;
+}
+
+/* Checks shared by describe and describe_many; *band gets the band index. */
+static int describe_check(const lq_vindex *v, const lq_describe_params *p, int *band, lq_err *err)
+{
+    if (p->limit < 0)
+        return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
+    if (isnan(p->min_score))
+        return lq_err_set(err, LQ_EINVAL, "min_score is not a number");
+    *band = 1;
+    int rc = lq_vindex_parse_band(p->band ? p->band : "knowledge", band, err);
+    return rc ? rc : need_browse(v, err);
+}
+
+int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
+                       lq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = lq_now_ms();
+    if (!p->entity || !*p->entity)
+        return lq_err_set(err, LQ_EINVAL, "empty entity");
+    int band = 1;
+    int rc = describe_check(v, p, &band, err);
+    if (rc)
+        return rc;
+    int D = v->info.hidden_size;
+    float *q = malloc((size_t)D * sizeof *q);
+    if (!q)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    size_t ntok = 0;
+    rc = lq_vindex_entity_vector(v, p->entity, q, &ntok, err);
+    r->n_tokens = ntok;
+    if (rc || ntok == 0) {
+        free(q);
+        r->latency_ms = 0.0;
+        return rc;
+    }
+    int *layers = NULL;
+    size_t nl = 0;
+    lq_vindex_hit *hits = NULL;
+    size_t nh = 0;
+    if (band_layers(v, band, &layers, &nl))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = walk_layers(v, q, layers, nl, (size_t)p->limit, &hits, &nh, err);
+    free(q);
+    if (!rc && p->per_layer) {
+        r->layers = layers; /* the caller reports every layer scanned, even without edges */
+        r->n_layers = nl;
+        layers = NULL;
+    }
+    free(layers);
+    if (!rc)
+        rc = describe_merge(v, p, hits, nh, r, err);
+    free(hits);
+    if (rc) {
         free(r->layers);
         memset(r, 0, sizeof *r);
         return rc;
     }
-    r->n_edges = keep;
     r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
+}
+
+int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, const char *const *entities,
+                            size_t n, lq_describe_result *results, lq_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        memset(&results[i], 0, sizeof results[i]);
+    double t0 = lq_now_ms();
+    int band = 1;
+    int rc = describe_check(v, p, &band, err);
+    if (rc)
+        return rc;
+    if (p->per_layer)
+        return lq_err_set(err, LQ_EINVAL, "describe_many: per_layer is not supported");
+    if (n == 0)
+        return LQ_OK;
+    if (n > LQ_VINDEX_MAX_QUERY_K)
+        return lq_err_set(err, LQ_ERANGE, "describe_many: %zu entities (at most %d)", n, LQ_VINDEX_MAX_QUERY_K);
+    size_t D = (size_t)v->info.hidden_size;
+    float *Q = malloc(n * D * sizeof *Q);
+    size_t *row = malloc(n * sizeof *row), *nh = calloc(n, sizeof *nh);
+    int *layers = NULL;
+    size_t nl = 0, nq = 0, stride = 0;
+    lq_vindex_hit *hits = NULL;
+    if (!Q || !row || !nh || band_layers(v, band, &layers, &nl))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    /* the query vectors of the entities that encode to something, in one matrix */
+    for (size_t i = 0; !rc && i < n; i++) {
+        size_t ntok = 0;
+        row[i] = (size_t)-1;
+        if (!entities[i] || !*entities[i])
+            continue;
+        rc = lq_vindex_entity_vector(v, entities[i], Q + nq * D, &ntok, err);
+        results[i].n_tokens = ntok;
+        if (!rc && ntok > 0)
+            row[i] = nq++;
+    }
+    if (!rc)
+        rc = walk_layers_many(v, Q, nq, layers, nl, (size_t)p->limit, &hits, &stride, nh, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (row[i] == (size_t)-1)
+            continue;
+        lq_describe_params pi = *p;
+        pi.entity = entities[i];
+        rc = describe_merge(v, &pi, hits + row[i] * stride, nh[row[i]], &results[i], err);
+    }
+    double ms = lq_now_ms() - t0;
+    for (size_t i = 0; i < n; i++) {
+        if (rc)
+            lq_describe_result_free(&results[i]);
+        else
+            results[i].latency_ms = ms;
+    }
+    free(Q);
+    free(row);
+    free(nh);
+    free(layers);
+    free(hits);
+    return rc;
 }
 
 int lq_vindex_describe_json(const lq_vindex *v, const lq_describe_params *p, char **json_out,

@@ -56,6 +56,15 @@ def main(patch_dir):
     st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Mu"})
     ok("insert (default compose) -> 200, constellation over the knowledge band",
        st == 200 and j.get("mode") == "constellation" and j.get("inserted", 0) >= 1, j)
+    st, j = call("POST", "/v1/explain-infer", {"prompt": "The capital of Atlantis is", "top": 3, "per_layer": 2})
+    st2, w = call("POST", "/v1/infer", {"prompt": "The capital of Atlantis is", "top": 3, "mode": "walk"})
+    ok("explain-infer: walk predictions (override included) and a trace of every layer",
+       st == 200 and j["predictions"] == w["predictions"] and j.get("knn_override", {}).get("token") == "Poseidonia"
+       and len(j["trace"]) == 4 and all(len(t["features"]) <= 2 and {"feature", "gate_score", "top_token",
+       "top_tokens", "relation"} <= set(t["features"][0]) for t in j["trace"] if t["features"]), (st, j))
+    st, j = call("POST", "/v1/explain-infer", {"prompt": "the model", "band": "knowledge", "per_layer": 1})
+    ok("explain-infer: per_layer bounds each layer's features (a 4-layer model's bands are all layers)",
+       st == 200 and len(j["trace"]) == 4 and all(len(t["features"]) <= 1 for t in j["trace"]), j)
     st, j = call("GET", "/v1/patches")
     ok("GET /v1/patches lists the live edits patch", st == 200 and any(
         x["name"] == "edits" and x["operations"] >= 2 for x in j["patches"]), j)
@@ -108,6 +117,11 @@ def main(patch_dir):
         ("apply a malformed patch", "POST", "/v1/patches/apply", {"patch": {"operations": [{"op": "zap"}]}},
          400, "op"),
         ("delete an unknown patch", "DELETE", "/v1/patches/ghost", None, 404, "not found"),
+        ("explain-infer without a prompt", "POST", "/v1/explain-infer", {"top": 3}, 400, "prompt"),
+        ("explain-infer with a negative per_layer", "POST", "/v1/explain-infer",
+         {"prompt": "x", "per_layer": -1}, 400, "per_layer"),
+        ("explain-infer with an unknown band", "POST", "/v1/explain-infer", {"prompt": "x", "band": "middle"},
+         400, "band"),
         ("a session id with spaces", "POST", "/v1/insert",
          {"entity": "a", "relation": "b", "target": "c"}, 400, "X-Session-Id"),
     ]

@@ -412,6 +412,118 @@ static void test_planted_queries(void)
     }
 }
 
+/* describe_many over several entities (one pass) equals describe per entity, field by
+ * field; empty and NULL entities get no edges; min_score and limit apply as in describe. */
+static void test_describe_many(void)
+{
+    if (!fixture_ok)
+        SKIP("fixture failed");
+    const char *dirs[2] = {dir32, dir16};
+    const char *ents[] = {" France", "The capital of Italy", NULL, "", " Germany", " Japan", "model", " France"};
+    const size_t n = sizeof ents / sizeof ents[0];
+    for (int k = 0; k < 2; k++) {
+        lq_vindex *v = NULL;
+        lq_err err = {0};
+        if (lq_vindex_open(dirs[k], NULL, &v, &err)) {
+            CHECK_MSG(0, "open: %s", err.msg);
+            continue;
+        }
+        for (int variant = 0; variant < 3; variant++) {
+            lq_describe_params dp;
+            lq_describe_params_init(&dp);
+            dp.band = variant == 2 ? "knowledge" : "all";
+            dp.min_score = variant == 1 ? -100.0 : 5.0;
+            dp.limit = variant == 1 ? 7 : 20;
+            lq_describe_result many[8];
+            CHECK(lq_vindex_describe_many(v, &dp, ents, n, many, &err) == 0);
+            size_t total = 0;
+            for (size_t i = 0; i < n; i++) {
+                total += many[i].n_edges;
+                if (!ents[i] || !*ents[i]) {
+                    CHECK_EQ_INT(many[i].n_edges, 0);
+                    continue;
+                }
+                lq_describe_result one;
+                dp.entity = ents[i];
+                CHECK(lq_vindex_describe(v, &dp, &one, &err) == 0);
+                dp.entity = NULL;
+                CHECK_EQ_INT(many[i].n_edges, one.n_edges);
+                CHECK_EQ_INT(many[i].n_tokens, one.n_tokens);
+                for (size_t e = 0; e < one.n_edges && e < many[i].n_edges; e++) {
+                    const lq_describe_edge *a = &many[i].edges[e], *b = &one.edges[e];
+                    CHECK_MSG(!strcmp(a->target, b->target) && a->gate_score == b->gate_score && a->layer == b->layer &&
+                                  a->feature == b->feature && a->count == b->count && a->n_also == b->n_also,
+                              "entity %zu edge %zu differs", i, e);
+                }
+                lq_describe_result_free(&one);
+            }
+            CHECK(total > 0);
+            for (size_t i = 0; i < n; i++)
+                lq_describe_result_free(&many[i]);
+        }
+        lq_describe_params dp;
+        lq_describe_params_init(&dp);
+        dp.limit = -1;
+        lq_describe_result bad[1];
+        CHECK(lq_vindex_describe_many(v, &dp, ents, 1, bad, &err) == LQ_EINVAL);
+        lq_describe_params_init(&dp);
+        dp.band = "middle";
+        CHECK(lq_vindex_describe_many(v, &dp, ents, 1, bad, &err) == LQ_EINVAL);
+        lq_describe_params_init(&dp);
+        CHECK(lq_vindex_describe_many(v, &dp, ents, 0, bad, &err) == 0);
+        lq_vindex_close(v);
+    }
+}
+
+static int cancel_after(void *ctx)
+{
+    int *left = ctx;
+    return (*left)-- <= 0;
+}
+
+/* The thread's cancel hook stops a query whose scan runs on the calling thread, with
+ * LQ_ECANCELED; without it (or never firing) the results are unchanged. */
+static void test_cancel_hook(void)
+{
+    if (!fixture_ok)
+        SKIP("fixture failed");
+    lq_vindex *v = NULL;
+    lq_err err = {0};
+    if (lq_vindex_open(dir32, NULL, &v, &err)) {
+        CHECK_MSG(0, "open: %s", err.msg);
+        return;
+    }
+    CHECK(lq_vindex_set_thread_scan(1, &err) == 0);
+    lq_describe_params dp;
+    lq_describe_params_init(&dp);
+    dp.band = "all";
+    dp.entity = " France";
+    lq_describe_result a, b;
+    CHECK(lq_vindex_describe(v, &dp, &a, &err) == 0);
+    int left = 0;
+    lq_vindex_set_thread_cancel(cancel_after, &left);
+    CHECK(lq_vindex_describe(v, &dp, &b, &err) == LQ_ECANCELED);
+    CHECK_STR_CONTAINS(err.msg, "cancelled");
+    CHECK_EQ_INT(b.n_edges, 0);
+    left = 1000000;
+    CHECK(lq_vindex_describe(v, &dp, &b, &err) == 0);
+    CHECK(left < 1000000); /* asked at least once */
+    CHECK(b.n_edges == a.n_edges && b.n_edges == 1 && b.edges[0].gate_score == a.edges[0].gate_score);
+    lq_describe_result_free(&b);
+    lq_walk_params wp;
+    lq_walk_params_init(&wp);
+    wp.prompt = "The capital of France";
+    lq_walk_result w;
+    left = 0;
+    CHECK(lq_vindex_walk(v, &wp, &w, &err) == LQ_ECANCELED);
+    lq_vindex_set_thread_cancel(NULL, NULL);
+    CHECK(lq_vindex_walk(v, &wp, &w, &err) == 0 && w.n_hits > 0);
+    lq_walk_result_free(&w);
+    lq_describe_result_free(&a);
+    lq_vindex_thread_release();
+    lq_vindex_close(v);
+}
+
 static void test_checksum_mismatch_and_llama(void)
 {
     if (!fixture_ok)
@@ -476,6 +588,8 @@ int main(void)
     RUN(test_open_and_round_trip);
     RUN(test_knn_handle);
     RUN(test_planted_queries);
+    RUN(test_describe_many);
+    RUN(test_cancel_hook);
     RUN(test_checksum_mismatch_and_llama);
     return harness_done();
 }

@@ -1,0 +1,199 @@
+/* Editing benchmark (issue: knowledge editing): INSERT latency in KNN and COMPOSE mode,
+ * walk-mode infer latency with 0, 100 and 10 000 KNN entries, and describe latency with
+ * 0 vs 1 000 patched features (the overlay's cost on the read path; goal < 10%).
+ * Usage: bench_edit DIR [--runs N]   (DIR: a --keep-quant --level inference vindex)
+ * Prints Markdown, medians of N runs with min and max, ratios from the same run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "larql/vindex.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void put_stat(const char *what, double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    printf("| %s | %.2f | %.2f | %.2f |\n", what, v[n / 2], v[0], v[n - 1]);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static double infer_ms(lq_model *m, const lq_overlay *o, const char *prompt)
+{
+    lq_infer_params ip;
+    lq_infer_params_init(&ip);
+    ip.prompt = prompt;
+    ip.knn = lq_overlay_knn(o);
+    lq_infer_result r;
+    double t = lq_now_ms();
+    if (lq_infer(m, &ip, &r, NULL))
+        return NAN;
+    t = lq_now_ms() - t;
+    lq_infer_result_free(&r);
+    return t;
+}
+
+static double describe_ms(const lq_vindex *v, const char *entity)
+{
+    lq_describe_params p;
+    lq_describe_params_init(&p);
+    p.entity = entity;
+    p.band = "all";
+    lq_describe_result r;
+    double t = lq_now_ms();
+    if (lq_vindex_describe(v, &p, &r, NULL))
+        return NAN;
+    t = lq_now_ms() - t;
+    lq_describe_result_free(&r);
+    return t;
+}
+
+/* n ops of one kind with random vectors, recorded as edits */
+static int add_random(lq_overlay *o, const lq_vindex *v, int kind, int n)
+{
+    const lq_vindex_info *vi = lq_vindex_get_info(v);
+    int D = vi->hidden_size;
+    float *vec = malloc((size_t)D * sizeof *vec);
+    lq_patch *p = NULL;
+    int rc = vec ? lq_patch_create("bench", "", D, &p, NULL) : LQ_ENOMEM;
+    for (int i = 0; !rc && i < n; i++) {
+        for (int d = 0; d < D; d++)
+            vec[d] = frand();
+        lq_patch_op op;
+        lq_patch_op_init(&op, kind);
+        op.layer = (int)((rng >> 20) % (uint64_t)vi->num_layers);
+        char ent[32];
+        snprintf(ent, sizeof ent, "E%d", i);
+        op.entity = ent;
+        op.relation = "r";
+        op.target = "t";
+        if (kind == LQ_OP_INSERT_KNN) {
+            op.key = vec;
+            op.target_id = 1;
+        } else {
+            const void *rows;
+            int nf = 0;
+            lq_vindex_gate_layer(v, op.layer, &rows, &nf, NULL);
+            op.feature = nf ? (int)((rng >> 24) % (uint64_t)nf) : 0;
+            op.gate = vec;
+        }
+        rc = lq_patch_add(p, &op, NULL);
+    }
+    if (!rc)
+        rc = lq_overlay_record(o, p, NULL);
+    lq_patch_free(p);
+    free(vec);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_edit DIR [--runs N]\n");
+        return 2;
+    }
+    int runs = 9;
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[++i]) > 0 ? atoi(argv[i]) : runs;
+    lq_err err = {0};
+    lq_vindex *v = NULL;
+    lq_model *m = NULL;
+    lq_model_opts mo = {0};
+    if (lq_vindex_open(argv[1], NULL, &v, &err) || lq_vindex_model_open(v, &mo, &m, &err)) {
+        fprintf(stderr, "bench_edit: %s\n", err.msg);
+        return 1;
+    }
+    const lq_vindex_info *vi = lq_vindex_get_info(v);
+    printf("vindex: %d layers, hidden %d, %llu features; %d threads\n\n", vi->num_layers, vi->hidden_size,
+           (unsigned long long)vi->total_features, lq_model_get_info(m)->n_threads);
+    printf("| what | median ms | min | max |\n|---|---|---|---|\n");
+    double *t = calloc((size_t)runs, sizeof *t), *t2 = calloc((size_t)runs, sizeof *t2);
+    lq_overlay *o = NULL;
+    lq_overlay_create(v, NULL, &o, &err);
+    const char *rel = "capital";
+    for (int mode = 0; mode < 2; mode++) {
+        for (int r = 0; r < runs; r++) {
+            char ent[32];
+            snprintf(ent, sizeof ent, "Isle%d%s", r, mode ? "c" : "k");
+            lq_insert_params ip;
+            lq_insert_params_init(&ip);
+            ip.entity = ent;
+            ip.relation = rel;
+            ip.target = "Paris";
+            ip.mode = mode ? LQ_INSERT_COMPOSE : LQ_INSERT_KNN;
+            double t0 = lq_now_ms();
+            if (lq_overlay_insert(o, m, &ip, NULL, &err)) {
+                fprintf(stderr, "insert: %s\n", err.msg);
+                return 1;
+            }
+            t[r] = lq_now_ms() - t0;
+        }
+        put_stat(mode ? "INSERT COMPOSE (residuals of the canonical prompt, slots over the knowledge band)"
+                      : "INSERT KNN (one forward pass with residual capture)",
+                 t, runs);
+    }
+    lq_overlay_free(o);
+    /* walk-mode infer vs the store's size */
+    static const int sizes[3] = {0, 100, 10000};
+    double base = 0;
+    for (int k = 0; k < 3; k++) {
+        lq_overlay_create(v, NULL, &o, &err);
+        if (sizes[k] && add_random(o, v, LQ_OP_INSERT_KNN, sizes[k])) {
+            fprintf(stderr, "knn entries: failed\n");
+            return 1;
+        }
+        for (int r = 0; r < runs; r++)
+            t[r] = infer_ms(m, o, "The capital of France is");
+        char what[96];
+        snprintf(what, sizeof what, "infer walk, %d KNN entries", sizes[k]);
+        qsort(t, (size_t)runs, sizeof *t, cmp_d);
+        if (k == 0)
+            base = t[runs / 2];
+        put_stat(what, t, runs);
+        printf("|   ratio to 0 entries | %.3f | | |\n", t[runs / 2] / base);
+        lq_overlay_free(o);
+    }
+    /* describe: the base vs 1000 patched features (gate overrides), alternating per run */
+    lq_overlay_create(v, NULL, &o, &err);
+    add_random(o, v, LQ_OP_INSERT, 1000);
+    const char *ents[4] = {"France", "the", "model", "water"};
+    double ratios[64];
+    int nr = runs < 64 ? runs : 64;
+    for (int r = 0; r < nr; r++) {
+        double a = 0, b = 0;
+        for (int e = 0; e < 4; e++) {
+            a += describe_ms(v, ents[e]);
+            b += describe_ms(lq_overlay_vindex(o), ents[e]);
+        }
+        t[r] = a / 4;
+        t2[r] = b / 4;
+        ratios[r] = b / a;
+    }
+    put_stat("describe (all layers), base", t, nr);
+    put_stat("describe (all layers), 1000 patched features", t2, nr);
+    qsort(ratios, (size_t)nr, sizeof *ratios, cmp_d);
+    printf("|   same-run ratio patched / base | %.3f | %.3f | %.3f |\n", ratios[nr / 2], ratios[0], ratios[nr - 1]);
+    lq_overlay_free(o);
+    free(t);
+    free(t2);
+    lq_model_close(m);
+    lq_vindex_close(v);
+    return 0;
+}

@@ -1,0 +1,259 @@
+/* pg_infer: module init, the infer.* GUCs, liblarql errors as ereport, small helpers. */
+#include "pg_infer.h"
+
+#include <string.h>
+
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+
+PG_MODULE_MAGIC;
+
+char	   *pgi_default_model = NULL;
+char	   *pgi_data_directory = NULL;
+int			pgi_max_memory = 8192;
+bool		pgi_auto_download = true;
+double		pgi_gate_threshold = 5.0;
+int			pgi_describe_top_k = 20;
+char	   *pgi_walk_embed_mode = NULL;
+int			pgi_similarity_max_layers = 0;
+char	   *pgi_default_server_url = NULL;
+int			pgi_remote_timeout_ms = 30000;
+
+/* Declared for compatibility with pg_infer's settings; liblarql has no use for them (its
+ * gate scan reads rows in place: no decode cache, no HNSW). */
+static char *pgi_log_level = NULL;
+static bool pgi_use_hnsw = false;
+static int	pgi_hnsw_ef_search = 200;
+static bool pgi_warmup_on_load = false;
+static bool pgi_build_hnsw_on_load = false;
+static bool pgi_parallel_similarity = false;
+static int	pgi_gate_cache_max_layers = 4;
+static char *pgi_default_backend = NULL;
+static char *pgi_grid_url = NULL;
+static int	pgi_grid_poll_interval = 30;
+static int	pgi_am_hnsw_ef_search = 64;
+static int	pgi_rerank_oversampling = 4;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("infer.default_model",
+							   "Model used when a query names none (and by the operators).",
+							   NULL, &pgi_default_model, NULL, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.data_directory",
+							   "Directory local vindex sources must lie under (relative: under the data directory).",
+							   NULL, &pgi_data_directory, "infer", PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.max_memory",
+							"Per-backend memory budget for cached models, in MB (pg_infer compatibility; "
+							"local models are shared mappings).",
+							NULL, &pgi_max_memory, 8192, 512, 65536, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("infer.auto_download",
+							 "Allow hf:// sources (not supported by this build: convert with larql instead).",
+							 NULL, &pgi_auto_download, true, PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("infer.gate_threshold",
+							 "Gate score an edge needs in describe() and implies(); 0 = adaptive (0.1 x best).",
+							 NULL, &pgi_gate_threshold, 5.0, 0.0, 1000.0, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.describe_top_k",
+							"Features per layer examined by describe() and describe_layers().",
+							NULL, &pgi_describe_top_k, 20, 1, 1000, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.walk_embed_mode",
+							   "Query vector of walk(): 'last' = the last token (the only mode liblarql walks).",
+							   NULL, &pgi_walk_embed_mode, "last", PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.log_level", "Log filter (pg_infer compatibility; unused).",
+							   NULL, &pgi_log_level, "info", PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("infer.use_hnsw", "Approximate gate KNN (pg_infer compatibility; unused).",
+							 NULL, &pgi_use_hnsw, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.hnsw_ef_search", "HNSW beam (pg_infer compatibility; unused).",
+							NULL, &pgi_hnsw_ef_search, 200, 50, 500, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("infer.warmup_on_load", "Decode gates at load (pg_infer compatibility; unused).",
+							 NULL, &pgi_warmup_on_load, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("infer.build_hnsw_on_load", "Build HNSW at load (pg_infer compatibility; unused).",
+							 NULL, &pgi_build_hnsw_on_load, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.similarity_max_layers",
+							"Layers similar_to() samples (pg_infer compatibility; liblarql scans all).",
+							NULL, &pgi_similarity_max_layers, 0, 0, 100, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("infer.parallel_similarity",
+							 "Threads per similar_to() (pg_infer compatibility; unused: no threads in backends).",
+							 NULL, &pgi_parallel_similarity, false, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.gate_cache_max_layers",
+							"Decoded gate layers kept (pg_infer compatibility; unused: rows are read in place).",
+							NULL, &pgi_gate_cache_max_layers, 4, 0, 100, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.default_backend", "Reserved (pg_infer compatibility).",
+							   NULL, &pgi_default_backend, "local", PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.default_server_url",
+							   "Server URL for remote models registered without one.",
+							   NULL, &pgi_default_server_url, NULL, PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.remote_timeout_ms", "Timeout of one request to a remote server, in ms.",
+							NULL, &pgi_remote_timeout_ms, 30000, 100, 3600000, PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("infer.grid_url", "Grid discovery URL (pg_infer compatibility; unused).",
+							   NULL, &pgi_grid_url, NULL, PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.grid_poll_interval", "Grid refresh period, s (pg_infer compatibility; unused).",
+							NULL, &pgi_grid_poll_interval, 30, 5, 3600, PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.am_hnsw_ef_search", "Index scan beam (pg_infer compatibility; unused).",
+							NULL, &pgi_am_hnsw_ef_search, 64, 16, 4096, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("infer.rerank_oversampling", "Index re-rank factor (pg_infer compatibility; unused).",
+							NULL, &pgi_rerank_oversampling, 4, 1, 32, PGC_USERSET, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("infer");
+	pgi_am_init();
+}
+
+int
+pgi_lq_sqlstate(int rc)
+{
+	switch (rc)
+	{
+		case LQ_EINVAL:
+			return ERRCODE_INVALID_PARAMETER_VALUE;
+		case LQ_ERANGE:
+			return ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE;
+		case LQ_ENOTFOUND:
+			return ERRCODE_UNDEFINED_FILE;
+		case LQ_EIO:
+			return ERRCODE_IO_ERROR;
+		case LQ_ENOMEM:
+			return ERRCODE_OUT_OF_MEMORY;
+		case LQ_EFORMAT:
+			return ERRCODE_DATA_CORRUPTED;
+		case LQ_EUNSUPPORTED:
+			return ERRCODE_FEATURE_NOT_SUPPORTED;
+		case LQ_ECONTEXT:
+			return ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+		case LQ_EBUSY:
+			return ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+		case LQ_ECANCELED:
+			return ERRCODE_QUERY_CANCELED;
+		default:
+			return ERRCODE_INTERNAL_ERROR;
+	}
+}
+
+void
+pgi_lq_error(int rc, const lq_err *err, const char *what)
+{
+	const char *msg = err && err->msg[0] ? err->msg : lq_status_str(rc);
+
+	/* the scan stopped for a cancel or a terminate: PostgreSQL reports it its own way */
+	if (rc == LQ_ECANCELED)
+		CHECK_FOR_INTERRUPTS();
+	ereport(ERROR,
+			(errcode(pgi_lq_sqlstate(rc)),
+			 errmsg("%s: %s", what, msg),
+			 errdetail("liblarql status: %s", lq_status_str(rc))));
+}
+
+char *
+pgi_text_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", name)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+char *
+pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/* Band of a layer as pg_infer names it: "" without bands in index.json, "unknown" outside
+ * every band. */
+const char *
+pgi_band_name(const lq_vindex_info *in, int layer)
+{
+	static const char *const names[3] = {"syntax", "knowledge", "output"};
+
+	if (!in->has_bands)
+		return "";
+	for (int i = 0; i < 3; i++)
+		if (layer >= in->bands[i].start && layer <= in->bands[i].end)
+			return names[i];
+	return "unknown";
+}
+
+/* ---- JSON bodies (liblarql's _json results, server replies) through jsonb ---- */
+
+JsonbContainer *
+pgi_json_parse(const char *body)
+{
+	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(body)));
+
+	return &jb->root;
+}
+
+static bool
+jget(JsonbContainer *c, const char *key, JsonbValue *out)
+{
+	JsonbValue *v;
+
+	if (c == NULL || !JsonContainerIsObject(c))
+		return false;
+	v = getKeyJsonValueFromContainer(c, key, strlen(key), out);
+	return v != NULL;
+}
+
+char *
+pgi_jstr(JsonbContainer *c, const char *key)
+{
+	JsonbValue	v;
+
+	if (!jget(c, key, &v) || v.type != jbvString)
+		return pstrdup("");
+	return pnstrdup(v.val.string.val, v.val.string.len);
+}
+
+double
+pgi_jnum(JsonbContainer *c, const char *key)
+{
+	JsonbValue	v;
+
+	if (!jget(c, key, &v) || v.type != jbvNumeric)
+		return 0;
+	return DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
+}
+
+bool
+pgi_jhas(JsonbContainer *c, const char *key, enum jbvType type)
+{
+	JsonbValue	v;
+
+	return jget(c, key, &v) && v.type == type;
+}
+
+JsonbContainer *
+pgi_jarr(JsonbContainer *c, const char *key, int *n)
+{
+	JsonbValue	v;
+
+	*n = 0;
+	if (!jget(c, key, &v) || v.type != jbvBinary || !JsonContainerIsArray(v.val.binary.data))
+		return NULL;
+	*n = (int) JsonContainerSize(v.val.binary.data);
+	return v.val.binary.data;
+}
+
+/* Element i of an array: an object/array container, or NULL for a scalar. */
+JsonbContainer *
+pgi_jelem(JsonbContainer *arr, int i)
+{
+	JsonbValue *v = getIthJsonbValueFromContainer(arr, (uint32) i);
+
+	return v && v->type == jbvBinary ? v->val.binary.data : NULL;
+}
+
+/* Element i of an array of strings, palloc'd; "" for other values. */
+char *
+pgi_jelem_str(JsonbContainer *arr, int i)
+{
+	JsonbValue *v = getIthJsonbValueFromContainer(arr, (uint32) i);
+
+	return v && v->type == jbvString ? pnstrdup(v->val.string.val, v->val.string.len) : pstrdup("");
+}

@@ -1,0 +1,117 @@
+/* pg_infer: shared declarations of the extension's C files.
+ *
+ * pg_infer.c   _PG_init, the infer.* GUCs, liblarql status -> ereport, small helpers
+ * registry.c   infer.models (SPI), the per-backend model cache, model management functions
+ * queries.c    the knowledge query functions (describe, walk, ...) and the operators
+ * remote.c     the remote backend: HTTP to `larql serve` with libcurl, no threads
+ *
+ * Everything runs on the backend's own thread: vindexes are opened with one scan thread
+ * (no worker threads exist), so liblarql never runs concurrently with PostgreSQL code and
+ * never calls back into it. Library results are malloc'd; they are copied into palloc'd
+ * memory and freed before anything can ereport. */
+#ifndef PG_INFER_H
+#define PG_INFER_H
+
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "larql/model.h"
+#include "larql/status.h"
+#include "larql/vindex.h"
+
+/* ---- GUCs (pg_infer.c) ---- */
+extern char *pgi_default_model;
+extern char *pgi_data_directory;
+extern int pgi_max_memory;
+extern bool pgi_auto_download;
+extern double pgi_gate_threshold;
+extern int pgi_describe_top_k;
+extern char *pgi_walk_embed_mode;
+extern int pgi_similarity_max_layers;
+extern char *pgi_default_server_url;
+extern int pgi_remote_timeout_ms;
+
+/* ---- errors (pg_infer.c) ---- */
+/* ERROR for a liblarql status: SQLSTATE from the code, errmsg "<what>: <library message>". */
+extern void pgi_lq_error(int rc, const lq_err *err, const char *what) pg_attribute_noreturn();
+extern int pgi_lq_sqlstate(int rc);
+
+/* ---- helpers (pg_infer.c) ---- */
+/* Text argument `argno` as a C string; ERROR "<name> must not be NULL" when NULL. */
+extern char *pgi_text_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+/* Text argument or NULL. */
+extern char *pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno);
+/* Band name of a layer ("" without bands in index.json). */extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
+
+/* ---- JSON through jsonb (pg_infer.c): palloc'd, ERROR on malformed input ---- */
+#include "utils/jsonb.h"
+extern JsonbContainer *pgi_json_parse(const char *body);
+extern char *pgi_jstr(JsonbContainer *c, const char *key);	/* "" when absent */
+extern double pgi_jnum(JsonbContainer *c, const char *key);	/* 0 when absent */
+extern bool pgi_jhas(JsonbContainer *c, const char *key, enum jbvType type);
+extern JsonbContainer *pgi_jarr(JsonbContainer *c, const char *key, int *n);
+extern JsonbContainer *pgi_jelem(JsonbContainer *arr, int i);
+extern char *pgi_jelem_str(JsonbContainer *arr, int i);
+
+/* ---- models (registry.c) ---- */
+typedef enum PgiBackend { PGI_LOCAL = 0, PGI_REMOTE = 1 } PgiBackend;
+
+typedef struct PgiModel {
+	char	   *name;
+	PgiBackend	backend;
+	char	   *path;			/* local: vindex directory */
+	char	   *url;			/* remote: base URL (no trailing '/') */
+	lq_vindex  *vx;				/* local: opened once per backend, read-only mappings */
+	lq_model   *lm;				/* local: the model for infer(), opened on first use */
+	int			num_layers, hidden_size;	/* remote: from GET /v1/stats */
+	struct PgiModel *next;
+} PgiModel;
+
+/* The model for a query: the explicit name (argument argno when not NULL), else
+ * infer.default_model, else ERROR. Opens and caches it on first use in this backend. */
+extern PgiModel *pgi_model_arg(FunctionCallInfo fcinfo, int argno);
+extern PgiModel *pgi_model_by_name(const char *name);
+/* The engine model of a local vindex (for infer()): opened as a read-only shared mapping. */
+extern lq_model *pgi_model_engine(PgiModel *m);
+/* Runs sql (one parameter, $1 = name) on the registry through SPI; ERROR unless SPI answers
+ * `expect` (SPI_OK_SELECT, SPI_OK_DELETE, ...); returns the rows processed. */
+extern uint64 pgi_registry_exec(const char *sql, const char *name, int expect);
+
+/* similar_to(a, b) with model m (queries.c): local liblarql or remote walks. */
+extern double pgi_similar(PgiModel *m, const char *a, const char *b);
+
+/* ---- index access method (am.c) ---- */
+extern void pgi_am_init(void);	/* reloption kind; from _PG_init */
+
+/* ---- remote backend (remote.c) ---- */
+typedef struct PgiEdge {
+	char	   *target;
+	char	   *relation;		/* NULL: classify */
+	double		score;
+	int			layer;
+	int			feature;		/* -1 when unknown (remote) */
+	int			n_also;
+	char	   *also[5];
+} PgiEdge;
+
+typedef struct PgiHit {
+	int			layer, feature;
+	double		score;
+	char	   *token;
+} PgiHit;
+
+/* GET base/v1/stats: fills num_layers, hidden_size; returns the "model" string. */
+extern char *pgi_remote_stats(const char *url, int *num_layers, int *hidden_size);
+extern int	pgi_remote_describe(PgiModel *m, const char *entity, double explicit_threshold,
+								PgiEdge **out);
+extern int	pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out);
+extern double pgi_remote_similar(PgiModel *m, const char *a, const char *b);
+extern int	pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens,
+							 double **probs);
+/* GET path (with query string) against base; returns the body as palloc'd JSON text, or
+ * NULL for HTTP 404 when allow_404. ERRORs on transport failures and other statuses. */
+extern char *pgi_http_request(const char *base, const char *path, const char *post_json,
+							  bool allow_404);
+extern char *pgi_url_escape(const char *s);
+
+#endif

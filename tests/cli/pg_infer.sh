@@ -1,0 +1,277 @@
+#!/bin/sh
+# pg_infer against a real PostgreSQL 15: builds ext/pg_infer, installs it into a staging
+# directory (make install DESTDIR=..., loaded through Debian's extension_destdir), starts a
+# throwaway cluster in a temp directory (socket only, as the postgres user when run as
+# root), and runs ext/pg_infer/test/sql/*.sql with psql, comparing the output (temp paths
+# and ports normalised) with test/expected/*.out. Fixtures: a generated BitNet GGUF with
+# planted facts, converted to a browse vindex, an inference vindex, a second model for
+# infer_diff, and a malformed copy. Skipped when PostgreSQL 15 or its server headers are
+# not installed. PGI_KEEP=1 keeps the temp directory.
+. "$(dirname "$0")/lib.inc"
+ROOT=$PWD
+BUILD=${BUILD:-build}
+# LQ_HUGEPAGES=1 would make the server's backends copy model weights, which infer() refuses
+unset LQ_HUGEPAGES
+PGBIN=${PGI_PGBIN:-/usr/lib/postgresql/15/bin}
+EXT=$ROOT/ext/pg_infer
+
+if [ ! -x "$PGBIN/pg_config" ] || [ ! -f "$($PGBIN/pg_config --includedir-server 2>/dev/null)/postgres.h" ]; then
+    skip "pg_infer extension" "PostgreSQL 15 server or postgresql-server-dev-15 not installed (sh scripts/deps.sh --with-postgres installs them)"
+    done_tests; exit 0
+fi
+if [ "$BUILD" != build ]; then
+    # the module links build/liblarql.a; a sanitizer build cannot be loaded into postgres
+    skip "pg_infer extension" "runs in the plain build's make test (BUILD=$BUILD)"
+    done_tests; exit 0
+fi
+
+# ---- build and stage-install the extension ----
+STAGE=$T_TMP/stage
+if make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" >"$T_TMP/build.log" 2>&1 &&
+   make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" install DESTDIR="$STAGE" >>"$T_TMP/build.log" 2>&1; then
+    pass "extension builds and installs (staged)"
+else
+    fail "extension builds and installs (staged)" "$(tail -n 20 "$T_TMP/build.log")"; done_tests; exit 1
+fi
+if nm -D --defined-only "$EXT/pg_infer.so" | awk '{print $3}' | grep -v '^pgi_\|^pg_finfo_pgi_\|^_PG_init$\|^Pg_magic_func$' | grep -q .; then
+    fail "module exports only its SQL entry points" "$(nm -D --defined-only "$EXT/pg_infer.so" | head)"
+else
+    pass "module exports only its SQL entry points"
+fi
+
+# ---- fixtures ----
+F=$T_TMP/fix
+mkdir -p "$F"
+printf '%s' "The capital of France is Paris . The capital of Germany is Berlin . The capital of Japan is Tokyo . France Paris France Paris France Paris Germany Berlin Germany Berlin Germany Berlin Japan Tokyo Japan Tokyo Japan Tokyo Italy Rome Italy Rome Italy Rome the model reads the text and the model knows the capital . " >"$F/corpus.txt"
+if "$LARQL" make-model --out "$F/m.gguf" --preset demo --layers 4 --seed 99 --corpus-file "$F/corpus.txt" \
+        --plant "France>Paris@1:17" --plant "Germany>Berlin@2:100" --plant "Japan>Tokyo@3:5" \
+        --plant " France>Paris@0:42" >/dev/null 2>"$T_TMP/err" &&
+   "$LARQL" make-model --out "$F/m2.gguf" --preset demo --layers 4 --seed 99 --corpus-file "$F/corpus.txt" \
+        --plant "France>Paris@1:17" --plant "Germany>Tokyo@2:100" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m.gguf" --output "$F/v" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m2.gguf" --output "$F/v2" >/dev/null 2>>"$T_TMP/err" &&
+   "$LARQL" convert gguf-to-vindex "$F/m.gguf" --output "$F/kq" --keep-quant --level inference >/dev/null 2>>"$T_TMP/err"; then
+    pass "fixtures: planted model, browse, inference and second vindex"
+else
+    fail "fixtures: planted model, browse, inference and second vindex" "$(cat "$T_TMP/err")"; done_tests; exit 1
+fi
+# malformed vindex: gate_vectors.bin cut short
+mkdir -p "$F/bad" && cp "$F/v/"* "$F/bad/" && head -c 1000 "$F/v/gate_vectors.bin" >"$F/bad/gate_vectors.bin"
+# the model's own top-3 probabilities (4 decimals) for the infer() check
+TOP=$("$LARQL" infer "$F/kq" "The capital of France is" --mode dense --top 3 --json 2>/dev/null |
+      python3 -c 'import json,sys; print(",".join(str(p["probability"]) for p in json.load(sys.stdin)["predictions"]))' 2>/dev/null)
+
+# ---- a throwaway cluster ----
+RUN=""
+if [ "$(id -u)" -eq 0 ]; then
+    if ! id postgres >/dev/null 2>&1; then useradd --system --home-dir /var/lib/postgresql --shell /bin/sh postgres; fi
+    RUN="runuser -u postgres --"
+    chown -R postgres "$T_TMP"
+fi
+chmod 755 "$T_TMP"
+PORT=$((54000 + $$ % 1000))
+DATA=$T_TMP/data
+if ! $RUN "$PGBIN/initdb" -D "$DATA" -U postgres -E UTF8 --locale=C.UTF-8 --no-sync -A trust >"$T_TMP/initdb.log" 2>&1; then
+    fail "initdb" "$(tail -n 5 "$T_TMP/initdb.log")"; done_tests; exit 1
+fi
+cleanup_pg() {
+    $RUN "$PGBIN/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1
+    [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
+    [ -n "$HANG_PID" ] && kill "$HANG_PID" 2>/dev/null
+    [ -z "$PGI_KEEP" ] && rm -rf "$T_TMP"
+}
+trap cleanup_pg EXIT INT TERM
+if $RUN "$PGBIN/pg_ctl" -D "$DATA" -l "$T_TMP/pg.log" -w -t 60 \
+        -o "-c listen_addresses='' -k $T_TMP -p $PORT -c fsync=off -c extension_destdir=$STAGE -c dynamic_library_path=$STAGE$($PGBIN/pg_config --pkglibdir):\$libdir" \
+        start >"$T_TMP/pgctl.log" 2>&1; then
+    pass "cluster starts"
+else
+    fail "cluster starts" "$(cat "$T_TMP/pgctl.log" "$T_TMP/pg.log" 2>/dev/null | tail -n 10)"; done_tests; exit 1
+fi
+PSQL="$PGBIN/psql -X -q -h $T_TMP -p $PORT -U postgres"
+
+# ---- remote backend: larql serve on the browse vindex; a socket that never answers ----
+SRV_PORT=""
+"$LARQL" serve "$F/kq" --port 0 --threads 1 >"$T_TMP/srv.out" 2>"$T_TMP/srv.err" &
+SRV_PID=$!
+i=0
+while [ $i -lt 300 ]; do
+    SRV_PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/srv.out")
+    [ -n "$SRV_PORT" ] && curl -sf "http://127.0.0.1:$SRV_PORT/v1/health" >/dev/null 2>&1 && break
+    SRV_PORT=""; kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.1; i=$((i + 1))
+done
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)
+' >"$T_TMP/hang.port" 2>/dev/null &
+HANG_PID=$!
+i=0; while [ ! -s "$T_TMP/hang.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+HANG_PORT=$(cat "$T_TMP/hang.port")
+
+# ---- the SQL files ----
+export PGI_FIXDIR="$F" PGI_TOP="$TOP" PGI_REMOTE="http://127.0.0.1:$SRV_PORT" PGI_HANG="http://127.0.0.1:$HANG_PORT"
+for sql in "$EXT"/test/sql/*.sql; do
+    name=$(basename "$sql" .sql)
+    exp="$EXT/test/expected/$name.out"
+    if [ "$name" = remote ] && [ -z "$SRV_PORT" ]; then fail "sql $name" "larql serve did not start: $(cat "$T_TMP/srv.err")"; continue; fi
+    # every file in a fresh database (its own infer.models)
+    $PSQL -d postgres -c "DROP DATABASE IF EXISTS pgi_$name" -c "CREATE DATABASE pgi_$name" >/dev/null 2>&1
+    (cd "$EXT/test" && $PSQL -d "pgi_$name" -a -f "sql/$name.sql") 2>&1 |
+        sed -e "s|$F|@FIX@|g" -e "s|127.0.0.1:$SRV_PORT|127.0.0.1:@PORT@|g" -e "s|127.0.0.1:$HANG_PORT|127.0.0.1:@HANG@|g" >"$T_TMP/$name.out"
+    if diff -u "$exp" "$T_TMP/$name.out" >"$T_TMP/$name.diff" 2>&1; then
+        pass "sql $name"
+    else
+        fail "sql $name" "$(head -c 3000 "$T_TMP/$name.diff")"
+        [ -n "$PGI_ACCEPT" ] && cp "$T_TMP/$name.out" "$exp"
+    fi
+    if grep -q "server closed the connection\|terminated by signal" "$T_TMP/$name.out" "$T_TMP/pg.log"; then
+        fail "sql $name: no backend crashed" "$(grep -m3 "terminated by signal" "$T_TMP/pg.log")"
+    else
+        pass "sql $name: no backend crashed"
+    fi
+done
+
+# ---- pg_dump keeps the registry's rows (pg_extension_config_dump) ----
+if "$PGBIN/pg_dump" -h "$T_TMP" -p "$PORT" -U postgres pgi_pg_infer >"$T_TMP/dump.sql" 2>"$T_TMP/dump.err" &&
+   grep -q "^COPY infer.models" "$T_TMP/dump.sql" && grep -q "^tiny	" "$T_TMP/dump.sql" &&
+   grep -q "CREATE EXTENSION IF NOT EXISTS pg_infer" "$T_TMP/dump.sql"; then
+    pass "pg_dump writes CREATE EXTENSION and the infer.models rows"
+else
+    fail "pg_dump writes CREATE EXTENSION and the infer.models rows" "$(cat "$T_TMP/dump.err"; grep -n "infer" "$T_TMP/dump.sql" | head)"
+fi
+$PSQL -d postgres -c "CREATE DATABASE pgi_restored" >/dev/null 2>&1
+$PSQL -d pgi_restored -v ON_ERROR_STOP=1 -f "$T_TMP/dump.sql" >"$T_TMP/restore.out" 2>&1
+if [ "$($PSQL -d pgi_restored -At -c "SELECT target FROM describe('France', 'tiny')" 2>&1)" = Paris ]; then
+    pass "the restored database answers describe with the dumped registry"
+else
+    fail "the restored database answers describe with the dumped registry" "$(tail -n 5 "$T_TMP/restore.out")"
+fi
+
+# ---- pg_cancel_backend from another session stops a query waiting on a silent server, and the
+# session goes on ----
+$PSQL -d pgi_remote -X -c "SET application_name = 'pgi_cancel'" -c "SELECT * FROM walk('France', 1, 'slow')" \
+    -c "SELECT 'still usable' AS after" >"$T_TMP/cancel.out" 2>&1 &
+CPID=$!
+i=0; cancelled=""
+while [ $i -lt 200 ] && [ -z "$cancelled" ]; do
+    cancelled=$($PSQL -d postgres -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+        WHERE application_name = 'pgi_cancel' AND state = 'active' AND query LIKE '%walk%'" 2>/dev/null)
+    sleep 0.05; i=$((i + 1))
+done
+wait $CPID
+if [ "$cancelled" = t ] && grep -q "canceling statement due to user request" "$T_TMP/cancel.out" &&
+   grep -q "still usable" "$T_TMP/cancel.out"; then
+    pass "pg_cancel_backend stops a waiting remote request; the session goes on"
+else
+    fail "pg_cancel_backend stops a waiting remote request; the session goes on" "cancelled='$cancelled' $(cat "$T_TMP/cancel.out")"
+fi
+
+# ---- no memory growth over many calls in one connection (backend RSS, after a warm-up) ----
+$PSQL -d postgres -c "CREATE DATABASE pgi_load" >/dev/null 2>&1
+$PSQL -d pgi_load -At -v fixdir="$F" >"$T_TMP/leak.out" 2>&1 <<'SQL'
+\o /dev/null
+CREATE EXTENSION pg_infer;
+SET infer.data_directory = :'fixdir';
+SELECT infer_create_model('tiny', 'v'), infer_create_model('kq', 'kq');
+ALTER DATABASE pgi_load SET infer.default_model = 'tiny';
+SET infer.default_model = 'tiny';
+CREATE FUNCTION calls(n int) RETURNS void AS $$
+BEGIN
+  FOR i IN 1..n LOOP
+    PERFORM count(*) FROM describe(CASE i % 3 WHEN 0 THEN 'France' WHEN 1 THEN 'Germany' ELSE 'Japan' END);
+    PERFORM count(*) FROM walk('The capital of France is', 5);
+    PERFORM similar_to('France', 'Germany');
+    BEGIN PERFORM count(*) FROM nearest_to('France', 99); EXCEPTION WHEN OTHERS THEN NULL; END;
+    BEGIN PERFORM count(*) FROM describe('France', 'nonexistent'); EXCEPTION WHEN OTHERS THEN NULL; END;
+  END LOOP;
+END $$ LANGUAGE plpgsql;
+CREATE FUNCTION rss_kb() RETURNS int8 AS $$
+  SELECT regexp_replace(l, '\D', '', 'g')::int8
+    FROM regexp_split_to_table(pg_read_file('/proc/' || pg_backend_pid() || '/status'), E'\n') l
+   WHERE l LIKE 'VmRSS%'
+$$ LANGUAGE sql;
+SELECT calls(300);
+\o
+SELECT rss_kb();
+\o /dev/null
+SELECT calls(3000);
+\o
+SELECT rss_kb();
+SQL
+r0=$(sed -n 1p "$T_TMP/leak.out"); r1=$(sed -n 2p "$T_TMP/leak.out")
+if [ -n "$r0" ] && [ -n "$r1" ] && [ "$r0" -gt 0 ] 2>/dev/null && [ $((r1 - r0)) -lt 1024 ]; then
+    pass "no memory growth over 3000 x (describe, walk, similar_to, 2 ERRORs)"
+    echo "# backend RSS $r0 kB -> $r1 kB"
+else
+    fail "no memory growth over 3000 x (describe, walk, similar_to, 2 ERRORs)" "RSS '$r0' -> '$r1' kB: $(head -c 500 "$T_TMP/leak.out")"
+fi
+
+# ---- pgbench: 16 clients, describe and similar_to, no errors ----
+printf '%s\n' "SELECT count(*) FROM describe('France');" "SELECT similar_to('France', 'Germany');" \
+    "SELECT count(*) FROM walk('The capital of France', 5);" >"$T_TMP/bench.sql"
+if "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c 16 -j 2 -t 50 -f "$T_TMP/bench.sql" pgi_load \
+        >"$T_TMP/pgbench.out" 2>&1 && grep -q "number of failed transactions: 0" "$T_TMP/pgbench.out"; then
+    pass "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors"
+    grep "^tps" "$T_TMP/pgbench.out" | sed 's/^/# /'
+else
+    fail "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors" "$(tail -n 8 "$T_TMP/pgbench.out")"
+fi
+
+# ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls;
+# PGI_BENCH_VINDEX=DIR adds describe/walk on that vindex next to the CLI's own latency ----
+if [ -n "$PGI_BENCH" ]; then
+    BV=${PGI_BENCH_VINDEX:-}
+    [ -n "$BV" ] && BV=$(cd "$BV" && pwd)
+    $PSQL -d pgi_load -At -v bv="${BV:-none}" >"$T_TMP/bench.out" 2>&1 <<'SQL'
+CREATE FUNCTION pg_temp.med(q text, n int) RETURNS text AS $$
+DECLARE t0 timestamptz; ts float8[] := '{}';
+BEGIN
+  FOR i IN 1..n LOOP
+    t0 := clock_timestamp(); EXECUTE q;
+    ts := ts || extract(epoch FROM clock_timestamp() - t0)::float8 * 1000;
+  END LOOP;
+  RETURN format('%s: median %s ms over %s calls', q,
+    (SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY x)::numeric, 3) FROM unnest(ts) x), n);
+END $$ LANGUAGE plpgsql;
+SELECT pg_temp.med($$SELECT count(*) FROM describe('France')$$, 101);
+SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5)$$, 101);
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'])$$, 51);
+SELECT pg_temp.med($$SELECT similar_to('France', 'Germany')$$, 51);
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many((SELECT array_agg((ARRAY['France', 'Germany', 'Japan', 'capital'])[1 + i % 4]) FROM generate_series(1, 4000) i))$$, 5);
+SELECT pg_temp.med($$SELECT count(*) FROM infer('The capital of France is', 5, 'kq')$$, 21);
+\o /dev/null
+SELECT calls(10000);
+\o
+SELECT 'backend RSS after 13300 x (describe, walk, similar_to, 2 ERRORs): ' || rss_kb() || ' kB';
+\o /dev/null
+SET infer.data_directory = '/';
+SELECT CASE WHEN :'bv' <> 'none' THEN infer_create_model('big', :'bv') END;
+ALTER DATABASE pgi_load SET infer.data_directory = '/';
+\o
+SELECT pg_temp.med($$SELECT count(*) FROM describe('France', 'big', 0.001)$$, 9) WHERE :'bv' <> 'none';
+SELECT pg_temp.med($$SELECT count(*) FROM walk('The capital of France is', 5, 'big')$$, 9) WHERE :'bv' <> 'none';
+SELECT pg_temp.med($$SELECT count(*) FROM describe_many(ARRAY['France','Germany','Japan','Italy','Paris','Berlin','Tokyo','Rome','capital','model'], 'big', 0.001)$$, 5) WHERE :'bv' <> 'none';
+SQL
+    sed 's/^/# /' "$T_TMP/bench.out"
+    # pgbench at 1/4/16 clients: describe on the fixture (5 s), and on the big vindex (20 s: each
+    # new backend opens it and faults its mapping in on the first query)
+    printf '%s\n' "SELECT count(*) FROM describe('France');" >"$T_TMP/b1.sql"
+    printf '%s\n' "SELECT count(*) FROM describe('France', 'big', 0.001);" >"$T_TMP/b2.sql"
+    for b in b1 b2; do
+        [ $b = b2 ] && [ -z "$BV" ] && continue
+        for c in 1 4 16; do
+            "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c $c -j 2 -T $([ $b = b1 ] && echo 5 || echo 20) -f "$T_TMP/$b.sql" pgi_load 2>&1 |
+                sed -n "s/^tps = \([0-9.]*\) (without.*/# pgbench $(head -c 60 "$T_TMP/$b.sql") $c clients: \1 tps/p"
+        done
+    done
+    for d in "$F/v" $BV; do
+        for i in 1 2 3 4 5; do "$LARQL" describe "$d" France --band all --min-score 0.001 --threads 1; done 2>&1 | grep 'ms$' |
+            sed "s|^|# larql describe $(basename "$d") (CLI, --band all, 1 thread, one process per call): |"
+    done
+fi
+done_tests
