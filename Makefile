@@ -10,7 +10,7 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Werror
 DEFS     = -D_GNU_SOURCE
 INCS     = -Iinclude -Isrc
-LIBS     = -lpcre2-8 -ljansson -lmicrohttpd -lm -lpthread
+LIBS     = -lpcre2-8 -ljansson -lmicrohttpd -ledit -lm -lpthread
 BUILD   ?= build
 SAN     ?=
 

@@ -7,7 +7,7 @@
 #   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
 #                     (tests/cli/pg_infer.sh reports itself skipped without them)
 set -e
-PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3"
+PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl python3"
 node=""
 for a in "$@"; do
     case "$a" in

@@ -1,0 +1,291 @@
+/* LQL editing statements over the session's overlay (larql/patch.h): INSERT / UPDATE /
+ * DELETE, patch recording (BEGIN PATCH ... SAVE PATCH), APPLY / REMOVE / SHOW PATCHES and
+ * COMPILE CURRENT INTO VINDEX, with LARQL's messages (crates/larql-lql/src/executor/
+ * mutation/). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lql/exec_internal.h"
+
+int lq_lql_edit_open(lq_lql *q, lq_err *err)
+{
+    return lq_overlay_create(q->v, lq_vindex_knn_store(q->v), &q->o, err);
+}
+
+static size_t edits_ops(const lq_lql *q)
+{
+    const lq_patch *e = lq_overlay_edits(q->o);
+    return e ? lq_patch_n_ops(e) : 0;
+}
+
+void lq_lql_edit_summary(const lq_lql *q, lq_sb *out)
+{
+    const lq_knn_store *ks = lq_overlay_knn(q->o);
+    lq_sb_printf(out, "Edits:           %zu patches, %zu patched features, %zu KNN entries\n",
+                 lq_overlay_n_patches(q->o), lq_overlay_n_features(q->o), ks ? lq_knn_store_count(ks) : 0);
+}
+
+/* LARQL records every mutation: the first one starts an anonymous patch that BEGIN PATCH can
+ * still name. */
+static void start_recording(lq_lql *q, lq_sb *out)
+{
+    if (q->recording)
+        return;
+    q->recording = 1;
+    q->patch_mark = edits_ops(q);
+    lq_sb_puts(out, "Auto-patch started (use BEGIN PATCH \"file.vlp\" and SAVE PATCH to persist, "
+                    "or edits are lost on exit)\n");
+}
+
+/* A new patch named name holding ops [from, end) of src. */
+static int copy_ops(const lq_patch *src, size_t from, const char *name, const char *base_model, int hidden,
+                    lq_patch **out, lq_err *err)
+{
+    int rc = lq_patch_create(name, base_model, hidden, out, err);
+    for (size_t i = from; !rc && src && i < lq_patch_n_ops(src); i++) {
+        lq_patch_op op;
+        if (lq_patch_op_at(src, i, &op))
+            rc = lq_patch_add(*out, &op, err);
+    }
+    if (rc) {
+        lq_patch_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
+{
+    const lq_vindex_info *vi = lq_vindex_get_info(q->v);
+    lq_insert_params p;
+    lq_insert_params_init(&p);
+    p.entity = s->entity;
+    p.relation = s->relation;
+    p.target = s->target;
+    p.layer = s->layer;
+    if (s->insert_mode >= 0)
+        p.mode = s->insert_mode ? LQ_INSERT_COMPOSE : LQ_INSERT_KNN;
+    if (!isnan(s->confidence))
+        p.confidence = (float)s->confidence;
+    if (!isnan(s->alpha))
+        p.alpha = (float)s->alpha;
+    /* keys come from the model's residuals when the vindex has weights, else from the
+     * entity's embedding (LARQL's fallback) */
+    if (vi->has_model_weights && lq_lql_need_model(q, err))
+        return err->code ? err->code : LQ_EINVAL;
+    lq_sb pre = {0};
+    int was = q->recording;
+    start_recording(q, &pre);
+    lq_insert_result r;
+    int rc = lq_overlay_insert(q->o, vi->has_model_weights ? q->m : NULL, &p, &r, err);
+    if (rc) {
+        q->recording = was; /* nothing recorded */
+        lq_sb_free(&pre);
+        return rc;
+    }
+    if (pre.s)
+        lq_sb_puts(out, pre.s);
+    lq_sb_free(&pre);
+    int first = r.n_layers > 0 ? r.layers[0] : p.layer, last = r.n_layers > 0 ? r.layers[r.n_layers < 64 ? r.n_layers - 1 : 63] : first;
+    lq_sb_printf(out, "Inserted: %s \xe2\x80\x94[%s]\xe2\x86\x92 %s at L%d", s->entity, s->relation, s->target, first);
+    if (r.mode == LQ_INSERT_KNN) {
+        lq_sb_puts(out, " (KNN store)\n");
+        lq_sb_printf(out, "  mode: KNN \xe2\x80\x94 %s\n", r.weights ? "residual capture (Architecture B, retrieval-override)"
+                                                              : "embedding key (no model weights)");
+        lq_sb_printf(out, "  KNN store: %zu entries total\n", r.knn_total);
+    } else {
+        if (r.n_layers > 1)
+            lq_sb_printf(out, "-%d (%d layers)", last, r.n_layers);
+        lq_sb_puts(out, "\n  mode: compose (feature slot");
+        for (int i = 0; i < r.n_layers && i < 64; i++)
+            lq_sb_printf(out, i ? ", L%d F%d" : " L%d F%d", r.layers[i], r.features[i]);
+        lq_sb_printf(out, "; gate from the %s)\n", r.weights ? "residual" : "entity embedding");
+    }
+    return 0;
+}
+
+/* ebuf, rbuf: 256 bytes each, hold the entity / relation patterns */
+static int where_of(const lq_lql_stmt *s, lq_edit_where *w, char *ebuf, char *rbuf, lq_err *err)
+{
+    lq_edit_where_init(w);
+    for (size_t i = 0; i < s->n_where; i++) {
+        const lq_lql_cond *c = &s->where[i];
+        const char *f = c->field;
+        if (!strcmp(f, "entity") || !strcmp(f, "relation")) {
+            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
+                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
+            /* LIKE "%x%" and = both match substrings here (LARQL's = is a two-way substring) */
+            if (f[0] == 'e')
+                w->entity = lq_lql_like_core(c->v.s, ebuf, 256);
+            else
+                w->relation = lq_lql_like_core(c->v.s, rbuf, 256);
+        } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
+            if (c->v.kind != LQ_LV_INT || c->op != LQ_LO_EQ || c->v.num < 0 || c->v.num > 1e9)
+                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = with a non-negative integer", f);
+            if (f[0] == 'l')
+                w->layer = (int)c->v.num;
+            else
+                w->feature = (int)c->v.num;
+        } else {
+            return lq_err_set(err, LQ_EINVAL, "unknown field '%s' in WHERE (entity, relation, layer, feature)", f);
+        }
+    }
+    return 0;
+}
+
+static int exec_delete_update(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
+{
+    lq_edit_where w;
+    char ebuf[256], rbuf[256];
+    if (where_of(s, &w, ebuf, rbuf, err))
+        return LQ_EINVAL;
+    const char *target = NULL;
+    float conf = NAN;
+    for (size_t i = 0; i < s->n_set; i++) {
+        const lq_lql_assign *a = &s->set[i];
+        if (!strcmp(a->field, "target") || !strcmp(a->field, "top_token")) {
+            if (a->v.kind != LQ_LV_STRING)
+                return lq_err_set(err, LQ_EINVAL, "SET %s needs a string", a->field);
+            target = a->v.s;
+        } else if (!strcmp(a->field, "confidence") || !strcmp(a->field, "c_score")) {
+            if (a->v.kind == LQ_LV_STRING)
+                return lq_err_set(err, LQ_EINVAL, "SET %s needs a number", a->field);
+            conf = (float)a->v.num;
+        } else {
+            return lq_err_set(err, LQ_EINVAL, "SET %s: only target and confidence can be updated", a->field);
+        }
+    }
+    lq_sb pre = {0};
+    int was = q->recording;
+    start_recording(q, &pre);
+    size_t n = 0;
+    int del = s->kind == LQ_LS_DELETE;
+    int rc = del ? lq_overlay_delete(q->o, &w, &n, err) : lq_overlay_update(q->o, &w, target, conf, &n, err);
+    if (rc || !n) /* a statement that changed nothing starts no recording */
+        q->recording = was;
+    if (!rc && n && pre.s)
+        lq_sb_puts(out, pre.s);
+    lq_sb_free(&pre);
+    if (rc)
+        return rc;
+    if (!n)
+        lq_sb_puts(out, "  (no matching features found)\n");
+    else
+        lq_sb_printf(out, "%s %zu features (patch overlay)\n", del ? "Deleted" : "Updated", n);
+    return 0;
+}
+
+static int exec_begin(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
+{
+    if (q->patch_name)
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' is being recorded: SAVE PATCH first", q->patch_name);
+    char *name = strdup(s->str);
+    if (!name)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    q->patch_name = name;
+    if (!q->recording) {
+        q->recording = 1;
+        q->patch_mark = edits_ops(q);
+        lq_sb_printf(out, "Patch started: %s\n", name);
+    } else { /* the edits since the auto-patch began become this patch (LARQL) */
+        lq_sb_printf(out, "Patch started: %s (keeps %zu operations recorded so far)\n", name,
+                     edits_ops(q) - q->patch_mark);
+    }
+    return 0;
+}
+
+static int exec_save(lq_lql *q, lq_sb *out, lq_err *err)
+{
+    if (!q->recording)
+        return lq_err_set(err, LQ_EINVAL, "no patch is being recorded (BEGIN PATCH \"file.vlp\" first)");
+    if (!q->patch_name)
+        return lq_err_set(err, LQ_EINVAL, "the auto-patch has no file: name it with BEGIN PATCH \"file.vlp\", "
+                                          "then SAVE PATCH");
+    const lq_vindex_info *vi = lq_vindex_get_info(q->v);
+    lq_patch *p = NULL;
+    int rc = copy_ops(lq_overlay_edits(q->o), q->patch_mark, q->patch_name, vi->model, vi->hidden_size, &p, err);
+    if (!rc)
+        rc = lq_patch_write(p, q->patch_name, err);
+    if (!rc) {
+        size_t ni, nu, nd;
+        lq_patch_counts(p, &ni, &nu, &nd);
+        lq_sb_printf(out, "Saved: %s (%zu inserts, %zu updates, %zu deletes)\n", q->patch_name, ni, nu, nd);
+        free(q->patch_name);
+        q->patch_name = NULL;
+        q->recording = 0;
+        q->patch_mark = edits_ops(q);
+    }
+    lq_patch_free(p);
+    return rc;
+}
+
+static int exec_apply(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
+{
+    const lq_vindex_info *vi = lq_vindex_get_info(q->v);
+    lq_patch *f = NULL, *p = NULL;
+    int rc = lq_patch_read(path, vi->hidden_size, &f, err);
+    /* listed under the path it was applied from, so REMOVE PATCH "path" finds it */
+    if (!rc)
+        rc = copy_ops(f, 0, path, lq_patch_base_model(f), vi->hidden_size, &p, err);
+    if (!rc)
+        rc = lq_overlay_apply(q->o, p, err);
+    if (!rc)
+        lq_sb_printf(out, "Applied: %s (%zu operations)\n", path, lq_patch_n_ops(p));
+    lq_patch_free(f);
+    lq_patch_free(p);
+    return rc;
+}
+
+static int exec_show_patches(lq_lql *q, lq_sb *out)
+{
+    size_t np = lq_overlay_n_patches(q->o);
+    lq_sb_printf(out, "Active patches (%zu):\n", np);
+    for (size_t i = 0; i < np; i++) {
+        const lq_patch *p = lq_overlay_patch_at(q->o, i);
+        size_t ni, nu, nd;
+        lq_patch_counts(p, &ni, &nu, &nd);
+        lq_sb_puts(out, "  ");
+        lq_lql_pad(out, lq_patch_name(p), 30, 0);
+        lq_sb_printf(out, " %zu operations (%zu inserts, %zu updates, %zu deletes)\n", lq_patch_n_ops(p), ni, nu, nd);
+    }
+    if (!np)
+        lq_sb_puts(out, "  (no patches applied)\n");
+    if (q->recording)
+        lq_sb_printf(out, "Recording: %s (%zu operations)\n", q->patch_name ? q->patch_name : "(auto-patch, unnamed)",
+                     edits_ops(q) - q->patch_mark);
+    return 0;
+}
+
+int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
+{
+    switch (s->kind) {
+    case LQ_LS_INSERT: return exec_insert(q, s, out, err);
+    case LQ_LS_DELETE:
+    case LQ_LS_UPDATE: return exec_delete_update(q, s, out, err);
+    case LQ_LS_BEGIN_PATCH: return exec_begin(q, s, out, err);
+    case LQ_LS_SAVE_PATCH: return exec_save(q, out, err);
+    case LQ_LS_APPLY_PATCH: return exec_apply(q, s->str, out, err);
+    case LQ_LS_REMOVE_PATCH: {
+        int rc = lq_overlay_remove(q->o, s->str, err);
+        if (!rc)
+            lq_sb_printf(out, "Removed: %s\n", s->str);
+        return rc;
+    }
+    case LQ_LS_SHOW_PATCHES: return exec_show_patches(q, out);
+    case LQ_LS_COMPILE: {
+        if (!s->compile_current && (!s->str_src || strcmp(s->str_src, q->path)))
+            return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE \"path\" compiles the vindex in use only: "
+                                                    "COMPILE CURRENT INTO VINDEX \"dir\"");
+        int rc = lq_overlay_compile(q->o, s->str, err);
+        if (!rc) {
+            const lq_knn_store *ks = lq_overlay_knn(q->o);
+            lq_sb_printf(out, "Compiled: %s (%zu patched features, %zu KNN entries)\n", s->str,
+                         lq_overlay_n_features(q->o), ks ? lq_knn_store_count(ks) : 0);
+        }
+        return rc;
+    }
+    default: return lq_err_set(err, LQ_EINVAL, "statement kind %d cannot be executed", s->kind);
+    }
+}

@@ -1,0 +1,48 @@
+/* What the LQL executor's files share: the session and the output helpers. */
+#ifndef LQ_LQL_EXEC_INTERNAL_H
+#define LQ_LQL_EXEC_INTERNAL_H
+
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "larql/vindex.h"
+#include "lql/lql_internal.h"
+
+struct lq_lql {
+    lq_lql_opts opts;
+    char *path;              /* USE'd directory */
+    lq_vindex *v;            /* the base vindex (read-only) */
+    struct lq_model *m;      /* its weights, opened on first need (borrows v) */
+    lq_overlay *o;           /* edits and applied patches over v */
+    /* patch recording: LARQL starts an anonymous one at the first edit; BEGIN PATCH names
+     * it. The ops recorded are those of the overlay's live "edits" patch from mark on. */
+    int recording;
+    char *patch_name;        /* BEGIN PATCH file, NULL = anonymous */
+    size_t patch_mark;
+};
+
+/* The vindex every read statement runs on: the patched view. */
+const lq_vindex *lq_lql_view(const lq_lql *q);
+/* LQ_EINVAL "No backend loaded..." when no USE yet. */
+int lq_lql_need_vindex(const lq_lql *q, lq_err *err);
+/* Opens the model from the vindex's weights on first use. */
+int lq_lql_need_model(lq_lql *q, lq_err *err);
+
+/* ---- output helpers ---- */
+/* s left-aligned (right when right != 0) in width columns, counting UTF-8 characters (as
+ * Rust's {:20} does); longer text is not cut. */
+void lq_lql_pad(lq_sb *b, const char *s, int width, int right);
+/* s as Rust's {:?} writes a string: quoted, with \" \\ \n \t \r escaped. */
+void lq_lql_quoted(lq_sb *b, const char *s);
+/* A LIKE pattern's core: "%paris%" -> "paris" (patterns match substrings). */
+const char *lq_lql_like_core(const char *s, char *buf, size_t cap);
+/* LARQL's format_number: 1234 -> "1.2K", 3480000 -> "3.48M". */
+void lq_lql_fmt_count(char *buf, size_t cap, uint64_t n);
+
+/* ---- statements (exec_edit.c) ---- */
+int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
+/* Creates the overlay for a freshly USE'd vindex. */
+int lq_lql_edit_open(lq_lql *q, lq_err *err);
+/* "Edits:" summary line for STATS. */
+void lq_lql_edit_summary(const lq_lql *q, lq_sb *out);
+
+#endif
