@@ -132,11 +132,21 @@ def main(patch_dir):
     ok("bad requests changed nothing", st == 200 and [x["name"] for x in j["patches"]] == ["edits", "good"], j)
 
 
+def isle(i):
+    """distinct names (every letter differs between neighbours), so that on a random model
+    no two prompts' residuals are near-duplicates that would compete for the override"""
+    x, out = (i + 1) * 2654435761 % 4294967296, ""
+    for _ in range(7):
+        x = (x * 1103515245 + 12345) % 2147483648
+        out += chr(97 + (x >> 16) % 26)
+    return out.capitalize()
+
+
 def flood(acked_file):
     with open(acked_file, "w") as f:
         for i in range(200):
             try:
-                st, j = call("POST", "/v1/insert", {"entity": "Isle%d" % i, "relation": "capital",
+                st, j = call("POST", "/v1/insert", {"entity": isle(i), "relation": "capital",
                                                     "target": "Port%d" % i, "mode": "knn"}, timeout=10)
             except OSError:
                 break
@@ -152,7 +162,7 @@ def check(acked_file):
     n = sum(x["operations"] for x in j.get("patches", []) if x["name"] == "edits") if st == 200 else -1
     ok("after kill -9 and restart the edits patch holds every acknowledged insert (%d)" % len(acked),
        n >= len(acked) + 2, (n, len(acked)))
-    missing = [i for i in acked if top("The capital of Isle%d is" % i, n=1)[0]["token"] != "Port%d" % i]
+    missing = [i for i in acked if top("The capital of %s is" % isle(i), n=1)[0]["token"] != "Port%d" % i]
     ok("every acknowledged insert answers after the restart", not missing, missing[:10])
     ok("inserts from before the flood survived too", top("The capital of Atlantis is")[0]["token"] == "Poseidonia")
 
