@@ -82,6 +82,26 @@ def main(patch_dir):
     st, j = call("GET", "/v1/patches", sid="alice")
     ok("a session's patch list has the global edits and its own", st == 200 and j.get("session") == "alice" and
        {"edits", "session:alice"} <= {x["name"] for x in j["patches"]}, j)
+    # two connections editing one session at once: every edit lands, none is lost
+    import threading
+    res = []
+
+    def ins(i):
+        st, j = call("POST", "/v1/insert", {"entity": isle(1000 + i), "relation": "capital", "target": "Q%d" % i,
+                                            "mode": "knn"}, sid="shared")
+        res.append(st)
+
+    ths = [threading.Thread(target=ins, args=(i,)) for i in range(16)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    st, j = call("GET", "/v1/patches", sid="shared")
+    own = [x for x in j.get("patches", []) if x["name"] == "session:shared"]
+    ok("16 concurrent inserts into one session: all 200 and all 16 recorded",
+       res == [200] * 16 and own and own[0]["operations"] == 16, (res, j))
+    ok("each of them answers in that session",
+       all(top("The capital of %s is" % isle(1000 + i), "shared", 1)[0]["token"] == "Q%d" % i for i in range(16)))
     # patches: inline apply, list, delete (on the strongest feature the prompt fires)
     w0 = walk("the capital of France is")
     ok("walk fires features", isinstance(w0, list) and len(w0) > 0, w0)
