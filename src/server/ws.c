@@ -57,6 +57,7 @@ typedef struct ws {
     lq_err gen_err;
     int cancel;               /* client asked to cancel or went away (atomic) */
     double gen_t0;
+    char *sid;                /* the upgrade request's X-Session-Id (NULL: the global state) */
 } ws;
 
 /* ---- handshake ---- */
@@ -382,7 +383,7 @@ static void do_describe(ws *w, json_t *j)
     lq_err err = {0};
     /* the global knowledge state, held until the frames are out (edges point into it) */
     kview kv;
-    if (srv_kview_get(s, NULL, &kv, &err)) {
+    if (srv_kview_get(s, w->sid, &kv, &err)) {
         put_error(w, "%s", err.msg);
         return;
     }
@@ -454,7 +455,7 @@ static void do_infer(ws *w, json_t *j)
     }
     char *text = NULL;
     lq_err err;
-    if (srv_infer(w->s, NULL, &ip, &text, &err)) {
+    if (srv_infer(w->s, w->sid, &ip, &text, &err)) {
         put_error(w, "%s", err.msg);
         return;
     }
@@ -662,7 +663,6 @@ static int read_more(ws *w)
 static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra,
                        size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
-    (void)c;
     (void)con_cls;
     lq_server *s = cls;
     ws *w = calloc(1, sizeof *w);
@@ -671,6 +671,10 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
         return;
     }
     w->s = s;
+    /* describe and infer on this socket see the knowledge state of the upgrade request's
+     * session, as the HTTP routes do (a malformed id is refused at the first use) */
+    const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id");
+    w->sid = sid ? strdup(sid) : NULL;
     w->sock = sock;
     w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&w->mu, NULL);
@@ -749,6 +753,7 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
     free(w->in);
     free(w->msg);
     free(w->out);
+    free(w->sid);
     free(w);
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }

@@ -79,6 +79,18 @@ def main(patch_dir):
     ok("both sessions see the global insert",
        top("The capital of Atlantis is", "alice")[0]["token"] == "Poseidonia" and
        top("The capital of Atlantis is", "bob")[0]["token"] == "Poseidonia")
+    import ws
+    ws.PORT = PORT
+    w = ws.WS(headers={"X-Session-Id": "alice"})
+    w.send_json({"type": "infer", "prompt": "The capital of Hyperborea is", "top": 2})
+    ms = w.until({"infer_done", "error"})
+    w.close()
+    w = ws.WS()
+    w.send_json({"type": "infer", "prompt": "The capital of Hyperborea is", "top": 2})
+    mg = w.until({"infer_done", "error"})
+    w.close()
+    ok("a WebSocket opened with X-Session-Id sees the session's edits; one without does not",
+       ms[0].get("token") == "Thule" and mg[0].get("token") != "Thule", (ms[:2], mg[:2]))
     st, j = call("GET", "/v1/patches", sid="alice")
     ok("a session's patch list has the global edits and its own", st == 200 and j.get("session") == "alice" and
        {"edits", "session:alice"} <= {x["name"] for x in j["patches"]}, j)
