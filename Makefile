@@ -27,6 +27,10 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
+# each libFuzzer target also builds with the normal compiler as a replay runner of its seeds
+# and regression inputs (tests/fuzz/replay.c), run by `make test`
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/fuzz/test_%)
 
 .PHONY: all lib test check bench clean asan demo FORCE
 all: $(BUILD)/larql
@@ -87,6 +91,10 @@ $(BUILD)/liblarql.a: $(MOD_OBJ)
 $(BUILD)/larql: $(CLI_OBJ) $(BUILD)/liblarql.a
 	$(CC) $(CFLAGS) $(SAN) -o $@ $(CLI_OBJ) $(BUILD)/liblarql.a $(LIBS)
 
+$(BUILD)/tests/fuzz/test_%: tests/fuzz/%.c tests/fuzz/replay.c $(wildcard tests/fuzz/*.inc) $(BUILD)/liblarql.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -DFUZZ_TARGET='"$*"' -o $@ tests/fuzz/replay.c $< $(BUILD)/liblarql.a $(LIBS)
+
 $(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblarql.a $(LIBS)
@@ -97,7 +105,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql.a
 
 # `make test`: every unit and conformance binary plus the CLI scripts; closes with
 # "N passed, N failed".
-test: $(BUILD)/larql $(TEST_BIN)
+test: $(BUILD)/larql $(TEST_BIN) $(REPLAY_BIN)
 	@BUILD=$(BUILD) CC="$(CC)" SAN="$(SAN)" sh tests/run.sh
 
 check: test
@@ -111,7 +119,6 @@ asan:
 # FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN := $(FUZZ_SRC:%.c=$(BUILD)/%)
 .PHONY: fuzz fuzz-run
 fuzz:
@@ -121,7 +128,7 @@ fuzz:
 fuzz-run: $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh
 
-$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(BUILD)/liblarql.a
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 

@@ -15,9 +15,12 @@ for bin in $targets; do
     name=$(basename "$bin")
     out="$BUILD/fuzz/$name"
     mkdir -p "$out/corpus"
-    # the first directory receives new inputs; the others are read-only seeds
+    # the first directory receives new inputs; the others are read-only seeds (the malformed
+    # GGUF corpus seeds the targets that read GGUF files)
+    extra=""
+    case $name in fuzz_gguf|fuzz_model) extra=tests/data/bad_gguf ;; esac
     "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$out/" "$out/corpus" "tests/fuzz/corpus/$name" tests/data/bad_gguf \
+        -artifact_prefix="$out/" "$out/corpus" "tests/fuzz/corpus/$name" $extra \
         >"$out/log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log")
@@ -30,7 +33,7 @@ for bin in $targets; do
         result="FAILED (exit $rc; $crashes saved input(s) in $out/)"
         failed=$((failed + 1))
     fi
-    printf '%-12s %10s runs in %s s (%s/s), %s new inputs, corpus %s files: %s\n' "$name" "${runs:-?}" \
+    printf '%-16s %10s runs in %s s (%s/s), %s new inputs, corpus %s files: %s\n' "$name" "${runs:-?}" \
         "$FUZZ_SECONDS" "${rate:-?}" "${found:-?}" "$(find "$out/corpus" -type f | wc -l)" "$result"
     if [ "$result" != clean ]; then
         grep -E 'ERROR|SUMMARY|runtime error|#0 |#1 |#2 |#3 ' "$out/log" | head -n 20 | sed 's/^/    /'

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets that take text or small binary inputs
+(tests/fuzz/corpus/<target>/), so the committed seeds can be regenerated and reviewed:
+    python3 tests/fuzz/make_seeds.py [LARQL]
+With LARQL (the built command) it also makes the fixture-based seeds: fuzz_tokenizer's
+tokenizer.json and GGUF sources and fuzz_vindex's packed browse and inference vindexes."""
+import base64
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), 'wb') as f:
+        f.write(data)
+
+
+# ---- chat: template NUL role NUL content ... ----
+def chat(flags, tmpl, *msgs):
+    return bytes([flags]) + tmpl.encode() + b'\0' + b'\0'.join(m.encode() for m in msgs)
+
+
+put('fuzz_chat', 'plain', chat(0, '', 'user', 'Hello there'))
+put('fuzz_chat', 'llama3', chat(2 | 8, '{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>',
+                                 'system', 'Be brief.', 'user', 'What is 2+2?', 'assistant', '4', 'user', 'And 3+3?'))
+put('fuzz_chat', 'bitnet', chat(4, "{{ 'Assistant: ' }}<|eot_id|>", 'user', 'Bonjour \u00e9t\u00e9', 'tool', 'x'))
+
+# ---- lql: one statement of each form ----
+LQL = [
+    'USE "a/b.vindex";',
+    "DESCRIBE 'France' VERBOSE KNOWLEDGE RELATIONS ONLY AT LAYER 3 SYNTAX;",
+    'WALK "The capital" LAYERS 2-5 TOP 7 MODE PURE COMPARE',
+    'INFER "p" COMPARE TOP 3;',
+    'EXPLAIN INFER "p" KNOWLEDGE WITH ATTENTION RELATIONS ONLY',
+    'SELECT entity, target FROM EDGES WHERE entity LIKE "%par%" AND layer = 3 AND score >= 0.5 LIMIT 5',
+    'SELECT * FROM EDGES NEAREST TO "France" AT LAYER 26 LIMIT 5',
+    "SELECT * FROM FEATURES WHERE layer IN (1, 2, 3) AND token != 'x'",
+    'SHOW RELATIONS WITH EXAMPLES VERBOSE; SHOW LAYERS RANGE 0-3; SHOW FEATURES 3 WHERE token = "x" LIMIT 4;',
+    'BEGIN PATCH "p.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia") '
+    'AT LAYER 2 CONFIDENCE 0.9; SAVE PATCH; APPLY PATCH \'p.vlp\'; REMOVE PATCH "p.vlp"',
+    'DELETE FROM EDGES WHERE entity = "Atlantis" AND layer = 2; '
+    'UPDATE EDGES SET target = "x", confidence = 0.5 WHERE layer = 1 AND feature = 7',
+    'STATS |> SHOW LAYERS; -- comment\nCOMPILE CURRENT INTO VINDEX "out" ON CONFLICT LAST_WINS',
+]
+for i, s in enumerate(LQL):
+    put('fuzz_lql', 'stmt%02d.lql' % i, s)
+
+# ---- patch: every op kind, at the fixture width (hidden 128) ----
+def vec(seed, n=128):
+    return base64.b64encode(struct.pack('<%df' % n, *[((seed * 31 + i * 7) % 17 - 8) / 8.0 for i in range(n)])).decode()
+
+
+patch = {
+    'version': 1, 'base_model': 'larql-fixture', 'base_checksum': None, 'created_at': '2026-01-01T00:00:00Z',
+    'description': 'seed', 'author': 'fuzz', 'tags': ['a', 'b'],
+    'operations': [
+        {'op': 'insert', 'layer': 1, 'feature': 3, 'entity': 'France', 'target': 'Paris', 'relation': 'capital',
+         'confidence': 0.9, 'gate_vector_b64': vec(1), 'up_vector_b64': vec(2), 'down_vector_b64': vec(3),
+         'down_meta': {'t': 'Paris', 'i': 42, 'c': 0.5}},
+        {'op': 'update', 'layer': 0, 'feature': 5, 'gate_vector_b64': vec(4)},
+        {'op': 'delete', 'layer': 1, 'feature': 17, 'reason': 'test'},
+        {'op': 'insert_knn', 'layer': 1, 'entity': 'the', 'relation': 'is', 'target': 'model', 'target_id': 7,
+         'confidence': 1.0, 'key_vector_b64': vec(5)},
+        {'op': 'delete_knn', 'entity': 'the'},
+    ],
+}
+put('fuzz_patch', 'all_ops.vlp', json.dumps(patch, indent=1))
+put('fuzz_patch', 'delete.vlp', '{"description":"p1","operations":[{"op":"delete","layer":1,"feature":17}]}')
+
+# ---- http: route index, header flags, request ----
+ROUTES = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/infer', '/v1/select', '/v1/embed',
+          '/v1/logits', '/v1/explain-infer', '/v1/insert', '/v1/patches/apply', '/v1/describe', '/v1/walk',
+          '/v1/relations', '/v1/token/encode', '/v1/token/decode', '/v1/patches', '/v1/models', '/v1/stats',
+          '/v1/embed/', 'DELETE /v1/patches/']
+HTTP = {
+    '/v1/chat/completions': {'model': 'larql-fixture', 'messages': [{'role': 'system', 'content': 'Be brief.'},
+                                                        {'role': 'user', 'content': 'Hi'}],
+                             'max_tokens': 4, 'stream': True, 'temperature': 0.7, 'top_p': 0.9, 'seed': 3,
+                             'stop': ['\n'], 'logprobs': True, 'top_logprobs': 2,
+                             'stream_options': {'include_usage': True}},
+    '/v1/completions': {'prompt': 'The capital of France is', 'max_tokens': 3, 'logprobs': 2, 'echo': True,
+                        'temperature': 0, 'n': 1, 'presence_penalty': 0.5},
+    '/v1/embeddings': {'input': ['hello', 'world'], 'model': 'larql-fixture'},
+    '/v1/infer': {'prompt': 'The capital of France is', 'top': 3, 'mode': 'compare'},
+    '/v1/select': {'entity': 'the', 'limit': 3, 'min_confidence': 0.1, 'layer': 1},
+    '/v1/embed': {'token_ids': [1, 2, 3]},
+    '/v1/logits': {'residual': [0.01 * (i % 7 - 3) for i in range(128)], 'top_k': 3},
+    '/v1/explain-infer': {'prompt': 'the model', 'top': 2, 'band': 'all'},
+    '/v1/insert': {'entity': 'Atlantis', 'relation': 'capital', 'target': 'the', 'layer': 1, 'confidence': 0.9},
+    '/v1/patches/apply': {'patch': patch},
+    '/v1/describe': 'entity=the&band=all&limit=5&min_score=0.1&verbose=true',
+    '/v1/walk': 'prompt=the+model&top=3&layers=0-1',
+    '/v1/relations': 'top=3',
+    '/v1/token/encode': 'text=hello+world',
+    '/v1/token/decode': 'ids=1,2,3',
+    '/v1/patches': '',
+    '/v1/models': '',
+    '/v1/stats': '',
+    '/v1/embed/': '42',
+    'DELETE /v1/patches/': 'seed',
+}
+for i, r in enumerate(ROUTES):
+    body = HTTP[r]
+    if not isinstance(body, str):
+        body = json.dumps(body)
+    name = r.strip('/').replace('/', '_').replace(' ', '_').replace('-', '_') or 'root'
+    put('fuzz_http', '%02d_%s' % (i, name), bytes([i, 1 | (2 if r == '/v1/insert' else 0)]) + body.encode())
+put('fuzz_http', 'noauth_chat', bytes([0, 0]) + json.dumps(HTTP['/v1/chat/completions']).encode())
+
+
+# ---- ws: masked client frames carrying each message type ----
+def frame(payload, op=1, fin=True, mask=b'\x11\x22\x33\x44'):
+    if isinstance(payload, str):
+        payload = payload.encode()
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | op])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + struct.pack('>H', n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack('>Q', n)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+WS = {
+    'describe': frame(json.dumps({'type': 'describe', 'entity': 'the', 'band': 'all', 'limit': 5})),
+    'infer': frame(json.dumps({'type': 'infer', 'prompt': 'the model', 'top': 3, 'mode': 'compare'})),
+    'generate': frame(json.dumps({'type': 'generate', 'prompt': 'Once upon', 'max_tokens': 4, 'temperature': 0})),
+    'generate_cancel': frame(json.dumps({'type': 'generate', 'prompt': 'Once', 'max_tokens': 30}))
+    + frame(json.dumps({'type': 'cancel'})),
+    'fragmented_ping_close': frame('{"type":"desc', fin=False) + frame(b'hi', op=9) + frame('ribe","entity":"x"}', op=0)
+    + frame(struct.pack('>H', 1000) + b'bye', op=8),
+    'binary_bad_json': frame(b'\x00\x01\x02', op=2) + frame('{not json') + frame('[1,2]'),
+}
+for k, v in WS.items():
+    put('fuzz_ws', k, bytes([1]) + v)
+put('fuzz_ws', 'split_describe', bytes([0]) + WS['describe'])
+
+
+# ---- fixture-based: tokenizer sources, packed vindexes ----
+def tok_seed(mode, src, text):
+    return bytes([mode]) + struct.pack('<I', len(src)) + src + text.encode()
+
+
+if len(sys.argv) > 1:
+    larql = sys.argv[1]
+    tmp = tempfile.mkdtemp()
+    try:
+        m = os.path.join(tmp, 'm.gguf')
+        run = lambda *a: subprocess.run([larql, *a], check=True, stdout=subprocess.DEVNULL)
+        run('make-model', '--out', m, '--preset', 'tiny', '--dim', '128', '--ffn', '128', '--layers', '1',
+            '--heads', '2', '--kv-heads', '1', '--vocab', '270', '--ctx', '32', '--emb-type', 'f16')
+        run('convert', 'gguf-to-vindex', m, '--output', os.path.join(tmp, 'v'), '--f16')
+        run('convert', 'gguf-to-vindex', m, '--output', os.path.join(tmp, 'vi'), '--level', 'inference', '--f16',
+            '--keep-quant')
+        run('infer', os.path.join(tmp, 'vi'), 'the model', '--knn-insert', 'the:is:model', '--knn-save',
+            os.path.join(tmp, 'vi', 'knn_store.bin'))
+        tj = open(os.path.join(tmp, 'v', 'tokenizer.json'), 'rb').read()
+        put('fuzz_tokenizer', 'json_plain', tok_seed(0, tj, 'The capital of France is Paris.'))
+        put('fuzz_tokenizer', 'json_special', tok_seed(6, tj, 'Hi<|eot_id|> \u00e9t\u00e9 \U0001F600 \xff'))
+        put('fuzz_tokenizer', 'gguf', tok_seed(7, open(m, 'rb').read(), 'Once upon a time <|eot_id|>'))
+        pack = os.path.join(HERE, 'pack_dir.py')
+        os.makedirs(os.path.join(HERE, 'corpus', 'fuzz_vindex'), exist_ok=True)
+        for name, d in (('browse.vx', 'v'), ('inference.vx', 'vi')):
+            subprocess.run([sys.executable, pack, os.path.join(tmp, d),
+                            os.path.join(HERE, 'corpus', 'fuzz_vindex', name)], check=True)
+    finally:
+        shutil.rmtree(tmp)
