@@ -132,6 +132,14 @@ $(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) $(BUILD)/libl
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 
+# `make soak [SOAK_SECONDS=600] [SOAK_CLIENTS=4]`: the server under mixed loopback traffic
+# (tests/cli/soak.sh, tests/http/soak.py); make test runs the same script for 20 s.
+SOAK_SECONDS ?= 600
+SOAK_CLIENTS ?= 4
+.PHONY: soak
+soak: $(BUILD)/larql
+	@LARQL=$(BUILD)/larql SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) sh tests/cli/soak.sh
+
 bench: $(BUILD)/larql $(BENCH_BIN)
 	@BUILD=$(BUILD) sh bench/run.sh
 
