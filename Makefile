@@ -132,6 +132,11 @@ $(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) $(BUILD)/libl
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 
+# `make lint`: cppcheck over src/, no findings of the error or warning class (tests/lint/cppcheck.sh)
+.PHONY: lint
+lint:
+	@sh tests/lint/cppcheck.sh
+
 # `make soak [SOAK_SECONDS=600] [SOAK_CLIENTS=4]`: the server under mixed loopback traffic
 # (tests/cli/soak.sh, tests/http/soak.py); make test runs the same script for 20 s.
 SOAK_SECONDS ?= 600

@@ -72,6 +72,8 @@ void *lq_huge_alloc(size_t bytes, size_t *mapped)
     if (bytes == 0 || bytes > SIZE_MAX - huge)
         return NULL;
     size_t total = (bytes + huge - 1) / huge * huge;
+    /* fd -1 is what MAP_ANONYMOUS takes (cppcheck does not know) */
+    /* cppcheck-suppress invalidFunctionArg */
     void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;

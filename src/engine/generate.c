@@ -47,6 +47,8 @@ static float token_logprob(const float *logits, int32_t n, int32_t id, float tem
     for (int32_t i = 0; i < n; i++)
         if (!isnan(logits[i]))
             sum += exp(((double)logits[i] - mx) * inv_t);
+    /* sum >= 1: the finite maximum adds exp(0) (cppcheck assumes an empty loop) */
+    /* cppcheck-suppress invalidFunctionArg */
     double lp = ((double)logits[id] - mx) * inv_t - log(sum);
     return isnan(lp) ? -INFINITY : (float)lp;
 }

@@ -419,6 +419,8 @@ static int build_lm_q8(lq_model *m, lq_err *err)
      * first touch of 330 MB in 4 KiB pages costs ~80K page faults (seconds in a VM), and
      * the decode stream over it misses the TLB once per 4 KiB without them. */
     size_t qbytes = (n + 63) / 64 * 64, total = qbytes + (size_t)w->rows * sizeof(float);
+    /* fd -1 is what MAP_ANONYMOUS takes (cppcheck does not know) */
+    /* cppcheck-suppress invalidFunctionArg */
     void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED)
         return lq_err_set(err, LQ_ENOMEM, "lm_head q8: cannot map %zu bytes for [%lld, %lld]",
