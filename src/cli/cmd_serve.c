@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "larql/mapfault.h"
 #include "larql/model.h"
 #include "larql/server.h"
 
@@ -21,6 +22,17 @@ static const char *SERVE_USAGE =
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
+
+/* A SIGBUS in a mapped model or vindex file that shrank on disk is survived (the library
+ * patches the page, the server then answers 503); any other SIGBUS keeps its default. */
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    if (lq_mapfault_recover(si->si_addr))
+        return;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 static void on_signal(int sig)
 {
@@ -127,6 +139,12 @@ int lq_cli_serve(int argc, char **argv)
     sigaddset(&block, SIGINT);
     sigprocmask(SIG_BLOCK, &block, &old);
     signal(SIGPIPE, SIG_IGN); /* a client that hangs up is an error return, not a death */
+    struct sigaction sb;
+    memset(&sb, 0, sizeof sb);
+    sb.sa_sigaction = on_sigbus;
+    sb.sa_flags = SA_SIGINFO;
+    sigemptyset(&sb.sa_mask);
+    sigaction(SIGBUS, &sb, NULL);
 
     lq_err err = {0};
     if (lq_server_start(&o, &g_server, &err)) {

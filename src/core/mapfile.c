@@ -1,6 +1,8 @@
 #include "core/mapfile.h"
+#include "larql/mapfault.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <fcntl.h>
@@ -35,6 +37,70 @@ static int open_regular(const char *path, int *fd, size_t *size, lq_err *err)
     return LQ_OK;
 }
 
+/* ---- the live file mappings, for lq_mapfault_recover ----
+ * A fixed table written under a mutex and read by the SIGBUS path with atomic loads only
+ * (no lock, no allocation: a signal handler may run on any thread, inside malloc). A slot
+ * is published end first, start last, and retired start first, so the handler never sees a
+ * start without its end. Mappings beyond the table are simply not covered (a SIGBUS there
+ * keeps its default action). */
+#define WATCH_MAX 1024
+static uintptr_t watch_lo[WATCH_MAX], watch_hi[WATCH_MAX];
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t watch_faults;
+static long watch_page;
+
+static void watch_add(const void *p, size_t n)
+{
+    pthread_mutex_lock(&watch_mu);
+    if (!watch_page)
+        watch_page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < WATCH_MAX; i++) {
+        if (!__atomic_load_n(&watch_lo[i], __ATOMIC_RELAXED)) {
+            __atomic_store_n(&watch_hi[i], (uintptr_t)p + n, __ATOMIC_RELEASE);
+            __atomic_store_n(&watch_lo[i], (uintptr_t)p, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&watch_mu);
+}
+
+static void watch_remove(const void *p)
+{
+    pthread_mutex_lock(&watch_mu);
+    for (int i = 0; i < WATCH_MAX; i++)
+        if (__atomic_load_n(&watch_lo[i], __ATOMIC_RELAXED) == (uintptr_t)p) {
+            __atomic_store_n(&watch_lo[i], 0, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&watch_mu);
+}
+
+int lq_mapfault_recover(void *addr)
+{
+    uintptr_t a = (uintptr_t)addr;
+    long page = __atomic_load_n(&watch_page, __ATOMIC_ACQUIRE);
+    if (page <= 0)
+        return 0;
+    for (int i = 0; i < WATCH_MAX; i++) {
+        uintptr_t lo = __atomic_load_n(&watch_lo[i], __ATOMIC_ACQUIRE);
+        if (!lo || a < lo || a >= __atomic_load_n(&watch_hi[i], __ATOMIC_ACQUIRE))
+            continue;
+        /* a private zero page in place of the vanished one: the faulting read is retried on
+         * return from the handler and now succeeds */
+        void *pg = (void *)(a & ~(uintptr_t)(page - 1));
+        if (mmap(pg, (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            return 0;
+        __atomic_add_fetch(&watch_faults, 1, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return 0;
+}
+
+uint64_t lq_mapfault_count(void)
+{
+    return __atomic_load_n(&watch_faults, __ATOMIC_RELAXED);
+}
+
 int lq_mapfile_open(lq_mapfile *m, const char *path, lq_err *err)
 {
     m->data = NULL;
@@ -52,13 +118,17 @@ int lq_mapfile_open(lq_mapfile *m, const char *path, lq_err *err)
         return lq_err_set(err, LQ_EIO, "%s: mmap failed: %s", path, strerror(e));
     m->data = p;
     m->size = size;
+    watch_add(p, size);
     return LQ_OK;
 }
 
 void lq_mapfile_close(lq_mapfile *m)
 {
-    if (m && m->data)
+    if (m && m->data) {
+        if (!m->mapped)
+            watch_remove(m->data);
         munmap((void *)m->data, m->mapped ? m->mapped : m->size);
+    }
     if (m) {
         m->data = NULL;
         m->size = 0;

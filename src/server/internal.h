@@ -85,6 +85,8 @@ struct lq_server {
     int n_free, n_sessions;
     int n_ctx;                /* context of every session (the scheduler's and the pool's) */
     size_t kv_bytes_per_session; /* lq_model_kv_bytes(model, n_ctx): f32 or f16 as loaded */
+    uint64_t mem_limit;       /* --memory-limit or the cgroup's memory.max; 0 = none */
+    int pool_cap;             /* single-pass sessions the memory limit allows (<= max_concurrent) */
 
     /* what the model knows (knowledge.c): the global overlay over vx (NULL for a GGUF),
      * its journal (--state-dir), the X-Session-Id sessions */

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "larql/mapfault.h"
 #include "server/internal.h"
 
 /* Every route LARQL and OpenAI clients use; anything else is 404. */
@@ -78,6 +79,40 @@ static const route *find_route(const char *url, const char **arg, size_t *arg_le
 
 /* ---- model, sessions ---- */
 
+/* The memory bound (--memory-limit, else the cgroup's memory.max): the weights and 1/8 of
+ * them for scratch and the rest stay resident, and what is left pays for KV caches. Every
+ * session has the server's context, so its KV size is fixed: the generation slots (the
+ * scheduler's) and the single-pass sessions (the pool's, /v1/infer) are capped to what fits,
+ * so that a request beyond them waits for a slot or gets 503 instead of allocating past the
+ * bound, and a context whose KV cache cannot fit even one of each is refused here, naming
+ * the sizes, before anything is allocated. */
+#define MIB(b) ((double)(b) / 1048576.0)
+static int fit_memory(lq_server *s, lq_model *m, lq_scheduler_opts *so, lq_err *err)
+{
+    if (!s->mem_limit)
+        return 0;
+    const lq_model_info *mi = lq_model_get_info(m);
+    int n_ctx = so->n_ctx > 0 ? so->n_ctx : mi->n_ctx_train;
+    uint64_t kv = lq_model_kv_bytes(m, n_ctx);
+    uint64_t resident = mi->weight_bytes + mi->weight_bytes / 8 + mi->repack_bytes;
+    uint64_t left = s->mem_limit > resident ? s->mem_limit - resident : 0;
+    uint64_t fit = kv ? left / kv : UINT64_MAX;
+    if (fit < 2)
+        return lq_err_set(err, LQ_ENOMEM,
+                          "memory limit %.1f MiB: the weights keep about %.1f MiB resident and a session's KV "
+                          "cache at context %d needs %.2f MiB; the %.2f MiB left is not enough for one generation "
+                          "and one single-pass session (lower --ctx or raise --memory-limit)",
+                          MIB(s->mem_limit), MIB(resident), n_ctx, MIB(kv), MIB(left));
+    if (fit < 2 * (uint64_t)s->o.max_concurrent) {
+        so->max_active = (int)(fit / 2);
+        s->pool_cap = (int)(fit - fit / 2);
+        srv_log(s, "memory limit %.1f MiB: KV caches (%.2f MiB each at context %d) for %d concurrent generations "
+                "and %d single-pass sessions, not %d each",
+                MIB(s->mem_limit), MIB(kv), n_ctx, so->max_active, s->pool_cap, s->o.max_concurrent);
+    }
+    return 0;
+}
+
 static int load_model(lq_server *s, lq_err *err)
 {
     lq_model_opts mo = s->o.model;
@@ -98,6 +133,11 @@ static int load_model(lq_server *s, lq_err *err)
     so.max_active = s->o.max_concurrent;
     so.max_queued = s->o.max_concurrent;
     so.n_ctx = s->o.n_ctx;
+    s->pool_cap = s->o.max_concurrent;
+    if ((rc = fit_memory(s, m, &so, err)) != 0) {
+        lq_model_close(m);
+        return rc;
+    }
     rc = lq_scheduler_create(m, &so, &s->sched, err);
     if (rc) {
         lq_model_close(m);
@@ -158,9 +198,10 @@ int srv_session_get(lq_server *s, lq_session **out, lq_err *err)
         __atomic_add_fetch(&s->m.active_sessions, 1, __ATOMIC_RELAXED);
         return 0;
     }
-    if (s->n_sessions >= s->o.max_concurrent) {
+    if (s->n_sessions >= s->pool_cap) {
         pthread_mutex_unlock(&s->pool_mu);
-        return lq_err_set(err, LQ_EBUSY, "all %d sessions are busy", s->o.max_concurrent);
+        return lq_err_set(err, LQ_EBUSY, "all %d sessions are busy%s", s->pool_cap,
+                          s->pool_cap < s->o.max_concurrent ? " (as many as the memory limit allows)" : "");
     }
     s->n_sessions++; /* reserve, create outside the lock (KV allocation may be large) */
     pthread_mutex_unlock(&s->pool_mu);
@@ -267,6 +308,14 @@ static int key_ok(const char *key, const char *auth)
 
 static void dispatch(lq_server *s, req *q, reply *r)
 {
+    /* a mapped model or vindex file shrank on disk (lq_mapfault_recover turned the missing
+     * pages into zeros): answers from it would be wrong, so only the counters still answer */
+    if (q->rt->id != R_STATS && q->rt->id != R_METRICS && lq_mapfault_count()) {
+        reply_route_err(r, q->rt, 503,
+                        "a mapped model or vindex file was truncated or rewritten on disk while this server had it "
+                        "mapped; restart the server to load it again");
+        return;
+    }
     switch (q->rt->id) {
     case R_HEALTH: route_health(s, q, r); break;
     case R_MODELS: route_models(s, q, r); break;
@@ -448,9 +497,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         q->holds_slot = 1;
     }
+    uint64_t faults = lq_mapfault_count();
     dispatch(s, q, &r);
     if (!r.stream && !r.body)
         reply_larql_err(&r, 500, "internal error: the route produced no reply");
+    if (!r.stream && lq_mapfault_count() != faults && r.status < 400) {
+        /* this answer was computed while a mapped file vanished under it: read zeros */
+        free(r.body);
+        r.body = NULL;
+        reply_route_err(&r, q->rt, 503, "a mapped model or vindex file was truncated on disk while this request "
+                                        "read it; restart the server to load it again");
+    }
     return send_reply(q, &r, 0);
 }
 
@@ -605,6 +662,7 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
     if (!s)
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory");
     s->o = *o;
+    s->mem_limit = limit;
     s->host = dupz(o->host && *o->host ? o->host : "127.0.0.1");
     s->api_key = o->api_key && *o->api_key ? dupz(o->api_key) : NULL;
     s->model_path = dupz(o->model_path);

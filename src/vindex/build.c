@@ -4,6 +4,7 @@
  * per-thread embedding tile), writes into a temporary sibling directory, fsyncs every file
  * and renames the directory into place at the end, so an interrupted build never leaves a
  * directory that loads. */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <libgen.h>
@@ -836,6 +837,19 @@ static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *
 
 static void rm_tree(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
+static int dir_is_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -1006,7 +1020,8 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
     if (stat(out_dir, &st) == 0) {
         int empty = 0;
         if (S_ISDIR(st.st_mode))
-            empty = rmdir(out_dir) == 0; /* only succeeds when empty; recreated by the rename */
+            empty = dir_is_empty(out_dir); /* rename() replaces an empty directory atomically, and a
+                                              failed build leaves it as it was */
         if (!empty)
             return lq_err_set(err, LQ_EINVAL, "output %s already exists and is not an empty directory", out_dir);
     }

@@ -1,0 +1,86 @@
+#!/bin/sh
+# Faults a long-running larql meets, each with its outcome checked:
+#  - a write failure while converting a vindex (RLIMIT_FSIZE, the way tests/unit/test_overlay.c
+#    injects it into the journal): the error names the file, nothing is left behind and an
+#    existing empty output directory stays as it was;
+#  - a memory bound (--memory-limit) too small for the KV cache of the configured context:
+#    refused with the sizes before anything is allocated (at start, or at the first request
+#    with --lazy-weights);
+#  - the model file truncated while the server maps it (--weights mmap): no SIGBUS death;
+#    the request that read the vanished pages and every later one get 503 naming the cause,
+#    /v1/stats still answers, SIGTERM still exits 0; with --weights copy nothing changes;
+#  - SIGKILL with an edit journal (--state-dir), then a restart on the same directory: the
+#    server comes back, serves, and the acknowledged insert is still there.
+. "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"
+M="$T_TMP/m.gguf"
+"$LARQL" make-model --out "$M" --preset tiny --seed 3 >/dev/null 2>&1 || { fail "make-model"; done_tests; exit 1; }
+
+# ---- write failure during convert ----
+mkdir "$T_TMP/vx"
+(trap '' XFSZ; ulimit -f 64; "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/vx" --level inference --keep-quant) \
+    >"$T_TMP/cv.out" 2>"$T_TMP/cv.err"; rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q 'gate_vectors.bin: write failed: File too large' "$T_TMP/cv.err"; then
+    pass "convert with a write failure: fails naming the file"
+else fail "convert with a write failure: fails naming the file" "rc $rc: $(cat "$T_TMP/cv.err")"; fi
+if [ -d "$T_TMP/vx" ] && [ -z "$(ls -A "$T_TMP/vx")" ]; then pass "convert failure: the empty output directory is intact"
+else fail "convert failure: the empty output directory is intact" "$(ls -la "$T_TMP/vx" 2>&1)"; fi
+if ls -a "$T_TMP" | grep -q partial; then fail "convert failure: no temporary directory left"; else pass "convert failure: no temporary directory left"; fi
+check "convert after the failure succeeds into the same directory" \
+    "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/vx" --level inference --keep-quant
+V="$T_TMP/vx"
+
+# ---- memory bound ----
+check_fails "memory limit below the KV cache of --ctx: start refused with the sizes" \
+    "KV cache at context 256 needs" "$LARQL" serve "$M" --port 0 --ctx 256 --memory-limit 400000
+if start_server lazy "$M" --lazy-weights --ctx 256 --memory-limit 400000; then
+    st=$(curl -s -o "$T_TMP/lazy.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"hi","max_tokens":2}')
+    if [ "$st" = 503 ] && grep -q 'lower --ctx or raise --memory-limit' "$T_TMP/lazy.json"; then
+        pass "lazy load over the memory bound: the request gets 503 with the reason"
+    else fail "lazy load over the memory bound: the request gets 503 with the reason" "$st $(cat "$T_TMP/lazy.json")"; fi
+    kill -TERM "$PID"; wait "$PID"
+fi
+
+# ---- the mapped model file truncated under the server ----
+complete() { curl -s -o "$T_TMP/c.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
+    -d '{"prompt":"The capital of France is","max_tokens":4,"temperature":0}'; }
+for mode in mmap copy; do
+    cp "$M" "$T_TMP/w.gguf"
+    if start_server "w$mode" "$T_TMP/w.gguf" --weights "$mode" --threads 1; then
+        st1=$(complete)
+        python3 -c "import os, sys; os.truncate(sys.argv[1], 4096)" "$T_TMP/w.gguf"
+        st2=$(complete); st3=$(complete)
+        if [ "$mode" = mmap ]; then
+            if [ "$st1" = 200 ] && [ "$st2" = 503 ] && [ "$st3" = 503 ] && grep -q 'truncated' "$T_TMP/c.json" && kill -0 "$PID"; then
+                pass "--weights mmap, file truncated: alive, 503 naming the cause"
+            else fail "--weights mmap, file truncated: alive, 503 naming the cause" "$st1 $st2 $st3 $(cat "$T_TMP/c.json")"; fi
+            st=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/stats")
+            if [ "$st" = 200 ]; then pass "--weights mmap, file truncated: /v1/stats answers"; else fail "--weights mmap, file truncated: /v1/stats answers" "$st"; fi
+        else
+            if [ "$st1" = 200 ] && [ "$st2" = 200 ] && [ "$st3" = 200 ]; then pass "--weights copy, file truncated: still serves"
+            else fail "--weights copy, file truncated: still serves" "$st1 $st2 $st3 $(cat "$T_TMP/c.json")"; fi
+        fi
+        kill -TERM "$PID"; wait "$PID"; rc=$?
+        if [ $rc -eq 0 ]; then pass "--weights $mode, file truncated: SIGTERM exits 0"; else fail "--weights $mode, file truncated: SIGTERM exits 0" "exit $rc"; fi
+    fi
+done
+
+# ---- SIGKILL and restart with an edit journal ----
+mkdir "$T_TMP/state"
+if start_server k1 "$V" --state-dir "$T_TMP/state" --threads 1; then
+    st=$(curl -s -o "$T_TMP/ins.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/insert" \
+        -d '{"entity":"Atlantis","relation":"capital","target":"the","layer":1}')
+    if [ "$st" = 200 ]; then pass "insert acknowledged before the kill"; else fail "insert acknowledged before the kill" "$st $(cat "$T_TMP/ins.json")"; fi
+    kill -KILL "$PID"; wait "$PID" 2>/dev/null
+    if start_server k2 "$V" --state-dir "$T_TMP/state" --threads 1; then
+        pass "restart after SIGKILL on the same state directory"
+        st=$(complete)
+        if [ "$st" = 200 ]; then pass "after the restart: completions served"; else fail "after the restart: completions served" "$st"; fi
+        curl -s "http://127.0.0.1:$PORT/v1/patches" >"$T_TMP/p.json"
+        if python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert sum(p['operations'] for p in j['patches']) >= 1, j" "$T_TMP/p.json" 2>"$T_TMP/err"; then
+            pass "after the restart: the acknowledged insert is there"
+        else fail "after the restart: the acknowledged insert is there" "$(cat "$T_TMP/err")"; fi
+        kill -TERM "$PID"; wait "$PID"
+    else fail "restart after SIGKILL on the same state directory"; fi
+fi
+done_tests
