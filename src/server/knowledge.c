@@ -397,6 +397,13 @@ static int patch_path(lq_server *s, const char *name, char *out, size_t cap, rep
         return -1;
     }
     snprintf(out, cap, "%s/%s", s->o.patch_dir, name);
+    /* a symbolic link in --patch-dir could lead anywhere: only regular files are read */
+    struct stat st;
+    if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
+        reply_larql_err(r, 400, "'url' must name a regular file inside --patch-dir (not a link or directory): '%s'",
+                        name);
+        return -1;
+    }
     return 0;
 }
 

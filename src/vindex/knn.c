@@ -20,7 +20,7 @@ lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
 typedef struct sk_job {
     lq_vindex *v;
     int layer;
-    volatile int inexact;
+    int inexact; /* set by any chunk (atomic store), read after lq_pool_for returns */
 } sk_job;
 
 static void sk_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
@@ -39,7 +39,7 @@ static void sk_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
                             &inexact);
     }
     if (inexact)
-        j->inexact = 1; /* benign race: threads only ever store 1 */
+        __atomic_store_n(&j->inexact, 1, __ATOMIC_RELAXED); /* several chunks may store at once */
 }
 
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err)
@@ -82,7 +82,7 @@ int lq_vx_build_sketches(lq_vindex *v, lq_err *err)
             return lq_err_set(err, LQ_ENOMEM, "out of memory for the layer %d prefilter sketch", l);
         sk_job j = {v, l, 0};
         lq_pool_for(v->pool, nf, 64, sk_chunk, &j);
-        v->sk_inexact[l] = j.inexact;
+        v->sk_inexact[l] = __atomic_load_n(&j.inexact, __ATOMIC_RELAXED);
     }
     v->prefilter = 1;
     return LQ_OK;
@@ -321,7 +321,7 @@ typedef struct rescore_job {
     float **scores;           /* [n_layers] -> [n_q, nf] approximate */
     lq_vindex_hit *out;       /* [n_q][n_layers][k] */
     size_t *counts;           /* [n_q][n_layers] */
-    volatile int failed;
+    int failed;               /* set by any chunk (atomic store), read after lq_pool_for */
 } rescore_job;
 
 static void prefetch_row(const uint8_t *p, size_t bytes)
@@ -340,7 +340,7 @@ static void rescore_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
     lq_vindex_hit *cand = malloc(kc * sizeof *cand);
     float *cs = malloc(kc * sizeof *cs);
     if (!cand || !cs) {
-        j->failed = 1;
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         free(cand);
         free(cs);
         return;
@@ -434,7 +434,7 @@ int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_la
             lq_pool_for(pool, (int64_t)n_layers, 1, rescore_chunk, &j);
         else
             rescore_chunk(&j, 0, (int64_t)n_layers, 0);
-        if (j.failed)
+        if (__atomic_load_n(&j.failed, __ATOMIC_RELAXED))
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory for the prefilter candidates");
     }
     for (size_t i = 0; scores && i < n_layers; i++)

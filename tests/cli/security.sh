@@ -1,0 +1,20 @@
+#!/bin/sh
+# Security basics: the default bind is 127.0.0.1; request paths stay inside --patch-dir and
+# per-request limits answer 400/413 with the field named (tests/http/limits.py).
+. "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"
+M="$T_TMP/m.gguf"; V="$T_TMP/v"; P="$T_TMP/patches"
+"$LARQL" make-model --out "$M" --preset tiny --seed 4 >/dev/null 2>&1 &&
+    "$LARQL" convert gguf-to-vindex "$M" --output "$V" --level inference --keep-quant >/dev/null 2>&1 ||
+    { fail "fixture"; done_tests; exit 1; }
+mkdir -p "$P/dir.vlp"
+printf '{"description":"good","operations":[{"op":"delete","layer":1,"feature":3}]}' >"$P/good.vlp"
+printf '{"description":"outside","operations":[{"op":"delete","layer":1,"feature":4}]}' >"$T_TMP/outside.vlp"
+cp "$P/good.vlp" "$P/.hidden.vlp"
+ln -s "$T_TMP/outside.vlp" "$P/link.vlp"
+if start_server sec "$V" --patch-dir "$P" --ctx 256 --max-body 262144 --threads 1; then
+    if grep -q 'listening on http://127.0.0.1:' "$T_TMP/sec.out"; then pass "default bind 127.0.0.1"; else fail "default bind 127.0.0.1" "$(cat "$T_TMP/sec.out")"; fi
+    run_py limits.log "$HTTP_DIR/limits.py" "$PORT" "$P" "$T_TMP/outside.vlp"
+    kill -TERM "$PID"; wait "$PID"
+fi
+done_tests
