@@ -114,6 +114,17 @@ check: test
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# ThreadSanitizer build (build-tsan/) of the threaded tests and the server, run by tests/tsan.sh
+# (the server part is the soak, TSAN_SOAK_SECONDS long).
+TSAN_TESTS = tests/unit/test_threadpool tests/unit/test_scheduler tests/unit/test_forward \
+             tests/unit/test_tokenizer tests/unit/test_vindex_build
+TSAN_SOAK_SECONDS ?= 20
+.PHONY: tsan
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" build-tsan/larql \
+	    $(TSAN_TESTS:%=build-tsan/%)
+	@BUILD=build-tsan TSAN_TESTS="$(TSAN_TESTS)" TSAN_SOAK_SECONDS=$(TSAN_SOAK_SECONDS) sh tests/tsan.sh
+
 # `make fuzz [FUZZ_SECONDS=60]`: the libFuzzer targets tests/fuzz/fuzz_*.c, built with clang
 # in build-fuzz/ (the library too, instrumented for coverage, ASan and UBSan), each run for
 # FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/ (tests/fuzz/run.sh).
@@ -158,6 +169,6 @@ demo: $(BUILD)/larql
 	@sh scripts/demo.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-clang build-fuzz
+	rm -rf build build-asan build-clang build-fuzz build-tsan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
