@@ -6,6 +6,7 @@
 #                     `make fuzz`
 #   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
 #                     (tests/cli/pg_infer.sh reports itself skipped without them)
+#   --with-lint       cppcheck, for `make lint`
 set -e
 PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl python3"
 node=""
@@ -14,7 +15,8 @@ for a in "$@"; do
     --with-node) node=1 ;;
     --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
     --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
-    *) echo "usage: $0 [--with-node] [--with-clang] [--with-postgres]" >&2; exit 2 ;;
+    --with-lint) PKGS="$PKGS cppcheck" ;;
+    *) echo "usage: $0 [--with-node] [--with-clang] [--with-postgres] [--with-lint]" >&2; exit 2 ;;
     esac
 done
 missing=""
