@@ -12,9 +12,14 @@ printf '{"description":"good","operations":[{"op":"delete","layer":1,"feature":3
 printf '{"description":"outside","operations":[{"op":"delete","layer":1,"feature":4}]}' >"$T_TMP/outside.vlp"
 cp "$P/good.vlp" "$P/.hidden.vlp"
 ln -s "$T_TMP/outside.vlp" "$P/link.vlp"
-if start_server sec "$V" --patch-dir "$P" --ctx 256 --max-body 262144 --threads 1; then
+mkdir "$T_TMP/state"
+if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 --max-body 262144 --threads 1; then
     if grep -q 'listening on http://127.0.0.1:' "$T_TMP/sec.out"; then pass "default bind 127.0.0.1"; else fail "default bind 127.0.0.1" "$(cat "$T_TMP/sec.out")"; fi
     run_py limits.log "$HTTP_DIR/limits.py" "$PORT" "$P" "$T_TMP/outside.vlp"
     kill -TERM "$PID"; wait "$PID"
+    # every file the server wrote is inside --state-dir; nothing escaped next to it
+    if [ -z "$(find "$T_TMP" -newer "$T_TMP/outside.vlp" -name '*.lqj' ! -path "$T_TMP/state/*")" ] &&
+        [ ! -e "$T_TMP/escape.lqj" ]; then pass "session journals only under --state-dir"
+    else fail "session journals only under --state-dir" "$(find "$T_TMP" -name '*.lqj')"; fi
 fi
 done_tests

@@ -14,10 +14,12 @@ import tap
 PORT, PATCH_DIR, OUTSIDE = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 
-def req(method, path, body=None):
+def req(method, path, body=None, headers=None):
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
     data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
-    c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+    h = {"Content-Type": "application/json"} if data else {}
+    h.update(headers or {})
+    c.request(method, path, body=data, headers=h)
     r = c.getresponse()
     raw = r.read()
     c.close()
@@ -47,6 +49,14 @@ st, j = req("GET", "/v1/patches")
 ok("only the good patch is applied", st == 200 and [p["name"] for p in j["patches"]] == ["good"], j)
 st, j = req("DELETE", "/v1/patches/..%2F..%2Fetc")
 ok("DELETE /v1/patches/<encoded ../> -> 4xx, nothing removed", 400 <= st < 500, (st, j))
+
+# session ids name journal files under --state-dir/sessions: no separator gets through
+ins = {"entity": "Atlantis", "relation": "capital", "target": "the", "layer": 1}
+for sid in ["../../escape", "/abs", "a/b", "x" * 200, "a b"]:
+    st, j = req("POST", "/v1/insert", ins, headers={"X-Session-Id": sid})
+    ok("insert with X-Session-Id %r -> 400" % sid[:20], st == 400 and "X-Session-Id" in msg(j), (st, j))
+st, j = req("POST", "/v1/insert", ins, headers={"X-Session-Id": ".."})
+ok("insert with X-Session-Id '..' stays a plain session name -> 200", st == 200, (st, j))
 
 # ---- per-request limits ----
 chat = {"messages": [{"role": "user", "content": "hi"}]}
