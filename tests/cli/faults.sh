@@ -3,6 +3,8 @@
 #  - a write failure while converting a vindex (RLIMIT_FSIZE, the way tests/unit/test_overlay.c
 #    injects it into the journal): the error names the file, nothing is left behind and an
 #    existing empty output directory stays as it was;
+#  - an address-space limit (ulimit -v) from too small to enough while loading a model:
+#    a message or success, never a crash;
 #  - a memory bound (--memory-limit) too small for the KV cache of the configured context:
 #    refused with the sizes before anything is allocated (at start, or at the first request
 #    with --lazy-weights);
@@ -40,6 +42,22 @@ if start_server lazy "$M" --lazy-weights --ctx 256 --memory-limit 400000; then
     else fail "lazy load over the memory bound: the request gets 503 with the reason" "$st $(cat "$T_TMP/lazy.json")"; fi
     kill -TERM "$PID"; wait "$PID"
 fi
+
+# ---- address-space limit (ulimit -v) during model load and a forward pass ----
+# from too small to start threads up to enough: every run succeeds or fails with a message
+bad=""
+for kb in 12000 14000 16000 18000 20000 22000 24000 28000; do
+    for w in copy mmap; do
+        (ulimit -v $kb; "$LARQL" logits "$M" --ids 1,2,3 --top 2 --weights $w) >/dev/null 2>"$T_TMP/uv.err"; rc=$?
+        # (too small for the dynamic loader: the program never started, nothing to judge)
+        grep -q 'error while loading shared libraries' "$T_TMP/uv.err" && continue
+        if [ $rc -ne 0 ] && { [ $rc -ge 128 ] || ! grep -q '^larql logits: ' "$T_TMP/uv.err"; }; then
+            bad="$bad $kb/$w:rc=$rc:$(head -c 200 "$T_TMP/uv.err")"
+        fi
+    done
+done
+if [ -z "$bad" ]; then pass "ulimit -v sweep over model load: success or a message, never a crash"
+else fail "ulimit -v sweep over model load: success or a message, never a crash" "$bad"; fi
 
 # ---- the mapped model file truncated under the server ----
 complete() { curl -s -o "$T_TMP/c.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
