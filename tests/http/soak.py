@@ -196,7 +196,7 @@ def ws_generate():
                     w.send_json({"type": "cancel"})
                     cancel = False
                 if m.get("type") in ("done", "error"):
-                    if m["type"] == "error" and "busy" not in m.get("message", ""):
+                    if m["type"] == "error" and not any(w_ in m.get("message", "") for w_ in ("busy", "queued")):
                         st = "ws-error: " + m.get("message", "")[:60]
                     break
         w.s.close()
