@@ -83,6 +83,20 @@ for mode in mmap copy; do
     fi
 done
 
+# the same for a vindex file the browse routes read (vindex files are always mapped)
+cp -r "$V" "$T_TMP/vt"
+if start_server vt "$T_TMP/vt" --threads 1; then
+    describe() { curl -s -o "$T_TMP/d.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/describe?entity=the&band=all"; }
+    st1=$(describe)
+    python3 -c "import os, sys; os.truncate(sys.argv[1], 0)" "$T_TMP/vt/gate_vectors.bin"
+    st2=$(describe); st3=$(describe)
+    if [ "$st1" = 200 ] && [ "$st2" = 503 ] && [ "$st3" = 503 ] && grep -q truncated "$T_TMP/d.json" && kill -0 "$PID"; then
+        pass "vindex gate_vectors.bin truncated under describe: alive, 503 naming the cause"
+    else fail "vindex gate_vectors.bin truncated under describe: alive, 503 naming the cause" "$st1 $st2 $st3 $(cat "$T_TMP/d.json")"; fi
+    kill -TERM "$PID"; wait "$PID"; rc=$?
+    if [ $rc -eq 0 ]; then pass "vindex file truncated: SIGTERM exits 0"; else fail "vindex file truncated: SIGTERM exits 0" "exit $rc"; fi
+fi
+
 # ---- SIGKILL and restart with an edit journal ----
 mkdir "$T_TMP/state"
 if start_server k1 "$V" --state-dir "$T_TMP/state" --threads 1; then
