@@ -17,6 +17,7 @@ static const char *SERVE_USAGE =
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
+    "       [--memory-limit BYTES]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
