@@ -327,6 +327,33 @@ static uint64_t drain_bound(const lq_server *s)
     return b + (b > DRAIN_MIN ? b : DRAIN_MIN);
 }
 
+/* Percent-decoding of the path and the query arguments (libmicrohttpd's, except for %00):
+ * a decoded NUL would silently cut the C string every route reads ("/assets/app.js%00.css"
+ * would name app.js, "entity=a%00b" would be "a"), so %00 is left as the three characters it
+ * is. Invalid escapes stay as they are, as in MHD_http_unescape. */
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int hi, lo;
+        if (p[0] == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
@@ -722,6 +749,7 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
                             MHD_OPTION_END);
     if (!s->d) {
         int e = errno;
