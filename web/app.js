@@ -94,6 +94,7 @@ function statusItems(rt, st) {
     ['batches', batches || '–'],
     ['layers', st && st.layers],
     ['features', st && st.features],
+    ['session', sessionStorage.getItem(SESSION_STORE) || 'global'],
   ];
 }
 
