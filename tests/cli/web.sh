@@ -6,7 +6,9 @@
 # against a real server on a planted-knowledge vindex and drives it as a user would: chat
 # streams and stop cancels, /?describe=France shows Paris first, the walk heat map has one
 # row per layer, infer compare shows both halves, the API key is asked for and used, a
-# hostile entity name renders as text. The node parts are skipped when node is missing.
+# hostile entity name renders as text; each check leaves the page it ended on in
+# build/web-e2e/NAME.html (static HTML) for a person to look at. The node parts are skipped
+# when node is missing.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/server.inc"
 WEB_DIR="$(cd "$(dirname "$0")/../../web" && pwd)"
@@ -57,6 +59,7 @@ else
         "$LARQL" make-model --out "$T_TMP/slow.gguf" --dim 512 --ffn 1536 --layers 8 --ctx 4096 --vocab 512 >/dev/null 2>&1
         LARQL_WEB_OPEN="http://127.0.0.1:$OPEN_PORT" LARQL_WEB_GUARDED="http://127.0.0.1:$GUARD_PORT" \
             LARQL_WEB_KEY="$KEY" LARQL_WEB_SLOW="$T_TMP/slow.gguf" LARQL="$LARQL" \
+            LARQL_WEB_SNAPSHOTS="$PWD/${BUILD:-build}/web-e2e" \
             run_node e2e.log --test --test-reporter=tap "$WEB_TESTS/e2e.mjs"
     fi
 fi

@@ -7,8 +7,11 @@
 //   LARQL_WEB_GUARDED  the same vindex behind --api-key LARQL_WEB_KEY
 //   LARQL, LARQL_WEB_SLOW  the binary and a slower GGUF: this file starts (and restarts) its
 //                      own server on it for the stop and reconnect checks
+//   LARQL_WEB_SNAPSHOTS  optional: a directory where each test leaves the page as it ended
+//                      (static HTML with the stylesheet inline) for a person to look at
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 import { ApiError, createClient } from '../../web/api.js';
 import { FakeDocument, FakeEvent, FakeStorage } from './fakedom.mjs';
@@ -83,6 +86,15 @@ async function loadPage(base, search = '', { local = new FakeStorage(), session 
   };
 }
 
+// Leaves the page as it stands in LARQL_WEB_SNAPSHOTS/NAME.html (when set).
+const CSS = readFileSync(new URL('../../web/app.css', import.meta.url), 'utf8');
+function snapshot(name, p) {
+  const dir = process.env.LARQL_WEB_SNAPSHOTS;
+  if (!dir) return;
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(`${dir}/${name}.html`, p.doc.toHTML(CSS));
+}
+
 const cells = (tr) => tr.querySelectorAll('td').map((td) => td.textContent);
 const rowsOf = (table) => table.querySelectorAll('tr').filter((tr) => tr.querySelectorAll('td').length);
 
@@ -95,6 +107,7 @@ test('/?describe=France: the describe view, Paris as the first edge', async () =
   const first = cells(rowsOf(table)[0]);
   assert.equal(first[2], 'Paris', first.join(' | '));
   assert.equal(first[4], '2'); // the planted layer
+  snapshot('describe-france', p);
   // the band selector: a new query with another band keeps the deep link in step
   p.$('describe-band').value = 'all';
   p.submit('describe-form');
@@ -115,6 +128,7 @@ test('a hostile entity name renders as text everywhere', async () => {
   await waitFor('the reply', () => p.$('send').textContent === 'Send' && p.$('messages').querySelectorAll('div').length === 2);
   assert.equal(p.$('messages').querySelectorAll('div')[0].textContent, EVIL);
   assert.equal(p.doc.querySelectorAll('img').length, 0);
+  snapshot('hostile-entity', p);
 });
 
 test('/?walk=...: a heat map with one row per layer; hover and click a layer', async () => {
@@ -138,6 +152,7 @@ test('/?walk=...: a heat map with one row per layer; hover and click a layer', a
   assert.ok(rowsOf(table).length > 0);
   assert.ok(rowsOf(table).some((tr) => cells(tr)[1] === 'Germany' || cells(tr)[1] === 'Paris'), 'planted features listed');
   assert.ok(rows[2].classList.contains('sel'));
+  snapshot('walk-heatmap', p);
 });
 
 test('/?infer=...: walk and dense side by side (compare)', async () => {
@@ -154,6 +169,7 @@ test('/?infer=...: walk and dense side by side (compare)', async () => {
     assert.ok(probs.every((x, i) => x > 0 && x <= 1 && (i === 0 || x <= probs[i - 1])), probs.join(' '));
   }
   assert.equal(p.doc.querySelectorAll('span').filter((s) => s.classList.contains('badge')).length, 0);
+  snapshot('infer-compare', p);
 });
 
 test('edit: a session, an insert, the KNN override marked in infer, patches listed and removed', async () => {
@@ -179,6 +195,7 @@ test('edit: a session, an insert, the KNN override marked in infer, patches list
   assert.match(badge.textContent, /^KNN override · layer \d+ · cos /);
   const walkFirst = cells(rowsOf(p.$('infer-out').querySelectorAll('div.half')[0].querySelector('table'))[0]);
   assert.ok(walkFirst[0].startsWith('Poseidonia'), walkFirst.join('|'));
+  snapshot('infer-knn-override', p);
   // another session does not see it
   const other = createClient({ base: OPEN, fetchFn: realFetch, session: () => 'someone-else' });
   const j = await other.infer('The capital of Atlantis is', 'walk', 3);
@@ -207,6 +224,7 @@ test('the API key: asked for, kept in sessionStorage, sent as a bearer token', a
   const table = await waitFor('the edges, now authorised', () => p.$('describe-out').querySelector('table'));
   assert.equal(cells(rowsOf(table)[0])[2], 'Paris');
   await waitFor('the status', () => p.$('banner').hidden && /kernels: /.test(p.text('status')));
+  snapshot('api-key', p);
   // a reload in the same tab keeps the key
   const again = await loadPage(GUARDED, '', { session });
   assert.equal(again.$('key').value, KEY);
@@ -263,6 +281,7 @@ test('chat: Enter streams a reply with its figures, Shift+Enter does not send, t
     body: JSON.stringify({ messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 }),
   })).json();
   assert.equal(msgs[1].textContent, direct.choices[0].message.content + meta.textContent);
+  snapshot('chat', p);
   // reload: the conversation and the settings come back from localStorage
   const again = await loadPage(base, '', { local });
   assert.equal(again.$('messages').querySelectorAll('div').length, 2);
@@ -290,6 +309,7 @@ test('chat: Stop closes the stream and the server cancels the generation', async
   assert.match(meta.textContent, /^\d+ tokens( · [\d.]+ tok\/s)?( · first token \d+ ms)? · stopped$/);
   const n = Number(/^(\d+)/.exec(meta.textContent)[1]);
   assert.ok(n < 3000, String(n));
+  snapshot('chat-stopped', p);
   const st = await waitFor('the server counting the cancel', async () => {
     const j = await (await realFetch(base + '/v1/stats')).json();
     return j.streams_canceled >= 1 && j.active_streams === 0 && j;
@@ -319,6 +339,7 @@ test('status: refreshed from /v1/runtime and /v1/stats; the page reconnects afte
   p.submit('describe-form');
   await waitFor('the error', () => p.$('describe-out').querySelector('p.error'));
   assert.match(p.text('describe-out'), /cannot reach the server/);
+  snapshot('server-gone', p);
   // back on the same port: the next poll clears the banner and fills the status again
   await waitFor('the restarted server', async () => {
     try {
@@ -330,4 +351,5 @@ test('status: refreshed from /v1/runtime and /v1/stats; the page reconnects afte
   await p.poll();
   assert.equal(p.$('banner').hidden, true);
   assert.match(p.text('status'), /kernels: /);
+  snapshot('server-back', p);
 });

@@ -211,6 +211,25 @@ export class FakeDocument {
     return [...this.documentElement.walk()];
   }
 
+  // The page as it stands, as static HTML a person can open (scripts left out, form values
+  // written into the markup, the stylesheet given inline): tests/web/e2e.mjs's snapshots.
+  toHTML(css = '') {
+    const esc = (t) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+    const attr = (t) => esc(t).replace(/"/g, '&quot;');
+    const ser = (n) => {
+      if (n.nodeType === 3) return esc(n.data);
+      if (n.localName === 'script' || (n.localName === 'link' && n.getAttribute('rel') === 'stylesheet')) return '';
+      const attrs = new Map(n.attrs);
+      if (n._value !== undefined && n.localName === 'input') attrs.set('value', n._value);
+      const open = '<' + n.localName + [...attrs].map(([k, v]) => ` ${k}="${attr(v)}"`).join('') + '>';
+      if (VOID.has(n.localName)) return open;
+      const inner = n.localName === 'textarea' && n._value !== undefined ? esc(n._value) : n.childNodes.map(ser).join('');
+      const extra = n.localName === 'head' && css ? '<style>' + css + '</style>' : '';
+      return open + inner + extra + '</' + n.localName + '>';
+    };
+    return '<!doctype html>\n<html>' + this.documentElement.childNodes.map(ser).join('') + '</html>\n';
+  }
+
   // Parses plain, well-formed HTML (web/index.html): elements, attributes, text, comments.
   static fromHTML(html) {
     const doc = new FakeDocument();
