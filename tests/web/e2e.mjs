@@ -295,10 +295,22 @@ test('chat: Enter streams a reply with its figures, Shift+Enter does not send, t
 test('chat: Stop closes the stream and the server cancels the generation', async () => {
   const srv = await startServer(0);
   const base = 'http://127.0.0.1:' + srv.port;
+  // a prompt whose greedy reply is long on this machine (the random model stops at its end
+  // token after anything from a few tokens to a thousand), so that the stream is surely
+  // still running when Stop is pressed
+  let prompt = null, full = 0;
+  for (const cand of ['Write', 'Once upon a time', 'Hello', 'Tell me a long story', 'The', 'Why', 'A', 'Go']) {
+    const j = await (await realFetch(base + '/v1/chat/completions', {
+      method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: cand }], max_tokens: 3000, temperature: 0 }),
+    })).json();
+    if (j.usage.completion_tokens > full) [prompt, full] = [cand, j.usage.completion_tokens];
+    if (full >= 200) break;
+  }
+  assert.ok(full >= 50, `no candidate prompt streams long enough (best: ${full} tokens)`);
   const p = await loadPage(base, '');
   p.type('max_tokens', '3000');
   p.type('temperature', '0');
-  p.$('prompt').value = 'Write';
+  p.$('prompt').value = prompt;
   p.submit('chat-form');
   assert.equal(p.$('send').textContent, 'Stop');
   const reply = () => p.$('messages').querySelectorAll('div')[1];
@@ -308,13 +320,13 @@ test('chat: Stop closes the stream and the server cancels the generation', async
   const meta = reply().querySelector('span');
   assert.match(meta.textContent, /^\d+ tokens( · [\d.]+ tok\/s)?( · first token \d+ ms)? · stopped$/);
   const n = Number(/^(\d+)/.exec(meta.textContent)[1]);
-  assert.ok(n < 3000, String(n));
+  assert.ok(n < full, `${n} tokens shown of the ${full} the uninterrupted reply has`);
   snapshot('chat-stopped', p);
   const st = await waitFor('the server counting the cancel', async () => {
     const j = await (await realFetch(base + '/v1/stats')).json();
     return j.streams_canceled >= 1 && j.active_streams === 0 && j;
   });
-  assert.ok(st.generated_tokens < 3000, JSON.stringify(st));
+  assert.equal(st.streams_canceled, 1);
   srv.child.kill('SIGKILL');
 });
 
