@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "vindex/vindex_internal.h"
@@ -214,6 +215,9 @@ typedef struct es_hook {
     lq_resid_hook h;     /* first: h.ctx points here */
     lq_edit_set *s;
     int flags;
+    const lq_kernels *kern; /* the CPU's gate kernel scores the KNN keys */
+    float *sc;           /* [n_sc] key scores of one layer */
+    int n_sc;
     struct {
         int pos, entry, layer;
         float cos;
@@ -251,10 +255,17 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     const float t = LQ_KNN_COSINE_THRESHOLD;
     if (logits && L->n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) &&
         k->m[slot].entry < 0) {
+        /* every key of the layer against x in one gate-kernel call (the keys are one matrix) */
+        float *sc = k->n_sc >= L->n_knn ? k->sc : realloc(k->sc, (size_t)L->n_knn * sizeof *sc);
         int bi = -1;
         float bc = -INFINITY;
+        if (sc) {
+            k->sc = sc;
+            k->n_sc = k->n_sc > L->n_knn ? k->n_sc : L->n_knn;
+            k->kern->gate_scores(L->keys, 0, (size_t)D, 0, (size_t)L->n_knn, x, 1, sc, (size_t)L->n_knn);
+        }
         for (int e = 0; e < L->n_knn; e++) {
-            float c = dot(L->keys + (size_t)e * D, x, D) * inv;
+            float c = (sc ? sc[e] : dot(L->keys + (size_t)e * D, x, D)) * inv;
             if (c > bc)
                 bc = c, bi = e;
         }
@@ -307,6 +318,7 @@ static void hook_release(void *ctx)
 {
     es_hook *k = ctx;
     lq_edit_set_unref(k->s);
+    free(k->sc);
     free(k);
 }
 
@@ -321,6 +333,7 @@ int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err
         k->m[i].pos = -1, k->m[i].entry = -1;
     k->s = lq_edit_set_ref(s);
     k->flags = flags;
+    k->kern = lq_kernels_best();
     k->h.after_layer = hook_after_layer;
     k->h.on_logits = hook_on_logits;
     k->h.release = hook_release;
