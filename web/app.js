@@ -419,7 +419,9 @@ async function runInsert() {
   try {
     const j = await client.insert(edge);
     put(out, h('p', {}, `Inserted ${j.inserted} (${j.mode}) ${j.entity} —${j.relation}→ ${j.target}` +
-      (j.session ? ` in session “${j.session}”` : ' into the global state') + ` in ${num(j.latency_ms, 1)} ms.`));
+      (j.session ? ` in session “${j.session}”` : ' into the global state') + ` in ${num(j.latency_ms, 1)} ms` +
+      (Number.isFinite(j.target_probability) ? `; the target's probability after the canonical prompt: ${num(j.target_probability, 3)}` : '') +
+      (Number.isFinite(j.down_scale) ? ` (down scaled ×${num(j.down_scale, 3)})` : '') + '.'));
   } catch (e) {
     showError(out, e);
   }

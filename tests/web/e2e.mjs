@@ -200,6 +200,13 @@ test('edit: a session, an insert, the KNN override marked in infer, patches list
   const other = createClient({ base: OPEN, fetchFn: realFetch, session: () => 'someone-else' });
   const j = await other.infer('The capital of Atlantis is', 'walk', 3);
   assert.ok(!j.knn_override);
+  // a compose insert reports where the balance left the target
+  p.$('ins-entity').value = 'Lemuria';
+  p.$('ins-target').value = 'Mu';
+  p.$('ins-mode').value = 'compose';
+  p.submit('insert-form');
+  await waitFor('the compose insert', () => /Inserted \d+ \(constellation\) Lemuria/.test(p.text('insert-out')));
+  assert.match(p.text('insert-out'), /the target's probability after the canonical prompt: [\d.]+ \(down scaled ×[\d.]+\)\.$/);
   // server errors are shown as the server wrote them
   p.$('ins-layer').value = '9999';
   p.submit('insert-form');
