@@ -47,7 +47,7 @@ struct lq_edit_set {
     int n_layer, D;
     es_layer *ly;       /* [n_layer] */
     es_entry *ent;
-    size_t n_ent, cap_ent;
+    int n_ent, cap_ent;
     size_t n_knn, n_feat;
 };
 
@@ -99,15 +99,8 @@ int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e)
         return LQ_OK; /* a store entry for a layer this model lacks never fires */
     es_layer *L = &s->ly[e->layer];
     int D = s->D, n = L->n_knn, cap = L->cap_knn;
-    if (s->n_ent == s->cap_ent) {
-        size_t c = s->cap_ent ? s->cap_ent * 2 : 16;
-        es_entry *ne = realloc(s->ent, c * sizeof *ne);
-        if (!ne)
-            return LQ_ENOMEM;
-        s->ent = ne;
-        s->cap_ent = c;
-    }
-    if (grow((void **)&L->entry, &cap, n + 1, sizeof *L->entry))
+    if (grow((void **)&s->ent, &s->cap_ent, s->n_ent + 1, sizeof *s->ent) ||
+        grow((void **)&L->entry, &cap, n + 1, sizeof *L->entry))
         return LQ_ENOMEM;
     cap = L->cap_knn;
     if (grow((void **)&L->keys, &cap, n + 1, (size_t)D * sizeof *L->keys))
@@ -123,7 +116,7 @@ int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e)
         return LQ_ENOMEM;
     }
     unit_into(L->keys + (size_t)n * D, e->key, D);
-    L->entry[n] = (int)s->n_ent++;
+    L->entry[n] = s->n_ent++;
     L->n_knn++;
     s->n_knn++;
     return LQ_OK;
@@ -197,7 +190,7 @@ void lq_edit_set_unref(lq_edit_set *s)
         es_layer *L = &s->ly[l];
         free(L->keys), free(L->entry), free(L->gates), free(L->downs), free(L->scale);
     }
-    for (size_t i = 0; i < s->n_ent; i++)
+    for (int i = 0; i < s->n_ent; i++)
         free(s->ent[i].target), free(s->ent[i].entity), free(s->ent[i].relation);
     free(s->ent);
     free(s->ly);
