@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "vindex/vindex_internal.h"
@@ -46,7 +47,7 @@ struct lq_edit_set {
     int n_layer, D;
     es_layer *ly;       /* [n_layer] */
     es_entry *ent;
-    size_t n_ent, cap_ent;
+    int n_ent, cap_ent;
     size_t n_knn, n_feat;
 };
 
@@ -98,15 +99,8 @@ int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e)
         return LQ_OK; /* a store entry for a layer this model lacks never fires */
     es_layer *L = &s->ly[e->layer];
     int D = s->D, n = L->n_knn, cap = L->cap_knn;
-    if (s->n_ent == s->cap_ent) {
-        size_t c = s->cap_ent ? s->cap_ent * 2 : 16;
-        es_entry *ne = realloc(s->ent, c * sizeof *ne);
-        if (!ne)
-            return LQ_ENOMEM;
-        s->ent = ne;
-        s->cap_ent = c;
-    }
-    if (grow((void **)&L->entry, &cap, n + 1, sizeof *L->entry))
+    if (grow((void **)&s->ent, &s->cap_ent, s->n_ent + 1, sizeof *s->ent) ||
+        grow((void **)&L->entry, &cap, n + 1, sizeof *L->entry))
         return LQ_ENOMEM;
     cap = L->cap_knn;
     if (grow((void **)&L->keys, &cap, n + 1, (size_t)D * sizeof *L->keys))
@@ -122,7 +116,7 @@ int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e)
         return LQ_ENOMEM;
     }
     unit_into(L->keys + (size_t)n * D, e->key, D);
-    L->entry[n] = (int)s->n_ent++;
+    L->entry[n] = s->n_ent++;
     L->n_knn++;
     s->n_knn++;
     return LQ_OK;
@@ -196,7 +190,7 @@ void lq_edit_set_unref(lq_edit_set *s)
         es_layer *L = &s->ly[l];
         free(L->keys), free(L->entry), free(L->gates), free(L->downs), free(L->scale);
     }
-    for (size_t i = 0; i < s->n_ent; i++)
+    for (int i = 0; i < s->n_ent; i++)
         free(s->ent[i].target), free(s->ent[i].entity), free(s->ent[i].relation);
     free(s->ent);
     free(s->ly);
@@ -214,6 +208,9 @@ typedef struct es_hook {
     lq_resid_hook h;     /* first: h.ctx points here */
     lq_edit_set *s;
     int flags;
+    const lq_kernels *kern; /* the CPU's gate kernel scores the KNN keys */
+    float *sc;           /* [n_sc] key scores of one layer */
+    int n_sc;
     struct {
         int pos, entry, layer;
         float cos;
@@ -251,10 +248,17 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     const float t = LQ_KNN_COSINE_THRESHOLD;
     if (logits && L->n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) &&
         k->m[slot].entry < 0) {
+        /* every key of the layer against x in one gate-kernel call (the keys are one matrix) */
+        float *sc = k->n_sc >= L->n_knn ? k->sc : realloc(k->sc, (size_t)L->n_knn * sizeof *sc);
         int bi = -1;
         float bc = -INFINITY;
+        if (sc) {
+            k->sc = sc;
+            k->n_sc = k->n_sc > L->n_knn ? k->n_sc : L->n_knn;
+            k->kern->gate_scores(L->keys, 0, (size_t)D, 0, (size_t)L->n_knn, x, 1, sc, (size_t)L->n_knn);
+        }
         for (int e = 0; e < L->n_knn; e++) {
-            float c = dot(L->keys + (size_t)e * D, x, D) * inv;
+            float c = (sc ? sc[e] : dot(L->keys + (size_t)e * D, x, D)) * inv;
             if (c > bc)
                 bc = c, bi = e;
         }
@@ -307,6 +311,7 @@ static void hook_release(void *ctx)
 {
     es_hook *k = ctx;
     lq_edit_set_unref(k->s);
+    free(k->sc);
     free(k);
 }
 
@@ -321,6 +326,7 @@ int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err
         k->m[i].pos = -1, k->m[i].entry = -1;
     k->s = lq_edit_set_ref(s);
     k->flags = flags;
+    k->kern = lq_kernels_best();
     k->h.after_layer = hook_after_layer;
     k->h.on_logits = hook_on_logits;
     k->h.release = hook_release;

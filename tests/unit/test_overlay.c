@@ -94,6 +94,18 @@ static int infer_top(lq_overlay *o, const char *prompt, char *tok, size_t cap, d
     return 0;
 }
 
+/* INSERT ("Atlantis", "capital", "Poseidonia") in mode (layer: the default) */
+static lq_insert_params atlantis(int mode)
+{
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    ip.mode = mode;
+    return ip;
+}
+
 static void test_knn_insert_and_delete(void)
 {
     if (!V)
@@ -106,11 +118,7 @@ static void test_knn_insert_and_delete(void)
     char before[10][64], tok[64];
     for (int i = 0; i < 10; i++)
         CHECK(infer_top(o, prompts[i], before[i], sizeof before[i], NULL, NULL) == 0);
-    lq_insert_params ip;
-    lq_insert_params_init(&ip);
-    ip.entity = "Atlantis";
-    ip.relation = "capital";
-    ip.target = "Poseidonia";
+    lq_insert_params ip = atlantis(LQ_INSERT_KNN);
     lq_insert_result r;
     CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
     CHECK(r.mode == LQ_INSERT_KNN && r.n_layers == 1 && r.weights == 1 && r.knn_total == 1);
@@ -467,12 +475,7 @@ static void test_compose_in_forward_pass(void)
     for (int i = 0; i < 10; i++)
         CHECK(walk_logits(o, UNRELATED[i], before + (size_t)i * nv) == 0);
     CHECK(walk_logits(o, canon, before + 10 * (size_t)nv) == 0);
-    lq_insert_params ip;
-    lq_insert_params_init(&ip);
-    ip.entity = "Atlantis";
-    ip.relation = "capital";
-    ip.target = "Poseidonia";
-    ip.mode = LQ_INSERT_COMPOSE;
+    lq_insert_params ip = atlantis(LQ_INSERT_COMPOSE);
     lq_insert_result r;
     CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
     CHECK(r.weights == 1 && r.n_layers >= 1);
@@ -541,11 +544,7 @@ static void test_generate_with_edits(void)
     CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
     lq_edit_set *e0 = lq_overlay_edit_set(o, &err), *e1 = lq_overlay_edit_set(o, &err);
     CHECK(e0 && e0 == e1 && lq_edit_set_n_knn(e0) == 0); /* same version: one shared copy */
-    lq_insert_params ip;
-    lq_insert_params_init(&ip);
-    ip.entity = "Atlantis";
-    ip.relation = "capital";
-    ip.target = "Poseidonia";
+    lq_insert_params ip = atlantis(LQ_INSERT_KNN);
     lq_insert_result r;
     CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
     lq_edit_set *es = lq_overlay_edit_set(o, &err);
