@@ -330,8 +330,11 @@ static int key_ok(const char *key, const char *auth)
 static void dispatch(lq_server *s, req *q, reply *r)
 {
     /* a mapped model or vindex file shrank on disk (lq_mapfault_recover turned the missing
-     * pages into zeros): answers from it would be wrong, so only the counters still answer */
-    if (q->rt->id != R_STATS && q->rt->id != R_METRICS && lq_mapfault_count()) {
+     * pages into zeros): answers from it would be wrong, so only the counters and the page
+     * (served from memory) still answer */
+    int from_memory = q->rt->id == R_STATS || q->rt->id == R_METRICS || q->rt->id == R_WEB_INDEX ||
+                      q->rt->id == R_WEB_ASSET;
+    if (!from_memory && lq_mapfault_count()) {
         reply_route_err(r, q->rt, 503,
                         "a mapped model or vindex file was truncated or rewritten on disk while this server had it "
                         "mapped; restart the server to load it again");

@@ -81,7 +81,7 @@ put('fuzz_patch', 'delete.vlp', '{"description":"p1","operations":[{"op":"delete
 ROUTES = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/infer', '/v1/select', '/v1/embed',
           '/v1/logits', '/v1/explain-infer', '/v1/insert', '/v1/patches/apply', '/v1/describe', '/v1/walk',
           '/v1/relations', '/v1/token/encode', '/v1/token/decode', '/v1/patches', '/v1/models', '/v1/stats',
-          '/v1/embed/', 'DELETE /v1/patches/']
+          '/v1/embed/', 'DELETE /v1/patches/', '/assets/', '/']
 HTTP = {
     '/v1/chat/completions': {'model': 'larql-fixture', 'messages': [{'role': 'system', 'content': 'Be brief.'},
                                                         {'role': 'user', 'content': 'Hi'}],
@@ -108,12 +108,14 @@ HTTP = {
     '/v1/stats': '',
     '/v1/embed/': '42',
     'DELETE /v1/patches/': 'seed',
+    '/assets/': 'app.js',
+    '/': '',
 }
 for i, r in enumerate(ROUTES):
     body = HTTP[r]
     if not isinstance(body, str):
         body = json.dumps(body)
-    name = r.strip('/').replace('/', '_').replace(' ', '_').replace('-', '_') or 'root'
+    name = r.strip('/').replace('/', '_').replace(' ', '_').replace('-', '_') or 'web_index'
     put('fuzz_http', '%02d_%s' % (i, name), bytes([i, 1 | (2 if r == '/v1/insert' else 0)]) + body.encode())
 put('fuzz_http', 'noauth_chat', bytes([0, 0]) + json.dumps(HTTP['/v1/chat/completions']).encode())
 
