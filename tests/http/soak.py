@@ -7,7 +7,7 @@ Traffic (each client thread picks at random): chat completions streaming and not
 completions with logprobs, describe / walk / infer, WebSocket generate (half of them
 cancelled after the first token), streams dropped mid-way, slow readers, malformed JSON,
 oversized bodies, wrong or missing API keys, inserts via /v1/insert (into a handful of
-X-Session-Id sessions).
+X-Session-Id sessions, until their layer has no free feature: then 400 saying so).
 
 Report: requests by outcome (route, status), p50/p99 latency per route, RSS and open file
 descriptors of the server at start, after warm-up and at the end.  Fails ("not ok") on: the
@@ -75,7 +75,7 @@ def conn():
     return http.client.HTTPConnection(HOST, PORT, timeout=60)
 
 
-def request(route, method, path, body=None, headers=None, expect=(200,)):
+def request(route, method, path, body=None, headers=None, expect=(200,), relabel=None):
     h = dict(AUTH)
     h.update(headers or {})
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
@@ -86,8 +86,10 @@ def request(route, method, path, body=None, headers=None, expect=(200,)):
     try:
         c.request(method, path, body=data, headers=h)
         r = c.getresponse()
-        r.read()
+        payload = r.read()
         st = r.status
+        if relabel:
+            st = relabel(st, payload)
     except (OSError, http.client.HTTPException) as e:
         st = "net:" + type(e).__name__
     finally:
@@ -208,11 +210,17 @@ def ws_generate():
 ENTITIES = ["Atlantis", "Lemuria", "Hyperborea", "Avalon", "Thule", "Mu", "Agartha", "Zerzura"]
 
 
+def insert_full(st, payload):
+    """a session whose layer has no free feature left answers 400 saying so: the expected
+    end of a long run of inserts, counted apart"""
+    return "400 layer full" if st == 400 and b"no feature slot" in payload else st
+
+
 def insert():
     sid = "soak-%d" % random.randint(0, 3)
     request("insert", "POST", "/v1/insert",
             {"entity": random.choice(ENTITIES), "relation": "capital", "target": "the", "layer": 1},
-            headers={"X-Session-Id": sid})
+            headers={"X-Session-Id": sid}, expect=(200, "400 layer full"), relabel=insert_full)
 
 
 ACTIONS = [
