@@ -43,38 +43,44 @@ after(async () => {
   if (browser) await browser.close();
 });
 
-// A fresh page in its own browser context (its own localStorage and sessionStorage), which
-// records what would show the page misbehaving: uncaught errors, console errors, CSP
-// violations (an injected inline handler or a request to another origin), and the API
-// requests it makes with their headers.
-async function openPage() {
+// Runs fn on a fresh page in its own browser context (its own localStorage and
+// sessionStorage) and then saves its screenshot as NAME.png, whether fn passed or not. The
+// page records what would show it misbehaving, checked after fn: uncaught errors, console
+// errors, Content-Security-Policy violations (markup injected from data would have its
+// inline handler refused, and reported, here; a request to another origin too), and the API
+// requests it made with their headers (page.seen.requests).
+async function withPage(name, fn, { allow401 = false } = {}) {
   const ctx = await browser.createBrowserContext();
-  const page = await ctx.newPage();
-  const seen = { errors: [], requests: [] };
-  page.on('pageerror', (e) => seen.errors.push('pageerror: ' + e.message));
-  page.on('console', (m) => {
-    if (m.type() === 'error') seen.errors.push('console: ' + m.text());
-  });
-  page.on('request', (r) => {
-    if (r.url().includes('/v1/')) seen.requests.push({ url: r.url(), headers: r.headers() });
-  });
-  await page.evaluateOnNewDocument(() => {
-    window.__violations = [];
-    document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));
-  });
-  page.done = async (name, { expectErrors = false } = {}) => {
-    if (SHOTS) {
-      mkdirSync(SHOTS, { recursive: true });
-      await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+  try {
+    const page = await ctx.newPage();
+    const seen = { errors: [], requests: [] };
+    page.seen = seen;
+    page.on('pageerror', (e) => seen.errors.push('pageerror: ' + e.message));
+    page.on('console', (m) => {
+      if (m.type() === 'error') seen.errors.push('console: ' + m.text());
+    });
+    page.on('request', (r) => {
+      if (r.url().includes('/v1/')) seen.requests.push({ url: r.url(), headers: r.headers() });
+    });
+    await page.evaluateOnNewDocument(() => {
+      window.__violations = [];
+      document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));
+    });
+    try {
+      await fn(page);
+    } finally {
+      if (SHOTS) {
+        mkdirSync(SHOTS, { recursive: true });
+        await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true }).catch(() => {});
+      }
     }
     assert.deepEqual(await page.evaluate(() => window.__violations), [], 'no CSP violation');
-    // a 401 shows up in the console as a failed resource load; everything else is a bug
-    const errs = expectErrors ? seen.errors.filter((e) => !/401/.test(e)) : seen.errors;
+    // a refused request shows in the console as a failed load; anything else is a bug
+    const errs = allow401 ? seen.errors.filter((e) => !/status of 401/.test(e)) : seen.errors;
     assert.deepEqual(errs, [], 'no script error');
+  } finally {
     await ctx.close();
-  };
-  page.seen = seen;
-  return page;
+  }
 }
 
 const text = (page, sel) => page.$eval(sel, (el) => el.textContent);
@@ -85,8 +91,7 @@ async function stats(base) {
   return (await fetch(base + '/v1/stats')).json();
 }
 
-test('/?describe=France shows Paris as the first edge, at the planted layer', async () => {
-  const page = await openPage();
+test('/?describe=France shows Paris as the first edge, at the planted layer', () => withPage('describe-france', async (page) => {
   await page.goto(OPEN + '/?describe=France');
   await page.waitForSelector('#describe-out table', WAIT);
   assert.equal(await page.$eval('#view-describe', (el) => el.hidden), false);
@@ -99,11 +104,9 @@ test('/?describe=France shows Paris as the first edge, at the planted layer', as
   // laid out, not just in the DOM: the table is visible and its first target cell has a size
   const box = await (await page.$('#describe-out td.target')).boundingBox();
   assert.ok(box && box.width > 0 && box.height > 0);
-  await page.done('describe-france');
-});
+}));
 
-test('/?walk=...: the heat map has one row per layer; a real hover and a click', async () => {
-  const page = await openPage();
+test('/?walk=...: the heat map has one row per layer; a real hover and a click', () => withPage('walk-heatmap', async (page) => {
   await page.goto(OPEN + '/?walk=' + encodeURIComponent(PROMPT));
   await page.waitForSelector('#walk-out svg g.row rect', WAIT);
   const { layers } = await stats(OPEN);
@@ -124,11 +127,9 @@ test('/?walk=...: the heat map has one row per layer; a real hover and a click',
   const feats = await rowsOf(page, '#walk-layer table');
   assert.ok(feats.some((r) => r[1] === 'Paris' || r[1] === 'Germany'), 'planted features listed');
   assert.equal(await page.$eval('#walk-out svg g.row[data-layer="2"]', (g) => g.classList.contains('sel')), true);
-  await page.done('walk-heatmap');
-});
+}));
 
-test('/?infer=...: compare shows the walk and dense halves side by side', async () => {
-  const page = await openPage();
+test('/?infer=...: compare shows the walk and dense halves side by side', () => withPage('infer-compare', async (page) => {
   await page.goto(OPEN + '/?infer=' + encodeURIComponent(PROMPT));
   await page.waitForSelector('#infer-out div.pair div.half table', WAIT);
   const halves = await page.$$eval('#infer-out div.pair div.half', (hs) =>
@@ -150,13 +151,11 @@ test('/?infer=...: compare shows the walk and dense halves side by side', async 
   // the probability bars got their widths through the CSSOM (which the CSP allows)
   const bar = await page.$eval('#infer-out span.bar', (b) => b.getBoundingClientRect().width);
   assert.ok(bar > 0, 'bar width ' + bar);
-  await page.done('infer-compare');
-});
+}));
 
-test('the API key: required, typed into its field, sent as a bearer token', async () => {
+test('the API key: required, typed into its field, sent as a bearer token', () => withPage('api-key', async (page) => {
   // required: without it the API refuses
   assert.equal((await fetch(GUARDED + '/v1/describe?entity=France')).status, 401);
-  const page = await openPage();
   await page.goto(GUARDED + '/?describe=France');
   await page.waitForSelector('#describe-out p.error', WAIT);
   assert.match(await text(page, '#describe-out'), /^The server needs an API key/);
@@ -176,12 +175,10 @@ test('the API key: required, typed into its field, sent as a bearer token', asyn
   await page.reload();
   await page.waitForFunction(() => /model: /.test(document.getElementById('status').textContent), WAIT);
   assert.equal(await page.$eval('#key', (el) => el.value), KEY);
-  await page.done('api-key', { expectErrors: true });
-});
+}, { allow401: true }));
 
-test('a hostile entity name renders as text, and its onerror never runs', async () => {
+test('a hostile entity name renders as text, and its onerror never runs', () => withPage('hostile-entity', async (page) => {
   const EVIL = '<img src=x onerror="window.__pwned=1">';
-  const page = await openPage();
   await page.goto(OPEN + '/?describe=' + encodeURIComponent(EVIL));
   await page.waitForFunction(() => {
     const t = document.getElementById('describe-out').textContent;
@@ -199,17 +196,17 @@ test('a hostile entity name renders as text, and its onerror never runs', async 
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.getElementById('send').textContent === 'Send' && document.querySelectorAll('#messages div').length === 2, WAIT);
   assert.equal(await text(page, '#messages div.user'), EVIL);
+  assert.match(await text(page, '#messages div.assistant span.meta'), /^\d+ prompt \+ 4 tokens · [\d.]+ tok\/s · first token \d+ ms$/);
   // give a broken image the time to fail and fire its handler, were there one
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(await page.$$eval('img', (l) => l.length), 0);
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
-  await page.done('hostile-entity');
-});
+}));
 
-test('chat: Enter streams a reply; Stop closes the stream and the server cancels it', async () => {
+test('chat: Enter streams a reply; Stop closes the stream and the server cancels it', () => withPage('chat-stopped', async (page) => {
   // a prompt whose greedy reply is long with this model (a random model stops at its end
   // token after anything from a few tokens to a thousand), so the stream is surely still
-  // running when Stop is pressed (the model decodes about 100 tokens a second here)
+  // running when Stop is pressed, a few tokens in (150 tokens take over a second here)
   const CAP = 150;
   let prompt = null, full = 0;
   for (const cand of ['Tell me a long story', 'Why', 'Once upon a time', 'Hello', 'The', 'Go', 'Write', 'A']) {
@@ -221,7 +218,6 @@ test('chat: Enter streams a reply; Stop closes the stream and the server cancels
   }
   assert.ok(full >= 50, `no candidate prompt streams long enough (best: ${full} tokens)`);
   const before = await stats(SLOW);
-  const page = await openPage();
   await page.goto(SLOW + '/');
   await page.waitForFunction(() => /kernels: /.test(document.getElementById('status').textContent), WAIT);
   await page.click('details.settings summary');
@@ -255,5 +251,4 @@ test('chat: Enter streams a reply; Stop closes the stream and the server cancels
   }
   assert.equal(st.streams_canceled, before.streams_canceled + 1);
   assert.equal(st.active_streams, 0);
-  await page.done('chat-stopped');
-});
+}));
