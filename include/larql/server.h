@@ -56,6 +56,8 @@ typedef struct lq_server_opts {
                                  name) from this directory only; NULL: inline patches only */
     int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */
     int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
+    int cache_ttl_s;          /* GET /v1/describe: Cache-Control max-age (0 = "no-cache": clients
+                                 revalidate with If-None-Match, answered 304 while unchanged) */
     lq_server_log_fn log;
     void *log_user;
 } lq_server_opts;

@@ -238,6 +238,8 @@ typedef struct lq_describe_result {
     size_t n_layers;
 } lq_describe_result;
 
+/* A dense-only vindex (no gate vectors) answers with no edges, as LARQL does (it has no
+ * loaded layers to scan); walk/select/relations report it as LQ_EUNSUPPORTED. */
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
                        lq_err *err);
 void lq_describe_result_free(lq_describe_result *r);

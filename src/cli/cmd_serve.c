@@ -16,6 +16,7 @@ static const char *SERVE_USAGE =
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
+    "       [--cache-ttl S]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
@@ -101,6 +102,10 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 1, 365L * 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--session-ttl: '%s' is not a number of seconds", argv[i]);
             o.session_ttl_s = (int)v;
+        } else if (!strcmp(a, "--cache-ttl") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 365L * 86400, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--cache-ttl: '%s' is not a number of seconds", argv[i]);
+            o.cache_ttl_s = (int)v;
         } else if (!strcmp(a, "--memory-limit") && has_val) {
             /* overrides the cgroup limit (tests, or hosts without cgroup v2) */
             if (lq_parse_long(argv[++i], 1, 0x7fffffffffffffffL, &v))

@@ -170,7 +170,8 @@ int lq_cli_describe(int argc, char **argv)
         } else {
             printf("%s\n", p.entity);
             if (!res.n_edges)
-                printf("  (no edges found)\n");
+                printf(lq_vindex_get_info(v)->dense_only ? "  (no edges: a dense-only vindex has no gate vectors)\n"
+                                                         : "  (no edges found)\n");
             for (size_t i = 0; i < res.n_edges; i++) {
                 const lq_describe_edge *e = &res.edges[i];
                 printf("  %-14s -> %-20s %7.1f  L%-3d", e->relation ? e->relation : "", e->target,

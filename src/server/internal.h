@@ -129,6 +129,8 @@ typedef struct reply {
     size_t len;
     const char *ctype;
     const char *cache_control;   /* Cache-Control header when set */
+    char cache_buf[48];          /* storage cache_control may point to */
+    char etag[24];               /* ETag header when non-empty ("\"hex\"") */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;
 } reply;

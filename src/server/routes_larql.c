@@ -157,6 +157,64 @@ static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
     r->ctype = "application/json";
 }
 
+/* describe caching (LARQL's routes/describe.rs): an ETag and Cache-Control on every 200, and
+ * 304 when If-None-Match names the current ETag. The tag hashes the body without its
+ * latency_ms, so it is stable while the answer is (LARQL's changes on every call unless its
+ * server cache is on) and changes as soon as an edit changes what describe sees. */
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int etag_listed(const char *inm, const char *etag)
+{
+    size_t el = strlen(etag);
+    for (const char *p = inm; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if (t - p >= 2 && p[0] == 'W' && p[1] == '/') /* weak comparison, RFC 9110 13.1.2 */
+            p += 2;
+        if ((t - p == 1 && *p == '*') || ((size_t)(t - p) == el && !memcmp(p, etag, el)))
+            return 1;
+        p = e;
+    }
+    return 0;
+}
+
+static void describe_cache_headers(lq_server *s, req *q, reply *r)
+{
+    if (r->status != 200 || !r->body)
+        return;
+    const char *lat = strstr(r->body, ",\"latency_ms\":");
+    size_t n = lat ? (size_t)(lat - r->body) : r->len;
+    snprintf(r->etag, sizeof r->etag, "\"%016llx\"", (unsigned long long)fnv1a(r->body, n));
+    if (s->o.cache_ttl_s > 0)
+        snprintf(r->cache_buf, sizeof r->cache_buf, "public, max-age=%d", s->o.cache_ttl_s);
+    else
+        snprintf(r->cache_buf, sizeof r->cache_buf, "no-cache");
+    r->cache_control = r->cache_buf;
+    const char *inm = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    char *empty;
+    if (inm && etag_listed(inm, r->etag) && (empty = calloc(1, 1))) {
+        free(r->body);
+        r->body = empty; /* 304: no body (an empty one, so the reply is not taken for missing) */
+        r->len = 0;
+        r->ctype = NULL;
+        r->status = 304;
+    }
+}
+
 /* The request's view of what the model knows (its X-Session-Id's, or the global one). */
 static int kget(lq_server *s, req *q, kview *kv, reply *r)
 {
@@ -243,6 +301,8 @@ void route_browse(lq_server *s, req *q, reply *r)
     }
     srv_kview_put(&kv);
     vindex_reply(r, rc, json, &err);
+    if (q->rt->id == R_DESCRIBE)
+        describe_cache_headers(s, q, r);
     return;
 no_vindex:
     reply_larql_err(r, 503,

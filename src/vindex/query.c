@@ -378,13 +378,15 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
 /* Checks shared by describe and describe_many; *band gets the band index. */
 static int describe_check(const lq_vindex *v, const lq_describe_params *p, int *band, lq_err *err)
 {
+    (void)v; /* describe checks only its parameters (see below for a dense-only vindex) */
     if (p->limit < 0)
         return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
     if (isnan(p->min_score))
         return lq_err_set(err, LQ_EINVAL, "min_score is not a number");
     *band = 1;
-    int rc = lq_vindex_parse_band(p->band ? p->band : "knowledge", band, err);
-    return rc ? rc : need_browse(v, err);
+    /* no need_browse here: describe on a dense-only vindex is LARQL's 200 with no edges (it
+     * has no loaded layers to scan), not an error */
+    return lq_vindex_parse_band(p->band ? p->band : "knowledge", band, err);
 }
 
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
@@ -398,6 +400,10 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     int rc = describe_check(v, p, &band, err);
     if (rc)
         return rc;
+    if (v->info.dense_only || !v->has_gate) { /* no gate vectors: nothing to scan */
+        r->latency_ms = lq_now_ms() - t0;
+        return LQ_OK;
+    }
     int D = v->info.hidden_size;
     float *q = malloc((size_t)D * sizeof *q);
     if (!q)
@@ -449,7 +455,7 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
         return rc;
     if (p->per_layer)
         return lq_err_set(err, LQ_EINVAL, "describe_many: per_layer is not supported");
-    if (n == 0)
+    if (n == 0 || v->info.dense_only || !v->has_gate) /* dense-only: no edges, as describe */
         return LQ_OK;
     if (n > LQ_VINDEX_MAX_QUERY_K)
         return lq_err_set(err, LQ_ERANGE, "describe_many: %zu entities (at most %d)", n, LQ_VINDEX_MAX_QUERY_K);

@@ -1,0 +1,87 @@
+"""LARQL parity over HTTP (tests/cli/parity.sh, issue 15).
+
+usage: parity.py TMPDIR name=PORT ..."""
+import http.client
+import json
+import re
+import sys
+
+from tap import ok
+
+PORTS = {}
+
+
+def call(name, method, path, body=None, headers=None, raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", PORTS[name], timeout=60)
+    h = dict(headers or {})
+    data = raw
+    if body is not None:
+        data = json.dumps(body)
+        h.setdefault("Content-Type", "application/json")
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    out = r.read()
+    hdrs = {k.lower(): v for k, v in r.getheaders()}
+    c.close()
+    return r.status, hdrs, out
+
+
+DESCRIBE = "/v1/describe?entity=%20France&band=all&min_score=1"
+
+
+def describe_caching():
+    st, h, b = call("cached", "GET", DESCRIBE)
+    etag = h.get("etag", "")
+    ok("describe: 200 with an ETag", st == 200 and re.fullmatch(r'"[0-9a-f]{16}"', etag), (st, h))
+    ok("describe: Cache-Control from --cache-ttl", h.get("cache-control") == "public, max-age=60", h)
+    edges = json.loads(b).get("edges", [])
+    ok("describe: the planted edge is there", any(e.get("target") == "Paris" for e in edges), edges)
+    st2, h2, b2 = call("cached", "GET", DESCRIBE)
+    ok("describe: the ETag is stable across calls (latency_ms aside)", st2 == 200 and h2.get("etag") == etag, (h2, b, b2))
+    st, h, b = call("cached", "GET", DESCRIBE, headers={"If-None-Match": etag})
+    ok("If-None-Match with the current ETag -> 304, no body, the ETag again",
+       st == 304 and b == b"" and h.get("etag") == etag and h.get("cache-control") == "public, max-age=60", (st, h, b))
+    for inm in ("W/" + etag, '"0000000000000000", ' + etag, "*"):
+        st, h, b = call("cached", "GET", DESCRIBE, headers={"If-None-Match": inm})
+        ok("If-None-Match %s -> 304" % inm, st == 304 and b == b"", (st, b))
+    st, h, b = call("cached", "GET", DESCRIBE, headers={"If-None-Match": '"0000000000000000"'})
+    ok("If-None-Match with another tag -> 200 and the body", st == 200 and json.loads(b)["edges"] == edges, (st, b[:200]))
+    st, h, b = call("cached", "GET", DESCRIBE + "&limit=1")
+    ok("other parameters -> another ETag", st == 200 and h.get("etag") not in ("", etag), h)
+    st, h, b = call("plain", "GET", DESCRIBE)
+    ok("without --cache-ttl: Cache-Control no-cache (revalidate), same ETag for the same answer",
+       st == 200 and h.get("cache-control") == "no-cache" and h.get("etag") == etag, h)
+    st, h, b = call("plain", "GET", "/v1/describe?entity=nothing", headers={"If-None-Match": etag})
+    ok("another entity does not match the old tag", st == 200, st)
+    st, h, b = call("plain", "GET", "/v1/describe?band=all")
+    ok("a 400 has no ETag", st == 400 and "etag" not in h, (st, h))
+    # an edit changes what describe sees: the tag must change with it
+    patch = {"version": 1, "base_model": "", "created_at": "", "description": "no-paris", "tags": [],
+             "operations": [{"op": "delete", "layer": 1, "feature": 5, "reason": "test"}]}
+    st, h, b = call("plain", "POST", "/v1/patches/apply", {"patch": patch})
+    ok("a patch deletes the planted feature -> 200", st == 200, (st, b[:200]))
+    st, h, b = call("plain", "GET", DESCRIBE, headers={"If-None-Match": etag})
+    ok("after an edit the old ETag no longer matches (200, new tag)", st == 200 and h.get("etag") != etag, (st, h))
+
+
+def dense_only():
+    st, h, b = call("dense", "GET", "/v1/describe?entity=France")
+    j = json.loads(b) if b else {}
+    ok("dense-only vindex: describe -> 200 with empty edges (as LARQL)",
+       st == 200 and j.get("entity") == "France" and j.get("edges") == [] and "latency_ms" in j, (st, b[:300]))
+    st, h, b = call("dense", "GET", "/v1/walk?prompt=France")
+    ok("dense-only vindex: walk still says it cannot (503 naming dense-only)", st == 503 and b"dense-only" in b, (st, b[:200]))
+
+
+def main():
+    for a in sys.argv[2:]:
+        k, v = a.split("=")
+        PORTS[k] = int(v)
+    if "cached" in PORTS and "plain" in PORTS:
+        describe_caching()
+    if "dense" in PORTS:
+        dense_only()
+
+
+if __name__ == "__main__":
+    main()
