@@ -130,6 +130,7 @@ typedef struct reply {
     const char *ctype;
     const char *cache_control;   /* Cache-Control header when set */
     char cache_buf[48];          /* storage cache_control may point to */
+    const char *vary;            /* Vary header when set */
     char etag[24];               /* ETag header when non-empty ("\"hex\"") */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;

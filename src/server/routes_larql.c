@@ -541,6 +541,9 @@ out:
 
 #define EMBED_MAX_IDS 4096 /* token ids per POST /v1/embed, JSON or binary */
 #define OCTET_STREAM "application/octet-stream"
+/* LARQL's binary wire type (its embed/logits/walk-ffn clients send and expect it); the same
+ * bytes as our application/octet-stream bodies */
+#define LARQL_FFN "application/x-larql-ffn"
 
 static uint32_t get_le32(const unsigned char *p)
 {
@@ -584,6 +587,13 @@ static int content_type_is(req *q, const char *mt)
     v += n;
     v += strspn(v, " \t");
     return *v == 0 || *v == ';';
+}
+
+/* The request's body is binary: LARQL's wire type or plain octets. The binary answer echoes
+ * the type the client sent. */
+static const char *binary_body_type(req *q)
+{
+    return content_type_is(q, LARQL_FFN) ? LARQL_FFN : content_type_is(q, OCTET_STREAM) ? OCTET_STREAM : NULL;
 }
 
 /* The request's Accept header mentions mt anywhere (case-insensitive), as LARQL tests it. */
@@ -741,7 +751,7 @@ static void embed_binary(lq_server *s, req *q, reply *r)
     r->status = 200;
     r->body = (char *)out;
     r->len = out_len;
-    r->ctype = OCTET_STREAM;
+    r->ctype = binary_body_type(q);
     return;
 fail:
     free(out);
@@ -750,7 +760,7 @@ fail:
 
 void route_embed(lq_server *s, req *q, reply *r)
 {
-    if (content_type_is(q, OCTET_STREAM)) {
+    if (binary_body_type(q)) {
         embed_binary(s, q, r);
         return;
     }
@@ -799,7 +809,8 @@ out:
     json_decref(j);
 }
 
-/* GET /v1/embed/{token_id}: one row, raw f32 little-endian by default, or JSON
+/* GET /v1/embed/{token_id}: one row, raw f32 little-endian by default (application/x-larql-ffn,
+ * or application/octet-stream when Accept names only that), or JSON
  * {token_id, embedding, hidden_size} when Accept mentions application/json. A token's
  * embedding never changes while a model is served, hence LARQL's year-long immutable
  * Cache-Control on the answer. */
@@ -849,15 +860,18 @@ void route_embed_row(lq_server *s, req *q, reply *r)
         r->status = 200;
         r->body = (char *)out;
         r->len = e.h * 4;
-        r->ctype = OCTET_STREAM;
+        /* LARQL's type by default; a client that asks for octets only gets octets */
+        r->ctype = accept_mentions(q, OCTET_STREAM) && !accept_mentions(q, LARQL_FFN) ? OCTET_STREAM : LARQL_FFN;
     }
     free(row);
-    if (r->status == 200)
+    if (r->status == 200) {
         r->cache_control = "public, max-age=31536000, immutable";
+        r->vary = "Accept"; /* the same URL answers JSON or binary */
+    }
 }
 
 /* The residual of a /v1/logits request into x[h]: JSON {residual:[f32 * h]} or, with
- * Content-Type application/octet-stream, the raw body f32[h] little-endian (top_k and
+ * Content-Type application/x-larql-ffn or application/octet-stream, the raw body f32[h] little-endian (top_k and
  * temperature keep their defaults then). -1 with r filled. */
 static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
 {
@@ -899,7 +913,7 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
 void route_logits(lq_server *s, req *q, reply *r)
 {
     json_t *j = NULL;
-    if (!content_type_is(q, OCTET_STREAM) && !(j = req_json_body(q, r)))
+    if (!binary_body_type(q) && !(j = req_json_body(q, r)))
         return;
     lq_model *m;
     long top_k = 5;

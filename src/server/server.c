@@ -227,6 +227,8 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
     if (r->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control);
+    if (r->vary)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->vary);
     if (r->etag[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
     if (r->retry_after > 0) {

@@ -15,6 +15,18 @@ M="$T_TMP/m.gguf"; V="$T_TMP/v"; D="$T_TMP/dense"
 check "convert" "$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference
 check "convert dense-only" "$LARQL" convert gguf-to-vindex "$M" --output "$D" --keep-quant --dense-only
 
+# larql run MODEL [PROMPT]: LARQL's positional prompt, --prompt kept; no prompt = chat
+check "run MODEL PROMPT" "$LARQL" run "$M" "The capital of" -n 6 --temp 0
+cp "$T_TMP/out" "$T_TMP/run_pos"
+check "run MODEL --prompt" "$LARQL" run "$M" --prompt "The capital of" -n 6 --temp 0
+if [ -s "$T_TMP/run_pos" ] && cmp -s "$T_TMP/run_pos" "$T_TMP/out"; then pass "positional prompt == --prompt (same tokens)"
+else fail "positional prompt == --prompt (same tokens)" "$(cat "$T_TMP/run_pos") vs $(cat "$T_TMP/out")"; fi
+check_fails "run with PROMPT and --prompt" "prompt is given twice" "$LARQL" run "$M" "a" --prompt "b"
+check_fails "run with PROMPT and --ids" "exactly one" "$LARQL" run "$M" "a" --ids 1,2
+if echo "hello" | "$LARQL" run "$M" -n 3 --temp 0 >"$T_TMP/out" 2>"$T_TMP/err" && [ -s "$T_TMP/out" ]; then
+    pass "run without a prompt is chat (reads the message from stdin)"
+else fail "run without a prompt is chat (reads the message from stdin)" "$(cat "$T_TMP/err")"; fi
+
 ports=""
 start_server cached "$V" --threads 1 --cache-ttl 60 && ports="$ports cached=$PORT" || fail "server --cache-ttl 60 starts"
 start_server plain "$V" --threads 1 && ports="$ports plain=$PORT" || fail "server without --cache-ttl starts"

@@ -4,6 +4,7 @@ usage: parity.py TMPDIR name=PORT ..."""
 import http.client
 import json
 import re
+import struct
 import sys
 
 from tap import ok
@@ -73,12 +74,49 @@ def dense_only():
     ok("dense-only vindex: walk still says it cannot (503 naming dense-only)", st == 503 and b"dense-only" in b, (st, b[:200]))
 
 
+FFN = "application/x-larql-ffn"
+
+
+def binary_wire():
+    """LARQL's application/x-larql-ffn on /v1/embed, GET /v1/embed/{id} and /v1/logits."""
+    st, h, b = call("plain", "POST", "/v1/embed", {"token_ids": [5, 7]})
+    rows = json.loads(b)["residual"] if st == 200 else []
+    hidden = len(rows[0]) if rows else 0
+    f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+    rows = [[f32(v) for v in r] for r in rows]
+    body = struct.pack("<3I", 2, 5, 7)
+    st, h, b = call("plain", "POST", "/v1/embed", raw=body, headers={"Content-Type": FFN})
+    good = st == 200 and h.get("content-type") == FFN and len(b) == 8 + 2 * hidden * 4
+    ok("POST /v1/embed with application/x-larql-ffn -> 200 in the same type", good, (st, h, b[:100]))
+    if good:
+        seq, hid = struct.unpack_from("<2I", b)
+        vals = struct.unpack_from("<%df" % (2 * hidden), b, 8)
+        ok("x-larql-ffn embed: [u32 seq][u32 hidden][f32...] == the JSON rows",
+           (seq, hid) == (2, hidden) and [list(vals[:hidden]), list(vals[hidden:])] == rows, (seq, hid))
+    st, h, b2 = call("plain", "POST", "/v1/embed", raw=body, headers={"Content-Type": "application/octet-stream"})
+    ok("octet-stream embed still answers, same bytes, octet-stream type",
+       st == 200 and h.get("content-type") == "application/octet-stream" and b2 == b, (st, h))
+    st, h, b = call("plain", "POST", "/v1/embed", raw=struct.pack("<2I", 3, 5), headers={"Content-Type": FFN})
+    ok("x-larql-ffn embed: a truncated body -> 400 naming the sizes", st == 400 and b"bytes" in b, (st, b[:200]))
+    st, h, b = call("plain", "GET", "/v1/embed/5")
+    ok("GET /v1/embed/5 -> application/x-larql-ffn, Vary: Accept, the row",
+       st == 200 and h.get("content-type") == FFN and h.get("vary") == "Accept"
+       and list(struct.unpack("<%df" % hidden, b)) == rows[0], (st, h))
+    st, h, b = call("plain", "GET", "/v1/embed/5", headers={"Accept": "application/octet-stream"})
+    ok("GET /v1/embed/5 Accept octet-stream -> octet-stream", st == 200 and h.get("content-type") == "application/octet-stream", h)
+    st, h, b = call("plain", "POST", "/v1/logits", raw=struct.pack("<%df" % hidden, *rows[0]), headers={"Content-Type": FFN})
+    st2, h2, b2 = call("plain", "POST", "/v1/logits", {"residual": rows[0]})
+    strip = lambda t: re.sub(rb'"latency_ms":[0-9.eE+-]+', b"", t)
+    ok("POST /v1/logits with x-larql-ffn == the JSON request", st == 200 and st2 == 200 and strip(b) == strip(b2), (st, b[:200]))
+
+
 def main():
     for a in sys.argv[2:]:
         k, v = a.split("=")
         PORTS[k] = int(v)
     if "cached" in PORTS and "plain" in PORTS:
         describe_caching()
+        binary_wire()
     if "dense" in PORTS:
         dense_only()
 
