@@ -62,12 +62,20 @@ void route_health(lq_server *s, req *q, reply *r)
 void route_models(lq_server *s, req *q, reply *r)
 {
     (void)q;
-    json_int_t features = s->vx ? (json_int_t)lq_vindex_get_info(s->vx)->total_features : 0;
-    json_t *mdl = json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", s->model_id, "object", "model",
-                            "created", (json_int_t)s->created_unix, "owned_by", "larql", "path", "/v1",
-                            "features", features, "loaded",
-                            s->vx != NULL || __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) != NULL);
-    reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", mdl));
+    lq_server *front = s->front ? s->front : s;
+    json_t *data = json_array();
+    for (int k = 0; k < front->n_models; k++) {
+        lq_server *m = front->models[k];
+        json_int_t features = m->vx ? (json_int_t)lq_vindex_get_info(m->vx)->total_features : 0;
+        char path[300];
+        /* LARQL: "/v1" when one model is served, "/v1/{id}" for each of several */
+        snprintf(path, sizeof path, front->n_models > 1 ? "/v1/%s" : "/v1", m->model_id);
+        json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", m->model_id, "object", "model",
+                                              "created", (json_int_t)m->created_unix, "owned_by", "larql", "path",
+                                              path, "features", features, "loaded",
+                                              m->vx != NULL || __atomic_load_n(&m->model, __ATOMIC_ACQUIRE) != NULL));
+    }
+    reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 /* Query parameter as validated UTF-8; NULL when absent. */

@@ -33,5 +33,20 @@ start_server plain "$V" --threads 1 && ports="$ports plain=$PORT" || fail "serve
 start_server dense "$D" --threads 1 && ports="$ports dense=$PORT" || fail "dense-only server starts"
 check_fails "--cache-ttl must be a number" "cache-ttl" "$LARQL" serve "$V" --cache-ttl soon
 
+# several models in one server (larql serve --dir): two vindexes with different planted facts
+# and model ids (the last '/' segment of general.name), a browse-only one among them, and a
+# directory that is not a vindex (ignored)
+MD="$T_TMP/models"; mkdir -p "$MD/notes"
+"$LARQL" make-model --out "$T_TMP/a.gguf" --preset demo --seed 3 --name org/alpha --plant ' France>Paris@1:5' >/dev/null 2>&1 &&
+"$LARQL" make-model --out "$T_TMP/b.gguf" --preset demo --seed 4 --name beta --plant ' France>Rome@1:5' >/dev/null 2>&1 ||
+    fail "make-model for --dir"
+check "convert alpha" "$LARQL" convert gguf-to-vindex "$T_TMP/a.gguf" --output "$MD/a" --keep-quant --level inference
+check "convert beta" "$LARQL" convert gguf-to-vindex "$T_TMP/b.gguf" --output "$MD/b" --keep-quant --level inference
+start_server multi --dir "$MD" --threads 1 && ports="$ports multi=$PORT" || fail "serve --dir starts"
+check_fails "serve --dir and MODEL together" "not both" "$LARQL" serve "$V" --dir "$MD"
+check_fails "serve --dir without vindexes" "no subdirectory holds an index.json" "$LARQL" serve --dir "$MD/notes"
+mkdir -p "$T_TMP/dup"; cp -r "$MD/b" "$T_TMP/dup/b1"; cp -r "$MD/b" "$T_TMP/dup/b2"
+check_fails "serve --dir with two vindexes of one model id" "ids must differ" "$LARQL" serve --dir "$T_TMP/dup" --port 0
+
 run_py py.log "$HTTP_DIR/parity.py" "$T_TMP" $ports
 done_tests
