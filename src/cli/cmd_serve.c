@@ -123,7 +123,7 @@ int lq_cli_serve(int argc, char **argv)
         }
     }
     if (!o.model_path && !o.models_dir)
-        return lq_cli_usage(C, SERVE_USAGE, "MODEL (or --dir DIR) is required");
+        return lq_cli_usage(C, SERVE_USAGE, "MODEL is required (or --dir DIR)");
     if (o.model_path && o.models_dir)
         return lq_cli_usage(C, SERVE_USAGE, "give MODEL or --dir DIR, not both");
     lq_cli_model_opts(&ma, &o.model);

@@ -48,7 +48,7 @@ static void print_pretty(const char *json)
 
 static const char *USAGE_CONVERT =
     "larql convert gguf-to-vindex IN.gguf --output DIR [--level browse|inference|all] [--keep-quant]\n"
-    "                             [--dense-only] [--f16] [--threads N] [--tokenizer FILE]";
+    "                             [--dense-only] [--f16] [--threads N] [--tokenizer FILE] [--no-clusters]";
 
 typedef struct prog {
     int tty;
@@ -79,7 +79,7 @@ int lq_cli_convert(int argc, char **argv)
         LQ_STR("--output", &out), LQ_STR("-o", &out),
         LQ_STR("--level", &level), LQ_FLAG("--keep-quant", &o.keep_quant),
         LQ_FLAG("--dense-only", &o.dense_only), LQ_FLAG("--f16", &o.f16),
-        LQ_STR("--tokenizer", &o.tokenizer_json),
+        LQ_STR("--tokenizer", &o.tokenizer_json), LQ_FLAG("--no-clusters", &o.no_clusters),
         LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
     int np = 0, r = lq_cli_parse(C, USAGE_CONVERT, argc, argv, 1, opts, NULL, pos, 2, &np);
     if (r)

@@ -1157,6 +1157,14 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         if (rc)
             goto out;
     }
+    /* relation clusters read the finished files back (gate rows, down_meta, embeddings) */
+    if (!o->dense_only && !o->no_clusters) {
+        size_t nclu = 0, kclu = 0;
+        progress(&c, "clusters", 0, 1);
+        if ((rc = lq_vx_write_clusters(tmp, o->n_threads > 0 ? o->n_threads : lq_cpu_count(), &nclu, &kclu, err)))
+            goto out;
+        progress(&c, "clusters", 1, 1);
+    }
     if (fsync_dir(tmp) || rename(tmp, out_dir)) {
         rc = lq_err_set(err, LQ_EIO, "cannot move %s into place as %s: %s", tmp, out_dir, strerror(errno));
         goto out;

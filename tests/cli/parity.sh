@@ -27,6 +27,52 @@ if echo "hello" | "$LARQL" run "$M" -n 3 --temp 0 >"$T_TMP/out" 2>"$T_TMP/err" &
     pass "run without a prompt is chat (reads the message from stdin)"
 else fail "run without a prompt is chat (reads the message from stdin)" "$(cat "$T_TMP/err")"; fi
 
+# relation clusters (LARQL writes them for models with >= 8 layers): a 10-layer model (knowledge
+# band 4-7) with five planted facts of one relation (capital -> country: their targets share an
+# embedding offset from the entities, as in a real model), converted with and without clusters
+C="$T_TMP/c10.gguf"; CV="$T_TMP/c10v"
+"$LARQL" make-model --out "$C" --preset demo --layers 10 --ffn 256 --seed 9 --emb-type f32 \
+    --plant-relation ' Paris>France@4:3' --plant-relation ' Berlin>Germany@5:7' --plant-relation ' Rome>Italy@6:9' \
+    --plant-relation ' Madrid>Spain@7:11' --plant-relation ' Tokyo>Japan@4:20' >/dev/null 2>&1 || fail "make-model --plant-relation"
+check "convert a 10-layer model" "$LARQL" convert gguf-to-vindex "$C" --output "$CV"
+if python3 - "$CV" >"$T_TMP/clu" 2>&1 <<'PY'
+import json, sys
+d = sys.argv[1]
+rc = json.load(open(d + "/relation_clusters.json"))
+lines = [json.loads(x) for x in open(d + "/feature_clusters.jsonl")]
+assert list(rc) == ["k", "centres", "labels", "counts", "top_tokens"], list(rc)
+assert rc["k"] == min(512, len(lines)) == len(rc["centres"]) == len(rc["labels"]) == len(rc["counts"]), rc["k"]
+assert all(len(c) == 256 for c in rc["centres"]) and sum(rc["counts"]) == len(lines)
+assert all(list(r) == ["l", "f", "c"] and 4 <= r["l"] <= 7 and 0 <= r["c"] < rc["k"] for r in lines)
+cl = {(r["l"], r["f"]): r["c"] for r in lines}
+planted = [(4, 3), (5, 7), (6, 9), (7, 11), (4, 20)]
+cs = [cl[p] for p in planted]
+labels = [rc["labels"][c] for c in cs]
+assert labels == ["country"] * 5, labels
+assert max(cs.count(c) for c in cs) >= 3, cs
+print("planted clusters", cs, labels, [rc["top_tokens"][c] for c in set(cs)])
+PY
+then pass "relation clusters: LARQL's files and fields; the five planted facts come out labelled 'country'"
+else fail "relation clusters: LARQL's files and fields; the five planted facts come out labelled 'country'" "$(cat "$T_TMP/clu")"; fi
+cat "$T_TMP/clu" | sed 's/^/# /'
+check "describe names the relation from its cluster" "$LARQL" describe "$CV" " Paris" --band all --min-score 1 --json
+if python3 -c "
+import json; d = json.load(open('$T_TMP/out')); e = d['edges'][0]
+assert (e['target'], e.get('relation'), e.get('source')) == ('France', 'country', 'cluster'), e
+"; then pass "describe ' Paris' -> France, relation country, source cluster"; else fail "describe ' Paris' -> France, relation country, source cluster" "$(head -c 300 "$T_TMP/out")"; fi
+check "relations lists the cluster relations" "$LARQL" relations "$CV" --json
+if python3 -c "
+import json; d = json.load(open('$T_TMP/out'))
+assert d['cluster_count'] > 0 and 'country' in [r['name'] for r in d['cluster_relations']], d.get('cluster_relations')
+"; then pass "relations: cluster_relations holds country"; else fail "relations: cluster_relations holds country" "$(head -c 300 "$T_TMP/out")"; fi
+check "convert --no-clusters" "$LARQL" convert gguf-to-vindex "$C" --output "$T_TMP/c10n" --no-clusters
+if [ ! -e "$T_TMP/c10n/relation_clusters.json" ] && [ ! -e "$T_TMP/c10n/feature_clusters.jsonl" ] && [ ! -e "$V/relation_clusters.json" ]; then
+    pass "no clusters with --no-clusters, nor for a 4-layer model (no knowledge band)"
+else fail "no clusters with --no-clusters, nor for a 4-layer model (no knowledge band)"; fi
+cp -r "$CV" "$T_TMP/c10bad"; echo '{"l":99,"f":0,"c":0}' >>"$T_TMP/c10bad/feature_clusters.jsonl"
+check_fails "a feature_clusters.jsonl line outside the vindex is an error naming the file" "feature_clusters.jsonl: line" \
+    "$LARQL" describe "$T_TMP/c10bad" France
+
 ports=""
 start_server cached "$V" --threads 1 --cache-ttl 60 && ports="$ports cached=$PORT" || fail "server --cache-ttl 60 starts"
 start_server plain "$V" --threads 1 && ports="$ports plain=$PORT" || fail "server without --cache-ttl starts"
