@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "larql/model.h"
+#include "larql/patch.h"
 #include "larql/scheduler.h"
 #include "larql/server.h"
 #include "larql/status.h"
@@ -219,12 +220,17 @@ typedef struct kview {
     struct lq_overlay *ov;
     const lq_vindex *v;
     const lq_knn_store *knn;
+    struct lq_edit_set *edits; /* the state's forward-pass edits (a reference), or NULL */
     const char *sid;
 } kview;
 int srv_knowledge_init(lq_server *s, lq_err *err);
 void srv_knowledge_free(lq_server *s);
 int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
 void srv_kview_put(kview *kv);
+/* The forward-pass edits a generation for this request runs (sid's session, or the global
+ * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
+ * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e);
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */
