@@ -1119,12 +1119,9 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         for (int32_t id = 0; id < c.V && id < tv; id++) {
             char *text = NULL;
             size_t len = 0;
-            if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK) {
-                for (size_t i = 0; i < len; i++)
-                    if (text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r' &&
-                        text[i] != '\v' && text[i] != '\f')
-                        keep_tok[id] = 1;
-            }
+            /* LARQL drops the top-k tokens whose decode(skip special).trim() is empty */
+            if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK)
+                keep_tok[id] = !lq_vx_blank(text, len);
             free(text);
         }
         if ((rc = write_gates(&c, layers)))

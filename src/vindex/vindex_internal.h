@@ -127,6 +127,8 @@ size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_
 
 /* Token helpers (LARQL's is_readable_token / is_content_token). */
 int lq_vx_is_readable(const char *s);
+/* s[0..n) is empty or only Unicode whitespace (Rust's trim() would leave nothing) */
+int lq_vx_blank(const char *s, size_t n);
 int lq_vx_is_content(const char *s);
 
 /* Band table: fills bands for (family, num_layers); returns 0 when LARQL has none (L < 8). */

@@ -24,16 +24,30 @@ static int trit_at(const uint8_t *packed, uint64_t i)
     return code - 1;
 }
 
+/* Rust's str::trim() leaves nothing: every code point is Unicode White_Space (decoded here
+ * independently of the library's check) */
 static int decodes_empty(const lq_tokenizer *tok, int32_t id)
 {
     char *text = NULL;
     size_t len = 0;
     int empty = 1;
-    if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK)
-        for (size_t i = 0; i < len; i++)
-            if (text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r' && text[i] != '\v' &&
-                text[i] != '\f') /* what str::trim removes in ASCII ("\0" is text) */
-                empty = 0;
+    if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK) {
+        const unsigned char *p = (const unsigned char *)text;
+        for (size_t i = 0; i < len && empty;) {
+            unsigned c = p[i], n = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+            if (!n || i + n > len) {
+                empty = 0; /* not UTF-8: U+FFFD, text */
+                break;
+            }
+            unsigned cp = n == 1 ? c : c & (0x3f >> (n - 1));
+            for (unsigned k = 1; k < n; k++)
+                cp = cp << 6 | (p[i + k] & 0x3f);
+            empty = (cp >= 9 && cp <= 13) || cp == 32 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+                    (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+                    cp == 0x3000;
+            i += n;
+        }
+    }
     free(text);
     return empty;
 }
