@@ -202,6 +202,22 @@ static void km_assign(void *ctx, int64_t start, int64_t end, int thread_idx)
     free(sims);
 }
 
+typedef struct km_init_job {
+    const lq_kernels *kern;
+    const float *data, *centre;
+    size_t D;
+    float *sims;
+} km_init_job;
+
+/* sims[i] = data[i] . centre over a block of rows (the seeding pass, spread over the pool) */
+static void km_init_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
+{
+    (void)thread_idx;
+    km_init_job *j = ctx;
+    size_t r0 = (size_t)start * KM_BLOCK, r1 = (size_t)end * KM_BLOCK;
+    j->kern->gate_scores(j->data + r0 * j->D, 0, j->D, 0, r1 - r0, j->centre, 1, j->sims + r0, r1 - r0);
+}
+
 /* data [n, D] (rows padded to a multiple of KM_BLOCK with zero rows that are never counted),
  * centres [k, D] out, assign [n] out */
 static int kmeans(lq_pool *pool, const lq_kernels *kern, const float *data, size_t n, size_t npad, size_t D,
@@ -232,7 +248,8 @@ static int kmeans(lq_pool *pool, const lq_kernels *kern, const float *data, size
     for (size_t i = 0; i < n; i++)
         mind[i] = INFINITY;
     for (size_t c = 1; c < k; c++) {
-        kern->gate_scores(data, 0, D, 0, n, centres + (c - 1) * D, 1, sims, n);
+        km_init_job ij = {kern, data, centres + (c - 1) * D, D, sims};
+        lq_pool_for(pool, (int64_t)(npad / KM_BLOCK), 16, km_init_chunk, &ij);
         size_t bi = 0;
         float bd = -INFINITY;
         for (size_t i = 0; i < n; i++) {
