@@ -436,8 +436,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             q->rt = &UNKNOWN_ROUTE;
             size_t idl = 0;
             if (unknown_model(url, &idl))
-                reply_larql_err(&r, 404, "model '%.*s' not found (GET /v1/models lists the models served)", (int)idl,
-                                url + 4);
+                reply_larql_err(&r, 404, "model '%.*s%s' not found (GET /v1/models lists the models served)",
+                                (int)(idl > 128 ? 128 : idl), url + 4, idl > 128 ? "..." : "");
             else
                 reply_larql_err(&r, 404, "no route for %s %s", method, url);
             return send_reply(q, &r, 0);

@@ -169,7 +169,7 @@ typedef struct km_job {
     const float *data, *centres;
     size_t D, k;
     int *assign;
-    int changed;
+    int changed, failed;
 } km_job;
 
 #define KM_BLOCK 64
@@ -179,8 +179,10 @@ static void km_assign(void *ctx, int64_t start, int64_t end, int thread_idx)
     (void)thread_idx;
     km_job *j = ctx;
     float *sims = malloc(KM_BLOCK * j->k * sizeof *sims);
-    if (!sims)
-        return; /* assignments keep their values: one round is lost, not the result */
+    if (!sims) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (int64_t b = start; b < end; b++) {
         size_t i0 = (size_t)b * KM_BLOCK, cnt = KM_BLOCK; /* data is padded to whole blocks */
         j->kern->gate_scores(j->centres, 0, j->D, 0, j->k, j->data + i0 * j->D, cnt, sims, j->k);
@@ -226,11 +228,9 @@ static int kmeans(lq_pool *pool, const lq_kernels *kern, const float *data, size
     /* k-means++ as LARQL seeds it: the longest vector first, then each time the point
      * farthest (1 - cosine) from every centre so far */
     float *mind = malloc(npad * sizeof *mind), *sims = malloc(npad * sizeof *sims);
-    int *tmp = calloc(npad, sizeof *tmp);
-    if (!mind || !sims || !tmp) {
+    if (!mind || !sims) {
         free(mind);
         free(sims);
-        free(tmp);
         return lq_err_set(err, LQ_ENOMEM, "relation clusters: out of memory (k-means over %zu directions)", n);
     }
     size_t first = 0;
@@ -274,12 +274,16 @@ static int kmeans(lq_pool *pool, const lq_kernels *kern, const float *data, size
     if (!acc || !cnt) {
         free(acc);
         free(cnt);
-        free(tmp);
         return lq_err_set(err, LQ_ENOMEM, "relation clusters: out of memory");
     }
     for (int it = 0; it < KMEANS_ITERS; it++) {
-        km_job j = {kern, data, centres, D, k, assign, 0};
+        km_job j = {kern, data, centres, D, k, assign, 0, 0};
         lq_pool_for(pool, (int64_t)(npad / KM_BLOCK), 1, km_assign, &j);
+        if (j.failed) {
+            free(acc);
+            free(cnt);
+            return lq_err_set(err, LQ_ENOMEM, "relation clusters: out of memory in k-means");
+        }
         if (!j.changed)
             break;
         memset(acc, 0, k * D * sizeof *acc);
@@ -309,7 +313,6 @@ static int kmeans(lq_pool *pool, const lq_kernels *kern, const float *data, size
     }
     free(acc);
     free(cnt);
-    free(tmp);
     return LQ_OK;
 }
 
@@ -602,7 +605,8 @@ static int label_clusters(const lq_vindex *v, const collect *co, const int *assi
             double global = g && g->count ? g->count : 1;
             m->t[i].score = (m->t[i].count / size) * log(total / global);
         }
-        qsort(m->t, m->n, sizeof *m->t, by_score);
+        if (m->n)
+            qsort(m->t, m->n, sizeof *m->t, by_score);
         size_t nt = m->n < 5 ? m->n : 5;
         lb->top[c] = calloc(nt ? nt : 1, sizeof *lb->top[c]);
         for (size_t i = 0; lb->top[c] && i < nt; i++)
