@@ -25,6 +25,7 @@ enum {
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
     R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN, R_OPENAPI,
+    R_WEB_INDEX, R_WEB_ASSET, /* the built-in page (web.c) */
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
 };
@@ -143,9 +144,12 @@ typedef struct reply {
     const char *cache_control;   /* Cache-Control header when set */
     char cache_buf[48];          /* storage cache_control may point to */
     const char *vary;            /* Vary header when set */
-    char etag[24];               /* ETag header when non-empty ("\"hex\"") */
+    char etag_buf[24];           /* storage etag may point to (describe's "\"hex\"") */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;
+    const void *static_body;     /* when set: the body (len bytes), static, never freed */
+    const char *etag;            /* ETag header when set */
+    int web;                     /* the page's headers: Content-Security-Policy and friends */
 } reply;
 
 /* util.c */
@@ -241,6 +245,11 @@ void route_openapi(lq_server *s, req *q, reply *r);
 
 /* ws.c: GET /v1/stream (WebSocket); answers 101 and runs the session, or a 4xx */
 void route_stream(lq_server *s, req *q, reply *r);
+
+/* web.c: GET / and GET /assets/NAME, the built-in page compiled into the binary */
+void route_web(lq_server *s, req *q, reply *r);
+/* If-None-Match (NULL: absent) names etag: a tag of its list, weak or strong, or "*" */
+int srv_etag_matches(const char *inm, const char *etag);
 
 /* routes_openai.c */
 void route_completions(lq_server *s, req *q, reply *r);

@@ -116,6 +116,9 @@ static const op_doc DOCS[] = {
     {R_STREAM, M_GET, "WebSocket (RFC 6455): describe, infer and generate frames; answers 101", NULL, NULL, NULL,
      NULL, NULL, NULL},
     {R_OPENAPI, M_GET, "This document", NULL, NULL, NULL, NULL, "{\"type\":\"object\"}", NULL},
+    {R_WEB_INDEX, M_GET, "The built-in web page (chat and explorer)", NULL, NULL, NULL, NULL, NULL, "text/html"},
+    {R_WEB_ASSET, M_GET, "A static asset of the web page (ETag, 304 on If-None-Match)", "name", NULL, NULL, NULL, NULL,
+     "application/octet-stream"},
 };
 
 static const op_doc *find_doc(int id, int method)

@@ -177,36 +177,14 @@ static uint64_t fnv1a(const char *p, size_t n)
     return h;
 }
 
-static int etag_listed(const char *inm, const char *etag)
-{
-    size_t el = strlen(etag);
-    for (const char *p = inm; *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        const char *e = p;
-        while (*e && *e != ',')
-            e++;
-        const char *t = e;
-        while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
-            t--;
-        if (t - p >= 2 && p[0] == 'W' && p[1] == '/') /* weak comparison, RFC 9110 13.1.2 */
-            p += 2;
-        if ((t - p == 1 && *p == '*') || ((size_t)(t - p) == el && !memcmp(p, etag, el)))
-            return 1;
-        p = e;
-    }
-    return 0;
-}
-
 static void describe_cache_headers(lq_server *s, req *q, reply *r)
 {
     if (r->status != 200 || !r->body)
         return;
     const char *lat = strstr(r->body, ",\"latency_ms\":");
     size_t n = lat ? (size_t)(lat - r->body) : r->len;
-    snprintf(r->etag, sizeof r->etag, "\"%016llx\"", (unsigned long long)fnv1a(r->body, n));
+    snprintf(r->etag_buf, sizeof r->etag_buf, "\"%016llx\"", (unsigned long long)fnv1a(r->body, n));
+    r->etag = r->etag_buf;
     if (s->o.cache_ttl_s > 0)
         snprintf(r->cache_buf, sizeof r->cache_buf, "public, max-age=%d", s->o.cache_ttl_s);
     else
@@ -214,7 +192,7 @@ static void describe_cache_headers(lq_server *s, req *q, reply *r)
     r->cache_control = r->cache_buf;
     const char *inm = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
     char *empty;
-    if (inm && etag_listed(inm, r->etag) && (empty = calloc(1, 1))) {
+    if (srv_etag_matches(inm, r->etag) && (empty = calloc(1, 1))) {
         free(r->body);
         r->body = empty; /* 304: no body (an empty one, so the reply is not taken for missing) */
         r->len = 0;

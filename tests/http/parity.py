@@ -185,7 +185,8 @@ def openapi():
     # the document is generated from the route table: every (path, method) it lists is served
     missing = []
     for p, m, o in ops:
-        url = p.replace("{model_id}", "alpha").replace("{token_id}", "1").replace("{name}", "none")
+        url = p.replace("{model_id}", "alpha").replace("{token_id}", "1")
+        url = url.replace("{name}", "index.html" if url.startswith("/assets/") else "none")
         st, h, b = call("multi", m.upper(), url, raw=b"{}" if m == "post" else None,
                         headers={"Content-Type": "application/json"} if m == "post" else None)
         if st in (404, 405) and not (m == "delete" and b"not found" in b and b"model" not in b):
