@@ -101,6 +101,7 @@ struct lq_server {
     int n_sess;
     pthread_mutex_t sess_mu;
     int knowledge_ready;      /* srv_knowledge_init ran (its locks exist) */
+    struct srv_dcache *dcache; /* describe answers kept --cache-ttl seconds (dcache.c) */
 
     /* several models (larql serve --dir): models[0] is the server that listens (this one on
      * the front); every model's server has front pointing at it. One model: models = {self}. */
@@ -231,6 +232,15 @@ int srv_knowledge_init(lq_server *s, lq_err *err);
 void srv_knowledge_free(lq_server *s);
 int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
 void srv_kview_put(kview *kv);
+/* dcache.c: the describe cache (--cache-ttl > 0), keyed by the session (NULL: the global
+ * state), the edit generation and the query; srv_dcache_bump after every edit. */
+typedef struct srv_dcache srv_dcache;
+int srv_dcache_init(lq_server *s);
+void srv_dcache_free(lq_server *s);
+void srv_dcache_bump(lq_server *s);
+int srv_dcache_get(lq_server *s, const char *sid, const char *query, char **body, size_t *len);
+void srv_dcache_put(lq_server *s, const char *sid, const char *query, const char *body, size_t len);
+void srv_dcache_stats(lq_server *s, uint64_t *hits, uint64_t *misses);
 /* The forward-pass edits a generation for this request runs (sid's session, or the global
  * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
  * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */

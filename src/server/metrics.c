@@ -88,7 +88,13 @@ void route_metrics(lq_server *s, req *q, reply *r)
         }
     lq_scheduler_stats st;
     sched_stats(s, &st);
+    uint64_t dc_hits, dc_misses;
+    srv_dcache_stats(s, &dc_hits, &dc_misses);
     struct { const char *name, *type, *help; double v; } rows[] = {
+        {"larql_describe_cache_hits_total", "counter", "describe answers served from the --cache-ttl cache.",
+         (double)dc_hits},
+        {"larql_describe_cache_misses_total", "counter", "describe lookups the --cache-ttl cache could not answer.",
+         (double)dc_misses},
         {"larql_prompt_tokens_total", "counter", "Prompt tokens processed.", (double)LD(m->prompt_tokens)},
         {"larql_generated_tokens_total", "counter", "Tokens generated.", (double)LD(m->generated_tokens)},
         {"larql_prefill_seconds_total", "counter", "Wall time spent in prefill.", LD(m->prefill_us) / 1e6},

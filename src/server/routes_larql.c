@@ -232,7 +232,21 @@ void route_browse(lq_server *s, req *q, reply *r)
             goto no_vindex;
         if (kget(s, q, &kv, r))
             return;
+        /* --cache-ttl: the same question about the same state answers from the cache */
+        char key[1200];
+        snprintf(key, sizeof key, "%.1000s\n%s\n%d\n%.17g\n%d", p.entity, p.band ? p.band : "", p.limit,
+                 p.min_score, p.verbose);
+        const char *sid = kv.sid;
+        size_t n = 0;
+        if (srv_dcache_get(s, sid, key, &json, &n)) {
+            srv_kview_put(&kv);
+            vindex_reply(r, 0, json, &err);
+            describe_cache_headers(s, q, r);
+            return;
+        }
         rc = lq_vindex_describe_json(kv.v, &p, &json, &err);
+        if (!rc && strlen(p.entity) <= 1000)
+            srv_dcache_put(s, sid, key, json, strlen(json));
     } else if (q->rt->id == R_WALK) {
         lq_walk_params p;
         lq_walk_params_init(&p);

@@ -63,6 +63,37 @@ def describe_caching():
     ok("a patch deletes the planted feature -> 200", st == 200, (st, b[:200]))
     st, h, b = call("plain", "GET", DESCRIBE, headers={"If-None-Match": etag})
     ok("after an edit the old ETag no longer matches (200, new tag)", st == 200 and h.get("etag") != etag, (st, h))
+    # the server-side cache (--cache-ttl): the same question answers from it, byte for byte
+    # (latency_ms included), until an edit
+    def hits(srv):
+        st, h, b = call(srv, "GET", "/metrics")
+        m = re.search(rb"^larql_describe_cache_hits_total (\S+)$", b, re.M)
+        return float(m.group(1)) if m else -1
+    h0 = hits("cached")
+    q = "/v1/describe?entity=%20Germany&band=all&min_score=1"
+    st1, _, b1 = call("cached", "GET", q)
+    st2, _, b2 = call("cached", "GET", q)
+    ok("--cache-ttl: a repeated describe is a cache hit with the same body (latency_ms too)",
+       st1 == st2 == 200 and b1 == b2 and hits("cached") == h0 + 1, (h0, hits("cached"), b1[-40:], b2[-40:]))
+    st, _, b = call("cached", "POST", "/v1/patches/apply", {"patch": dict(patch, description="no-paris-cached")})
+    st3, _, b3 = call("cached", "GET", DESCRIBE)
+    ok("--cache-ttl: an edit invalidates the cache (the deleted edge is gone)",
+       st == 200 and st3 == 200 and not any(e.get("target") == "Paris" and e.get("layer") == 1
+                                            for e in json.loads(b3)["edges"]), b3[:300])
+    h1 = hits("cached")
+    st4, _, b4 = call("cached", "GET", q, headers={"X-Session-Id": "s1"})
+    st5, _, b5 = call("cached", "GET", q)
+    ok("--cache-ttl: a session that does not exist sees the global state, and its cached answer",
+       st4 == st5 == 200 and b4 == b5 and hits("cached") == h1 + 1, (h1, hits("cached")))
+    st, _, _ = call("cached", "POST", "/v1/insert", {"entity": "Atlantis", "relation": "capital",
+                                                     "target": "Paris", "mode": "knn"}, headers={"X-Session-Id": "s2"})
+    h2 = hits("cached")
+    st6, _, _ = call("cached", "GET", q, headers={"X-Session-Id": "s2"})
+    st7, _, _ = call("cached", "GET", q, headers={"X-Session-Id": "s2"})
+    ok("--cache-ttl: an existing session's answers are cached apart from the global state's",
+       st == st6 == st7 == 200 and hits("cached") == h2 + 1, (st, h2, hits("cached")))
+    st, _, _ = call("plain", "GET", q)
+    ok("without --cache-ttl nothing is cached", st == 200 and hits("plain") == 0, hits("plain"))
 
 
 def dense_only():
