@@ -17,8 +17,7 @@ static const char *SERVE_USAGE =
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
-    "       [--cache-ttl S] [--memory-limit BYTES]
-"
+    "       [--cache-ttl S] [--memory-limit BYTES]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
