@@ -88,6 +88,10 @@ int lq_mapfault_recover(void *addr)
         /* a private zero page in place of the vanished one: the faulting read is retried on
          * return from the handler and now succeeds */
         void *pg = (void *)(a & ~(uintptr_t)(page - 1));
+        /* (for cppcheck: fd -1 is what MAP_ANONYMOUS takes, and the page is owned by the file's
+         * mapping, unmapped with it by lq_mapfile_close) */
+        /* cppcheck-suppress invalidFunctionArg */
+        /* cppcheck-suppress leakReturnValNotUsed */
         if (mmap(pg, (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
             return 0;
         __atomic_add_fetch(&watch_faults, 1, __ATOMIC_RELAXED);
