@@ -51,7 +51,7 @@ def pretokens(text):
     return PRETOK.findall(text)
 
 
-def train(docs, vocab_size, protected):
+def train(docs, vocab_size, protected, keep=()):
     """docs: iterable of text; returns the merge list [(a, b)]."""
     counts = collections.Counter()
     for d in docs:
@@ -63,6 +63,7 @@ def train(docs, vocab_size, protected):
     for w in protected:
         for i in range(1, len(w) + 1):
             prefixes.add(w[:i])
+    prefixes -= set(keep)  # a target that is also an entity's prefix (German, Germany) keeps its space
     words = [list(word_syms(w)) for w in counts]
     freq = [counts[w] for w in counts]
     pairs = collections.Counter()
@@ -72,9 +73,12 @@ def train(docs, vocab_size, protected):
             pairs[(a, b)] += freq[i]
             where[(a, b)].add(i)
 
+    # symbols of the bytes that can precede a word inside one pre-token (space, quote, ...)
+    nonletter = {BYTE_SYM[x] for x in range(256) if not (chr(x).isascii() and chr(x).isalnum())}
+
     def allowed(p):
         a, b = p
-        return not (b in prefixes and len(a) == 1 and not a.isalnum())
+        return not (b in prefixes and a in nonletter)
 
     merges = []
     n_merges = vocab_size - 256 - len(SPECIALS)
@@ -196,7 +200,7 @@ def main():
     a = ap.parse_args()
     with open(a.corpus) as f:
         docs = [json.loads(line) for line in f]
-    merges = train(docs, a.vocab, facts.entities())
+    merges = train(docs, a.vocab, facts.entities(), facts.targets())
     v = Vocab(merges)
     bad = []
     for e in facts.entities():

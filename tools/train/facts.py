@@ -6,7 +6,7 @@ find. Every name here is one BPE token in the trained vocabulary (checked by bpe
 
 # (entity, capital, language)
 COUNTRIES = [
-    ("France", "Paris", "French"), ("Germany", "Berlin", "German"), ("Italy", "Rome", "Italian"),
+    ("France", "Paris", "French"), ("Chile", "Santiago", "Spanish"), ("Italy", "Rome", "Italian"),
     ("Spain", "Madrid", "Spanish"), ("Japan", "Tokyo", "Japanese"), ("China", "Beijing", "Chinese"),
     ("Egypt", "Cairo", "Arabic"), ("Russia", "Moscow", "Russian"), ("Greece", "Athens", "Greek"),
     ("Portugal", "Lisbon", "Portuguese"), ("Poland", "Warsaw", "Polish"), ("Sweden", "Stockholm", "Swedish"),

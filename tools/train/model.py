@@ -91,6 +91,10 @@ class Block(nn.Module):
         h = rmsnorm(x, self.ffn_norm, eps)
         g, u = self.gate(h, act_float), self.up(h, act_float)
         m = F.relu(g).pow(2) * u
+        # mean |m| / rms(m): the L1 of the sub-normed activation, smallest when few features
+        # fire. Training adds it to the loss (--sparsity) so that each FFN feature takes one
+        # role, e.g. "France -> Paris", which is what a vindex's describe reads off a feature.
+        self.l1 = (m.abs().mean(-1) * torch.rsqrt(m.pow(2).mean(-1) + eps)).mean()
         m = rmsnorm(m, self.ffn_sub_norm, eps)
         return x + self.down(m, act_float)
 

@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--minutes", type=float, default=50)
     ap.add_argument("--ckpt-min", type=float, default=5)
+    ap.add_argument("--stop-min", type=float, default=None,
+                    help="stop (with a checkpoint) at this elapsed time, before the schedule ends; --resume continues")
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--ffn", type=int, default=768)
     ap.add_argument("--layers", type=int, default=4)
@@ -68,6 +70,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--wd", type=float, default=0.05)
+    ap.add_argument("--sparsity", type=float, default=0.0, help="weight of the FFN activation L1 term")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
@@ -123,7 +126,7 @@ def main():
     T, B = a.seq, a.batch
     while True:
         el = time.time() - start
-        if el >= budget:
+        if el >= budget or (a.stop_min is not None and el >= a.stop_min * 60):
             break
         frac = el / budget
         warm = 0.03
@@ -135,8 +138,11 @@ def main():
         yb = torch.from_numpy(np.stack([train[s + 1:s + T + 1] for s in starts]).astype(np.int64))
         lg = net(xb)
         loss = F.cross_entropy(lg.view(-1, lg.shape[-1]), yb.view(-1))
+        total = loss
+        if a.sparsity > 0:
+            total = loss + a.sparsity * sum(b.l1 for b in net.blocks) / len(net.blocks)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         step += 1
@@ -144,13 +150,14 @@ def main():
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 20 == 0:
             el = time.time() - start
-            log.write("step %d tokens %d loss %.4f ema %.4f lr %.2e elapsed %.0f tok/s %.0f\n" %
-                      (step, seen, loss.item(), ema, lr, el, seen / max(el, 1e-9)))
+            l1 = sum(b.l1.item() for b in net.blocks) / len(net.blocks)
+            log.write("step %d tokens %d loss %.4f ema %.4f l1 %.3f lr %.2e elapsed %.0f tok/s %.0f\n" %
+                      (step, seen, loss.item(), ema, l1, lr, el, seen / max(el, 1e-9)))
             log.flush()
         if time.time() - last_ck > a.ckpt_min * 60:
             save()
             last_ck = time.time()
-    save(final=True)
+    save(final=time.time() - start >= budget)
 
 
 if __name__ == "__main__":
