@@ -76,7 +76,8 @@ else
     fail "convert the trained model to a vindex" "$(cat "$T_TMP/conv.err")"
 fi
 
-# 3. the student against its teacher on text neither has seen
+# 3. the student against its teacher on text neither has seen, both with 256-token windows (the
+# student's context; stories260K declares 2048 and gets worse past 512 positions)
 C=$(conformance_dir)
 if [ -n "$C" ] && [ -f "$C/llama/stories260K.gguf" ]; then
     TE="$C/llama/stories260K.gguf"
@@ -87,8 +88,8 @@ if [ -n "$C" ] && [ -f "$C/llama/stories260K.gguf" ]; then
             >>"$T_TMP/fresh.txt" 2>/dev/null
         printf '\n' >>"$T_TMP/fresh.txt"
     done
-    "$LARQL" perplexity "$TE" --file "$T_TMP/fresh.txt" --json >"$T_TMP/teacher.json" 2>"$T_TMP/teacher.err"
-    "$LARQL" perplexity "$M" --file "$T_TMP/fresh.txt" --json >"$T_TMP/student.json" 2>"$T_TMP/student.err"
+    "$LARQL" perplexity "$TE" --file "$T_TMP/fresh.txt" --ctx 256 --json >"$T_TMP/teacher.json" 2>"$T_TMP/teacher.err"
+    "$LARQL" perplexity "$M" --file "$T_TMP/fresh.txt" --ctx 256 --json >"$T_TMP/student.json" 2>"$T_TMP/student.err"
     if python3 - "$T_TMP/teacher.json" "$T_TMP/student.json" <<'PY'; then
 import json, sys
 t = json.load(open(sys.argv[1]))["bits_per_byte"]

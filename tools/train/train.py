@@ -73,6 +73,9 @@ def main():
     ap.add_argument("--sparsity", type=float, default=0.0, help="weight of the FFN activation L1 term")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--embed-std", type=float, default=0.02,
+                    help="embedding init: small, so that rows the corpus rarely updates stay near zero and do "
+                         "not swamp describe's gate scores and down_meta's top tokens with noise")
     ap.add_argument("--resume", action="store_true")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -84,7 +87,7 @@ def main():
     valid = encode_docs(os.path.join(a.corpus, "valid.jsonl"), vocab)
     print("tokens: train %d, valid %d (encoded in %.0fs)" % (len(train), len(valid), time.time() - t0), file=sys.stderr)
     c = dict(vocab=len(vocab.tokens), dim=a.dim, ffn=a.ffn, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
-             ctx=a.seq, eps=1e-5, rope_theta=10000.0)
+             ctx=a.seq, eps=1e-5, rope_theta=10000.0, embed_std=a.embed_std, out_norm_init=1.0)
     net = M.BitNet(c)
     n_params = sum(p.numel() for p in net.parameters())
     decay = [p for n, p in net.named_parameters() if p.dim() == 2 and n != "embed"]
