@@ -24,6 +24,11 @@ TEST_SRC := $(sort $(wildcard tests/unit/test_*.c tests/conformance/test_*.c))
 BENCH_SRC:= $(sort $(wildcard bench/bench_*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The built-in web page: web/'s files become byte arrays in a generated C source
+# (tools/embed_web.c, a host tool built here), compiled into the server module.
+WEB_FILES := $(sort $(wildcard web/*.html web/*.css web/*.js web/*.svg))
+WEB_OBJ  := $(BUILD)/src/server/web_assets.o
+LIB_OBJ  += $(WEB_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN:= $(BENCH_SRC:%.c=$(BUILD)/%)
@@ -40,6 +45,18 @@ $(BUILD)/.build-id: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(BUILD_ID)' | cmp -s - $@ || echo '$(BUILD_ID)' >$@
 $(LIB_OBJ) $(CLI_OBJ): $(BUILD)/.build-id
+
+$(BUILD)/tools/embed_web: tools/embed_web.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -std=c11 -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/gen/web_assets.c: $(WEB_FILES) $(BUILD)/tools/embed_web
+	@mkdir -p $(dir $@)
+	$(BUILD)/tools/embed_web $@ $(WEB_FILES)
+
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

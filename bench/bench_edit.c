@@ -34,17 +34,21 @@ static float frand(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static double infer_ms(lq_model *m, const lq_overlay *o, const char *prompt)
+/* as the server runs it: the overlay's edit set (built once per overlay version, outside the
+ * timing), then the walk-mode infer */
+static double infer_ms(lq_model *m, lq_overlay *o, const char *prompt)
 {
     lq_infer_params ip;
     lq_infer_params_init(&ip);
     ip.prompt = prompt;
-    ip.knn = lq_overlay_knn(o);
+    ip.edits = lq_overlay_edit_set(o, NULL);
     lq_infer_result r;
     double t = lq_now_ms();
-    if (lq_infer(m, &ip, &r, NULL))
-        return NAN;
+    int rc = lq_infer(m, &ip, &r, NULL);
     t = lq_now_ms() - t;
+    lq_edit_set_unref(ip.edits);
+    if (rc)
+        return NAN;
     lq_infer_result_free(&r);
     return t;
 }

@@ -168,6 +168,42 @@ int main(int argc, char **argv)
                 lq_vindex_close(S);
             }
         printf("\n");
+        /* describe_many's scan: 10 queries in one pass against 1, same run, 1 thread (a
+         * pg_infer backend), alternating (pg_infer's goal: <= 3x one query) */
+        float *q10 = malloc(10 * (size_t)D * sizeof *q10);
+        lq_vindex_hit *h10 = malloc(10 * (size_t)L * 20 * sizeof *h10);
+        size_t *c10 = malloc(10 * (size_t)L * sizeof *c10);
+        for (int e = 0; e < 10; e++)
+            lq_vindex_entity_vector(V, entities[(size_t)e % N_ENT], q10 + (size_t)e * D, &ntk, &err);
+        printf("10 queries in one pass vs 1 (top 20, all layers, 1 thread, %d alternating runs):\n\n"
+               "| kernels | 1 query ms | 10 queries ms | same-run ratio (median) | min | max |\n|---|---|---|---|---|---|\n",
+               runs);
+        for (int k = 0; k < 2; k++) {
+            lq_vindex *S = NULL;
+            lq_vindex_open_opts so = {.n_threads = 1, .kernels = ks[k]};
+            if (lq_vindex_open(argv[1], &so, &S, &err))
+                continue;
+            double *t1 = malloc((size_t)runs * sizeof *t1), *t10 = malloc((size_t)runs * sizeof *t10),
+                   *rt = malloc((size_t)runs * sizeof *rt);
+            lq_vindex_gate_knn_batch(S, ly, (size_t)L, q10, 10, 20, h10, c10, &err); /* warm */
+            for (int r = 0; r < runs; r++) {
+                double a = now_ms();
+                lq_vindex_gate_knn_batch(S, ly, (size_t)L, q10, 1, 20, h10, c10, &err);
+                t1[r] = now_ms() - a;
+                a = now_ms();
+                lq_vindex_gate_knn_batch(S, ly, (size_t)L, q10, 10, 20, h10, c10, &err);
+                t10[r] = now_ms() - a;
+                rt[r] = t10[r] / t1[r];
+            }
+            stat3 a1 = stats(t1, runs), a10 = stats(t10, runs), ar = stats(rt, runs);
+            printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f |\n", ks[k], a1.med, a10.med, ar.med, ar.min, ar.max);
+            free(t1), free(t10), free(rt);
+            lq_vindex_close(S);
+        }
+        printf("\n");
+        free(q10);
+        free(h10);
+        free(c10);
         free(q);
         free(ly);
         free(h);

@@ -46,6 +46,11 @@ typedef struct lq_generate_params {
                                 * no EOS ids at all. Ids outside the vocabulary -> LQ_EINVAL */
     size_t n_eos;              /* <= 64 */
     int ignore_eos;
+    const lq_resid_hook *hook; /* NULL, or edits the forward pass runs for this request
+                                * (lq_session_set_hook). lq_generate borrows it for the call;
+                                * lq_scheduler_submit copies the struct and, when it accepts
+                                * the request, owns ctx: hook->release runs when the request
+                                * is freed (on a refused submit the caller keeps it). */
 } lq_generate_params;
 
 typedef struct lq_generate_result {

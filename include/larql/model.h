@@ -101,6 +101,21 @@ int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *lo
 /* Bytes of KV cache a session of n_ctx positions holds (f32 or f16 as the model was opened). */
 size_t lq_model_kv_bytes(const lq_model *m, int n_ctx);
 
+/* Edits that act inside the forward pass: a vindex overlay's composed features and its KNN
+ * override (src/vindex/edits.c builds them). The engine calls them and knows nothing of what
+ * they do. after_layer: after layer `layer`'s FFN add, on the residual x [n_embd] of the row
+ * at position pos (logits: whether that row's logits are computed in this pass); it may
+ * change x, and every later layer, the KV cache and the logits see the change. on_logits
+ * (may be NULL): on that row's logits [n_vocab] before anyone reads them; it may change them.
+ * release (may be NULL): frees ctx; called by the scheduler when a request that carried the
+ * hook is freed (lq_generate_params.hook), never by a session. */
+typedef struct lq_resid_hook {
+    void (*after_layer)(void *ctx, int layer, int pos, int logits, float *x, int n_embd);
+    void (*on_logits)(void *ctx, int pos, float *logits, int n_vocab);
+    void (*release)(void *ctx);
+    void *ctx;
+} lq_resid_hook;
+
 /* Sessions. n_ctx = 0 uses min(model's training context, 4096). */
 int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err);
 void lq_session_free(lq_session *s);
@@ -108,6 +123,10 @@ void lq_session_reset(lq_session *s);  /* forget the KV cache: position back to 
 int lq_session_pos(const lq_session *s);
 int lq_session_n_ctx(const lq_session *s);
 lq_model *lq_session_model(const lq_session *s);
+/* Every later eval of the session runs h (NULL: none). h is borrowed: it must stay valid
+ * while set. lq_session_reset does not clear it. */
+void lq_session_set_hook(lq_session *s, const lq_resid_hook *h);
+const lq_resid_hook *lq_session_hook(const lq_session *s);
 
 /* Run n tokens at the current position (prefill, batched over positions). logits: NULL, or
  * n_vocab floats receiving the next-token logits after the last id; all_logits: NULL, or

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "larql/model.h"
 #include "larql/status.h"
 #include "larql/vindex.h"
 
@@ -185,6 +186,9 @@ typedef struct lq_insert_result {
     int weights;        /* 1: the key/gate came from a residual (model weights); 0: from the
                            entity's embedding (no weights) */
     size_t knn_total;   /* KNN entries after the insert */
+    float down_scale;   /* COMPOSE with weights: alpha times the balance factor */
+    float target_prob;  /* COMPOSE with weights: the target's probability after the prompt
+                           "The {relation} of {entity} is" with the insert (walk mode) */
 } lq_insert_result;
 
 /* INSERT INTO EDGES (entity, relation, target). m: the model run for residual keys (NULL:
@@ -193,7 +197,9 @@ typedef struct lq_insert_result {
  * first token of " " + target. COMPOSE: per layer a free slot (no base meta and no
  * override, else the lowest c_score), gate = unit(residual) scaled to the mean norm of the
  * layer's first 100 gate rows, up = unit(residual), down = alpha * mean embedding of the
- * target's tokens, meta {target, first target token, confidence}. Errors: empty fields,
+ * target's tokens, meta {target, first target token, confidence}; with m, the down vector is
+ * then balanced as LARQL's LQL COMPOSE does (x1.6 / x0.7 per round, at most 16, until the
+ * target's probability after the canonical prompt is within [0.30, 0.95] in walk mode). Errors: empty fields,
  * layer outside the model, target encoding to nothing. The ops go to the live patch. */
 int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p,
                       lq_insert_result *r, lq_err *err);
@@ -216,6 +222,47 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n, lq_err *
  * matching feature (set_target NULL / set_confidence NaN = unchanged). */
 int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_target,
                       float set_confidence, size_t *n, lq_err *err);
+
+/* ---- edits in the forward pass ----
+ *
+ * An edit set is what an overlay changes inside the forward pass, as an immutable,
+ * reference-counted snapshot (src/vindex/edit_set.c): its KNN entries (the override: the
+ * first layer whose best entry has cosine > LQ_KNN_COSINE_THRESHOLD with the residual of the
+ * row being predicted names the next token) and its composed features (a feature with gate
+ * and down vectors at layer l adds a * down to the residual after layer l, a = ((cos - t) /
+ * (1 - t))^2 for cos = cosine(gate, residual) above t = LQ_KNN_COSINE_THRESHOLD, else 0).
+ * Deleted features are not taken out of the dense FFN; they leave the browse queries. A
+ * generation holds a set while the overlay goes on changing. */
+typedef struct lq_edit_set lq_edit_set;
+/* The overlay's current set (a new reference; cached until the overlay changes, so
+ * concurrent readers of one overlay share one copy). NULL only on out-of-memory. */
+lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err);
+/* A set of only the KNN entries of ks (entries of other widths are skipped). */
+lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidden, lq_err *err);
+lq_edit_set *lq_edit_set_ref(lq_edit_set *s);
+void lq_edit_set_unref(lq_edit_set *s); /* NULL-safe */
+size_t lq_edit_set_n_knn(const lq_edit_set *s);
+size_t lq_edit_set_n_features(const lq_edit_set *s);
+
+enum {
+    LQ_EDITS_COMPOSE = 1,   /* composed features add to the residual */
+    LQ_EDITS_KNN_MATCH = 2, /* KNN matches are recorded (lq_edit_hook_match) */
+    LQ_EDITS_KNN_FORCE = 4, /* ... and the match's target becomes the next token */
+};
+/* A forward hook over s for one request (lq_session_set_hook, lq_generate_params.hook): it
+ * holds a reference to s and its own match state. Free with lq_edit_hook_free (or let the
+ * scheduler release it). */
+int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err);
+void lq_edit_hook_free(lq_resid_hook *h); /* NULL-safe */
+typedef struct lq_edit_match {
+    int layer;
+    float cosine;
+    int32_t target_id;
+    const char *target, *entity, *relation; /* valid while the hook lives */
+} lq_edit_match;
+/* The KNN match of the row at position pos in the hook's last pass over it: 1 and *out
+ * filled, or 0. */
+int lq_edit_hook_match(const lq_resid_hook *h, int pos, lq_edit_match *out);
 
 /* COMPILE CURRENT INTO VINDEX "out_dir": the base vindex rewritten with the overlay baked in
  * (gate rows and down_meta records of patched features, tombstones as zero rows / empty

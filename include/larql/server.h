@@ -35,7 +35,8 @@ typedef struct lq_server_opts {
     const char *host;         /* bind address; default "127.0.0.1" */
     int port;                 /* default 8080; 0 = any free port (see lq_server_port) */
     const char *api_key;      /* NULL/"" = no auth; else "Authorization: Bearer KEY" everywhere
-                                 except GET /v1/health */
+                                 except GET /v1/health and the built-in page (GET / and
+                                 /assets/NAME: static, no data; the user types the key into it) */
     lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
                                  lm_head_q8, kv_f16, hugepages; larql/model.h): the same
                                  choices as every other command; reported by /v1/runtime */

@@ -463,6 +463,9 @@ typedef struct lq_infer_params {
     int top;                    /* default 5 */
     const char *mode;           /* default "walk" */
     const lq_knn_store *knn;    /* NULL = the model's own store (lq_knn_store_of_model) */
+    struct lq_edit_set *edits;  /* walk mode's forward-pass edits (include/larql/patch.h: an
+                                   overlay's KNN entries and composed features); NULL = the
+                                   KNN entries of knn */
     struct lq_session *session; /* NULL = a session of the prompt's length per pass; else this
                                    one (reset before and after each pass; its n_ctx bounds the
                                    prompt): the server's bounded pool */
@@ -519,6 +522,7 @@ typedef struct lq_explain_params {
     const char *band;           /* default "all" */
     int relations_only;         /* only features with a relation label */
     const lq_knn_store *knn;    /* NULL = the model's own store */
+    struct lq_edit_set *edits;  /* as lq_infer_params.edits */
     struct lq_session *session; /* NULL = its own */
     const lq_vindex *view;      /* the vindex (or an overlay's view) the trace reads; NULL = the
                                    model's */

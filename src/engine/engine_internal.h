@@ -57,11 +57,12 @@ static inline uint8_t *lq_kv_v(const lq_kv_view *v, int layer)
     return lq_kv_k(v, layer) + v->v_off;
 }
 
-/* One row of a forward batch: the KV cache / RoPE table it uses, and its absolute position
- * there. */
+/* One row of a forward batch: the KV cache / RoPE table it uses, its absolute position
+ * there, and its session's forward-pass edits. */
 typedef struct lq_fwd_row {
     const lq_kv_view *kv;
     int pos;
+    const lq_resid_hook *hook; /* the row's session's edits, or NULL */
 } lq_fwd_row;
 
 int lq_scratch_init(lq_scratch *sc, const lq_model *m);

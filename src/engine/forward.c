@@ -570,6 +570,10 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
         }
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += sc->tmp[i];
+        for (int t = 0; t < T; t++)
+            if (rows[t].hook && rows[t].hook->after_layer)
+                rows[t].hook->after_layer(rows[t].hook->ctx, l, rows[t].pos, out && out[t],
+                                          x + (size_t)t * D, D);
         if (capture) /* residual capture for the vindex walk (read only) */
             memcpy(capture + (size_t)l * D, x + (size_t)(T - 1) * D, (size_t)D * sizeof(float));
     }
@@ -588,6 +592,9 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
     }
     if (nl)
         lq_forward_head(m, sc, x, nl, lout);
+    for (int t = 0; t < T; t++)
+        if (out[t] && rows[t].hook && rows[t].hook->on_logits)
+            rows[t].hook->on_logits(rows[t].hook->ctx, rows[t].pos, out[t], m->n_vocab);
 }
 
 void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)

@@ -258,6 +258,9 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     if (rc)
         return rc;
 
+    const lq_resid_hook *prev_hook = lq_session_hook(s);
+    if (p && p->hook)
+        lq_session_set_hook(s, p->hook);
     /* Prefill. */
     double t0 = lq_now_ms();
     rc = lq_session_eval(s, prompt, n_prompt, g.logits, NULL, err);
@@ -284,6 +287,7 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     lq_gen_end(&g, cb, user);
     rc = LQ_OK;
 done:
+    lq_session_set_hook(s, prev_hook);
     lq_gen_free(&g);
     return rc;
 }

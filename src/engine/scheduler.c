@@ -39,6 +39,8 @@ struct lq_sched_req {
     int state;
     size_t n_fed;            /* prompt positions prefilled */
     lq_session *sess;
+    lq_resid_hook hook;      /* the request's forward-pass edits (hook.ctx NULL: none) */
+    int owns_hook;           /* accepted: release it in req_free */
     lq_gen_state g;
     lq_generate_result res;
     int rc;
@@ -92,6 +94,8 @@ int lq_scheduler_n_ctx(const lq_scheduler *s)
 
 static void req_free(lq_sched_req *r)
 {
+    if (r->owns_hook && r->hook.release)
+        r->hook.release(r->hook.ctx);
     lq_gen_free(&r->g);
     free(r->prompt);
     pthread_mutex_destroy(&r->cb_mu);
@@ -128,6 +132,7 @@ static int tramp_token(void *user, int32_t id, const char *text, size_t len, flo
 static void session_put(lq_scheduler *S, lq_session *sess)
 {
     lq_session_reset(sess);
+    lq_session_set_hook(sess, NULL);
     S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
 }
 
@@ -181,13 +186,16 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
 
 static int get_session(lq_scheduler *S, lq_sched_req *r)
 {
+    const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits ? &r->hook : NULL;
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
+        lq_session_set_hook(r->sess, h);
         return LQ_OK;
     }
     int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
     if (rc)
         return rc;
+    lq_session_set_hook(r->sess, h);
     S->n_sessions++;
     pthread_mutex_lock(&S->mu);
     S->st.sessions = S->n_sessions;
@@ -517,6 +525,8 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     r->user = user;
     r->state = RS_QUEUED;
     r->refs = 2; /* the caller and the loop */
+    if (p && p->hook)
+        r->hook = *p->hook;
 
     pthread_mutex_lock(&S->mu);
     if (S->stopping) {
@@ -534,6 +544,7 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
                           "scheduler: %d requests running and %d queued (max_active %d, "
                           "max_queued %d)", na, nq, S->o.max_active, S->o.max_queued);
     }
+    r->owns_hook = 1; /* accepted: from here on the request releases it */
     if (S->q_tail)
         S->q_tail->next = r;
     else

@@ -16,6 +16,7 @@ struct lq_session {
     float *rope; /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
     lq_kv_view view; /* kv and rope as every forward row of this session sees them */
     lq_scratch sc;
+    const lq_resid_hook *hook; /* borrowed (lq_session_set_hook) */
 };
 
 static size_t kv_elem(const lq_model *m) { return m->kv_f16 ? 2 : sizeof(float); }
@@ -91,6 +92,14 @@ int lq_session_pos(const lq_session *s) { return s ? s->pos : 0; }
 int lq_session_n_ctx(const lq_session *s) { return s ? s->n_ctx : 0; }
 lq_model *lq_session_model(const lq_session *s) { return s ? s->m : NULL; }
 
+void lq_session_set_hook(lq_session *s, const lq_resid_hook *h)
+{
+    if (s)
+        s->hook = h;
+}
+
+const lq_resid_hook *lq_session_hook(const lq_session *s) { return s ? s->hook : NULL; }
+
 static int check_ids(const lq_model *m, const int32_t *ids, size_t n, lq_err *err)
 {
     for (size_t i = 0; i < n; i++)
@@ -126,6 +135,7 @@ static int eval(lq_session *s, const int32_t *ids, size_t n, float *logits, floa
             size_t i = c0 + (size_t)t;
             rows[t].kv = &s->view;
             rows[t].pos = s->pos + t;
+            rows[t].hook = s->hook;
             outp[t] = all_logits ? all_logits + i * V : (i == n - 1 ? logits : NULL);
             want |= outp[t] != NULL;
         }
@@ -207,6 +217,7 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
             first = ss[b];
         rows[T].kv = &ss[b]->view;
         rows[T].pos = ss[b]->pos + j;
+        rows[T].hook = ss[b]->hook;
         outp[T] = j == n - 1 && logits ? logits[b] : NULL;
         want |= outp[T] != NULL;
         T++;

@@ -654,7 +654,13 @@ static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_inf
             return rc;
         p.knn = empty;
     }
+    /* the session's overlay edits the forward pass (KNN entries and composed features) */
+    if (q->o && !(p.edits = lq_overlay_edit_set(q->o, err))) {
+        lq_knn_store_free(empty);
+        return LQ_ENOMEM;
+    }
     int rc = lq_infer(q->m, &p, r, err);
+    lq_edit_set_unref(p.edits);
     lq_knn_store_free(empty);
     return rc;
 }

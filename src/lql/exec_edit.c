@@ -102,6 +102,9 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
         for (int i = 0; i < r.n_layers && i < 64; i++)
             lq_sb_printf(out, i ? ", L%d F%d" : " L%d F%d", r.layers[i], r.features[i]);
         lq_sb_printf(out, "; gate from the %s)\n", r.weights ? "residual" : "entity embedding");
+        if (r.weights) /* ours: LARQL's greedy balance, and what it reached */
+            lq_sb_printf(out, "  balanced: down scale %.4g, p(%s) = %.2f after \"The %s of %s is\"\n", r.down_scale,
+                         s->target, r.target_prob, s->relation, s->entity);
     }
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "larql/model.h"
+#include "larql/patch.h"
 #include "larql/scheduler.h"
 #include "larql/server.h"
 #include "larql/status.h"
@@ -24,6 +25,7 @@ enum {
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
     R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN,
+    R_WEB_INDEX, R_WEB_ASSET, /* the built-in page (web.c) */
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
 };
@@ -131,6 +133,9 @@ typedef struct reply {
     const char *cache_control;   /* Cache-Control header when set */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;
+    const void *static_body;     /* when set: the body (len bytes), static, never freed */
+    const char *etag;            /* ETag header when set */
+    int web;                     /* the page's headers: Content-Security-Policy and friends */
 } reply;
 
 /* util.c */
@@ -205,18 +210,26 @@ typedef struct kview {
     struct lq_overlay *ov;
     const lq_vindex *v;
     const lq_knn_store *knn;
+    struct lq_edit_set *edits; /* the state's forward-pass edits (a reference), or NULL */
     const char *sid;
 } kview;
 int srv_knowledge_init(lq_server *s, lq_err *err);
 void srv_knowledge_free(lq_server *s);
 int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
 void srv_kview_put(kview *kv);
+/* The forward-pass edits a generation for this request runs (sid's session, or the global
+ * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
+ * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e);
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */
 
 /* ws.c: GET /v1/stream (WebSocket); answers 101 and runs the session, or a 4xx */
 void route_stream(lq_server *s, req *q, reply *r);
+
+/* web.c: GET / and GET /assets/NAME, the built-in page compiled into the binary */
+void route_web(lq_server *s, req *q, reply *r);
 
 /* routes_openai.c */
 void route_completions(lq_server *s, req *q, reply *r);

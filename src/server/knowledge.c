@@ -7,14 +7,21 @@
  * no lost update, no torn state); its overlay is a clone of the global one plus its own
  * patches, rebuilt when the global state moved on since. Sessions are bounded
  * (--max-sessions, 503 when full after evicting the idle ones) and expire after
- * --session-ttl seconds without a request. Only global edits are journaled: a session is
- * a scratch space, as in LARQL. */
+ * --session-ttl seconds without a request.
+ *
+ * Durability (--state-dir DIR): global changes go to DIR/journal.lqj, a session's to
+ * DIR/sessions/<id>.lqj (opened at its first edit), each appended and fsync'd before the
+ * 200. At start the global journal is replayed, then every session journal over it, so a
+ * session comes back with its own patches; a session that expires takes its journal with
+ * it. (LARQL keeps sessions in memory only.) */
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "larql/patch.h"
 #include "server/internal.h"
@@ -30,6 +37,7 @@ struct srv_ksession {
     double last_used;
     int refs;                /* requests holding it (never evicted while > 0) */
     pthread_mutex_t mu;
+    lq_journal *journal;     /* --state-dir: DIR/sessions/<id>.lqj once it has edited */
 };
 
 static void ks_free(srv_ksession *k)
@@ -37,11 +45,113 @@ static void ks_free(srv_ksession *k)
     if (!k)
         return;
     lq_overlay_free(k->ov);
+    lq_journal_close(k->journal);
     for (size_t i = 0; i < k->n_own; i++)
         free(k->own[i]);
     free(k->own);
     pthread_mutex_destroy(&k->mu);
     free(k);
+}
+
+static void ks_journal_path(const lq_server *s, const char *sid, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/sessions/%s.lqj", s->o.state_dir, sid);
+}
+
+/* An expired session: gone, with its journal. */
+static void ks_drop(lq_server *s, srv_ksession *k)
+{
+    if (k->journal) {
+        char path[4200];
+        ks_journal_path(s, k->id, path, sizeof path);
+        unlink(path);
+    }
+    ks_free(k);
+}
+
+/* A new session record (no overlay yet: built on first use). */
+static srv_ksession *ks_new(const char *sid, double now)
+{
+    srv_ksession *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    size_t n = strnlen(sid, SID_MAX); /* valid_sid checked the length */
+    memcpy(k->id, sid, n);
+    k->id[n] = 0;
+    pthread_mutex_init(&k->mu, NULL);
+    k->last_used = now;
+    k->global_ver = (uint64_t)-1;
+    return k;
+}
+
+static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err);
+static int own_add(srv_ksession *k, const char *name);
+static int valid_sid(const char *sid);
+
+/* With k->mu held and k->ov current: opens (replaying what it holds) the session's journal;
+ * the patches it brings are the session's own. */
+static int ks_open_journal(lq_server *s, srv_ksession *k, lq_err *err)
+{
+    if (k->journal || !s->o.state_dir)
+        return LQ_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/sessions", s->o.state_dir);
+    mkdir(path, 0755);
+    ks_journal_path(s, k->id, path, sizeof path);
+    size_t np0 = lq_overlay_n_patches(k->ov);
+    lq_journal_stats st;
+    int rc = lq_journal_open(path, k->ov, &k->journal, &st, err);
+    for (size_t i = 0; !rc && i < lq_overlay_n_patches(k->ov); i++) {
+        const char *name = lq_patch_name(lq_overlay_patch_at(k->ov, i));
+        int global = 0;
+        for (size_t g = 0; g < lq_overlay_n_patches(s->global) && !global; g++)
+            global = !strcmp(lq_patch_name(lq_overlay_patch_at(s->global, g)), name);
+        if ((!global || i >= np0) && own_add(k, name))
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    if (!rc && st.records)
+        srv_log(s, "session %s: %zu change%s replayed from %s%s", k->id, st.records, st.records == 1 ? "" : "s",
+                path, st.dropped ? " (a torn tail was cut off)" : "");
+    return rc;
+}
+
+/* At start: every session journal under DIR/sessions, replayed over the global state. */
+static void ks_restore(lq_server *s)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/sessions", s->o.state_dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char sid[SID_MAX + 8];
+        size_t n = strlen(de->d_name);
+        if (n < 5 || n - 4 > SID_MAX || strcmp(de->d_name + n - 4, ".lqj"))
+            continue;
+        memcpy(sid, de->d_name, n - 4);
+        sid[n - 4] = 0;
+        if (!valid_sid(sid))
+            continue;
+        if (s->n_sess >= s->o.max_sessions) {
+            srv_log(s, "session journal %s/%s not restored: --max-sessions %d reached (kept on disk)", dir,
+                    de->d_name, s->o.max_sessions);
+            continue;
+        }
+        srv_ksession *k = ks_new(sid, lq_now());
+        srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
+        lq_err e = {0};
+        if (!ns || ks_refresh(s, k, &e) || ks_open_journal(s, k, &e)) {
+            srv_log(s, "session %s not restored: %s", sid, ns ? e.msg : "out of memory");
+            if (ns)
+                s->sess = ns;
+            ks_free(k);
+            continue;
+        }
+        s->sess = ns;
+        s->sess[s->n_sess++] = k;
+    }
+    closedir(d);
 }
 
 int srv_knowledge_init(lq_server *s, lq_err *err)
@@ -65,6 +175,7 @@ int srv_knowledge_init(lq_server *s, lq_err *err)
         return rc;
     srv_log(s, "state %s: %zu change%s replayed%s", path, st.records, st.records == 1 ? "" : "s",
             st.dropped ? " (a torn tail was cut off)" : "");
+    ks_restore(s);
     return LQ_OK;
 }
 
@@ -117,7 +228,7 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
     for (int i = 0; i < s->n_sess;) {
         srv_ksession *k = s->sess[i];
         if (!k->refs && now - k->last_used > s->o.session_ttl_s) {
-            ks_free(k);
+            ks_drop(s, k);
             s->sess[i] = s->sess[--s->n_sess];
         } else {
             i++;
@@ -129,20 +240,16 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
                    s->o.max_sessions, s->o.session_ttl_s);
         return 503;
     }
-    srv_ksession *k = calloc(1, sizeof *k);
+    srv_ksession *k = ks_new(sid, now);
     srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
     if (!ns) {
-        free(k);
+        ks_free(k);
         pthread_mutex_unlock(&s->sess_mu);
         lq_err_set(e, LQ_ENOMEM, "out of memory");
         return 500;
     }
     s->sess = ns;
-    snprintf(k->id, sizeof k->id, "%s", sid);
-    pthread_mutex_init(&k->mu, NULL);
     k->refs = 1;
-    k->last_used = now;
-    k->global_ver = (uint64_t)-1; /* built on first use */
     s->sess[s->n_sess++] = k;
     *out = k;
     pthread_mutex_unlock(&s->sess_mu);
@@ -241,13 +348,35 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
     }
     kv->v = lq_overlay_vindex(kv->ov);
     kv->knn = lq_overlay_knn(kv->ov);
+    if (!(kv->edits = lq_overlay_edit_set(kv->ov, e))) {
+        srv_kview_put(kv);
+        return 500;
+    }
     return 0;
+}
+
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
+{
+    *out = NULL;
+    if (!s->global)
+        return 0;
+    kview kv;
+    int st = srv_kview_get(s, sid, &kv, e);
+    if (st)
+        return st;
+    lq_edit_set *es = lq_edit_set_ref(kv.edits);
+    srv_kview_put(&kv);
+    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es))
+        st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? 500 : 0;
+    lq_edit_set_unref(es);
+    return st;
 }
 
 void srv_kview_put(kview *kv)
 {
     if (!kv->s || !kv->s->global)
         return;
+    lq_edit_set_unref(kv->edits);
     if (kv->ks) {
         pthread_mutex_unlock(&kv->ks->mu);
         ks_put(kv->s, kv->ks);
@@ -263,6 +392,7 @@ typedef struct kedit {
     lq_server *s;
     srv_ksession *ks;
     lq_overlay *ov;
+    lq_journal *j;   /* where the edit is persisted (the global or the session's), or NULL */
 } kedit;
 
 static int kedit_begin(lq_server *s, req *q, reply *r, kedit *ke)
@@ -282,16 +412,18 @@ static int kedit_begin(lq_server *s, req *q, reply *r, kedit *ke)
             return -1;
         }
         pthread_mutex_lock(&ke->ks->mu);
-        if (ks_refresh(s, ke->ks, &e)) {
+        if (ks_refresh(s, ke->ks, &e) || ks_open_journal(s, ke->ks, &e)) {
             pthread_mutex_unlock(&ke->ks->mu);
             ks_put(s, ke->ks);
             reply_larql_err(r, 500, "%s", e.msg);
             return -1;
         }
         ke->ov = ke->ks->ov;
+        ke->j = ke->ks->journal;
     } else {
         pthread_rwlock_wrlock(&s->kmu);
         ke->ov = s->global;
+        ke->j = s->journal;
     }
     return 0;
 }
@@ -310,12 +442,12 @@ static void kedit_end(kedit *ke)
 
 static json_t *session_value(const kedit *ke) { return ke->ks ? json_string(ke->ks->id) : json_null(); }
 
-/* a global edit journaled (ops from n0 on); on failure undone: the reply is an error */
+/* an edit journaled (ops from n0 on); on failure undone: the reply is an error */
 static int persist_edit(kedit *ke, size_t n0, lq_err *e)
 {
-    if (ke->ks || !ke->s->journal)
+    if (!ke->j)
         return 0;
-    if (lq_journal_edit(ke->s->journal, ke->ov, n0, e)) {
+    if (lq_journal_edit(ke->j, ke->ov, n0, e)) {
         lq_overlay_truncate_edits(ke->ov, n0, NULL);
         return -1;
     }
@@ -376,10 +508,15 @@ void route_insert(lq_server *s, req *q, reply *r)
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
         const char *mname = ip.mode == LQ_INSERT_KNN ? "knn" : res.weights ? "constellation" : "embedding";
-        reply_json(r, 200, json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
-                                     ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
-                                     "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
-                                     lq_round((lq_now() - t0) * 1000.0, 1)));
+        json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
+                              ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
+                              "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
+                              lq_round((lq_now() - t0) * 1000.0, 1));
+        if (o && ip.mode == LQ_INSERT_COMPOSE && res.weights) { /* ours: the balance's outcome */
+            json_object_set_new(o, "down_scale", json_real(lq_round(res.down_scale, 4)));
+            json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
+        }
+        reply_json(r, 200, o);
     }
     kedit_end(&ke);
     json_decref(j);
@@ -469,7 +606,7 @@ void route_patches(lq_server *s, req *q, reply *r)
         return;
     }
     rc = lq_overlay_apply(ke.ov, p, &e);
-    if (!rc && !ke.ks && s->journal && lq_journal_apply(s->journal, p, &e)) {
+    if (!rc && ke.j && lq_journal_apply(ke.j, p, &e)) {
         lq_overlay_remove(ke.ov, lq_patch_name(p), NULL);
         rc = LQ_EIO;
     }
@@ -506,7 +643,7 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
         rc = lq_err_set(&e, LQ_ENOTFOUND, ke.ks ? "patch '%s' not found in session '%s'" : "patch '%s' not found%s",
                         name, ke.ks ? ke.ks->id : "");
     /* persisted first: a remove that is on disk always names a patch that existed */
-    if (!rc && !ke.ks && s->journal && lq_journal_remove(s->journal, name, &e))
+    if (!rc && ke.j && lq_journal_remove(ke.j, name, &e))
         rc = LQ_EIO;
     if (!rc)
         rc = lq_overlay_remove(ke.ov, name, &e);

@@ -18,7 +18,7 @@ static const char *ROUTE_NAMES[R_COUNT] = {
     [R_EMBED_ROW] = "/v1/embed/{token_id}", [R_LOGITS] = "/v1/logits", [R_COMPLETIONS] = "/v1/completions",
     [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_STREAM] = "/v1/stream",
     [R_INSERT] = "/v1/insert", [R_PATCHES] = "/v1/patches", [R_PATCH_DELETE] = "/v1/patches/{name}",
-    [R_EXPLAIN] = "/v1/explain-infer",
+    [R_EXPLAIN] = "/v1/explain-infer", [R_WEB_INDEX] = "/", [R_WEB_ASSET] = "/assets/{name}",
     [R_UNKNOWN] = "other",
 };
 

@@ -283,6 +283,7 @@ int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, ch
         return st;
     }
     ip.knn = kv.knn;
+    ip.edits = kv.edits;
     rc = lq_infer_json(m, &ip, body, &err);
     srv_kview_put(&kv);
     srv_session_put(s, sess);
@@ -381,6 +382,7 @@ void route_explain(lq_server *s, req *q, reply *r)
     ep.session = sess;
     ep.view = kv.v;
     ep.knn = kv.knn;
+    ep.edits = kv.edits;
     char *body = NULL;
     rc = lq_explain_infer_json(m, &ep, &body, &err);
     srv_kview_put(&kv);

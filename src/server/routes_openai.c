@@ -825,7 +825,19 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
     if (jb->stream && chat)
         sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
     lq_err err = {0};
+    /* the request's knowledge state edits the forward pass (X-Session-Id's, or the global) */
+    lq_resid_hook *hook = NULL;
+    int st = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
+                           &hook, &err);
+    if (st) {
+        reply_oai_err(r, st, NULL, "%s", err.msg);
+        goto fail;
+    }
+    jb->gp.hook = hook;
     int rc = lq_scheduler_submit(sched, jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);
+    jb->gp.hook = NULL; /* the scheduler owns it now, or it is freed here */
+    if (rc)
+        lq_edit_hook_free(hook);
     if (rc) {
         reply_oai_err(r, status_from_lq(rc), NULL, "%s", err.msg);
         if (rc == LQ_EBUSY)

@@ -47,6 +47,9 @@ static const route ROUTES[] = {
     /* not gated: a WebSocket may stay open and idle for long; its generations go through
      * the scheduler's bounded queue and its infers through the bounded session pool */
     {"/v1/stream", R_STREAM, M_GET, 0, 0, 0},
+    /* the built-in page (web.c): not gated, served from memory */
+    {"/", R_WEB_INDEX, M_GET, 0, 0, 0},
+    {"/assets/", R_WEB_ASSET, M_GET, 0, 0, 1}, /* /assets/{name} */
 };
 static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0, 0};
 
@@ -214,6 +217,14 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
 {
     lq_server *s = q->srv;
     struct MHD_Response *resp = r->stream;
+    if (!resp && r->static_body) {
+        /* MHD only reads a persistent buffer; the cast drops const for its signature */
+        resp = MHD_create_response_from_buffer(r->len, (void *)(uintptr_t)r->static_body, MHD_RESPMEM_PERSISTENT);
+        free(r->body);
+        r->body = NULL;
+        if (!resp)
+            return MHD_NO;
+    }
     if (!resp) {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
         if (!resp) {
@@ -227,6 +238,16 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
     if (r->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control);
+    if (r->etag)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
+    if (r->web) {
+        /* this origin only: no inline script or style, no other host for anything */
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
     if (r->retry_after > 0) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", r->retry_after);
@@ -288,6 +309,7 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_EXPLAIN: route_explain(s, q, r); break;
     case R_PATCHES: route_patches(s, q, r); break;
     case R_PATCH_DELETE: route_patch_delete(s, q, r); break;
+    case R_WEB_INDEX: case R_WEB_ASSET: route_web(s, q, r); break;
     default: reply_larql_err(r, 404, "not found"); break;
     }
 }
@@ -303,6 +325,33 @@ static uint64_t drain_bound(const lq_server *s)
 {
     uint64_t b = s->o.max_body;
     return b + (b > DRAIN_MIN ? b : DRAIN_MIN);
+}
+
+/* Percent-decoding of the path and the query arguments (libmicrohttpd's, except for %00):
+ * a decoded NUL would silently cut the C string every route reads ("/assets/app.js%00.css"
+ * would name app.js, "entity=a%00b" would be "a"), so %00 is left as the three characters it
+ * is. Invalid escapes stay as they are, as in MHD_http_unescape. */
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int hi, lo;
+        if (p[0] == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -360,7 +409,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                             q->rt->methods & M_POST ? "POST" : q->rt->methods & M_DELETE ? "DELETE" : "GET");
             return send_reply(q, &r, q->rt->methods);
         }
-        if (s->api_key && q->rt->id != R_HEALTH &&
+        /* the page is public (it holds no data; the user types the key into it) */
+        if (s->api_key && q->rt->id != R_HEALTH && q->rt->id != R_WEB_INDEX && q->rt->id != R_WEB_ASSET &&
             !key_ok(s->api_key, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
             reply_route_err(&r, q->rt, 401, "missing or invalid API key (Authorization: Bearer KEY)");
             return send_reply(q, &r, 0);
@@ -449,7 +499,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         q->holds_slot = 1;
     }
     dispatch(s, q, &r);
-    if (!r.stream && !r.body)
+    if (!r.stream && !r.body && !r.static_body)
         reply_larql_err(&r, 500, "internal error: the route produced no reply");
     return send_reply(q, &r, 0);
 }
@@ -699,6 +749,7 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
                             MHD_OPTION_END);
     if (!s->d) {
         int e = errno;

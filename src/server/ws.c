@@ -340,8 +340,17 @@ static void start_generate(ws *w, json_t *j)
     w->gen_rc = 0;
     __atomic_store_n(&w->cancel, 0, __ATOMIC_RELEASE);
     w->gen_t0 = lq_now();
+    lq_resid_hook *hook = NULL;
+    if (srv_edit_hook(s, w->sid, &hook, &err)) {
+        free(ids);
+        put_error(w, "%s", err.msg);
+        return;
+    }
+    gp.hook = hook;
     rc = lq_scheduler_submit(sched, ids, n, &gp, on_token, on_done, w, &w->h, &err);
     free(ids);
+    if (rc)
+        lq_edit_hook_free(hook);
     if (rc) {
         w->h = NULL;
         put_error(w, "%s", err.msg);

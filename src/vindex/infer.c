@@ -27,9 +27,10 @@
 /* ---- forward ---- */
 
 /* logits [V] after the last of ids; resid: NULL or [n_layer, D] the last position's residual
- * after each layer. sess: the caller's session (reset first) or NULL for one of n positions. */
-static int forward(lq_model *m, lq_session *sess, const int32_t *ids, size_t n, float *logits,
-                   float *resid, lq_err *err)
+ * after each layer. sess: the caller's session (reset first) or NULL for one of n positions.
+ * hook: the forward-pass edits of this pass, or NULL. */
+static int forward(lq_model *m, lq_session *sess, const lq_resid_hook *hook, const int32_t *ids,
+                   size_t n, float *logits, float *resid, lq_err *err)
 {
     lq_session *s = sess;
     int rc = LQ_OK;
@@ -37,12 +38,31 @@ static int forward(lq_model *m, lq_session *sess, const int32_t *ids, size_t n, 
         lq_session_reset(s);
     else if ((rc = lq_session_create(m, (int)n, &s, err)))
         return rc;
+    const lq_resid_hook *prev = lq_session_hook(s);
+    lq_session_set_hook(s, hook);
     rc = resid ? lq_session_eval_capture(s, ids, n, logits, resid, err)
                : lq_session_eval(s, ids, n, logits, NULL, err);
+    lq_session_set_hook(s, prev);
     if (sess)
         lq_session_reset(s);
     else
         lq_session_free(s);
+    return rc;
+}
+
+/* The walk-mode hook of a request: composed features act, KNN matches are recorded. Its
+ * edits: the given set, else one of the KNN store (the given one, else the model's). */
+static int walk_hook(lq_model *m, lq_edit_set *edits, const lq_knn_store *knn, lq_resid_hook **h,
+                     lq_err *err)
+{
+    const lq_model_info *mi = lq_model_get_info(m);
+    lq_edit_set *s = edits ? lq_edit_set_ref(edits)
+                           : lq_edit_set_from_knn(knn ? knn : lq_knn_store_of_model(m),
+                                                  mi->n_layer, mi->n_embd, err);
+    if (!s)
+        return LQ_ENOMEM;
+    int rc = lq_edit_set_hook(s, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_MATCH, h, err);
+    lq_edit_set_unref(s);
     return rc;
 }
 
@@ -150,43 +170,13 @@ static int encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32
     return rc;
 }
 
-/* The KNN override over the captured residuals resid [n_layer, D]: the first layer (ascending)
- * whose best entry has cosine > LQ_KNN_COSINE_THRESHOLD. -1 when none. */
-static int knn_match(const lq_knn_store *ks, const float *resid, int n_layer, size_t D, float *cos_out)
-{
-    for (int l = 0; ks && ks->n && (int)D == ks->hidden && l < n_layer; l++) {
-        const float *x = resid + (size_t)l * D;
-        double xx = 0;
-        for (size_t i = 0; i < D; i++)
-            xx += (double)x[i] * x[i];
-        float inv = xx > 0 ? (float)(1.0 / sqrt(xx)) : 0.0f;
-        int bi = -1;
-        float bc = -INFINITY;
-        for (size_t e = 0; e < ks->n; e++) {
-            if (ks->e[e].layer != l)
-                continue;
-            float c = 0;
-            for (size_t i = 0; i < D; i++)
-                c += ks->e[e].key[i] * (x[i] * inv);
-            if (c > bc)
-                bc = c, bi = (int)e;
-        }
-        if (bi >= 0 && bc > LQ_KNN_COSINE_THRESHOLD) {
-            *cos_out = bc;
-            return bi;
-        }
-    }
-    return -1;
-}
-
 /* Puts the override's token first with probability 1.0, followed by the model's top-(top-1). */
-static int apply_override(lq_infer_result *r, const lq_knn_store *ks, int e, int layer, float cos,
-                          int top, lq_err *err)
+static int apply_override(lq_infer_result *r, const lq_edit_match *mt, int top, lq_err *err)
 {
     r->knn_fired = 1;
-    r->knn_layer = layer;
-    r->knn_cosine = cos;
-    if (!(r->knn_token = strdup(ks->e[e].target_token)))
+    r->knn_layer = mt->layer;
+    r->knn_cosine = mt->cosine;
+    if (!(r->knn_token = strdup(mt->target)))
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     if (r->n_walk) {
         if (!(r->model_top1.token = strdup(r->walk[0].token)))
@@ -264,6 +254,7 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     if (rc)
         return rc;
     size_t V = (size_t)mi->n_vocab, D = (size_t)mi->n_embd;
+    lq_resid_hook *hook = NULL;
     float *lg = malloc(V * sizeof *lg);
     float *resid = walk || cmp ? malloc((size_t)mi->n_layer * D * sizeof *resid) : NULL;
     if (!lg || ((walk || cmp) && !resid)) {
@@ -272,20 +263,19 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     }
     if (walk || cmp) {
         double t1 = lq_now_ms();
-        if ((rc = forward(m, p->session, ids, n, lg, resid, err)) ||
+        lq_edit_match mt;
+        if ((rc = walk_hook(m, p->edits, p->knn, &hook, err)) ||
+            (rc = forward(m, p->session, hook, ids, n, lg, resid, err)) ||
             (rc = predictions(m, lg, p->top, &r->walk, &r->n_walk, err)))
             goto out;
         r->has_walk = 1;
-        const lq_knn_store *ks = p->knn ? p->knn : lq_knn_store_of_model(m);
-        float cos = 0;
-        int e = knn_match(ks, resid, mi->n_layer, D, &cos);
-        if (e >= 0 && (rc = apply_override(r, ks, e, ks->e[e].layer, cos, p->top, err)))
+        if (lq_edit_hook_match(hook, (int)n - 1, &mt) && (rc = apply_override(r, &mt, p->top, err)))
             goto out;
         r->walk_ms = lq_now_ms() - t1;
     }
     if (dense || cmp) {
         double t1 = lq_now_ms();
-        if ((rc = forward(m, p->session, ids, n, lg, NULL, err)) ||
+        if ((rc = forward(m, p->session, NULL, ids, n, lg, NULL, err)) ||
             (rc = predictions(m, lg, p->top, &r->dense, &r->n_dense, err)))
             goto out;
         r->has_dense = 1;
@@ -293,6 +283,7 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     }
     r->latency_ms = lq_now_ms() - t0;
 out:
+    lq_edit_hook_free(hook);
     free(ids);
     free(lg);
     free(resid);
@@ -312,7 +303,7 @@ int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *er
     if (rc)
         return rc;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
-    rc = lg ? forward(m, NULL, ids, n, lg, resid, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    rc = lg ? forward(m, NULL, NULL, ids, n, lg, resid, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
     free(lg);
     free(ids);
     return rc;
@@ -467,18 +458,18 @@ int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_o
     lq_infer_result r;
     memset(&r, 0, sizeof r);
     lq_sb b = {0};
+    lq_resid_hook *hook = NULL;
     if (!lg || !resid || !hits) {
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         goto out;
     }
+    lq_edit_match mt;
     if ((rc = lq_model_embed(m, &ids[n - 1], 1, resid, err)) ||
-        (rc = forward(m, p->session, ids, n, lg, resid + D, err)) ||
+        (rc = walk_hook(m, p->edits, p->knn, &hook, err)) ||
+        (rc = forward(m, p->session, hook, ids, n, lg, resid + D, err)) ||
         (rc = predictions(m, lg, p->top, &r.walk, &r.n_walk, err)))
         goto out;
-    const lq_knn_store *ks = p->knn ? p->knn : lq_knn_store_of_model(m);
-    float cos = 0;
-    int e = knn_match(ks, resid + D, mi->n_layer, D, &cos);
-    if (e >= 0 && (rc = apply_override(&r, ks, e, ks->e[e].layer, cos, p->top, err)))
+    if (lq_edit_hook_match(hook, (int)n - 1, &mt) && (rc = apply_override(&r, &mt, p->top, err)))
         goto out;
     lq_sb_puts(&b, "{\"prompt\":");
     lq_sb_json_str(&b, p->prompt, strlen(p->prompt));
@@ -516,10 +507,24 @@ int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_o
 out:
     if (rc)
         lq_sb_free(&b);
+    lq_edit_hook_free(hook);
     lq_infer_result_free(&r);
     free(ids);
     free(lg);
     free(resid);
     free(hits);
+    return rc;
+}
+
+int lq_vx_prompt_logits(lq_model *m, const char *prompt, const lq_resid_hook *hook, float *logits,
+                        lq_err *err)
+{
+    const lq_model_info *mi = lq_model_get_info(m);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
+    if (!rc)
+        rc = forward(m, NULL, hook, ids, n, logits, NULL, err);
+    free(ids);
     return rc;
 }

@@ -8,6 +8,7 @@
  * points back here: the query code asks lq_vx_ov_* for what the overlay says and falls back
  * to the base files. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,11 @@ struct lq_overlay {
     size_t np, capp;
     uint64_t version;
     char *edits_name;     /* NULL = EDITS_NAME */
+    /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
+     * runs under a front end's read lock, so its cache has a lock of its own) */
+    pthread_mutex_t es_mu;
+    lq_edit_set *es;
+    uint64_t es_version;
 };
 
 /* patch.c */
@@ -401,6 +407,7 @@ int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_ov
     o->base = base;
     o->view = *base;
     o->view.ov = o;
+    pthread_mutex_init(&o->es_mu, NULL);
     o->hidden = base->info.hidden_size;
     o->n_layers = base->info.num_layers;
     o->n_gate = calloc((size_t)o->n_layers + 1, sizeof *o->n_gate);
@@ -443,7 +450,48 @@ void lq_overlay_free(lq_overlay *o)
     lq_knn_store_free(o->knn);
     lq_knn_store_free(o->knn0);
     free(o->edits_name);
+    lq_edit_set_unref(o->es);
+    pthread_mutex_destroy(&o->es_mu);
     free(o);
+}
+
+/* The forward-pass edits of the overlay's state: its KNN entries and every live feature with
+ * gate and down vectors. */
+static lq_edit_set *build_edit_set(const lq_overlay *o, lq_err *err)
+{
+    lq_edit_set *s = lq_edit_set_from_knn(o->knn, o->n_layers, o->hidden, err);
+    for (size_t i = 0; s && i < o->nf; i++) {
+        const ov_feat *e = &o->f[i];
+        if (!e->deleted && e->gate && e->down &&
+            lq_vx_edit_set_add_feature(s, e->layer, e->gate, e->down, 1.0f)) {
+            lq_edit_set_unref(s);
+            s = NULL;
+            lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+        }
+    }
+    return s;
+}
+
+lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err)
+{
+    if (!o) {
+        lq_err_set(err, LQ_EINVAL, "edit set: no overlay");
+        return NULL;
+    }
+    pthread_mutex_lock(&o->es_mu);
+    if (!o->es || o->es_version != o->version) {
+        lq_edit_set *s = build_edit_set(o, err);
+        if (s) {
+            lq_edit_set_unref(o->es);
+            o->es = s;
+            o->es_version = o->version;
+        }
+    }
+    lq_edit_set *r = lq_edit_set_ref(o->es);
+    if (!r)
+        lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+    pthread_mutex_unlock(&o->es_mu);
+    return r;
 }
 
 static const char *edits_name(const lq_overlay *o) { return o->edits_name ? o->edits_name : EDITS_NAME; }
@@ -693,6 +741,51 @@ static int free_feature(const lq_overlay *o, int layer)
     return best;
 }
 
+/* LARQL's greedy balance of a COMPOSE insert: run the canonical prompt with the overlay's
+ * edits plus the n new features, and scale their down vectors (x1.6 while the target's
+ * probability is below 0.30 or another token comes first, x0.7 while above 0.95, at most 16
+ * rounds). *factor: the scale
+ * found; *prob: the target's probability with it. */
+static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt, const lq_patch_op *ops,
+                           size_t n, int32_t target, float *factor, float *prob, lq_err *err)
+{
+    *factor = 1.0f;
+    *prob = 0.0f;
+    const lq_model_info *mi = lq_model_get_info(m);
+    lq_edit_set *s = build_edit_set(o, err);
+    lq_resid_hook *h = NULL;
+    float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
+    int rc = s && lg ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (lq_vx_edit_set_add_feature(s, ops[i].layer, ops[i].gate, ops[i].down, 1.0f))
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = lq_edit_set_hook(s, LQ_EDITS_COMPOSE, &h, err);
+    for (int round = 0; !rc && round <= 16; round++) {
+        if ((rc = lq_vx_prompt_logits(m, prompt, h, lg, err)))
+            break;
+        float mx = -INFINITY;
+        for (int i = 0; i < mi->n_vocab; i++)
+            mx = lg[i] > mx ? lg[i] : mx;
+        double z = 0;
+        for (int i = 0; i < mi->n_vocab; i++)
+            z += exp((double)(lg[i] - mx));
+        *prob = (float)(exp((double)(lg[target] - mx)) / z);
+        /* LARQL's band, and (ours) the target must also be the first prediction */
+        int first = lg[target] >= mx;
+        float step = *prob < 0.30f || !first ? 1.6f : *prob > 0.95f ? 0.7f : 1.0f;
+        if (step == 1.0f || round == 16)
+            break;
+        *factor *= step;
+        for (size_t i = 0; i < n; i++)
+            lq_vx_edit_set_scale_last(s, ops[i].layer, 1, step);
+    }
+    lq_edit_hook_free(h);
+    lq_edit_set_unref(s);
+    free(lg);
+    return rc;
+}
+
 int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_insert_result *r,
                       lq_err *err)
 {
@@ -807,6 +900,16 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
         op->relation = p->relation;
         op->target = p->target;
         r->layers[n] = l;
+    }
+    if (!rc && p->mode == LQ_INSERT_COMPOSE && m) {
+        char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
+        float factor = 1.0f;
+        rc = prompt ? compose_balance(o, m, prompt, ops, n, tids[0], &factor, &r->target_prob, err)
+                    : lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(prompt);
+        for (int d = 0; !rc && d < D; d++) /* every layer's op shares the down vector */
+            down[d] *= factor;
+        r->down_scale = p->alpha * factor;
     }
     if (!rc)
         rc = edit(o, ops, n, err);

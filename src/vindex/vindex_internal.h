@@ -13,6 +13,8 @@
 #include "core/threadpool.h"
 #include "core/sb.h"
 #include "kernels/kernels.h"
+#include "larql/model.h"
+#include "larql/patch.h"
 #include "larql/vindex.h"
 
 /* ---- sha256 ---- */
@@ -156,6 +158,18 @@ struct lq_knn_store {
     lq_vx_knn_entry *e;
     size_t n, cap;
 };
+
+/* ---- edit sets (edit_set.c): builders for the overlay ---- */
+lq_edit_set *lq_vx_edit_set_new(int n_layer, int hidden);
+int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e);
+int lq_vx_edit_set_add_feature(lq_edit_set *s, int layer, const float *gate, const float *down,
+                               float scale);
+/* Multiplies the scale of the last n composed features of layer (COMPOSE calibration). */
+void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor);
+
+/* infer.c: the logits after prompt (encoded as lq_infer does) with hook's edits */
+int lq_vx_prompt_logits(struct lq_model *m, const char *prompt, const lq_resid_hook *hook,
+                        float *logits, lq_err *err);
 
 /* ---- overlays (overlay.c, compile.c) ----
  * The read paths ask these first when v->ov is set. */

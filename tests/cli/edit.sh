@@ -50,5 +50,23 @@ if [ -f "$S/journal.lqj" ]; then
         fail "server starts on a journal with a torn tail"
     fi
 fi
+# a session journals its edits; one that expires takes its journal with it
+for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+S2="$T_TMP/state2"
+if start_server ttl "$V" --threads 1 --state-dir "$S2" --session-ttl 1; then
+    ins() {
+        curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H "X-Session-Id: $1" \
+            -d '{"entity":"Atlantis","relation":"capital","target":"Poseidonia","mode":"knn"}' \
+            "http://127.0.0.1:$PORT/v1/insert"
+    }
+    [ "$(ins brief)" = 200 ] && [ -s "$S2/sessions/brief.lqj" ] && pass "a session's edit is journaled under sessions/" ||
+        fail "a session's edit is journaled under sessions/" "$(ls -R "$S2")"
+    sleep 2.5
+    [ "$(ins other)" = 200 ] && [ ! -e "$S2/sessions/brief.lqj" ] && [ -s "$S2/sessions/other.lqj" ] &&
+        pass "an expired session's journal is removed with it" ||
+        fail "an expired session's journal is removed with it" "$(ls -R "$S2")"
+else
+    fail "server starts with --session-ttl 1"
+fi
 check_fails "serve --max-sessions 0 is refused" "max-sessions" "$LARQL" serve "$V" --max-sessions 0
 done_tests

@@ -27,8 +27,8 @@ fi
 
 # ---- build and stage-install the extension ----
 STAGE=$T_TMP/stage
-if make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" >"$T_TMP/build.log" 2>&1 &&
-   make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" install DESTDIR="$STAGE" >>"$T_TMP/build.log" 2>&1; then
+if make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" LQ_CC="${CC:-cc}" >"$T_TMP/build.log" 2>&1 &&
+   make -C "$EXT" PG_CONFIG="$PGBIN/pg_config" LQ_BUILD="$BUILD" LQ_CC="${CC:-cc}" install DESTDIR="$STAGE" >>"$T_TMP/build.log" 2>&1; then
     pass "extension builds and installs (staged)"
 else
     fail "extension builds and installs (staged)" "$(tail -n 20 "$T_TMP/build.log")"; done_tests; exit 1

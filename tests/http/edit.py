@@ -44,8 +44,16 @@ def walk(prompt, sid=None):
     return [{k: h[k] for k in ("layer", "feature", "target")} for h in j.get("hits", [])] if st == 200 else (st, j)
 
 
+def complete(prompt, sid=None, n=1):
+    """the greedy /v1/completions text of prompt"""
+    st, j = call("POST", "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0}, sid)
+    return j["choices"][0]["text"] if st == 200 else (st, j)
+
+
 def main(patch_dir):
     before = {p: top(p) for p in UNRELATED}
+    gen_before = {p: complete(p, n=3) for p in UNRELATED[:4]}
+    atl_before = complete("The capital of Atlantis is")
     st, j = call("POST", "/v1/insert", {"entity": "Atlantis", "relation": "capital", "target": "Poseidonia",
                                         "mode": "knn"})
     ok("insert knn -> 200 with LARQL's fields", st == 200 and j.get("inserted") == 1 and j.get("mode") == "knn"
@@ -53,9 +61,22 @@ def main(patch_dir):
     p = top("The capital of Atlantis is")
     ok("infer walk puts the inserted target first (p 1.0)", p[0] == {"token": "Poseidonia", "probability": 1.0}, p)
     ok("ten unrelated prompts answer exactly as before", all(top(q) == before[q] for q in UNRELATED))
-    st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Mu"})
-    ok("insert (default compose) -> 200, constellation over the knowledge band",
-       st == 200 and j.get("mode") == "constellation" and j.get("inserted", 0) >= 1, j)
+    atl = complete("The capital of Atlantis is")
+    ok("the OpenAI completion route answers with the insert (KNN override in generation)",
+       atl_before != atl and isinstance(atl, str) and atl and " Poseidonia".startswith(atl), (atl_before, atl))
+    lem_before = complete("The capital of Lemuria is")
+    st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Germany"})
+    ok("insert (default compose) -> 200, constellation over the knowledge band, balanced",
+       st == 200 and j.get("mode") == "constellation" and j.get("inserted", 0) >= 1
+       and 0.30 <= j.get("target_probability", 0) <= 0.95 and j.get("down_scale", 0) > 0, j)
+    p = top("The capital of Lemuria is")
+    ok("a compose insert changes the forward pass: walk infer answers with the target", p[0]["token"] == " Germany", p)
+    lem = complete("The capital of Lemuria is")
+    ok("... and so does generation", lem == " Germany" and lem_before != lem, (lem_before, lem))
+    st, d = call("POST", "/v1/infer", {"prompt": "The capital of Lemuria is", "top": 1, "mode": "dense"})
+    ok("dense mode is the unedited model", st == 200 and d["predictions"][0]["token"] != " Germany", d)
+    ok("generation from unrelated prompts is unchanged by both inserts",
+       all(complete(q, n=3) == gen_before[q] for q in gen_before), gen_before)
     st, j = call("POST", "/v1/explain-infer", {"prompt": "The capital of Atlantis is", "top": 3, "per_layer": 2})
     st2, w = call("POST", "/v1/infer", {"prompt": "The capital of Atlantis is", "top": 3, "mode": "walk"})
     ok("explain-infer: walk predictions (override included) and a trace of every layer",
@@ -91,6 +112,14 @@ def main(patch_dir):
     w.close()
     ok("a WebSocket opened with X-Session-Id sees the session's edits; one without does not",
        ms[0].get("token") == "Thule" and mg[0].get("token") != "Thule", (ms[:2], mg[:2]))
+    ca, cb = complete("The capital of Hyperborea is", "alice"), complete("The capital of Hyperborea is", "bob")
+    ok("completions honour X-Session-Id: the session's insert answers there only",
+       isinstance(ca, str) and ca and " Thule".startswith(ca) and ca != cb, (ca, cb))
+    w = ws.WS(headers={"X-Session-Id": "alice"})
+    w.send_json({"type": "generate", "prompt": "The capital of Hyperborea is", "max_tokens": 1})
+    gm = [m for m in w.until({"done", "error"}) if m["type"] == "token"]
+    w.close()
+    ok("WebSocket generate runs the socket's session edits", gm and gm[0]["text"] == ca, gm)
     st, j = call("GET", "/v1/patches", sid="alice")
     ok("a session's patch list has the global edits and its own", st == 200 and j.get("session") == "alice" and
        {"edits", "session:alice"} <= {x["name"] for x in j["patches"]}, j)
@@ -197,6 +226,15 @@ def check(acked_file):
     missing = [i for i in acked if top("The capital of %s is" % isle(i), n=1)[0]["token"] != "Port%d" % i]
     ok("every acknowledged insert answers after the restart", not missing, missing[:10])
     ok("inserts from before the flood survived too", top("The capital of Atlantis is")[0]["token"] == "Poseidonia")
+    pa, pb = top("The capital of Hyperborea is", "alice"), top("The capital of Hyperborea is", "bob")
+    ok("a session's edits survive the restart (its journal), still its own",
+       pa[0]["token"] == "Thule" and pb[0]["token"] != "Thule", (pa, pb))
+    st, j = call("GET", "/v1/patches", sid="alice")
+    ok("the restored session lists its own edits patch", st == 200 and "session:alice" in
+       {x["name"] for x in j["patches"]}, j)
+    st, j = call("GET", "/v1/patches", sid="shared")
+    n = sum(x["operations"] for x in j.get("patches", []) if x["name"] == "session:shared") if st == 200 else -1
+    ok("the concurrently edited session came back with all 16 inserts", n == 16, (st, j))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@
 #include "larql/fixture.h"
 #include "larql/model.h"
 #include "larql/patch.h"
+#include "larql/scheduler.h"
+#include "larql/generate.h"
 #include "larql/vindex.h"
 
 static const char corpus[] =
@@ -69,17 +71,18 @@ static char *describe(const lq_vindex *v, const char *entity)
     return j;
 }
 
-/* the top prediction's token of a walk-mode infer with the overlay's store */
-static int infer_top(const lq_overlay *o, const char *prompt, char *tok, size_t cap, double *p0, int *fired)
+/* the top prediction's token of a walk-mode infer with the overlay's edits */
+static int infer_top(lq_overlay *o, const char *prompt, char *tok, size_t cap, double *p0, int *fired)
 {
     lq_infer_params ip;
     lq_infer_params_init(&ip);
     ip.prompt = prompt;
     ip.top = 3;
-    ip.knn = lq_overlay_knn(o);
-    lq_infer_result r;
     lq_err err = {0};
+    ip.edits = lq_overlay_edit_set(o, &err);
+    lq_infer_result r;
     int rc = lq_infer(M, &ip, &r, &err);
+    lq_edit_set_unref(ip.edits);
     if (rc)
         return printf("#   infer: %s\n", err.msg), rc;
     snprintf(tok, cap, "%s", r.n_walk ? r.walk[0].token : "");
@@ -89,6 +92,18 @@ static int infer_top(const lq_overlay *o, const char *prompt, char *tok, size_t 
         *fired = r.knn_fired;
     lq_infer_result_free(&r);
     return 0;
+}
+
+/* INSERT ("Atlantis", "capital", "Poseidonia") in mode (layer: the default) */
+static lq_insert_params atlantis(int mode)
+{
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = "Atlantis";
+    ip.relation = "capital";
+    ip.target = "Poseidonia";
+    ip.mode = mode;
+    return ip;
 }
 
 static void test_knn_insert_and_delete(void)
@@ -103,11 +118,7 @@ static void test_knn_insert_and_delete(void)
     char before[10][64], tok[64];
     for (int i = 0; i < 10; i++)
         CHECK(infer_top(o, prompts[i], before[i], sizeof before[i], NULL, NULL) == 0);
-    lq_insert_params ip;
-    lq_insert_params_init(&ip);
-    ip.entity = "Atlantis";
-    ip.relation = "capital";
-    ip.target = "Poseidonia";
+    lq_insert_params ip = atlantis(LQ_INSERT_KNN);
     lq_insert_result r;
     CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
     CHECK(r.mode == LQ_INSERT_KNN && r.n_layers == 1 && r.weights == 1 && r.knn_total == 1);
@@ -407,12 +418,196 @@ static void test_journal(void)
     lq_overlay_free(o);
 }
 
+static const char *const UNRELATED[] = {"the model", "The capital of France is", "Paris", "the text",
+                                        "Germany Berlin", "reads the", "Japan", "knows the", "Tokyo .", "Italy"};
+
+/* walk-mode logits of prompt with the overlay's edits (composed features act) */
+static int walk_logits(lq_overlay *o, const char *prompt, float *lg)
+{
+    lq_err err = {0};
+    lq_edit_set *es = lq_overlay_edit_set(o, &err);
+    lq_resid_hook *h = NULL;
+    int rc = es ? lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_MATCH, &h, &err) : LQ_ENOMEM;
+    lq_edit_set_unref(es);
+    const lq_tokenizer *tok = lq_model_tokenizer(M);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lq_session *s = NULL;
+    if (!rc)
+        rc = lq_tokenizer_encode(tok, prompt, strlen(prompt), lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0,
+                                 &ids, &n, &err);
+    if (!rc)
+        rc = lq_session_create(M, 64, &s, &err);
+    if (!rc) {
+        lq_session_set_hook(s, h);
+        rc = lq_session_eval(s, ids, n, lg, NULL, &err);
+    }
+    if (rc)
+        printf("#   walk_logits: %s\n", err.msg);
+    lq_session_free(s);
+    lq_edit_hook_free(h);
+    free(ids);
+    return rc;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* COMPOSE with weights acts in the forward pass: the balanced slots make the canonical prompt
+ * answer with the target, prompts far from it are computed exactly as before, and DELETE
+ * takes the slots out again. */
+static void test_compose_in_forward_pass(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    int nv = lq_model_get_info(M)->n_vocab;
+    float *before = malloc(11 * (size_t)nv * sizeof *before), *lg = malloc((size_t)nv * sizeof *lg);
+    const char *canon = "The capital of Atlantis is";
+    for (int i = 0; i < 10; i++)
+        CHECK(walk_logits(o, UNRELATED[i], before + (size_t)i * nv) == 0);
+    CHECK(walk_logits(o, canon, before + 10 * (size_t)nv) == 0);
+    lq_insert_params ip = atlantis(LQ_INSERT_COMPOSE);
+    lq_insert_result r;
+    CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.weights == 1 && r.n_layers >= 1);
+    printf("#   compose: %d layer(s), down scale %g, target p %.3f\n", r.n_layers, r.down_scale, r.target_prob);
+    CHECK_MSG(r.target_prob >= 0.30f && r.target_prob <= 0.95f, "balanced p %g", r.target_prob);
+    int32_t *tid = NULL;
+    size_t nt = 0;
+    CHECK(lq_tokenizer_encode(lq_model_tokenizer(M), " Poseidonia", 11, 0, &tid, &nt, &err) == 0 && nt >= 1);
+    CHECK(argmax(before + 10 * (size_t)nv, nv) != tid[0]); /* not what the base model says */
+    CHECK(walk_logits(o, canon, lg) == 0);
+    CHECK_MSG(argmax(lg, nv) == tid[0], "argmax %d, target %d", argmax(lg, nv), tid[0]);
+    char tok[64];
+    CHECK(infer_top(o, canon, tok, sizeof tok, NULL, NULL) == 0);
+    CHECK_MSG(!strcmp(tok, " Poseidonia"), "walk infer says '%s'", tok); /* the model's token, decoded */
+    int same = 0;
+    for (int i = 0; i < 10; i++) {
+        CHECK(walk_logits(o, UNRELATED[i], lg) == 0);
+        same += !memcmp(lg, before + (size_t)i * nv, (size_t)nv * sizeof *lg);
+    }
+    CHECK_MSG(same == 10, "%d of 10 unrelated prompts unchanged", same);
+    /* the dense mode is the plain model */
+    lq_infer_params dp;
+    lq_infer_params_init(&dp);
+    dp.prompt = canon;
+    dp.mode = "dense";
+    lq_infer_result dr;
+    CHECK(lq_infer(M, &dp, &dr, &err) == 0);
+    CHECK(dr.n_dense && strcmp(dr.dense[0].token, " Poseidonia"));
+    lq_infer_result_free(&dr);
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.entity = "Atlantis";
+    size_t n = 0;
+    CHECK(lq_overlay_delete(o, &w, &n, &err) == 0 && n >= 1);
+    CHECK(walk_logits(o, canon, lg) == 0);
+    CHECK(!memcmp(lg, before + 10 * (size_t)nv, (size_t)nv * sizeof *lg));
+    free(tid);
+    free(before);
+    free(lg);
+    lq_overlay_free(o);
+}
+
+typedef struct gen_out {
+    int32_t ids[8];
+    int n;
+} gen_out;
+
+static int on_tok(void *user, int32_t id, const char *text, size_t len, float lp, const float *logits)
+{
+    (void)text, (void)len, (void)lp, (void)logits;
+    gen_out *g = user;
+    if (id >= 0 && g->n < 8)
+        g->ids[g->n++] = id;
+    return 0;
+}
+
+/* Generation runs the edits too: with a KNN insert the hook makes the target the first
+ * generated token (lq_generate and the scheduler alike); the edit set is cached per overlay
+ * version. */
+static void test_generate_with_edits(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    lq_edit_set *e0 = lq_overlay_edit_set(o, &err), *e1 = lq_overlay_edit_set(o, &err);
+    CHECK(e0 && e0 == e1 && lq_edit_set_n_knn(e0) == 0); /* same version: one shared copy */
+    lq_insert_params ip = atlantis(LQ_INSERT_KNN);
+    lq_insert_result r;
+    CHECK_MSG(lq_overlay_insert(o, M, &ip, &r, &err) == 0, "%s", err.msg);
+    lq_edit_set *es = lq_overlay_edit_set(o, &err);
+    CHECK(es && es != e0 && lq_edit_set_n_knn(es) == 1 && lq_edit_set_n_knn(e0) == 0);
+    lq_edit_set_unref(e0);
+    lq_edit_set_unref(e1);
+    const lq_tokenizer *tk = lq_model_tokenizer(M);
+    const char *canon = "The capital of Atlantis is";
+    int32_t *ids = NULL, *tid = NULL;
+    size_t n = 0, nt = 0;
+    CHECK(lq_tokenizer_encode(tk, canon, strlen(canon), lq_tokenizer_add_bos(tk) ? LQ_TOK_ADD_BOS : 0, &ids, &n,
+                              &err) == 0);
+    CHECK(lq_tokenizer_encode(tk, " Poseidonia", 11, 0, &tid, &nt, &err) == 0 && nt >= 1);
+    lq_generate_params gp;
+    lq_generate_defaults(&gp);
+    gp.max_tokens = 3;
+    gp.sampling.temperature = 0;
+    gp.ignore_eos = 1;
+    lq_session *s = NULL;
+    CHECK(lq_session_create(M, 64, &s, &err) == 0);
+    gen_out plain = {0}, edited = {0}, sched = {0};
+    CHECK(lq_generate(s, ids, n, &gp, on_tok, &plain, NULL, &err) == 0);
+    lq_resid_hook *h = NULL;
+    CHECK(lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, &h, &err) == 0);
+    gp.hook = h;
+    lq_session_reset(s);
+    CHECK(lq_generate(s, ids, n, &gp, on_tok, &edited, NULL, &err) == 0);
+    CHECK(lq_session_hook(s) == NULL); /* lq_generate borrows the hook for the call only */
+    CHECK(plain.n == 3 && edited.n == 3);
+    CHECK_MSG(plain.ids[0] != tid[0] && edited.ids[0] == tid[0], "plain %d, edited %d, target %d", plain.ids[0],
+              edited.ids[0], tid[0]);
+    lq_edit_match mt;
+    CHECK(lq_edit_hook_match(h, (int)n - 1, &mt) && !strcmp(mt.target, "Poseidonia") && mt.cosine > 0.75f);
+    lq_edit_hook_free(h);
+    /* the scheduler: the same tokens, and it releases the hook it was given */
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.n_ctx = 64;
+    lq_scheduler *S = NULL;
+    CHECK(lq_scheduler_create(M, &so, &S, &err) == 0);
+    CHECK(lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, &h, &err) == 0);
+    gp.hook = h;
+    lq_sched_req *q = NULL;
+    CHECK(lq_scheduler_submit(S, ids, n, &gp, on_tok, NULL, &sched, &q, &err) == 0);
+    CHECK(lq_sched_wait(q, -1) == 1);
+    lq_sched_release(q);
+    lq_scheduler_free(S);
+    CHECK(sched.n == 3 && !memcmp(sched.ids, edited.ids, sizeof sched.ids));
+    lq_edit_set_unref(es);
+    lq_session_free(s);
+    free(ids);
+    free(tid);
+    lq_overlay_free(o);
+}
+
 int main(void)
 {
     if (setup())
         printf("#   setup failed\n");
     RUN(test_knn_insert_and_delete);
     RUN(test_compose_describe_update_delete);
+    RUN(test_compose_in_forward_pass);
+    RUN(test_generate_with_edits);
     RUN(test_vlp_round_trip_and_compile);
     RUN(test_bad_patches);
     RUN(test_journal);

@@ -1,0 +1,362 @@
+/* Edit sets: what an overlay changes inside the forward pass, as an immutable snapshot that
+ * a generation can hold while the overlay goes on changing.
+ *
+ * Two kinds of edit act on the residual stream (lq_resid_hook, called after each layer's FFN
+ * add):
+ *   - KNN entries (INSERT ... MODE KNN): LARQL's "Legacy" router. For the row whose logits are
+ *     computed, the first layer (ascending) whose best entry has cosine > the threshold
+ *     matches; with LQ_EDITS_KNN_FORCE its target becomes the next token (its logit is raised
+ *     far above every other, so any sampler picks it).
+ *   - Composed features (INSERT ... MODE COMPOSE, .vlp inserts with vectors): a feature with a
+ *     gate and a down vector at layer l fires on the residual after layer l by its cosine with
+ *     the gate, a = ((cos - t) / (1 - t))^2 above t = LQ_KNN_COSINE_THRESHOLD and 0 below, and
+ *     adds a * scale * down to it. LARQL's walk FFN adds a composed slot's down vector scaled
+ *     by its activation; our forward pass is the dense one, so the slot acts beside the
+ *     layer's FFN, and only on residuals close to the one it was written for (the same bound
+ *     as the KNN override): prompts far from the insert are computed exactly as before.
+ * Deleted features are not removed from the dense FFN (they leave describe/walk/select).
+ *
+ * A set is reference counted; lq_edit_set_hook makes the per-request hook (its match state
+ * is the request's own) that holds a reference until it is released. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "vindex/vindex_internal.h"
+
+typedef struct es_layer {
+    int n_knn, cap_knn;
+    float *keys;        /* [n_knn, D] unit keys */
+    int *entry;         /* [n_knn] index into set->ent */
+    int n_feat, cap_feat;
+    float *gates;       /* [n_feat, D] unit gates */
+    float *downs;       /* [n_feat, D] */
+    float *scale;       /* [n_feat] */
+} es_layer;
+
+typedef struct es_entry {
+    int32_t target_id;
+    char *target, *entity, *relation;
+} es_entry;
+
+struct lq_edit_set {
+    int refs;
+    int n_layer, D;
+    es_layer *ly;       /* [n_layer] */
+    es_entry *ent;
+    int n_ent, cap_ent;
+    size_t n_knn, n_feat;
+};
+
+lq_edit_set *lq_vx_edit_set_new(int n_layer, int hidden)
+{
+    if (n_layer < 1 || hidden < 1)
+        return NULL;
+    lq_edit_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->ly = calloc((size_t)n_layer, sizeof *s->ly))) {
+        free(s);
+        return NULL;
+    }
+    s->refs = 1;
+    s->n_layer = n_layer;
+    s->D = hidden;
+    return s;
+}
+
+static void unit_into(float *dst, const float *src, int D)
+{
+    double ss = 0;
+    for (int i = 0; i < D; i++)
+        ss += (double)src[i] * src[i];
+    float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (int i = 0; i < D; i++)
+        dst[i] = src[i] * inv;
+}
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int c = *cap ? *cap * 2 : 8;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*p, (size_t)c * elem);
+    if (!n)
+        return -1;
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
+static char *dup0(const char *s) { return strdup(s ? s : ""); }
+
+int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e)
+{
+    if (e->layer < 0 || e->layer >= s->n_layer)
+        return LQ_OK; /* a store entry for a layer this model lacks never fires */
+    es_layer *L = &s->ly[e->layer];
+    int D = s->D, n = L->n_knn, cap = L->cap_knn;
+    if (grow((void **)&s->ent, &s->cap_ent, s->n_ent + 1, sizeof *s->ent) ||
+        grow((void **)&L->entry, &cap, n + 1, sizeof *L->entry))
+        return LQ_ENOMEM;
+    cap = L->cap_knn;
+    if (grow((void **)&L->keys, &cap, n + 1, (size_t)D * sizeof *L->keys))
+        return LQ_ENOMEM;
+    L->cap_knn = cap;
+    es_entry *x = &s->ent[s->n_ent];
+    x->target_id = e->target_id;
+    x->target = dup0(e->target_token);
+    x->entity = dup0(e->entity);
+    x->relation = dup0(e->relation);
+    if (!x->target || !x->entity || !x->relation) {
+        free(x->target), free(x->entity), free(x->relation);
+        return LQ_ENOMEM;
+    }
+    unit_into(L->keys + (size_t)n * D, e->key, D);
+    L->entry[n] = s->n_ent++;
+    L->n_knn++;
+    s->n_knn++;
+    return LQ_OK;
+}
+
+int lq_vx_edit_set_add_feature(lq_edit_set *s, int layer, const float *gate, const float *down,
+                               float scale)
+{
+    if (layer < 0 || layer >= s->n_layer || !gate || !down)
+        return LQ_OK;
+    es_layer *L = &s->ly[layer];
+    int D = s->D, n = L->n_feat, cap = L->cap_feat;
+    if (grow((void **)&L->scale, &cap, n + 1, sizeof *L->scale))
+        return LQ_ENOMEM;
+    cap = L->cap_feat;
+    if (grow((void **)&L->gates, &cap, n + 1, (size_t)D * sizeof *L->gates))
+        return LQ_ENOMEM;
+    cap = L->cap_feat;
+    if (grow((void **)&L->downs, &cap, n + 1, (size_t)D * sizeof *L->downs))
+        return LQ_ENOMEM;
+    L->cap_feat = cap;
+    unit_into(L->gates + (size_t)n * D, gate, D);
+    memcpy(L->downs + (size_t)n * D, down, (size_t)D * sizeof *down);
+    L->scale[n] = scale;
+    L->n_feat++;
+    s->n_feat++;
+    return LQ_OK;
+}
+
+/* Scales the down vectors of the last n composed features added to layer (the calibration of
+ * a COMPOSE insert in a private set). */
+void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor)
+{
+    es_layer *L = &s->ly[layer];
+    for (int i = L->n_feat - n; i < L->n_feat; i++)
+        if (i >= 0)
+            L->scale[i] *= factor;
+}
+
+lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidden, lq_err *err)
+{
+    lq_edit_set *s = lq_vx_edit_set_new(n_layer, hidden);
+    if (!s) {
+        lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+        return NULL;
+    }
+    if (ks && ks->hidden == hidden)
+        for (size_t i = 0; i < ks->n; i++) {
+            lq_knn_entry e;
+            if (lq_knn_store_get(ks, i, &e) && lq_vx_edit_set_add_knn(s, &e)) {
+                lq_edit_set_unref(s);
+                lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+                return NULL;
+            }
+        }
+    return s;
+}
+
+lq_edit_set *lq_edit_set_ref(lq_edit_set *s)
+{
+    if (s)
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+    return s;
+}
+
+void lq_edit_set_unref(lq_edit_set *s)
+{
+    if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (int l = 0; l < s->n_layer; l++) {
+        es_layer *L = &s->ly[l];
+        free(L->keys), free(L->entry), free(L->gates), free(L->downs), free(L->scale);
+    }
+    for (int i = 0; i < s->n_ent; i++)
+        free(s->ent[i].target), free(s->ent[i].entity), free(s->ent[i].relation);
+    free(s->ent);
+    free(s->ly);
+    free(s);
+}
+
+size_t lq_edit_set_n_knn(const lq_edit_set *s) { return s ? s->n_knn : 0; }
+size_t lq_edit_set_n_features(const lq_edit_set *s) { return s ? s->n_feat : 0; }
+
+/* ---- the per-request hook ---- */
+
+#define MATCH_RING 64 /* rows of one session in one forward pass never exceed this */
+
+typedef struct es_hook {
+    lq_resid_hook h;     /* first: h.ctx points here */
+    lq_edit_set *s;
+    int flags;
+    const lq_kernels *kern; /* the CPU's gate kernel scores the KNN keys */
+    float *sc;           /* [n_sc] key scores of one layer */
+    int n_sc;
+    struct {
+        int pos, entry, layer;
+        float cos;
+    } m[MATCH_RING];     /* by pos % MATCH_RING: the KNN match of the row at pos */
+} es_hook;
+
+static float dot(const float *a, const float *b, int D)
+{
+    float s = 0;
+    for (int i = 0; i < D; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x, int D)
+{
+    es_hook *k = ctx;
+    const lq_edit_set *s = k->s;
+    if (D != s->D || layer < 0 || layer >= s->n_layer)
+        return;
+    const es_layer *L = &s->ly[layer];
+    int slot = pos % MATCH_RING;
+    if (layer == 0 || k->m[slot].pos != pos) {
+        k->m[slot].pos = pos;
+        k->m[slot].entry = -1;
+    }
+    if (!L->n_knn && !L->n_feat)
+        return;
+    double xx = 0;
+    for (int i = 0; i < D; i++)
+        xx += (double)x[i] * x[i];
+    if (xx <= 0)
+        return;
+    float inv = (float)(1.0 / sqrt(xx));
+    const float t = LQ_KNN_COSINE_THRESHOLD;
+    if (logits && L->n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) &&
+        k->m[slot].entry < 0) {
+        /* every key of the layer against x in one gate-kernel call (the keys are one matrix) */
+        float *sc = k->n_sc >= L->n_knn ? k->sc : realloc(k->sc, (size_t)L->n_knn * sizeof *sc);
+        int bi = -1;
+        float bc = -INFINITY;
+        if (sc) {
+            k->sc = sc;
+            k->n_sc = k->n_sc > L->n_knn ? k->n_sc : L->n_knn;
+            k->kern->gate_scores(L->keys, 0, (size_t)D, 0, (size_t)L->n_knn, x, 1, sc, (size_t)L->n_knn);
+        }
+        for (int e = 0; e < L->n_knn; e++) {
+            float c = (sc ? sc[e] : dot(L->keys + (size_t)e * D, x, D)) * inv;
+            if (c > bc)
+                bc = c, bi = e;
+        }
+        if (bi >= 0 && bc > t) {
+            k->m[slot].entry = L->entry[bi];
+            k->m[slot].layer = layer;
+            k->m[slot].cos = bc;
+        }
+    }
+    if (!(k->flags & LQ_EDITS_COMPOSE) || !L->n_feat)
+        return;
+    /* activations from the residual as it entered, then the adds */
+    float act[64];
+    for (int f0 = 0; f0 < L->n_feat; f0 += 64) {
+        int nb = L->n_feat - f0 < 64 ? L->n_feat - f0 : 64;
+        for (int j = 0; j < nb; j++) {
+            float c = dot(L->gates + (size_t)(f0 + j) * D, x, D) * inv;
+            float a = c > t ? (c - t) / (1.0f - t) : 0.0f;
+            act[j] = a * a * L->scale[f0 + j];
+        }
+        for (int j = 0; j < nb; j++) {
+            if (act[j] == 0)
+                continue;
+            const float *d = L->downs + (size_t)(f0 + j) * D;
+            for (int i = 0; i < D; i++)
+                x[i] += act[j] * d[i];
+        }
+    }
+}
+
+static void hook_on_logits(void *ctx, int pos, float *logits, int V)
+{
+    es_hook *k = ctx;
+    int slot = pos % MATCH_RING;
+    if (!(k->flags & LQ_EDITS_KNN_FORCE) || k->m[slot].pos != pos || k->m[slot].entry < 0)
+        return;
+    int32_t id = k->s->ent[k->m[slot].entry].target_id;
+    if (id < 0 || id >= V)
+        return;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    /* far above the rest (every other probability underflows at any temperature <= 100),
+     * yet finite: logprobs of the others stay numbers */
+    logits[id] = mx + 1000.0f;
+}
+
+static void hook_release(void *ctx)
+{
+    es_hook *k = ctx;
+    lq_edit_set_unref(k->s);
+    free(k->sc);
+    free(k);
+}
+
+int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err)
+{
+    if (!s || !out)
+        return lq_err_set(err, LQ_EINVAL, "edit hook: set and out are required");
+    es_hook *k = calloc(1, sizeof *k);
+    if (!k)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int i = 0; i < MATCH_RING; i++)
+        k->m[i].pos = -1, k->m[i].entry = -1;
+    k->s = lq_edit_set_ref(s);
+    k->flags = flags;
+    k->kern = lq_kernels_best();
+    k->h.after_layer = hook_after_layer;
+    k->h.on_logits = hook_on_logits;
+    k->h.release = hook_release;
+    k->h.ctx = k;
+    *out = &k->h;
+    return LQ_OK;
+}
+
+void lq_edit_hook_free(lq_resid_hook *h)
+{
+    if (h && h->release)
+        h->release(h->ctx);
+}
+
+int lq_edit_hook_match(const lq_resid_hook *h, int pos, lq_edit_match *out)
+{
+    if (!h || h->after_layer != hook_after_layer || pos < 0)
+        return 0;
+    const es_hook *k = h->ctx;
+    int slot = pos % MATCH_RING;
+    if (k->m[slot].pos != pos || k->m[slot].entry < 0)
+        return 0;
+    const es_entry *e = &k->s->ent[k->m[slot].entry];
+    if (out) {
+        out->layer = k->m[slot].layer;
+        out->cosine = k->m[slot].cos;
+        out->target_id = e->target_id;
+        out->target = e->target;
+        out->entity = e->entity;
+        out->relation = e->relation;
+    }
+    return 1;
+}
