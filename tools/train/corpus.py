@@ -74,12 +74,12 @@ BOTH = [
 ]
 
 
-def fact_docs(rnd, n_docs):
+def fact_docs(rnd, n_docs, list_share=0.15):
     docs = []
     C = facts.COUNTRIES
     for _ in range(n_docs):
         kind = rnd.random()
-        if kind < 0.15:  # list lines: entity directly followed by its target
+        if kind < list_share:  # list lines: entity directly followed by its target
             sample = rnd.sample(C, 6)
             if rnd.random() < 0.5:
                 docs.append("Countries and capitals: " + ", ".join("%s %s" % (e, c) for e, c, _ in sample) + ".")
@@ -146,6 +146,8 @@ def main():
     ap.add_argument("--valid-stories", type=int, default=200)
     ap.add_argument("--fact-docs", type=int, default=12000)
     ap.add_argument("--chats", type=int, default=600)
+    ap.add_argument("--list-share", type=float, default=0.15,
+                    help="share of fact documents that are lists (entity directly followed by its target)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
@@ -172,7 +174,7 @@ def main():
     train_st, valid_st = stories[:a.stories], stories[a.stories:]
     rnd = random.Random(a.seed)
     docs = [s for s in train_st if len(s) > 40]
-    docs += fact_docs(rnd, a.fact_docs)
+    docs += fact_docs(rnd, a.fact_docs, a.list_share)
     docs += chat_docs(rnd, train_st, a.chats)
     rnd.shuffle(docs)
     with open(os.path.join(a.out, "train.jsonl"), "w") as f:

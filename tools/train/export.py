@@ -135,11 +135,29 @@ def export(net, vocab, path, name="larql-tinystories-ternary"):
     write_gguf(path, kvs, T)
 
 
+def rescale_embedding(net, alpha):
+    """The same function with the embedding alpha times larger: the residual stream scales by
+    alpha (embedding rows, and the o/down projections that add to it: their absmean scale, the
+    trits unchanged), and the output norm by 1/alpha; the RMSNorms that read the residual
+    remove the scale (up to their epsilon). The vindex's describe compares raw embedding . gate
+    scores with a fixed threshold (5, LARQL's), which assumes the embedding scale of real models."""
+    with torch.no_grad():
+        net.embed.mul_(alpha)
+        net.out_norm.div_(alpha)
+        for b in net.blocks:
+            b.o.weight.mul_(alpha)
+            b.down.weight.mul_(alpha)
+    net.c["embed_alpha"] = net.c.get("embed_alpha", 1.0) * alpha
+    return net
+
+
 def load_ckpt(path):
     ck = torch.load(path, map_location="cpu")
     net = M.BitNet(ck["config"])
     net.load_state_dict(ck["model"])
     net.eval()
+    if ck.get("export_alpha", 1.0) != 1.0:
+        rescale_embedding(net, ck["export_alpha"])
     return net, bpe.Vocab(ck["merges"]), ck
 
 
@@ -147,7 +165,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--alpha", type=float, default=None,
+                    help="export with the embedding scaled by ALPHA (rescale_embedding); recorded in the checkpoint")
     a = ap.parse_args()
+    if a.alpha is not None:
+        ck = torch.load(a.ckpt, map_location="cpu")
+        ck["export_alpha"] = a.alpha
+        torch.save(ck, a.ckpt)
     net, vocab, _ = load_ckpt(a.ckpt)
     export(net, vocab, a.out)
     print("wrote %s (%.2f MiB)" % (a.out, os.path.getsize(a.out) / 2**20), file=sys.stderr)

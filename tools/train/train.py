@@ -77,6 +77,7 @@ def main():
                     help="embedding init: small, so that rows the corpus rarely updates stay near zero and do "
                          "not swamp describe's gate scores and down_meta's top tokens with noise")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init", help="start from this checkpoint's weights with a fresh optimiser and schedule")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -101,6 +102,8 @@ def main():
         net.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         seen, step, elapsed0 = ck["tokens"], ck["step"], ck["elapsed"]
+    if a.init:
+        net.load_state_dict(torch.load(a.init)["model"])
     budget = a.minutes * 60
     rng = np.random.default_rng(a.seed + step)
     log = open(os.path.join(a.out, "log.txt"), "a")
