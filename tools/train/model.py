@@ -127,9 +127,9 @@ class BitNet(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.c = c
-        self.embed = nn.Parameter(torch.randn(c["vocab"], c["dim"]) * c.get("embed_std", 0.3))
+        self.embed = nn.Parameter(torch.randn(c["vocab"], c["dim"]) * c.get("embed_std", 0.02))
         self.blocks = nn.ModuleList(Block(c) for _ in range(c["layers"]))
-        self.out_norm = nn.Parameter(torch.full((c["dim"],), c.get("out_norm_init", 0.2)))
+        self.out_norm = nn.Parameter(torch.full((c["dim"],), c.get("out_norm_init", 1.0)))
         cos, sin = rope_tables(c["ctx"], c["dim"] // c["heads"], c["rope_theta"])
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)

@@ -24,12 +24,26 @@ import export as X  # noqa: E402
 import model as M  # noqa: E402
 
 
+CHAT_CUE = "Assistant: "
+
+
+def encode_doc(vocab, text):
+    """A chat is encoded as the engine sees it: the rendered prompt ends with "Assistant: " (its
+    last token the lone space) and the answer continues from there, so each answer is encoded
+    on its own after the cue rather than as " The" joined to the space."""
+    parts = text.split(CHAT_CUE)
+    ids = []
+    for i, p in enumerate(parts):
+        ids.extend(vocab.encode(p + (CHAT_CUE if i + 1 < len(parts) else "")))
+    return ids
+
+
 def encode_docs(path, vocab):
     ids = []
     with open(path) as f:
         for line in f:
             ids.append(vocab.bos)
-            ids.extend(vocab.encode(json.loads(line)))
+            ids.extend(encode_doc(vocab, json.loads(line)))
             ids.append(vocab.eos)
     return np.array(ids, dtype=np.int32)
 
