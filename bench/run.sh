@@ -25,12 +25,13 @@ echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 
 # vindex: describe/walk latency, concurrent queries/s and the gate prefilter on the 2B-shaped
-# f16 browse vindex, built from the GGUF above on first use (a few minutes)
+# f16 browse vindex, built from the GGUF above on first use (a few minutes; without the relation
+# clusters, whose k-means over the 2B shape's knowledge band is not what these figures compare)
 VINDEX=${LQ_BENCH_VINDEX:-$BUILD/models/bench-2b4t.vindex}
 if [ -x "$BUILD/bench/bench_vindex" ]; then
     if [ ! -f "$VINDEX/index.json" ]; then
         echo "building $VINDEX (browse, f16)"
-        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$VINDEX" --f16
+        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$VINDEX" --f16 --no-clusters
     fi
     echo
     echo "## vindex ($VINDEX)"
@@ -43,7 +44,7 @@ EVINDEX=${LQ_BENCH_EDIT_VINDEX:-$BUILD/models/bench-2b4t-inference.vindex}
 if [ -x "$BUILD/bench/bench_edit" ]; then
     if [ ! -f "$EVINDEX/index.json" ]; then
         echo "building $EVINDEX (keep-quant, inference, f16)"
-        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$EVINDEX" --keep-quant --level inference --f16
+        "$BUILD/larql" convert gguf-to-vindex "$MODEL" --output "$EVINDEX" --keep-quant --level inference --f16 --no-clusters
     fi
     echo
     echo "## editing ($EVINDEX)"

@@ -34,7 +34,7 @@ if [ ! -f "$VX/index.json" ]; then
     echo "generating $VX (2B shape, vocabulary 512)"
     "$BUILD/larql" make-model --out "$VXSRC" --dim 2560 --ffn 6912 --layers 30 --heads 20 --kv-heads 5 \
         --vocab 512 --ctx 4096 --emb-type f16 >/dev/null
-    "$BUILD/larql" convert gguf-to-vindex "$VXSRC" --output "$VX" --level browse --f16 --threads 2 >/dev/null
+    "$BUILD/larql" convert gguf-to-vindex "$VXSRC" --output "$VX" --level browse --f16 --threads 2 --no-clusters >/dev/null
 fi
 
 # start_server ARGS...: larql serve --port 0 in the background; sets SRV (pid) and PORT

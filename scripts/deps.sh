@@ -2,6 +2,9 @@
 # Installs the Debian 12 packages larql builds and tests with (as root; skips what is there).
 #   --with-node       nodejs and npm, only for the tests that drive the server with the
 #                     official openai npm client (a machine that already has node keeps its own)
+#   --with-chromium   chromium (Debian's), only for the web page's real-browser test
+#                     (tests/cli/web_browser.sh, which drives it with puppeteer-core; it
+#                     reports itself skipped without it)
 #   --with-clang      clang and its sanitizer/libFuzzer runtimes, for `make CC=clang test` and
 #                     `make fuzz`
 #   --with-postgres   PostgreSQL 15 and its server headers, for ext/pg_infer and its tests
@@ -12,9 +15,10 @@ node=""
 for a in "$@"; do
     case "$a" in
     --with-node) node=1 ;;
+    --with-chromium) PKGS="$PKGS chromium" ;;
     --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
     --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
-    *) echo "usage: $0 [--with-node] [--with-clang] [--with-postgres]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--with-node] [--with-chromium] [--with-clang] [--with-postgres]" >&2; exit 2 ;;
     esac
 done
 missing=""

@@ -29,9 +29,15 @@ typedef struct lq_server lq_server;
 /* One log line, no trailing newline. Called from any server thread. */
 typedef void (*lq_server_log_fn)(void *user, const char *line);
 
+#define LQ_SERVER_MAX_MODELS 256
+
 typedef struct lq_server_opts {
     const char *model_path;   /* GGUF file, or a vindex directory (browse routes; inference
                                  when it holds model weights) */
+    const char *models_dir;   /* instead of model_path: serve every subdirectory holding an
+                                 index.json (LARQL's --dir), each under its model id (the last
+                                 '/' segment of index.json's "model"): /v1/{id}/describe ...;
+                                 the unprefixed routes answer for the first in name order */
     const char *host;         /* bind address; default "127.0.0.1" */
     int port;                 /* default 8080; 0 = any free port (see lq_server_port) */
     const char *api_key;      /* NULL/"" = no auth; else "Authorization: Bearer KEY" everywhere
@@ -57,6 +63,8 @@ typedef struct lq_server_opts {
                                  name) from this directory only; NULL: inline patches only */
     int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */
     int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
+    int cache_ttl_s;          /* GET /v1/describe: Cache-Control max-age (0 = "no-cache": clients
+                                 revalidate with If-None-Match, answered 304 while unchanged) */
     lq_server_log_fn log;
     void *log_user;
 } lq_server_opts;

@@ -153,6 +153,10 @@ const char *lq_vindex_token_text(const lq_vindex *v, int32_t id);
 int lq_vindex_token_readable(const char *s);
 int lq_vindex_token_content(const char *s);
 /* Probe label of (layer, feature) from feature_labels.json, or NULL. */
+/* The label of the relation cluster (relation_clusters.json / feature_clusters.jsonl, written
+ * by the builder for models with >= 8 layers, as LARQL does) that (layer, feature) belongs
+ * to; NULL when the vindex has no clusters or the feature none. Owned by v. */
+const char *lq_vindex_cluster_label(const lq_vindex *v, int layer, int feature);
 const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature);
 
 /* Query vector of an entity: tokens without special tokens, mean of embed_scale * E[id]
@@ -223,7 +227,8 @@ typedef struct lq_describe_edge {
     float gate_score;       /* best (max) gate score over the merged hits */
     int layer;              /* layer of the best hit */
     int feature;            /* feature of the best hit */
-    const char *relation;   /* probe label or NULL (owned by the vindex) */
+    const char *relation;   /* probe label, else relation-cluster label, or NULL (owned by the vindex) */
+    const char *relation_source; /* "probe" or "cluster" when relation is set */
     int layer_min, layer_max, count;
     int n_also;
     char *also[3];
@@ -238,6 +243,8 @@ typedef struct lq_describe_result {
     size_t n_layers;
 } lq_describe_result;
 
+/* A dense-only vindex (no gate vectors) answers with no edges, as LARQL does (it has no
+ * loaded layers to scan); walk/select/relations report it as LQ_EUNSUPPORTED. */
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
                        lq_err *err);
 void lq_describe_result_free(lq_describe_result *r);
@@ -360,6 +367,9 @@ typedef struct lq_vindex_build_opts {
     int n_threads;          /* 0 = cores */
     int dm_exact;           /* 1: down_meta by the all-f32 scan (slow reference) instead of the
                                int8 VNNI candidate pass + exact f32 re-scoring */
+    int no_clusters;        /* 1: skip relation_clusters.json / feature_clusters.jsonl (LARQL
+                               writes them for models with a knowledge band, >= 8 layers; the
+                               k-means over the band's features is the slowest stage there) */
     const char *tokenizer_json; /* NULL = <gguf dir>/tokenizer.json if present, else from GGUF */
     lq_vindex_progress_fn progress;
     void *progress_ctx;
@@ -393,6 +403,11 @@ int lq_fact_parse(char *buf, lq_fact *f, lq_err *err);
  * target token's embedding. Errors: non-BitNet GGUF, layer/feature out of range, target not
  * a single token, entity encoding to nothing. */
 int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err);
+/* Plants facts that form one relation: first moves every target's embedding row to the bare
+ * entity word's embedding plus one shared offset (a random vector from seed, orthogonal to
+ * the planted gate rows), so that relation clustering finds them together as in a real
+ * model; then lq_fixture_plant. Needs an F32 token embedding. */
+int lq_fixture_plant_relation(const char *gguf_path, const lq_fact *facts, size_t n, uint64_t seed, lq_err *err);
 
 /* ---- inference (LARQL's POST /v1/infer) ----
  *

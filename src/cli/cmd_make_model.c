@@ -12,7 +12,9 @@ static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
     "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--seed N] [--wscale X] [--corpus-file F]\n"
-    "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)";
+    "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)\n"
+    "       [--plant-relation 'Entity>Target@layer:feature']... (facts of one relation: their targets\n"
+    "       share an embedding offset from the entities, so relation clustering groups them)";
 
 int lq_cli_make_model(int argc, char **argv)
 {
@@ -27,8 +29,8 @@ int lq_cli_make_model(int argc, char **argv)
     char *corpus = NULL;
     int rc = 0;
     /* --plant values stay in argv (lq_fact_parse cuts them in place); planted after writing */
-    lq_fact facts[64];
-    size_t n_facts = 0;
+    lq_fact facts[64], rfacts[64];
+    size_t n_facts = 0, n_rfacts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -79,6 +81,10 @@ int lq_cli_make_model(int argc, char **argv)
             if (n_facts == sizeof facts / sizeof facts[0]) { rc = lq_cli_usage(C, USAGE, "--plant: at most 64 facts"); break; }
             if (lq_fact_parse(argv[i], &facts[n_facts], &err)) { rc = lq_cli_usage(C, USAGE, "--plant: %s", err.msg); break; }
             n_facts++;
+        } else if (!strcmp(a, "--plant-relation")) {
+            if (n_rfacts == sizeof rfacts / sizeof rfacts[0]) { rc = lq_cli_usage(C, USAGE, "--plant-relation: at most 64 facts"); break; }
+            if (lq_fact_parse(argv[i], &rfacts[n_rfacts], &err)) { rc = lq_cli_usage(C, USAGE, "--plant-relation: %s", err.msg); break; }
+            n_rfacts++;
         } else {
             rc = lq_cli_usage(C, USAGE, "unknown option '%s'", a);
             break;
@@ -91,6 +97,8 @@ int lq_cli_make_model(int argc, char **argv)
     if (!rc && !out)
         rc = lq_cli_usage(C, USAGE, "--out FILE is required");
     if (!rc && lq_fixture_write(&o, out, &err))
+        rc = lq_cli_error(C, "%s", err.msg);
+    if (!rc && n_rfacts && lq_fixture_plant_relation(out, rfacts, n_rfacts, o.seed, &err))
         rc = lq_cli_error(C, "%s", err.msg);
     if (!rc && n_facts && lq_fixture_plant(out, facts, n_facts, &err))
         rc = lq_cli_error(C, "%s", err.msg);

@@ -153,16 +153,18 @@ static void print_speed(const lq_generate_result *r)
 }
 
 static const char *RUN_USAGE =
-    "larql run MODEL (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+    "larql run MODEL [PROMPT | --prompt TEXT | --ids 1,2,3] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16]\n"
     "       [--weights auto|copy|mmap]\n"
     "       [--chat [--template T] [--system S]]\n"
-    "       [--ids-out] [--ignore-eos]";
+    "       [--ids-out] [--ignore-eos]\n"
+    "  PROMPT may follow MODEL as LARQL takes it; without a prompt (and without --ids) run is\n"
+    "  larql chat on MODEL, as in LARQL";
 
 int lq_cli_run(int argc, char **argv)
 {
-    const char *C = "run", *path = NULL, *prompt = NULL, *ids_arg = NULL;
+    const char *C = "run", *path = NULL, *prompt = NULL, *ids_arg = NULL, *pos_prompt = NULL;
     int chat = 0;
     out_state os = {0};
     gen_args g;
@@ -191,14 +193,22 @@ int lq_cli_run(int argc, char **argv)
             return lq_cli_usage(C, RUN_USAGE, "unknown option or missing value: '%s'", a);
         } else if (!path) {
             path = a;
+        } else if (!pos_prompt) {
+            pos_prompt = a; /* LARQL's `larql run MODEL PROMPT` */
         } else {
             return lq_cli_usage(C, RUN_USAGE, "unexpected argument '%s'", a);
         }
     }
     if (!path)
         return lq_cli_usage(C, RUN_USAGE, "MODEL is required");
+    if (pos_prompt && prompt)
+        return lq_cli_usage(C, RUN_USAGE, "the prompt is given twice (PROMPT and --prompt): give one");
+    if (pos_prompt)
+        prompt = pos_prompt;
+    if (!prompt && !ids_arg && !chat) /* LARQL: `larql chat` is run without a prompt */
+        return lq_cli_chat(argc, argv);
     if (!prompt == !ids_arg)
-        return lq_cli_usage(C, RUN_USAGE, "give exactly one of --prompt or --ids");
+        return lq_cli_usage(C, RUN_USAGE, "give exactly one of PROMPT (or --prompt) and --ids");
     if (chat && ids_arg)
         return lq_cli_usage(C, RUN_USAGE, "--chat needs --prompt text");
     if (gen_args_finish(C, &g))

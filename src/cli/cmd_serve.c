@@ -11,13 +11,15 @@
 #include "larql/server.h"
 
 static const char *SERVE_USAGE =
-    "larql serve MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
+    "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--max-body BYTES]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
+    "       [--cache-ttl S]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
-    "  a free port.\n"
+    "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
+    "  as /v1/{model_id}/...; /v1/models lists them.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
@@ -101,6 +103,12 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 1, 365L * 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--session-ttl: '%s' is not a number of seconds", argv[i]);
             o.session_ttl_s = (int)v;
+        } else if (!strcmp(a, "--dir") && has_val) {
+            o.models_dir = argv[++i];
+        } else if (!strcmp(a, "--cache-ttl") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 365L * 86400, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--cache-ttl: '%s' is not a number of seconds", argv[i]);
+            o.cache_ttl_s = (int)v;
         } else if (!strcmp(a, "--memory-limit") && has_val) {
             /* overrides the cgroup limit (tests, or hosts without cgroup v2) */
             if (lq_parse_long(argv[++i], 1, 0x7fffffffffffffffL, &v))
@@ -114,8 +122,10 @@ int lq_cli_serve(int argc, char **argv)
             return lq_cli_usage(C, SERVE_USAGE, "unexpected argument '%s'", a);
         }
     }
-    if (!o.model_path)
-        return lq_cli_usage(C, SERVE_USAGE, "MODEL is required");
+    if (!o.model_path && !o.models_dir)
+        return lq_cli_usage(C, SERVE_USAGE, "MODEL is required (or --dir DIR)");
+    if (o.model_path && o.models_dir)
+        return lq_cli_usage(C, SERVE_USAGE, "give MODEL or --dir DIR, not both");
     lq_cli_model_opts(&ma, &o.model);
     o.n_ctx = ma.ctx;
     o.log = log_line;

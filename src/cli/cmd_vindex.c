@@ -48,7 +48,7 @@ static void print_pretty(const char *json)
 
 static const char *USAGE_CONVERT =
     "larql convert gguf-to-vindex IN.gguf --output DIR [--level browse|inference|all] [--keep-quant]\n"
-    "                             [--dense-only] [--f16] [--threads N] [--tokenizer FILE]";
+    "                             [--dense-only] [--f16] [--threads N] [--tokenizer FILE] [--no-clusters]";
 
 typedef struct prog {
     int tty;
@@ -79,7 +79,7 @@ int lq_cli_convert(int argc, char **argv)
         LQ_STR("--output", &out), LQ_STR("-o", &out),
         LQ_STR("--level", &level), LQ_FLAG("--keep-quant", &o.keep_quant),
         LQ_FLAG("--dense-only", &o.dense_only), LQ_FLAG("--f16", &o.f16),
-        LQ_STR("--tokenizer", &o.tokenizer_json),
+        LQ_STR("--tokenizer", &o.tokenizer_json), LQ_FLAG("--no-clusters", &o.no_clusters),
         LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
     int np = 0, r = lq_cli_parse(C, USAGE_CONVERT, argc, argv, 1, opts, NULL, pos, 2, &np);
     if (r)
@@ -170,7 +170,8 @@ int lq_cli_describe(int argc, char **argv)
         } else {
             printf("%s\n", p.entity);
             if (!res.n_edges)
-                printf("  (no edges found)\n");
+                printf(lq_vindex_get_info(v)->dense_only ? "  (no edges: a dense-only vindex has no gate vectors)\n"
+                                                         : "  (no edges found)\n");
             for (size_t i = 0; i < res.n_edges; i++) {
                 const lq_describe_edge *e = &res.edges[i];
                 printf("  %-14s -> %-20s %7.1f  L%-3d", e->relation ? e->relation : "", e->target,

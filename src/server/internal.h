@@ -24,7 +24,7 @@ enum {
     R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
     R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
     R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
-    R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN,
+    R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN, R_OPENAPI,
     R_WEB_INDEX, R_WEB_ASSET, /* the built-in page (web.c) */
     R_UNKNOWN, /* 404 and friends */
     R_COUNT
@@ -41,7 +41,11 @@ typedef struct route {
     int openai;    /* errors use the OpenAI envelope */
     int gated;     /* counts against --max-concurrent */
     int prefix;    /* path is a prefix followed by exactly one segment (GET /v1/embed/{id}) */
+    int model_scoped; /* also answers under /v1/{model_id}/... (LARQL's multi-model paths) */
 } route;
+
+/* server.c: the route table (openapi.c describes it) */
+const route *srv_routes(size_t *n);
 
 /* ---- metrics (all updated with atomics) ---- */
 
@@ -97,6 +101,13 @@ struct lq_server {
     int n_sess;
     pthread_mutex_t sess_mu;
     int knowledge_ready;      /* srv_knowledge_init ran (its locks exist) */
+    struct srv_dcache *dcache; /* describe answers kept --cache-ttl seconds (dcache.c) */
+
+    /* several models (larql serve --dir): models[0] is the server that listens (this one on
+     * the front); every model's server has front pointing at it. One model: models = {self}. */
+    lq_server **models;
+    int n_models;
+    lq_server *front;
 
     int stopping;             /* set by lq_server_stop: new generation work refused */
     int cancel_all;           /* set after the grace period: running generations stop */
@@ -106,7 +117,8 @@ struct lq_server {
 /* ---- one request ---- */
 
 typedef struct req {
-    lq_server *srv;
+    lq_server *srv;           /* the server that took the connection (limits, metrics) */
+    lq_server *target;        /* the model's server that answers (/v1/{model_id}/...) */
     const route *rt;
     struct MHD_Connection *conn;
     int method;               /* M_GET / M_POST / 0 other */
@@ -131,6 +143,9 @@ typedef struct reply {
     size_t len;
     const char *ctype;
     const char *cache_control;   /* Cache-Control header when set */
+    char cache_buf[48];          /* storage cache_control may point to */
+    const char *vary;            /* Vary header when set */
+    char etag_buf[24];           /* storage etag may point to (describe's "\"hex\"") */
     struct MHD_Response *stream; /* when set: status/body unused except status for metrics */
     int retry_after;
     const void *static_body;     /* when set: the body (len bytes), static, never freed */
@@ -217,6 +232,15 @@ int srv_knowledge_init(lq_server *s, lq_err *err);
 void srv_knowledge_free(lq_server *s);
 int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
 void srv_kview_put(kview *kv);
+/* dcache.c: the describe cache (--cache-ttl > 0), keyed by the session (NULL: the global
+ * state), the edit generation and the query; srv_dcache_bump after every edit. */
+typedef struct srv_dcache srv_dcache;
+int srv_dcache_init(lq_server *s);
+void srv_dcache_free(lq_server *s);
+void srv_dcache_bump(lq_server *s);
+int srv_dcache_get(lq_server *s, const char *sid, const char *query, char **body, size_t *len);
+void srv_dcache_put(lq_server *s, const char *sid, const char *query, const char *body, size_t len);
+void srv_dcache_stats(lq_server *s, uint64_t *hits, uint64_t *misses);
 /* The forward-pass edits a generation for this request runs (sid's session, or the global
  * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
  * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
@@ -225,11 +249,17 @@ void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */
 
+/* openapi.c: GET /v1/openapi.json, generated from the route table */
+char *srv_openapi_json(const lq_server *s, size_t *len);
+void route_openapi(lq_server *s, req *q, reply *r);
+
 /* ws.c: GET /v1/stream (WebSocket); answers 101 and runs the session, or a 4xx */
 void route_stream(lq_server *s, req *q, reply *r);
 
 /* web.c: GET / and GET /assets/NAME, the built-in page compiled into the binary */
 void route_web(lq_server *s, req *q, reply *r);
+/* If-None-Match (NULL: absent) names etag: a tag of its list, weak or strong, or "*" */
+int srv_etag_matches(const char *inm, const char *etag);
 
 /* routes_openai.c */
 void route_completions(lq_server *s, req *q, reply *r);

@@ -158,6 +158,8 @@ int srv_knowledge_init(lq_server *s, lq_err *err)
 {
     pthread_rwlock_init(&s->kmu, NULL);
     pthread_mutex_init(&s->sess_mu, NULL);
+    if (srv_dcache_init(s))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory for the describe cache");
     if (!s->vx)
         return LQ_OK; /* a GGUF: nothing to edit */
     int rc = lq_overlay_create(s->vx, lq_vindex_knn_store(s->vx), &s->global, err);
@@ -186,6 +188,7 @@ void srv_knowledge_free(lq_server *s)
     free(s->sess);
     lq_journal_close(s->journal);
     lq_overlay_free(s->global);
+    srv_dcache_free(s);
     pthread_rwlock_destroy(&s->kmu);
     pthread_mutex_destroy(&s->sess_mu);
 }
@@ -229,6 +232,7 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
         srv_ksession *k = s->sess[i];
         if (!k->refs && now - k->last_used > s->o.session_ttl_s) {
             ks_drop(s, k);
+            srv_dcache_bump(s);
             s->sess[i] = s->sess[--s->n_sess];
         } else {
             i++;
@@ -507,6 +511,7 @@ void route_insert(lq_server *s, req *q, reply *r)
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
+        srv_dcache_bump(s);
         const char *mname = ip.mode == LQ_INSERT_KNN ? "knn" : res.weights ? "constellation" : "embedding";
         json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
                               ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
@@ -615,6 +620,7 @@ void route_patches(lq_server *s, req *q, reply *r)
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : 400, "%s", e.msg);
     } else {
+        srv_dcache_bump(s);
         json_t *o = json_pack("{s:s,s:I,s:I}", "applied", lq_patch_name(p), "operations",
                               (json_int_t)lq_patch_n_ops(p), "active_patches", (json_int_t)lq_overlay_n_patches(ke.ov));
         if (ke.ks)
@@ -650,6 +656,7 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
     if (rc) {
         reply_larql_err(r, rc == LQ_ENOTFOUND ? 404 : 500, "%s", e.msg);
     } else {
+        srv_dcache_bump(s);
         json_t *o = json_pack("{s:s,s:I}", "removed", name, "active_patches", (json_int_t)lq_overlay_n_patches(ke.ov));
         if (ke.ks)
             json_object_set_new(o, "session", json_string(ke.ks->id));

@@ -18,7 +18,8 @@ static const char *ROUTE_NAMES[R_COUNT] = {
     [R_EMBED_ROW] = "/v1/embed/{token_id}", [R_LOGITS] = "/v1/logits", [R_COMPLETIONS] = "/v1/completions",
     [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_STREAM] = "/v1/stream",
     [R_INSERT] = "/v1/insert", [R_PATCHES] = "/v1/patches", [R_PATCH_DELETE] = "/v1/patches/{name}",
-    [R_EXPLAIN] = "/v1/explain-infer", [R_WEB_INDEX] = "/", [R_WEB_ASSET] = "/assets/{name}",
+    [R_EXPLAIN] = "/v1/explain-infer", [R_OPENAPI] = "/v1/openapi.json",
+    [R_WEB_INDEX] = "/", [R_WEB_ASSET] = "/assets/{name}",
     [R_UNKNOWN] = "other",
 };
 
@@ -87,7 +88,13 @@ void route_metrics(lq_server *s, req *q, reply *r)
         }
     lq_scheduler_stats st;
     sched_stats(s, &st);
+    uint64_t dc_hits, dc_misses;
+    srv_dcache_stats(s, &dc_hits, &dc_misses);
     struct { const char *name, *type, *help; double v; } rows[] = {
+        {"larql_describe_cache_hits_total", "counter", "describe answers served from the --cache-ttl cache.",
+         (double)dc_hits},
+        {"larql_describe_cache_misses_total", "counter", "describe lookups the --cache-ttl cache could not answer.",
+         (double)dc_misses},
         {"larql_prompt_tokens_total", "counter", "Prompt tokens processed.", (double)LD(m->prompt_tokens)},
         {"larql_generated_tokens_total", "counter", "Tokens generated.", (double)LD(m->generated_tokens)},
         {"larql_prefill_seconds_total", "counter", "Wall time spent in prefill.", LD(m->prefill_us) / 1e6},

@@ -62,12 +62,20 @@ void route_health(lq_server *s, req *q, reply *r)
 void route_models(lq_server *s, req *q, reply *r)
 {
     (void)q;
-    json_int_t features = s->vx ? (json_int_t)lq_vindex_get_info(s->vx)->total_features : 0;
-    json_t *mdl = json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", s->model_id, "object", "model",
-                            "created", (json_int_t)s->created_unix, "owned_by", "larql", "path", "/v1",
-                            "features", features, "loaded",
-                            s->vx != NULL || __atomic_load_n(&s->model, __ATOMIC_ACQUIRE) != NULL);
-    reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", mdl));
+    lq_server *front = s->front ? s->front : s;
+    json_t *data = json_array();
+    for (int k = 0; k < front->n_models; k++) {
+        lq_server *m = front->models[k];
+        json_int_t features = m->vx ? (json_int_t)lq_vindex_get_info(m->vx)->total_features : 0;
+        char path[300];
+        /* LARQL: "/v1" when one model is served, "/v1/{id}" for each of several */
+        snprintf(path, sizeof path, front->n_models > 1 ? "/v1/%s" : "/v1", m->model_id);
+        json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:b}", "id", m->model_id, "object", "model",
+                                              "created", (json_int_t)m->created_unix, "owned_by", "larql", "path",
+                                              path, "features", features, "loaded",
+                                              m->vx != NULL || __atomic_load_n(&m->model, __ATOMIC_ACQUIRE) != NULL));
+    }
+    reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 /* Query parameter as validated UTF-8; NULL when absent. */
@@ -157,6 +165,42 @@ static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
     r->ctype = "application/json";
 }
 
+/* describe caching (LARQL's routes/describe.rs): an ETag and Cache-Control on every 200, and
+ * 304 when If-None-Match names the current ETag. The tag hashes the body without its
+ * latency_ms, so it is stable while the answer is (LARQL's changes on every call unless its
+ * server cache is on) and changes as soon as an edit changes what describe sees. */
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void describe_cache_headers(lq_server *s, req *q, reply *r)
+{
+    if (r->status != 200 || !r->body)
+        return;
+    const char *lat = strstr(r->body, ",\"latency_ms\":");
+    size_t n = lat ? (size_t)(lat - r->body) : r->len;
+    snprintf(r->etag_buf, sizeof r->etag_buf, "\"%016llx\"", (unsigned long long)fnv1a(r->body, n));
+    r->etag = r->etag_buf;
+    if (s->o.cache_ttl_s > 0)
+        snprintf(r->cache_buf, sizeof r->cache_buf, "public, max-age=%d", s->o.cache_ttl_s);
+    else
+        snprintf(r->cache_buf, sizeof r->cache_buf, "no-cache");
+    r->cache_control = r->cache_buf;
+    const char *inm = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    char *empty;
+    if (srv_etag_matches(inm, r->etag) && (empty = calloc(1, 1))) {
+        free(r->body);
+        r->body = empty; /* 304: no body (an empty one, so the reply is not taken for missing) */
+        r->len = 0;
+        r->ctype = NULL;
+        r->status = 304;
+    }
+}
+
 /* The request's view of what the model knows (its X-Session-Id's, or the global one). */
 static int kget(lq_server *s, req *q, kview *kv, reply *r)
 {
@@ -188,7 +232,21 @@ void route_browse(lq_server *s, req *q, reply *r)
             goto no_vindex;
         if (kget(s, q, &kv, r))
             return;
+        /* --cache-ttl: the same question about the same state answers from the cache */
+        char key[1200];
+        snprintf(key, sizeof key, "%.1000s\n%s\n%d\n%.17g\n%d", p.entity, p.band ? p.band : "", p.limit,
+                 p.min_score, p.verbose);
+        const char *sid = kv.sid;
+        size_t n = 0;
+        if (srv_dcache_get(s, sid, key, &json, &n)) {
+            srv_kview_put(&kv);
+            vindex_reply(r, 0, json, &err);
+            describe_cache_headers(s, q, r);
+            return;
+        }
         rc = lq_vindex_describe_json(kv.v, &p, &json, &err);
+        if (!rc && strlen(p.entity) <= 1000)
+            srv_dcache_put(s, sid, key, json, strlen(json));
     } else if (q->rt->id == R_WALK) {
         lq_walk_params p;
         lq_walk_params_init(&p);
@@ -243,6 +301,8 @@ void route_browse(lq_server *s, req *q, reply *r)
     }
     srv_kview_put(&kv);
     vindex_reply(r, rc, json, &err);
+    if (q->rt->id == R_DESCRIBE)
+        describe_cache_headers(s, q, r);
     return;
 no_vindex:
     reply_larql_err(r, 503,
@@ -483,6 +543,9 @@ out:
 
 #define EMBED_MAX_IDS 4096 /* token ids per POST /v1/embed, JSON or binary */
 #define OCTET_STREAM "application/octet-stream"
+/* LARQL's binary wire type (its embed/logits/walk-ffn clients send and expect it); the same
+ * bytes as our application/octet-stream bodies */
+#define LARQL_FFN "application/x-larql-ffn"
 
 static uint32_t get_le32(const unsigned char *p)
 {
@@ -526,6 +589,13 @@ static int content_type_is(req *q, const char *mt)
     v += n;
     v += strspn(v, " \t");
     return *v == 0 || *v == ';';
+}
+
+/* The request's body is binary: LARQL's wire type or plain octets. The binary answer echoes
+ * the type the client sent. */
+static const char *binary_body_type(req *q)
+{
+    return content_type_is(q, LARQL_FFN) ? LARQL_FFN : content_type_is(q, OCTET_STREAM) ? OCTET_STREAM : NULL;
 }
 
 /* The request's Accept header mentions mt anywhere (case-insensitive), as LARQL tests it. */
@@ -683,7 +753,7 @@ static void embed_binary(lq_server *s, req *q, reply *r)
     r->status = 200;
     r->body = (char *)out;
     r->len = out_len;
-    r->ctype = OCTET_STREAM;
+    r->ctype = binary_body_type(q);
     return;
 fail:
     free(out);
@@ -692,7 +762,7 @@ fail:
 
 void route_embed(lq_server *s, req *q, reply *r)
 {
-    if (content_type_is(q, OCTET_STREAM)) {
+    if (binary_body_type(q)) {
         embed_binary(s, q, r);
         return;
     }
@@ -741,7 +811,8 @@ out:
     json_decref(j);
 }
 
-/* GET /v1/embed/{token_id}: one row, raw f32 little-endian by default, or JSON
+/* GET /v1/embed/{token_id}: one row, raw f32 little-endian by default (application/x-larql-ffn,
+ * or application/octet-stream when Accept names only that), or JSON
  * {token_id, embedding, hidden_size} when Accept mentions application/json. A token's
  * embedding never changes while a model is served, hence LARQL's year-long immutable
  * Cache-Control on the answer. */
@@ -791,15 +862,18 @@ void route_embed_row(lq_server *s, req *q, reply *r)
         r->status = 200;
         r->body = (char *)out;
         r->len = e.h * 4;
-        r->ctype = OCTET_STREAM;
+        /* LARQL's type by default; a client that asks for octets only gets octets */
+        r->ctype = accept_mentions(q, OCTET_STREAM) && !accept_mentions(q, LARQL_FFN) ? OCTET_STREAM : LARQL_FFN;
     }
     free(row);
-    if (r->status == 200)
+    if (r->status == 200) {
         r->cache_control = "public, max-age=31536000, immutable";
+        r->vary = "Accept"; /* the same URL answers JSON or binary */
+    }
 }
 
 /* The residual of a /v1/logits request into x[h]: JSON {residual:[f32 * h]} or, with
- * Content-Type application/octet-stream, the raw body f32[h] little-endian (top_k and
+ * Content-Type application/x-larql-ffn or application/octet-stream, the raw body f32[h] little-endian (top_k and
  * temperature keep their defaults then). -1 with r filled. */
 static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
 {
@@ -841,7 +915,7 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
 void route_logits(lq_server *s, req *q, reply *r)
 {
     json_t *j = NULL;
-    if (!content_type_is(q, OCTET_STREAM) && !(j = req_json_body(q, r)))
+    if (!binary_body_type(q) && !(j = req_json_body(q, r)))
         return;
     lq_model *m;
     long top_k = 5;

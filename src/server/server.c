@@ -4,6 +4,7 @@
  * Retry-After, never a queue), the model (eager or single-flight lazy) and the session pool,
  * graceful stop. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,37 +22,45 @@
 
 /* Every route LARQL and OpenAI clients use; anything else is 404. */
 static const route ROUTES[] = {
-    {"/v1/health", R_HEALTH, M_GET, 0, 0, 0},
-    {"/v1/models", R_MODELS, M_GET, 1, 0, 0},
-    {"/v1/stats", R_STATS, M_GET, 0, 0, 0},
-    {"/v1/runtime", R_RUNTIME, M_GET, 0, 0, 0},
-    {"/metrics", R_METRICS, M_GET, 0, 0, 0},
-    {"/v1/describe", R_DESCRIBE, M_GET, 0, 1, 0},
-    {"/v1/walk", R_WALK, M_GET, 0, 1, 0},
-    {"/v1/select", R_SELECT, M_POST, 0, 1, 0},
-    {"/v1/relations", R_RELATIONS, M_GET, 0, 1, 0},
-    {"/v1/infer", R_INFER, M_POST, 0, 1, 0},
-    {"/v1/token/encode", R_TOK_ENCODE, M_GET, 0, 1, 0},
-    {"/v1/token/decode", R_TOK_DECODE, M_GET, 0, 1, 0},
-    {"/v1/embed", R_EMBED, M_POST, 0, 1, 0},
-    {"/v1/embed/", R_EMBED_ROW, M_GET, 0, 1, 1}, /* /v1/embed/{token_id} */
-    {"/v1/logits", R_LOGITS, M_POST, 0, 1, 0},
-    {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0},
-    {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0},
-    {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0},
-    {"/v1/explain-infer", R_EXPLAIN, M_POST, 0, 1, 0},
-    {"/v1/insert", R_INSERT, M_POST, 0, 1, 0},
-    {"/v1/patches", R_PATCHES, M_GET, 0, 1, 0},
-    {"/v1/patches/apply", R_PATCHES, M_POST, 0, 1, 0},
-    {"/v1/patches/", R_PATCH_DELETE, M_DELETE, 0, 1, 1}, /* /v1/patches/{name} */
+    /* path, id, methods, openai, gated, prefix, model_scoped (also under /v1/{model_id}/...) */
+    {"/v1/health", R_HEALTH, M_GET, 0, 0, 0, 0},
+    {"/v1/models", R_MODELS, M_GET, 1, 0, 0, 0},
+    {"/v1/openapi.json", R_OPENAPI, M_GET, 0, 0, 0, 0},
+    {"/v1/stats", R_STATS, M_GET, 0, 0, 0, 1},
+    {"/v1/runtime", R_RUNTIME, M_GET, 0, 0, 0, 1},
+    {"/metrics", R_METRICS, M_GET, 0, 0, 0, 0},
+    {"/v1/describe", R_DESCRIBE, M_GET, 0, 1, 0, 1},
+    {"/v1/walk", R_WALK, M_GET, 0, 1, 0, 1},
+    {"/v1/select", R_SELECT, M_POST, 0, 1, 0, 1},
+    {"/v1/relations", R_RELATIONS, M_GET, 0, 1, 0, 1},
+    {"/v1/infer", R_INFER, M_POST, 0, 1, 0, 1},
+    {"/v1/token/encode", R_TOK_ENCODE, M_GET, 0, 1, 0, 1},
+    {"/v1/token/decode", R_TOK_DECODE, M_GET, 0, 1, 0, 1},
+    {"/v1/embed", R_EMBED, M_POST, 0, 1, 0, 1},
+    {"/v1/embed/", R_EMBED_ROW, M_GET, 0, 1, 1, 1}, /* /v1/embed/{token_id} */
+    {"/v1/logits", R_LOGITS, M_POST, 0, 1, 0, 1},
+    {"/v1/completions", R_COMPLETIONS, M_POST, 1, 1, 0, 0},
+    {"/v1/chat/completions", R_CHAT, M_POST, 1, 1, 0, 0},
+    {"/v1/embeddings", R_EMBEDDINGS, M_POST, 1, 1, 0, 0},
+    {"/v1/explain-infer", R_EXPLAIN, M_POST, 0, 1, 0, 1},
+    {"/v1/insert", R_INSERT, M_POST, 0, 1, 0, 1},
+    {"/v1/patches", R_PATCHES, M_GET, 0, 1, 0, 1},
+    {"/v1/patches/apply", R_PATCHES, M_POST, 0, 1, 0, 1},
+    {"/v1/patches/", R_PATCH_DELETE, M_DELETE, 0, 1, 1, 1}, /* /v1/patches/{name} */
     /* not gated: a WebSocket may stay open and idle for long; its generations go through
      * the scheduler's bounded queue and its infers through the bounded session pool */
-    {"/v1/stream", R_STREAM, M_GET, 0, 0, 0},
+    {"/v1/stream", R_STREAM, M_GET, 0, 0, 0, 1},
     /* the built-in page (web.c): not gated, served from memory */
-    {"/", R_WEB_INDEX, M_GET, 0, 0, 0},
-    {"/assets/", R_WEB_ASSET, M_GET, 0, 0, 1}, /* /assets/{name} */
+    {"/", R_WEB_INDEX, M_GET, 0, 0, 0, 0},
+    {"/assets/", R_WEB_ASSET, M_GET, 0, 0, 1, 0}, /* /assets/{name} */
 };
-static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0, 0};
+static const route UNKNOWN_ROUTE = {"", R_UNKNOWN, 0, 0, 0, 0, 0};
+
+const route *srv_routes(size_t *n)
+{
+    *n = sizeof ROUTES / sizeof ROUTES[0];
+    return ROUTES;
+}
 
 /* Exact paths, plus prefix routes that take exactly one more non-empty segment (the
  * segment is returned in *arg, *arg_len; no slash inside it). "/v1/embed" and "/v1/embed/"
@@ -77,6 +86,54 @@ static const route *find_route(const char *url, const char **arg, size_t *arg_le
         }
     }
     return NULL;
+}
+
+/* LARQL's multi-model paths: /v1/{model_id}/REST answers as /v1/REST on that model, for the
+ * routes that are model_scoped. An exact route wins (so a model named "chat" cannot shadow
+ * /v1/chat/completions). On a match *target is the model's server. */
+static const route *find_model_route(lq_server *front, const char *url, lq_server **target, const char **arg,
+                                     size_t *arg_len)
+{
+    if (strncmp(url, "/v1/", 4))
+        return NULL;
+    const char *id = url + 4, *slash = strchr(id, '/');
+    if (!slash || slash == id)
+        return NULL;
+    size_t idl = (size_t)(slash - id);
+    for (int k = 0; k < front->n_models; k++) {
+        lq_server *m = front->models[k];
+        if (strlen(m->model_id) != idl || memcmp(m->model_id, id, idl))
+            continue;
+        char rest[1024];
+        if ((size_t)snprintf(rest, sizeof rest, "/v1%s", slash) >= sizeof rest)
+            return NULL;
+        const route *rt = find_route(rest, arg, arg_len);
+        if (!rt || !rt->model_scoped)
+            return NULL;
+        *arg = *arg ? slash + (*arg - rest) - 3 : NULL; /* the same bytes in url */
+        *target = m;
+        return rt;
+    }
+    return NULL;
+}
+
+/* /v1/X/REST where REST is a model-scoped route but X names no model served: LARQL's
+ * "model 'X' not found" (404) rather than "no route". */
+static int unknown_model(const char *url, size_t *idl)
+{
+    if (strncmp(url, "/v1/", 4))
+        return 0;
+    const char *slash = strchr(url + 4, '/');
+    if (!slash || slash == url + 4)
+        return 0;
+    char rest[1024];
+    const char *arg;
+    size_t al;
+    if ((size_t)snprintf(rest, sizeof rest, "/v1%s", slash) >= sizeof rest)
+        return 0;
+    const route *rt = find_route(rest, &arg, &al);
+    *idl = (size_t)(slash - url - 4);
+    return rt && rt->model_scoped;
 }
 
 /* ---- model, sessions ---- */
@@ -238,6 +295,8 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
     if (r->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache_control);
+    if (r->vary)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->vary);
     if (r->etag)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
     if (r->web) {
@@ -286,6 +345,23 @@ static int key_ok(const char *key, const char *auth)
     return diff == 0;
 }
 
+/* Which model serves the request: the one its path names (/v1/{model_id}/...), else for
+ * the OpenAI routes the one the body's "model" names (LARQL's multi-model OpenAI routes take
+ * it from the body), else the first one served. */
+static lq_server *openai_target(lq_server *front, req *q)
+{
+    if (!q->rt->openai || front->n_models < 2 || !q->body || q->target != front)
+        return q->target;
+    json_t *j = json_loadb(q->body, q->len, 0, NULL);
+    const char *m = json_string_value(json_object_get(j, "model"));
+    lq_server *t = q->target;
+    for (int k = 0; m && k < front->n_models; k++)
+        if (!strcmp(front->models[k]->model_id, m))
+            t = front->models[k];
+    json_decref(j);
+    return t;
+}
+
 static void dispatch(lq_server *s, req *q, reply *r)
 {
     switch (q->rt->id) {
@@ -305,6 +381,7 @@ static void dispatch(lq_server *s, req *q, reply *r)
     case R_CHAT: route_chat(s, q, r); break;
     case R_EMBEDDINGS: route_embeddings(s, q, r); break;
     case R_STREAM: route_stream(s, q, r); break;
+    case R_OPENAPI: route_openapi(s, q, r); break;
     case R_INSERT: route_insert(s, q, r); break;
     case R_EXPLAIN: route_explain(s, q, r); break;
     case R_PATCHES: route_patches(s, q, r); break;
@@ -377,6 +454,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *arg;
         size_t arg_len;
         q->rt = find_route(url, &arg, &arg_len);
+        q->target = s;
+        if (!q->rt)
+            q->rt = find_model_route(s, url, &q->target, &arg, &arg_len);
         if (arg) {
             size_t keep = arg_len < sizeof q->path_arg ? arg_len : sizeof q->path_arg - 1;
             memcpy(q->path_arg, arg, keep);
@@ -401,7 +481,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (!q->rt) {
             q->rt = &UNKNOWN_ROUTE;
-            reply_larql_err(&r, 404, "no route for %s %s", method, url);
+            size_t idl = 0;
+            if (unknown_model(url, &idl))
+                reply_larql_err(&r, 404, "model '%.*s%s' not found (GET /v1/models lists the models served)",
+                                (int)(idl > 128 ? 128 : idl), url + 4, idl > 128 ? "..." : "");
+            else
+                reply_larql_err(&r, 404, "no route for %s %s", method, url);
             return send_reply(q, &r, 0);
         }
         if (!(q->rt->methods & q->method)) {
@@ -498,7 +583,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         q->holds_slot = 1;
     }
-    dispatch(s, q, &r);
+    dispatch(openai_target(s, q), q, &r);
     if (!r.stream && !r.body && !r.static_body)
         reply_larql_err(&r, 500, "internal error: the route produced no reply");
     return send_reply(q, &r, 0);
@@ -613,10 +698,13 @@ static void server_free(lq_server *s)
     free(s->kernels);
     free(s->state_dir);
     free(s->patch_dir);
+    free(s->models);
     free(s);
 }
 
-int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
+/* Opens one model's server (validated options, the model or vindex, its knowledge state)
+ * without listening: lq_server_start listens on the first one opened. */
+static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
 {
     *out = NULL;
     if (!o || !o->model_path || !*o->model_path)
@@ -721,6 +809,21 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
             return rc;
         }
     }
+    s->models = malloc(sizeof *s->models);
+    if (!s->models) {
+        server_free(s);
+        return lq_err_set(err, LQ_ENOMEM, "server: out of memory");
+    }
+    s->models[0] = s;
+    s->n_models = 1;
+    s->front = s;
+    *out = s;
+    return 0;
+}
+
+static int srv_listen(lq_server *s, lq_err *err)
+{
+    const lq_server_opts *o = &s->o;
 
     struct sockaddr_in sa4;
     struct sockaddr_in6 sa6;
@@ -739,7 +842,6 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
         sa = (struct sockaddr *)&sa6;
         flags |= MHD_USE_IPv6;
     } else {
-        server_free(s);
         return lq_err_set(err, LQ_EINVAL, "server: host '%s' is not an IPv4 or IPv6 address", o->host);
     }
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
@@ -753,18 +855,148 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
                             MHD_OPTION_END);
     if (!s->d) {
         int e = errno;
-        server_free(s);
         return lq_err_set(err, LQ_EIO, "server: cannot listen on %s:%d: %s", o->host ? o->host : "127.0.0.1",
                           o->port, e ? strerror(e) : "libmicrohttpd refused to start");
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
-    srv_log(s, "listening on http://%s:%d (model '%s', max %d concurrent, body limit %zu bytes%s%s)",
-            s->host, s->port, s->model_id, s->o.max_concurrent, s->o.max_body,
+    srv_log(s, "listening on http://%s:%d (%s '%s'%s, max %d concurrent, body limit %zu bytes%s%s)",
+            s->host, s->port, s->n_models > 1 ? "models" : "model", s->model_id,
+            s->n_models > 1 ? " and more: see /v1/models" : "", s->o.max_concurrent, s->o.max_body,
             s->api_key ? ", api key required" : "", s->o.cors ? ", CORS on" : "");
+    return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* LARQL's discover_vindexes: every subdirectory of dir that holds an index.json, in name
+ * order. *names is malloc'd (each name too). */
+static int discover_vindexes(const char *dir, char ***names, int *n, lq_err *err)
+{
+    *names = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return lq_err_set(err, LQ_EIO, "--dir %s: cannot open: %s", dir, strerror(errno));
+    struct dirent *e;
+    int cap = 0, rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[4096];
+        struct stat st;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s/index.json", dir, e->d_name) >= sizeof p || stat(p, &st) ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if (*n == LQ_SERVER_MAX_MODELS) {
+            rc = lq_err_set(err, LQ_ERANGE, "--dir %s: more than %d vindexes", dir, LQ_SERVER_MAX_MODELS);
+            break;
+        }
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nn = realloc(*names, (size_t)cap * sizeof *nn);
+            if (!nn) {
+                rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+                break;
+            }
+            *names = nn;
+        }
+        if (!((*names)[*n] = strdup(e->d_name)))
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        else
+            (*n)++;
+    }
+    closedir(d);
+    if (!rc && *n == 0)
+        rc = lq_err_set(err, LQ_EINVAL, "--dir %s: no subdirectory holds an index.json (a vindex)", dir);
+    if (!rc)
+        qsort(*names, (size_t)*n, sizeof **names, by_name);
+    return rc;
+}
+
+static void free_models(lq_server *front)
+{
+    for (int k = 1; k < front->n_models; k++)
+        server_free(front->models[k]);
+    front->n_models = 1;
+}
+
+/* --dir: one server per vindex, the first one listens; each keeps its own knowledge state
+ * (and its own journal under state_dir/NAME when --state-dir is given). */
+static int open_models(const lq_server_opts *o, lq_server **out, lq_err *err)
+{
+    char **names = NULL;
+    int n = 0, rc = discover_vindexes(o->models_dir, &names, &n, err);
+    lq_server **ms = rc ? NULL : calloc((size_t)n, sizeof *ms);
+    if (!rc && !ms)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    int opened = 0;
+    for (int k = 0; !rc && k < n; k++) {
+        char path[4096], state[4096];
+        lq_server_opts so = *o;
+        snprintf(path, sizeof path, "%s/%s", o->models_dir, names[k]);
+        so.model_path = path;
+        so.models_dir = NULL;
+        if (o->state_dir) {
+            snprintf(state, sizeof state, "%s/%s", o->state_dir, names[k]);
+            if (mkdir(state, 0755) && errno != EEXIST) {
+                rc = lq_err_set(err, LQ_EIO, "--state-dir %s: cannot create: %s", state, strerror(errno));
+                break;
+            }
+            so.state_dir = state;
+        }
+        if ((rc = srv_open(&so, &ms[k], err))) {
+            lq_err_prefix(err, names[k]);
+            break;
+        }
+        opened++;
+        for (int j = 0; j < k; j++)
+            if (!strcmp(ms[j]->model_id, ms[k]->model_id))
+                rc = lq_err_set(err, LQ_EINVAL, "--dir: %s and %s are both model '%s' (ids must differ)",
+                                ms[j]->model_path, ms[k]->model_path, ms[k]->model_id);
+    }
+    for (int k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+    if (rc) {
+        for (int k = 0; k < opened; k++)
+            server_free(ms[k]);
+        free(ms);
+        return rc;
+    }
+    lq_server *front = ms[0];
+    free(front->models);
+    front->models = ms;
+    front->n_models = n;
+    for (int k = 0; k < n; k++)
+        ms[k]->front = front;
+    *out = front;
+    return 0;
+}
+
+int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
+{
+    *out = NULL;
+    if (!o)
+        return lq_err_set(err, LQ_EINVAL, "server: no options");
+    if (o->models_dir && o->model_path && *o->model_path)
+        return lq_err_set(err, LQ_EINVAL, "server: give a model path or a models directory (--dir), not both");
+    lq_server *s = NULL;
+    int rc = o->models_dir ? open_models(o, &s, err) : srv_open(o, &s, err);
+    if (rc)
+        return rc;
+    if ((rc = srv_listen(s, err))) {
+        free_models(s);
+        server_free(s);
+        return rc;
+    }
     *out = s;
     return 0;
 }
+
 
 int lq_server_port(const lq_server *s)
 {
@@ -803,7 +1035,8 @@ void lq_server_stop(lq_server *s)
 {
     if (!s)
         return;
-    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+    for (int k = 0; k < s->n_models; k++)
+        __atomic_store_n(&s->models[k]->stopping, 1, __ATOMIC_RELEASE);
     if (s->d) {
         MHD_socket ls = MHD_quiesce_daemon(s->d); /* stop accepting; in-flight go on */
         if (ls != MHD_INVALID_SOCKET)
@@ -812,12 +1045,14 @@ void lq_server_stop(lq_server *s)
         long left = __atomic_load_n(&s->m.active_requests, __ATOMIC_ACQUIRE);
         if (left > 0) {
             srv_log(s, "cancelling %ld in-flight request(s)", left);
-            __atomic_store_n(&s->cancel_all, 1, __ATOMIC_RELEASE);
+            for (int k = 0; k < s->n_models; k++)
+                __atomic_store_n(&s->models[k]->cancel_all, 1, __ATOMIC_RELEASE);
             wait_idle(s, 10.0);
         }
         MHD_stop_daemon(s->d);
         s->d = NULL;
     }
     srv_log(s, "stopped after %llu requests", (unsigned long long)s->m.requests_total);
+    free_models(s);
     server_free(s);
 }

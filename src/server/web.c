@@ -21,7 +21,7 @@ const srv_web_asset *srv_web_find(const char *name)
 
 /* If-None-Match: a list of quoted tags, or "*". Weak tags (W/"...") match too, as RFC 9110
  * asks of a GET's conditional. */
-static int etag_matches(const char *inm, const char *etag)
+int srv_etag_matches(const char *inm, const char *etag)
 {
     if (!inm)
         return 0;
@@ -53,7 +53,7 @@ void route_web(lq_server *s, req *q, reply *r)
     }
     r->etag = a->etag;
     r->cache_control = "no-cache";
-    if (etag_matches(MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH), a->etag)) {
+    if (srv_etag_matches(MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH), a->etag)) {
         r->status = 304;
         r->static_body = "";
         r->len = 0;

@@ -416,7 +416,7 @@ static void do_describe(ws *w, json_t *j)
                                   lq_round(d->gate_score, 1), "feature", d->feature);
             if (d->relation) {
                 json_object_set_new(o, "relation", lq_jstr(d->relation, strlen(d->relation)));
-                json_object_set_new(o, "source", json_string("probe"));
+                json_object_set_new(o, "source", json_string(d->relation_source ? d->relation_source : "probe"));
             }
             json_array_append_new(edges, o);
         }

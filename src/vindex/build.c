@@ -181,15 +181,18 @@ static int write_matrix(bctx *c, const lq_gguf_tensor *t, const char *file, int 
 }
 
 /* ---- down_meta.bin ----
- * For every feature f of a layer: logits = E . W_down[:, f] over the whole vocabulary
- * (E unscaled, W_down with its real per-tensor scale), keep the top_k by signed logit among
- * tokens whose decoded text is non-empty. One pass per layer: feature blocks are spread
- * over the pool; each block walks the vocabulary in small tiles decoded on the fly. */
+ * For every feature f of a layer: logits = E . W_down[:, f] over the whole vocabulary, as LARQL
+ * computes them: E unscaled and, for an I2_S down matrix, the unit trits (the per-tensor scale
+ * divided back out, as LARQL holds BitNet weights), so c_score, min_confidence and the
+ * relations cut mean the same numbers whichever tool built the vindex. The top_k by signed
+ * logit is taken over ALL tokens; those that decode to empty text are dropped afterwards (a
+ * feature may keep fewer than top_k), again as LARQL does. One pass per layer: feature blocks
+ * are spread over the pool; each block walks the vocabulary in small tiles decoded on the fly. */
 
 typedef struct dm_job {
     bctx *c;
     const float *WT;          /* [F, D] transposed down matrix of the layer */
-    const uint8_t *keep;      /* [V] token decodes to non-empty text */
+    const uint8_t *keep;      /* [V] 1 = the token may be a candidate (all of them: see above) */
     int topk;
     uint32_t *ids;            /* [F, topk] */
     float *logits;            /* [F, topk], sorted desc, -inf = empty */
@@ -405,13 +408,27 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
     uint32_t *ids = malloc((size_t)c->F * (K ? K : 1) * sizeof *ids);
     float *lg = malloc((size_t)c->F * (K ? K : 1) * sizeof *lg);
     uint8_t *rec = malloc(8 + 8 * (size_t)K);
-    if (!rc && (!Wd || !WT || !ids || !lg || !rec))
+    uint8_t *any = malloc((size_t)c->V); /* every token competes for the top k */
+    if (!rc && (!Wd || !WT || !ids || !lg || !rec || !any))
         rc = lq_err_set(c->err, LQ_ENOMEM, "out of memory for the %d x %d down matrix", c->D, c->F);
+    if (any)
+        memset(any, 1, (size_t)c->V);
     for (int l = 0; l < c->L && !rc; l++) {
         const lq_gguf_tensor *t = tensor_l(c->g, l, "ffn_down.weight");
         rc = lq_gguf_tensor_to_f32(t, Wd, c->err); /* [D rows, F cols], real scale applied */
         if (rc)
             break;
+        if (t->type == LQ_GGML_I2_S) { /* LARQL's unit trits: scale * trit / scale */
+            float s = 0;
+            if ((rc = lq_gguf_i2s_scale(t, &s, c->err)))
+                break;
+            if (!(s > 0)) {
+                rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.ffn_down.weight: non-positive/NaN I2_S scale", l);
+                break;
+            }
+            for (size_t i = 0; i < DF; i++)
+                Wd[i] /= s;
+        }
         for (int d = 0; d < c->D; d++)
             for (int f = 0; f < c->F; f++)
                 WT[(size_t)f * c->D + d] = Wd[(size_t)d * c->F + f];
@@ -421,10 +438,10 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
         if (fast && !c->Ep && (rc = dm_quantise_embedding(c)))
             break;
         if (fast) {
-            if ((rc = dm_layer_fast(c, Wd, WT, keep, K, ids, lg)))
+            if ((rc = dm_layer_fast(c, Wd, WT, any, K, ids, lg)))
                 break;
         } else if (K > 0) {
-            dm_job j = {c, WT, keep, K, ids, lg, 64, 0};
+            dm_job j = {c, WT, any, K, ids, lg, 64, 0};
             int64_t nb = (c->F + j.fblock - 1) / j.fblock;
             lq_pool_for(c->pool, nb, 1, dm_chunk, &j);
             if (j.failed) {
@@ -438,13 +455,17 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
             memset(rec, 0, 8 + 8 * (size_t)K);
             const uint32_t *fi = ids + (size_t)f * K;
             const float *fl = lg + (size_t)f * K;
-            if (K > 0 && isfinite(fl[0])) {
-                memcpy(rec, &fi[0], 4);
-                memcpy(rec + 4, &fl[0], 4);
-                for (int k = 0; k < K && isfinite(fl[k]); k++) {
-                    memcpy(rec + 8 + 8 * k, &fi[k], 4);
-                    memcpy(rec + 12 + 8 * k, &fl[k], 4);
+            int n = 0; /* survivors of the top k that decode to text, in order */
+            for (int k = 0; k < K && isfinite(fl[k]); k++) {
+                if (fi[k] >= (uint32_t)c->V || !keep[fi[k]])
+                    continue;
+                if (n == 0) {
+                    memcpy(rec, &fi[k], 4);
+                    memcpy(rec + 4, &fl[k], 4);
                 }
+                memcpy(rec + 8 + 8 * n, &fi[k], 4);
+                memcpy(rec + 12 + 8 * n, &fl[k], 4);
+                n++;
             }
             rc = lq_vx_file_write(&w, rec, 8 + 8 * (size_t)K, c->err);
         }
@@ -455,6 +476,7 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
     free(ids);
     free(lg);
     free(rec);
+    free(any);
     if (rc) {
         lq_vx_file_abort(&w);
         return rc;
@@ -1102,12 +1124,9 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         for (int32_t id = 0; id < c.V && id < tv; id++) {
             char *text = NULL;
             size_t len = 0;
-            if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK) {
-                for (size_t i = 0; i < len; i++)
-                    if (text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r' &&
-                        text[i] != '\v' && text[i] != '\f')
-                        keep_tok[id] = 1;
-            }
+            /* LARQL drops the top-k tokens whose decode(skip special).trim() is empty */
+            if (lq_tokenizer_decode(tok, &id, 1, LQ_DETOK_SKIP_SPECIAL, &text, &len, NULL) == LQ_OK)
+                keep_tok[id] = !lq_vx_blank(text, len);
             free(text);
         }
         if ((rc = write_gates(&c, layers)))
@@ -1139,6 +1158,14 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         free(text);
         if (rc)
             goto out;
+    }
+    /* relation clusters read the finished files back (gate rows, down_meta, embeddings) */
+    if (!o->dense_only && !o->no_clusters) {
+        size_t nclu = 0, kclu = 0;
+        progress(&c, "clusters", 0, 1);
+        if ((rc = lq_vx_write_clusters(tmp, o->n_threads > 0 ? o->n_threads : lq_cpu_count(), &nclu, &kclu, err)))
+            goto out;
+        progress(&c, "clusters", 1, 1);
     }
     if (fsync_dir(tmp) || rename(tmp, out_dir)) {
         rc = lq_err_set(err, LQ_EIO, "cannot move %s into place as %s: %s", tmp, out_dir, strerror(errno));

@@ -328,6 +328,15 @@ static int labels_put(lq_vindex *v, uint64_t key, const char *label)
     return 0;
 }
 
+const char *lq_vindex_cluster_label(const lq_vindex *v, int layer, int feature)
+{
+    if (!v->clu || layer < 0 || layer >= v->info.num_layers || !v->clu[layer] || feature < 0 ||
+        feature >= v->layers[layer].num_features)
+        return NULL;
+    int32_t c = v->clu[layer][feature];
+    return c >= 0 && (size_t)c < v->n_clu ? v->clu_labels[c] : NULL;
+}
+
 const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature)
 {
     const char *ov = v->ov ? lq_vx_ov_label(v, layer, feature) : NULL;
@@ -380,6 +389,84 @@ static int load_labels(lq_vindex *v, lq_err *err)
     json_decref(root);
     v->info.n_probe_labels = (int)v->n_labels;
     return LQ_OK;
+}
+
+/* relation_clusters.json's labels and feature_clusters.jsonl's assignments (LARQL's
+ * relation clusters, written by clusters.c or LARQL's builder). Both or neither: one
+ * without the other is ignored. A malformed file is an error naming it. */
+#define MAX_CLUSTERS 100000
+static int load_clusters(lq_vindex *v, lq_err *err)
+{
+    if (!file_exists(v->dir, "relation_clusters.json") || !file_exists(v->dir, "feature_clusters.jsonl"))
+        return LQ_OK;
+    char *p = lq_vx_join(v->dir, "relation_clusters.json");
+    if (!p)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    free(p);
+    if (!root)
+        return lq_err_set(err, LQ_EFORMAT, "relation_clusters.json: line %d: %s", je.line, je.text);
+    json_t *labels = json_object_get(root, "labels");
+    size_t k = json_array_size(labels);
+    int rc = 0;
+    if (!json_is_array(labels) || k > MAX_CLUSTERS)
+        rc = lq_err_set(err, LQ_EFORMAT, "relation_clusters.json: 'labels' must be an array of at most %d strings",
+                        MAX_CLUSTERS);
+    if (!rc && !(v->clu_labels = calloc(k ? k : 1, sizeof *v->clu_labels)))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < k; i++) {
+        const char *s = json_string_value(json_array_get(labels, i));
+        if (!s)
+            rc = lq_err_set(err, LQ_EFORMAT, "relation_clusters.json: labels[%zu] is not a string", i);
+        else if (!(v->clu_labels[i] = strdup(s)))
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        else
+            v->n_clu = i + 1;
+    }
+    json_decref(root);
+    if (rc)
+        return rc;
+    int L = v->info.num_layers;
+    if (!(v->clu = calloc((size_t)L, sizeof *v->clu)))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    p = lq_vx_join(v->dir, "feature_clusters.jsonl");
+    FILE *fp = p ? fopen(p, "r") : NULL;
+    free(p);
+    if (!fp)
+        return lq_err_set(err, LQ_EIO, "feature_clusters.jsonl: cannot open");
+    char line[256];
+    int ln = 0;
+    while (!rc && fgets(line, sizeof line, fp)) {
+        ln++;
+        if (line[0] == '\n' || line[0] == 0)
+            continue;
+        json_t *o = json_loads(line, 0, &je);
+        json_t *jl = json_object_get(o, "l"), *jf = json_object_get(o, "f"), *jc = json_object_get(o, "c");
+        json_int_t l = json_integer_value(jl), f = json_integer_value(jf), c = json_integer_value(jc);
+        if (!o || !json_is_integer(jl) || !json_is_integer(jf) || !json_is_integer(jc) || l < 0 || l >= L ||
+            !v->layers[l].present || f < 0 || f >= v->layers[l].num_features || c < 0 || (size_t)c >= v->n_clu)
+            rc = lq_err_set(err, LQ_EFORMAT,
+                            "feature_clusters.jsonl: line %d is not {\"l\",\"f\",\"c\"} with a layer, feature and "
+                            "cluster of this vindex",
+                            ln);
+        else {
+            if (!v->clu[l]) { /* first line of the layer: every feature unassigned */
+                int nf = v->layers[l].num_features;
+                if (!(v->clu[l] = malloc((size_t)nf * sizeof **v->clu))) {
+                    rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+                    json_decref(o);
+                    break;
+                }
+                for (int i = 0; i < nf; i++)
+                    v->clu[l][i] = -1;
+            }
+            v->clu[l][f] = (int32_t)c;
+        }
+        json_decref(o);
+    }
+    fclose(fp);
+    return rc;
 }
 
 /* Appends s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (what HF's decode
@@ -545,6 +632,8 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         rc = build_token_texts(v, err);
     if (!rc)
         rc = load_labels(v, err);
+    if (!rc)
+        rc = load_clusters(v, err);
     if (!rc) {
         v->n_threads = opts && opts->n_threads > 0 ? opts->n_threads : lq_cpu_count();
         if (v->n_threads > 64)
@@ -602,6 +691,12 @@ void lq_vindex_close(lq_vindex *v)
     for (size_t i = 0; i < v->label_cap; i++)
         free(v->labels[i].label);
     free(v->labels);
+    for (int l = 0; v->clu && l < v->info.num_layers; l++)
+        free(v->clu[l]);
+    free(v->clu);
+    for (size_t i = 0; i < v->n_clu; i++)
+        free(v->clu_labels[i]);
+    free(v->clu_labels);
     free(v->tok_text);
     free(v->tok_off);
     free(v->layers);

@@ -207,3 +207,221 @@ int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_e
     free(buf);
     return rc;
 }
+
+/* ---- planted relations ----
+ * Facts of one relation share an offset direction in a real model (E[Paris] - E[France] ~
+ * E[Berlin] - E[Germany]); in a random fixture they do not, so relation clustering has
+ * nothing to find. This moves each target's embedding row to
+ *     mean E[tokens of the entity's bare word] + R - alpha * g_i / |g_i|
+ * with R one shared random vector kept orthogonal to every planted gate row g_i and alpha =
+ * 0.3 |R|: the offset LARQL's clustering computes (target minus the gate's input word) is
+ * then R up to a small per-fact term, the gate's best whole word stays the entity (the
+ * target scores alpha |g_i| lower than the bare word on that gate), and lq_fixture_plant
+ * then plants the facts on the moved rows. F32 embeddings only. */
+
+static int read_whole(const char *path, uint8_t **buf, long *size, lq_err *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return lq_err_set(err, LQ_EIO, "%s: %s", path, strerror(errno));
+    *buf = NULL;
+    *size = -1;
+    if (fseek(fp, 0, SEEK_END) == 0)
+        *size = ftell(fp);
+    if (*size > 0 && fseek(fp, 0, SEEK_SET) == 0 && (*buf = malloc((size_t)*size)) &&
+        fread(*buf, 1, (size_t)*size, fp) != (size_t)*size) {
+        free(*buf);
+        *buf = NULL;
+    }
+    fclose(fp);
+    return *buf ? LQ_OK : lq_err_set(err, LQ_EIO, "%s: cannot read", path);
+}
+
+static int write_whole(const char *path, const uint8_t *buf, long size, lq_err *err)
+{
+    size_t pl = strlen(path) + 32;
+    char *tmp = malloc(pl);
+    if (!tmp)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    snprintf(tmp, pl, "%s.plant-%ld", path, (long)getpid());
+    FILE *o = fopen(tmp, "wb");
+    int rc = 0;
+    if (!o || fwrite(buf, 1, (size_t)size, o) != (size_t)size || fflush(o) || fsync(fileno(o))) {
+        rc = lq_err_set(err, LQ_EIO, "%s: write failed: %s", tmp, strerror(errno));
+        if (o)
+            fclose(o);
+        remove(tmp);
+    } else if (fclose(o) || rename(tmp, path)) {
+        rc = lq_err_set(err, LQ_EIO, "%s: cannot replace: %s", path, strerror(errno));
+        remove(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* mean embedding row of text's tokens with ids > 2 (what LARQL's offset takes); 0 if none */
+static int mean_rows(const lq_tokenizer *tok, const float *emb, int D, int V, const char *text, float *out)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (lq_tokenizer_encode(tok, text, strlen(text), 0, &ids, &n, NULL)) {
+        free(ids);
+        return 0;
+    }
+    int used = 0;
+    for (int d = 0; d < D; d++)
+        out[d] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] <= 2 || ids[i] >= V)
+            continue;
+        for (int d = 0; d < D; d++)
+            out[d] += emb[(size_t)ids[i] * D + d];
+        used++;
+    }
+    free(ids);
+    for (int d = 0; used && d < D; d++)
+        out[d] /= (float)used;
+    return used;
+}
+
+int lq_fixture_plant_relation(const char *gguf_path, const lq_fact *facts, size_t n, uint64_t seed, lq_err *err)
+{
+    uint8_t *buf = NULL;
+    long size = 0;
+    int rc = read_whole(gguf_path, &buf, &size, err);
+    if (rc)
+        return rc;
+    lq_gguf *g = NULL;
+    lq_tokenizer *tok = NULL;
+    rc = lq_gguf_open_buffer(buf, (size_t)size, &g, err);
+    if (!rc)
+        rc = lq_tokenizer_from_gguf(g, &tok, err);
+    const lq_gguf_tensor *et = rc ? NULL : lq_gguf_find_tensor(g, "token_embd.weight");
+    if (!rc && (!et || et->n_dims != 2 || et->type != LQ_GGML_F32))
+        rc = lq_err_set(err, LQ_EUNSUPPORTED, "%s: planting a relation needs an F32 token_embd.weight (--emb-type f32)",
+                        gguf_path);
+    int D = et ? (int)et->ne[0] : 0, V = et ? (int)et->ne[1] : 0;
+    float *emb = NULL, *G = NULL, *R = NULL, *q = NULL;
+    int32_t *tgt = NULL;
+    if (!rc) {
+        emb = (float *)(buf + (et->data - buf)); /* edited in place, written back below */
+        G = calloc(n * (size_t)D, sizeof *G);
+        R = malloc((size_t)D * sizeof *R);
+        q = malloc((size_t)D * sizeof *q);
+        tgt = malloc(n * sizeof *tgt);
+        if (!G || !R || !q || !tgt)
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    double sigma = 0;
+    for (size_t i = 0; !rc && i < (size_t)D * V; i++)
+        sigma += (double)emb[i] * emb[i];
+    sigma = rc ? 0 : sqrt(sigma / ((double)D * V));
+    /* each fact: its gate trits (as lq_fixture_plant makes them) and its target token */
+    for (size_t k = 0; !rc && k < n; k++) {
+        const lq_fact *f = &facts[k];
+        if ((rc = check_fact(g, tok, D, V, f, err)))
+            break;
+        if (!mean_rows(tok, emb, D, V, f->entity, q)) {
+            rc = lq_err_set(err, LQ_EINVAL, "relation: entity '%s' has no usable token", f->entity);
+            break;
+        }
+        double t = 0.5 * sigma, nn = 0;
+        for (int d = 0; d < D; d++) {
+            G[k * D + d] = q[d] > t ? 1.0f : q[d] < -t ? -1.0f : 0.0f;
+            nn += G[k * D + d] * G[k * D + d];
+        }
+        for (int d = 0; nn > 0 && d < D; d++)
+            G[k * D + d] /= (float)sqrt(nn);
+        size_t tl = strlen(f->target);
+        char *tt = malloc(tl + 3);
+        int32_t *tids = NULL;
+        size_t nt = 0;
+        if (!tt) {
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(tt, "x ", 2);
+        memcpy(tt + 2, f->target, tl + 1);
+        rc = lq_tokenizer_encode(tok, tt, tl + 2, 0, &tids, &nt, err);
+        free(tt);
+        if (!rc)
+            tgt[k] = tids[1]; /* check_fact: exactly one token after "x" */
+        free(tids);
+    }
+    /* R: Gaussian (sigma per component, a fixed xorshift stream from seed), then
+     * Gram-Schmidt against the gate rows so that R . g_i = 0 */
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    for (int d = 0; !rc && d < D; d++) {
+        double u1, u2;
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        u1 = ((s >> 11) + 1.0) / 9007199254740993.0;
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        u2 = (s >> 11) / 9007199254740992.0;
+        R[d] = (float)(sigma * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    for (size_t k = 0; !rc && k < n; k++) { /* orthonormal basis of the gates, in place */
+        float *gk = G + k * D;
+        for (size_t j = 0; j < k; j++) {
+            const float *gj = G + j * D;
+            double dot = 0;
+            for (int d = 0; d < D; d++)
+                dot += (double)gk[d] * gj[d];
+            for (int d = 0; d < D; d++)
+                gk[d] -= (float)dot * gj[d];
+        }
+        double nn = 0;
+        for (int d = 0; d < D; d++)
+            nn += (double)gk[d] * gk[d];
+        for (int d = 0; nn > 1e-12 && d < D; d++)
+            gk[d] /= (float)sqrt(nn);
+    }
+    for (size_t k = 0; !rc && k < n; k++) {
+        double dot = 0;
+        for (int d = 0; d < D; d++)
+            dot += (double)R[d] * G[k * D + d];
+        for (int d = 0; d < D; d++)
+            R[d] -= (float)dot * G[k * D + d];
+    }
+    double rn = 0;
+    for (int d = 0; !rc && d < D; d++)
+        rn += (double)R[d] * R[d];
+    rn = sqrt(rn);
+    /* the gate directions again (un-orthogonalised) for the per-fact push away from them */
+    for (size_t k = 0; !rc && k < n; k++) {
+        const lq_fact *f = &facts[k];
+        float *g1 = malloc((size_t)D * sizeof *g1);
+        if (!g1) {
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+            break;
+        }
+        mean_rows(tok, emb, D, V, f->entity, q);
+        double t = 0.5 * sigma, nn = 0;
+        for (int d = 0; d < D; d++) {
+            g1[d] = q[d] > t ? 1.0f : q[d] < -t ? -1.0f : 0.0f;
+            nn += g1[d] * g1[d];
+        }
+        /* the bare word ("Paris" for " Paris"): what the gate's whole-word token decodes to */
+        const char *bare = f->entity;
+        while (*bare == ' ')
+            bare++;
+        if (!mean_rows(tok, emb, D, V, bare, q)) {
+            free(g1);
+            rc = lq_err_set(err, LQ_EINVAL, "relation: entity '%s' has no usable token", bare);
+            break;
+        }
+        float *row = emb + (size_t)tgt[k] * D;
+        for (int d = 0; d < D; d++)
+            row[d] = q[d] + R[d] - (float)(nn > 0 ? 0.3 * rn * g1[d] / sqrt(nn) : 0);
+        free(g1);
+    }
+    free(G);
+    free(R);
+    free(q);
+    free(tgt);
+    lq_tokenizer_free(tok);
+    lq_gguf_close(g);
+    if (!rc)
+        rc = write_whole(gguf_path, buf, size, err);
+    free(buf);
+    return rc ? rc : lq_fixture_plant(gguf_path, facts, n, err);
+}

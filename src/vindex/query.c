@@ -358,7 +358,12 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
     for (size_t i = 0; i < ne; i++) {
         if (!rc && i < keep) {
             r->edges[i] = edges[i].e;
-            r->edges[i].relation = lq_vindex_probe_label(v, edges[i].e.layer, edges[i].e.feature);
+            /* a probe-confirmed label first, else the feature's relation cluster */
+            const char *rel = lq_vindex_probe_label(v, edges[i].e.layer, edges[i].e.feature);
+            r->edges[i].relation_source = rel ? "probe" : NULL;
+            if (!rel && (rel = lq_vindex_cluster_label(v, edges[i].e.layer, edges[i].e.feature)))
+                r->edges[i].relation_source = "cluster";
+            r->edges[i].relation = rel;
         } else {
             free(edges[i].e.target);
             for (int k = 0; k < edges[i].e.n_also; k++)
@@ -378,13 +383,15 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
 /* Checks shared by describe and describe_many; *band gets the band index. */
 static int describe_check(const lq_vindex *v, const lq_describe_params *p, int *band, lq_err *err)
 {
+    (void)v; /* describe checks only its parameters (see below for a dense-only vindex) */
     if (p->limit < 0)
         return lq_err_set(err, LQ_EINVAL, "limit %d must be >= 0", p->limit);
     if (isnan(p->min_score))
         return lq_err_set(err, LQ_EINVAL, "min_score is not a number");
     *band = 1;
-    int rc = lq_vindex_parse_band(p->band ? p->band : "knowledge", band, err);
-    return rc ? rc : need_browse(v, err);
+    /* no need_browse here: describe on a dense-only vindex is LARQL's 200 with no edges (it
+     * has no loaded layers to scan), not an error */
+    return lq_vindex_parse_band(p->band ? p->band : "knowledge", band, err);
 }
 
 int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_describe_result *r,
@@ -398,6 +405,10 @@ int lq_vindex_describe(const lq_vindex *v, const lq_describe_params *p, lq_descr
     int rc = describe_check(v, p, &band, err);
     if (rc)
         return rc;
+    if (v->info.dense_only || !v->has_gate) { /* no gate vectors: nothing to scan */
+        r->latency_ms = lq_now_ms() - t0;
+        return LQ_OK;
+    }
     int D = v->info.hidden_size;
     float *q = malloc((size_t)D * sizeof *q);
     if (!q)
@@ -449,7 +460,7 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
         return rc;
     if (p->per_layer)
         return lq_err_set(err, LQ_EINVAL, "describe_many: per_layer is not supported");
-    if (n == 0)
+    if (n == 0 || v->info.dense_only || !v->has_gate) /* dense-only: no edges, as describe */
         return LQ_OK;
     if (n > LQ_VINDEX_MAX_QUERY_K)
         return lq_err_set(err, LQ_ERANGE, "describe_many: %zu entities (at most %d)", n, LQ_VINDEX_MAX_QUERY_K);
@@ -517,9 +528,11 @@ int lq_vindex_describe_json(const lq_vindex *v, const lq_describe_params *p, cha
         lq_sb_f32(&b, lq_round1_f32(e->gate_score));
         lq_sb_printf(&b, ",\"layer\":%d", e->layer);
         if (e->relation) {
+            const char *src = e->relation_source ? e->relation_source : "probe";
             lq_sb_puts(&b, ",\"relation\":");
             lq_sb_json_str(&b, e->relation, strlen(e->relation));
-            lq_sb_puts(&b, ",\"source\":\"probe\"");
+            lq_sb_puts(&b, ",\"source\":");
+            lq_sb_json_str(&b, src, strlen(src));
         }
         if (p->verbose)
             lq_sb_printf(&b, ",\"layer_min\":%d,\"layer_max\":%d,\"count\":%d", e->layer_min, e->layer_max,
@@ -936,6 +949,30 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
     smap_free(&pm);
     if (pa)
         qsort(pa, pn, sizeof *pa, cmp_rel);
+    /* relation clusters: features per cluster label (labels repeat across clusters) */
+    smap cm = {0};
+    size_t cn = 0;
+    rel_agg *ca = calloc(v->n_clu ? v->n_clu : 1, sizeof *ca);
+    for (int l = 0; ca && v->clu && l < v->info.num_layers; l++)
+        for (int f = 0; v->clu[l] && f < v->layers[l].num_features; f++) {
+            int32_t c = v->clu[l][f];
+            if (c < 0 || (size_t)c >= v->n_clu)
+                continue;
+            char *key = strdup(v->clu_labels[c]);
+            int idx = key ? smap_find(&cm, key) : -1;
+            if (idx >= 0) {
+                free(key);
+                ca[idx].count++;
+            } else if (key) {
+                ca[cn] = (rel_agg){.name = v->clu_labels[c], .count = 1, .seq = cn};
+                if (smap_put(&cm, key, (int)cn))
+                    free(key);
+                cn++;
+            }
+        }
+    smap_free(&cm);
+    if (ca)
+        qsort(ca, cn, sizeof *ca, cmp_rel);
     lq_sb b = {0};
     lq_sb_puts(&b, "{\"relations\":[");
     for (size_t i = 0; i < n && i < 50; i++) {
@@ -958,11 +995,19 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
         lq_sb_json_str(&b, pa[i].name, strlen(pa[i].name));
         lq_sb_printf(&b, ",\"count\":%d}", pa[i].count);
     }
-    lq_sb_printf(&b, "],\"probe_count\":%zu,\"total\":%zu,\"latency_ms\":", v->n_labels, n);
+    lq_sb_puts(&b, "],\"cluster_relations\":[");
+    for (size_t i = 0; ca && i < cn && i < 50; i++) {
+        lq_sb_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+        lq_sb_json_str(&b, ca[i].name, strlen(ca[i].name));
+        lq_sb_printf(&b, ",\"count\":%d}", ca[i].count);
+    }
+    lq_sb_printf(&b, "],\"cluster_count\":%zu", v->n_clu);
+    lq_sb_printf(&b, ",\"probe_count\":%zu,\"total\":%zu,\"latency_ms\":", v->n_labels, n);
     lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
     lq_sb_puts(&b, "}");
     free(agg);
     free(pa);
+    free(ca);
     return lq_sb_finish(&b, json_out, err);
 }
 

@@ -296,6 +296,34 @@ static void trim_span(const char *s, const char **b, size_t *n)
     *n = len;
 }
 
+int lq_vx_blank(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t c = p[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + len > n)
+            return 0; /* invalid UTF-8 decodes to U+FFFD: text */
+        if (len > 1) {
+            c &= 0x3fu >> (len - 1);
+            for (size_t k = 1; k < len; k++) {
+                if ((p[i + k] & 0xc0) != 0x80)
+                    return 0;
+                c = c << 6 | (p[i + k] & 0x3f);
+            }
+        }
+        /* Unicode White_Space, what Rust's str::trim removes */
+        int ws = (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+                 (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+                 c == 0x3000;
+        if (!ws)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
 int lq_vx_is_readable(const char *s)
 {
     const char *t;

@@ -96,6 +96,10 @@ struct lq_vindex {
     lq_vx_label *labels;       /* open addressing, capacity label_cap (power of 2) */
     size_t label_cap, n_labels;
     char **label_names;        /* distinct probe labels (for histograms) */
+    /* relation clusters (relation_clusters.json + feature_clusters.jsonl, when present) */
+    int32_t **clu;             /* [num_layers] -> [num_features] cluster or -1 (NULL: none) */
+    char **clu_labels;         /* [n_clu] */
+    size_t n_clu;
     lq_pool *pool;
     int n_threads;
     const lq_kernels *kern;    /* gate scoring and sketches (lq_vindex_open_opts.kernels) */
@@ -123,6 +127,8 @@ size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_
 
 /* Token helpers (LARQL's is_readable_token / is_content_token). */
 int lq_vx_is_readable(const char *s);
+/* s[0..n) is empty or only Unicode whitespace (Rust's trim() would leave nothing) */
+int lq_vx_blank(const char *s, size_t n);
 int lq_vx_is_content(const char *s);
 
 /* Band table: fills bands for (family, num_layers); returns 0 when LARQL has none (L < 8). */
@@ -141,6 +147,11 @@ int lq_vx_tokenizer_from_unigram(const char *path, lq_tokenizer **out, lq_err *e
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 
 /* ---- prefilter sketches (kernels/kernels.h defines the codes and the arithmetic) ---- */
+/* clusters.c: relation_clusters.json + feature_clusters.jsonl into the (complete) vindex
+ * directory dir, LARQL's algorithm; nothing when the model has no knowledge band (< 8 layers)
+ * or no feature gets an offset direction. */
+int lq_vx_write_clusters(const char *dir, int n_threads, size_t *n_clustered, size_t *k, lq_err *err);
+
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);
 

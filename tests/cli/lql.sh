@@ -190,7 +190,7 @@ lql_ok "INSERT COMPOSE" 'INSERT INTO EDGES (entity, relation, target) VALUES ("A
 lql_ok "UPDATE" 'UPDATE EDGES SET target = "Rome", confidence = 0.5 WHERE layer = 1 AND feature = 5; SHOW PATCHES;' \
     '^Updated 1 features \(patch overlay\)$' '^  edits +1 operations \(0 inserts, 1 updates, 0 deletes\)$'
 lql_ok "reads see the edits: UPDATE" 'UPDATE EDGES SET target = "Rome" WHERE entity = "Paris" AND layer = 1; DESCRIBE " France"; SHOW FEATURES 1 LIMIT 6;' \
-    '^Updated 1 features \(patch overlay\)$' '^ {17}→ Rome {17,} 2[0-9]\.[0-9]  L1$' '^F5 +Rome +5\.[0-9]{4}$'
+    '^Updated 1 features \(patch overlay\)$' '^ {17}→ Rome {17,} 2[0-9]\.[0-9]  L1$' '^F5 +Rome +27\.[0-9]{4}$'
 if ! grep -q 'Paris' "$T_TMP/out"; then pass "UPDATE replaces the planted target"; else fail "UPDATE replaces the planted target"; fi
 lql_ok "reads see the edits: COMPOSE" 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Berlin") MODE COMPOSE AT LAYER 2; SELECT * FROM EDGES WHERE entity = "Berlin" AND relation = "capital";' \
     '^L2 +F[0-9]+ +Berlin +capital +0\.9000$' '^1 rows \(1 matched\)$'

@@ -83,7 +83,12 @@ check "convert dense-only" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP
 if [ ! -e "$T_TMP/do/gate_vectors.bin" ] && python3 -c "
 import json; d = json.load(open('$T_TMP/do/index.json')); assert d['layers'] == [] and d['down_top_k'] == 0 and d['extract_level'] == 'inference'
 "; then pass "dense-only has no gates, empty layers"; else fail "dense-only has no gates, empty layers"; fi
-check_fails "describe on dense-only" "dense-only" "$LARQL" describe "$T_TMP/do" France
+# LARQL answers describe on a dense-only vindex with no edges (no loaded layers), not an error
+check "describe on dense-only: no edges" "$LARQL" describe "$T_TMP/do" France --json
+if python3 -c "
+import json; d = json.load(open('$T_TMP/out')); assert d['entity'] == 'France' and d['edges'] == [], d
+"; then pass "describe on dense-only: empty edges"; else fail "describe on dense-only: empty edges" "$(head -c 300 "$T_TMP/out")"; fi
+check_fails "walk on dense-only" "dense-only" "$LARQL" walk "$T_TMP/do" France
 
 check "describe --json" "$LARQL" describe "$V" France --band all --min-score -100 --limit 3 --json --verbose
 if python3 -c "

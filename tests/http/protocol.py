@@ -146,8 +146,8 @@ def embed_binary_tests(tag, vocab, hidden):
 
     # GET /v1/embed/{token_id}
     st, hd, data = req("GET", "/v1/embed/2")
-    good = st == 200 and hd.get("content-type") == "application/octet-stream" and len(data) == hidden * 4
-    ok(tag + "GET /v1/embed/2: binary f32 row by default", good, (st, hd, data[:200]))
+    good = st == 200 and hd.get("content-type") == "application/x-larql-ffn" and len(data) == hidden * 4
+    ok(tag + "GET /v1/embed/2: binary f32 row by default, LARQL's application/x-larql-ffn", good, (st, hd, data[:200]))
     ok(tag + "GET /v1/embed/2: immutable Cache-Control", hd.get("cache-control") == "public, max-age=31536000, immutable", hd)
     row_bin = list(struct.unpack("<%df" % hidden, data)) if good else None
     ok(tag + "GET /v1/embed/2 binary == POST /v1/embed JSON row", len(rows) > 1 and row_bin == rows[1], (row_bin and row_bin[:4]))
