@@ -12,6 +12,7 @@ typedef int (*lq_cli_fn)(int argc, char **argv);
 
 int lq_cli_info(int argc, char **argv);
 int lq_cli_logits(int argc, char **argv);
+int lq_cli_perplexity(int argc, char **argv);
 int lq_cli_run(int argc, char **argv);
 int lq_cli_chat(int argc, char **argv);
 int lq_cli_tokenize(int argc, char **argv);

@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"info", lq_cli_info, "MODEL                      architecture, shapes, tensor types, memory"},
     {"logits", lq_cli_logits, "MODEL --ids 1,2,3 [--top K] next-token logits per position (JSON lines)"},
+    {"perplexity", lq_cli_perplexity, "MODEL --file TEXT [--ctx N] [--json] perplexity and bits per byte"},
     {"run", lq_cli_run, "MODEL [PROMPT] [-n N]        stream a continuation (no PROMPT: chat)"},
     {"chat", lq_cli_chat, "MODEL                      interactive chat with the model's template"},
     {"tokenize", lq_cli_tokenize, "SOURCE TEXT [--special]  text -> ids (JSON)"},

@@ -1014,6 +1014,11 @@ static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int le
     json_object_set_new(mc, "num_kv_heads", json_integer((json_int_t)meta_f64(c->g, c->arch, "attention.head_count_kv", 0)));
     json_object_set_new(mc, "rope_base", real_f32(meta_f64(c->g, c->arch, "rope.freq_base", 10000.0)));
     json_object_set_new(mc, "sliding_window", json_null());
+    /* the training context, so that a model opened from the vindex windows and bounds its
+     * sessions as the GGUF would (vx_model.c reads it; 4096 when absent) */
+    double ctx = meta_f64(c->g, c->arch, "context_length", 0);
+    if (ctx >= 1)
+        json_object_set_new(mc, "max_position_embeddings", json_integer((json_int_t)ctx));
     json_object_set_new(mc, "norm_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
     /* partial rotary (rope.dimension_count < head_dim): LARQL's optional field */
     if (hd > 0 && nrot > 0 && nrot < hd)
