@@ -23,6 +23,10 @@ if start_server main "$V" --threads 1 --state-dir "$S" --patch-dir "$P"; then
     # durability: flood, kill -9 at a random moment (0.3-1.5 s in), restart, check
     python3 "$HTTP_DIR/edit.py" flood "$PORT" "$T_TMP/acked" >/dev/null 2>&1 &
     FLOOD=$!
+    # the random moment counts from the first acknowledged insert (a loaded machine may take
+    # longer than the window to answer the first one)
+    i=0
+    while [ ! -s "$T_TMP/acked" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
     sleep "$(python3 -c 'import random; print(round(random.uniform(0.3, 1.5), 2))')"
     kill -9 "$PID"
     wait "$FLOOD"
