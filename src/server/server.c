@@ -1010,7 +1010,7 @@ static int open_models(const lq_server_opts *o, lq_server **out, lq_err *err)
             so.state_dir = state;
         }
         if ((rc = srv_open(&so, &ms[k], err))) {
-            lq_err_prefix(err, names[k]);
+            lq_err_prefix(err, "%s", names[k]);
             break;
         }
         opened++;
