@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/softmax.h"
 #include "larql/tokenizer.h"
 
 enum { PPL_SLICE = 32 };
@@ -15,13 +16,8 @@ enum { PPL_SLICE = 32 };
 /* log-softmax of logits [V] at index y, in double */
 static double nll_at(const float *logits, int32_t V, int32_t y)
 {
-    float mx = logits[0];
-    for (int32_t i = 1; i < V; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
-    double z = 0.0;
-    for (int32_t i = 0; i < V; i++)
-        z += exp((double)logits[i] - mx);
+    double mx;
+    double z = lq_softmax_denominator(logits, (size_t)V, &mx);
     return log(z) + mx - (double)logits[y];
 }
 

@@ -354,20 +354,31 @@ const char *lq_vindex_probe_label(const lq_vindex *v, int layer, int feature)
     return NULL;
 }
 
+/* The JSON file name of the vindex directory into *root; a malformed one is an error naming
+ * it and the line. */
+static int load_json(const lq_vindex *v, const char *name, json_t **root, lq_err *err)
+{
+    char *p = lq_vx_join(v->dir, name);
+    if (!p)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    json_error_t je;
+    *root = json_load_file(p, 0, &je);
+    free(p);
+    if (!*root)
+        return lq_err_set(err, LQ_EFORMAT, "%s: line %d: %s", name, je.line, je.text);
+    return LQ_OK;
+}
+
 /* feature_labels.json: {"L{layer}_F{feature}": "label"}; other key forms are ignored (as
  * LARQL's server does). */
 static int load_labels(lq_vindex *v, lq_err *err)
 {
     if (!file_exists(v->dir, "feature_labels.json"))
         return LQ_OK;
-    char *p = lq_vx_join(v->dir, "feature_labels.json");
-    if (!p)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    json_error_t je;
-    json_t *root = json_load_file(p, 0, &je);
-    free(p);
-    if (!root)
-        return lq_err_set(err, LQ_EFORMAT, "feature_labels.json: line %d: %s", je.line, je.text);
+    json_t *root;
+    int rc = load_json(v, "feature_labels.json", &root, err);
+    if (rc)
+        return rc;
     if (!json_is_object(root)) {
         json_decref(root);
         return lq_err_set(err, LQ_EFORMAT, "feature_labels.json: not an object");
@@ -399,17 +410,12 @@ static int load_clusters(lq_vindex *v, lq_err *err)
 {
     if (!file_exists(v->dir, "relation_clusters.json") || !file_exists(v->dir, "feature_clusters.jsonl"))
         return LQ_OK;
-    char *p = lq_vx_join(v->dir, "relation_clusters.json");
-    if (!p)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    json_error_t je;
-    json_t *root = json_load_file(p, 0, &je);
-    free(p);
-    if (!root)
-        return lq_err_set(err, LQ_EFORMAT, "relation_clusters.json: line %d: %s", je.line, je.text);
+    json_t *root;
+    int rc = load_json(v, "relation_clusters.json", &root, err);
+    if (rc)
+        return rc;
     json_t *labels = json_object_get(root, "labels");
     size_t k = json_array_size(labels);
-    int rc = 0;
     if (!json_is_array(labels) || k > MAX_CLUSTERS)
         rc = lq_err_set(err, LQ_EFORMAT, "relation_clusters.json: 'labels' must be an array of at most %d strings",
                         MAX_CLUSTERS);
@@ -430,13 +436,14 @@ static int load_clusters(lq_vindex *v, lq_err *err)
     int L = v->info.num_layers;
     if (!(v->clu = calloc((size_t)L, sizeof *v->clu)))
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    p = lq_vx_join(v->dir, "feature_clusters.jsonl");
+    char *p = lq_vx_join(v->dir, "feature_clusters.jsonl");
     FILE *fp = p ? fopen(p, "r") : NULL;
     free(p);
     if (!fp)
         return lq_err_set(err, LQ_EIO, "feature_clusters.jsonl: cannot open");
     char line[256];
     int ln = 0;
+    json_error_t je;
     while (!rc && fgets(line, sizeof line, fp)) {
         ln++;
         if (line[0] == '\n' || line[0] == 0)

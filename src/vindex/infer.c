@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/softmax.h"
 #include "core/utf8.h"
 #include "larql/model.h"
 #include "vindex/vindex_internal.h"
@@ -97,13 +98,8 @@ static int predictions(const lq_model *m, const float *lg, int k, lq_prediction 
         k = V;
     if (k <= 0)
         return LQ_OK;
-    double mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (lg[i] > mx)
-            mx = lg[i];
-    double sum = 0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)lg[i] - mx);
+    double mx;
+    double sum = lq_softmax_denominator(lg, (size_t)V, &mx);
     int *best = malloc((size_t)k * sizeof *best);
     lq_prediction *p = calloc((size_t)k, sizeof *p);
     if (!best || !p) {

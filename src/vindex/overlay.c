@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/f16.h"
+#include "core/softmax.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "vindex/vindex_internal.h"
@@ -764,13 +765,9 @@ static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt
     for (int round = 0; !rc && round <= 16; round++) {
         if ((rc = lq_vx_prompt_logits(m, prompt, h, lg, err)))
             break;
-        float mx = -INFINITY;
-        for (int i = 0; i < mi->n_vocab; i++)
-            mx = lg[i] > mx ? lg[i] : mx;
-        double z = 0;
-        for (int i = 0; i < mi->n_vocab; i++)
-            z += exp((double)(lg[i] - mx));
-        *prob = (float)(exp((double)(lg[target] - mx)) / z);
+        double mx;
+        double z = lq_softmax_denominator(lg, (size_t)mi->n_vocab, &mx);
+        *prob = (float)(exp((double)lg[target] - mx) / z);
         /* LARQL's band, and (ours) the target must also be the first prediction */
         int first = lg[target] >= mx;
         float step = *prob < 0.30f || !first ? 1.6f : *prob > 0.95f ? 0.7f : 1.0f;
