@@ -7,7 +7,7 @@
  *
  * The hardware prefetchers stop at 4 KB page boundaries and the gate file is a page-cache
  * mapping in 4 KB pages, so every row also prefetches by hand the bytes LQ_GATE_PF_BYTES ahead
- * of where it reads.
+ * of where it reads, on the CPUs where that pays (lq_gate_prefetch).
  *
  * Every (row, query) score is accumulated in the same order whatever the call's shape (the
  * 4 chunk accumulators, combined as (a0 + a1) + (a2 + a3), then one horizontal sum), so a row
@@ -116,7 +116,9 @@ void lq_gate_scores_avx512(const void *rows, int f16, size_t d, size_t r0, size_
                                 size_t) = {NULL, row1, row2, row3, row4};
     const uint8_t *base = rows;
     size_t rb = d * (f16 ? 2 : 4);
-    const uint8_t *end = base + r1 * rb;
+    /* no prefetch: every row's prefetch bound is the start of the rows (dispatch.c says
+     * where the hand prefetch pays) */
+    const uint8_t *end = lq_gate_prefetch() ? base + r1 * rb : base;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *p = base + r * rb;
         for (size_t q = 0; q < nq; q += 4) {

@@ -75,6 +75,8 @@ static inline int lq_i2s_trit(unsigned code)
 
 /* Rows per tile of the one-token I2_S matvec on this CPU (dispatch.c; LQ_I2S_DECODE_ROWS). */
 int lq_i2s_decode_rows(void);
+/* Whether the AVX-512 gate scan prefetches its row stream by hand (dispatch.c: per CPU). */
+int lq_gate_prefetch(void);
 #ifndef LQ_I2S_PF_HINT
 #define LQ_I2S_PF_HINT _MM_HINT_T0
 #endif
