@@ -108,11 +108,11 @@ $(BUILD)/liblarql.a: $(MOD_OBJ)
 $(BUILD)/larql: $(CLI_OBJ) $(BUILD)/liblarql.a
 	$(CC) $(CFLAGS) $(SAN) -o $@ $(CLI_OBJ) $(BUILD)/liblarql.a $(LIBS)
 
-$(BUILD)/tests/fuzz/test_%: tests/fuzz/%.c tests/fuzz/replay.c $(wildcard tests/fuzz/*.inc) $(BUILD)/liblarql.a
+$(BUILD)/tests/fuzz/test_%: tests/fuzz/%.c tests/fuzz/replay.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -DFUZZ_TARGET='"$*"' -o $@ tests/fuzz/replay.c $< $(BUILD)/liblarql.a $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/harness.h $(BUILD)/liblarql.a
+$(BUILD)/tests/%: tests/%.c tests/harness.h tests/scratch.h $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 
@@ -156,7 +156,7 @@ fuzz:
 fuzz-run: $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" sh tests/fuzz/run.sh
 
-$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) $(BUILD)/liblarql.a
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
 

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scratch.h"
+
 static int h_passed, h_failed, h_skipped;
 static int h_case_failed, h_case_skipped;
 static const char *h_case_name;
@@ -116,20 +118,14 @@ static inline const char *harness_conformance_dir(void)
     return buf;
 }
 
-/* A fresh temporary directory for this test binary (mkdtemp under $TMPDIR or /tmp). */
+/* A fresh temporary directory for this test binary (under $TMPDIR or /tmp), removed with its
+ * contents when the binary exits. */
 static inline const char *harness_tmpdir(void)
 {
-    static char buf[4096];
-    if (buf[0])
-        return buf;
-    const char *t = getenv("TMPDIR");
-    snprintf(buf, sizeof buf, "%s/larql-test-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(buf)) {
+    static const char *dir;
+    if (!dir && !(dir = scratch_dir("larql-test", 0)))
         perror("mkdtemp");
-        buf[0] = 0;
-        return NULL;
-    }
-    return buf;
+    return dir;
 }
 
 #endif

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../scratch.h"
 #include "larql/model.h"
 #include "larql/vindex.h"
 
@@ -170,11 +171,11 @@ static void model(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!root[0]) {
-        const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        snprintf(root, sizeof root, "%s/fuzz_vindex.XXXXXX", base);
-        if (!mkdtemp(root))
+    if (!root[0]) { /* one scratch directory per process, removed at exit (../scratch.h) */
+        const char *d = scratch_dir("fuzz_vindex", 1);
+        if (!d)
             abort();
+        snprintf(root, sizeof root, "%s", d);
     }
     clear_dir(root, 0);
     int has_manifest = unpack(data, size);

@@ -4,8 +4,9 @@ kill -9 durability check.
 usage: edit.py main PORT PATCHDIR      routes, sessions, patches, errors
        edit.py flood PORT ACKED_FILE   inserts until the server dies; acknowledged ones listed
        edit.py check PORT ACKED_FILE   after a restart: every acknowledged insert is there"""
-import http.client
 import json
+
+import client
 import sys
 
 from tap import ok
@@ -16,22 +17,9 @@ UNRELATED = ["the model", "The capital of France is", "Paris", "the text", "Germ
 
 
 def call(method, path, body=None, sid=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-    h = {}
-    data = None
-    if body is not None:
-        data = json.dumps(body)
-        h["Content-Type"] = "application/json"
-    if sid:
-        h["X-Session-Id"] = sid
-    c.request(method, path, body=data, headers=h)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(raw)
-    except ValueError:
-        return r.status, raw
+    st, _, raw = client.request(PORT, method, path, body, headers={"X-Session-Id": sid} if sid else None,
+                                timeout=timeout)
+    return st, client.as_json(raw)
 
 
 def top(prompt, sid=None, n=3):

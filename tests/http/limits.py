@@ -4,8 +4,9 @@ reach a file outside --patch-dir ('..', absolute paths, hidden names, symbolic l
 directories), and every per-request size has a limit with a clear 400/413: prompt and
 token counts, n, logprobs / top_logprobs, max_tokens, stop strings, describe/walk sizes.
     limits.py PORT PATCH_DIR OUTSIDE_PATCH"""
-import http.client
 import json
+
+import client
 import sys
 
 from tap import ok
@@ -15,18 +16,12 @@ PORT, PATCH_DIR, OUTSIDE = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 
 def req(method, path, body=None, headers=None):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
-    data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
-    h = {"Content-Type": "application/json"} if data else {}
-    h.update(headers or {})
-    c.request(method, path, body=data, headers=h)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(raw)
-    except ValueError:
-        return r.status, raw
+    raw = body if isinstance(body, bytes) else None
+    h = dict(headers or {})
+    if raw is not None:
+        h.setdefault("Content-Type", "application/json")
+    st, _, out = client.request(PORT, method, path, None if raw is not None else body, raw, h)
+    return st, client.as_json(out)
 
 
 def msg(j):

@@ -3,8 +3,9 @@ vindex served side by side; every answer is compared with another front end's or
 model kind's.
 
 usage: one_path.py TMPDIR gguf=PORT full=PORT dense=PORT opts=PORT"""
-import http.client
 import json
+
+import client
 import math
 import os
 import re
@@ -18,17 +19,8 @@ PROMPTS = ["The capital of Atlantis is", "the model"]
 
 
 def call(port, method, path, body=None, raw=None, headers=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    h = dict(headers or {})
-    data = raw
-    if body is not None:
-        data = json.dumps(body)
-        h.setdefault("Content-Type", "application/json")
-    c.request(method, path, body=data, headers=h)
-    r = c.getresponse()
-    out = r.read()
-    c.close()
-    return r.status, out
+    st, _, out = client.request(port, method, path, body, raw, headers)
+    return st, out
 
 
 def untimed(text):

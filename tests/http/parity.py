@@ -1,8 +1,9 @@
 """LARQL parity over HTTP (tests/cli/parity.sh, issue 15).
 
 usage: parity.py TMPDIR name=PORT ..."""
-import http.client
 import json
+
+import client
 import re
 import struct
 import sys
@@ -13,18 +14,7 @@ PORTS = {}
 
 
 def call(name, method, path, body=None, headers=None, raw=None):
-    c = http.client.HTTPConnection("127.0.0.1", PORTS[name], timeout=60)
-    h = dict(headers or {})
-    data = raw
-    if body is not None:
-        data = json.dumps(body)
-        h.setdefault("Content-Type", "application/json")
-    c.request(method, path, body=data, headers=h)
-    r = c.getresponse()
-    out = r.read()
-    hdrs = {k.lower(): v for k, v in r.getheaders()}
-    c.close()
-    return r.status, hdrs, out
+    return client.request(PORTS[name], method, path, body, raw, headers)
 
 
 DESCRIBE = "/v1/describe?entity=%20France&band=all&min_score=1"

@@ -16,20 +16,19 @@ the request must get (a valid request refused with 4xx, a malformed one accepted
 growth from the end of warm-up to the end above max(16 MiB, 10% of the warm RSS)
 (SOAK_RSS_MARGIN_MB overrides it), or more
 open descriptors at the end (server idle again) than after warm-up."""
-import base64
 import collections
 import http.client
 import json
 import os
 import random
 import socket
-import struct
 import sys
 import threading
 import time
 
 from tap import ok
 import tap
+import ws
 
 HOST = "127.0.0.1"
 PORT, KEY, PID, SECONDS = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -134,59 +133,12 @@ def sse(route, path, body, drop_after=None, slow=False):
     record(route, st, time.monotonic() - t0, (200, "dropped"))
 
 
-class WS:
-    def __init__(self):
-        self.s = socket.create_connection((HOST, PORT), timeout=60)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.s.sendall(("GET /v1/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer %s\r\n\r\n"
-                        % (key, KEY)).encode())
-        self.buf = b""
-        while b"\r\n\r\n" not in self.buf:
-            d = self.s.recv(4096)
-            if not d:
-                raise EOFError("closed in the handshake")
-            self.buf += d
-        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
-        self.status = int(head.split(b" ", 2)[1])
-
-    def send_json(self, obj):
-        p = json.dumps(obj).encode()
-        k = os.urandom(4)
-        hdr = struct.pack("!BB", 0x81, 0x80 | len(p)) if len(p) < 126 else struct.pack("!BBH", 0x81, 0x80 | 126, len(p))
-        self.s.sendall(hdr + k + bytes(c ^ k[i & 3] for i, c in enumerate(p)))
-
-    def _need(self, n):
-        while len(self.buf) < n:
-            d = self.s.recv(65536)
-            if not d:
-                raise EOFError("closed")
-            self.buf += d
-
-    def recv_json(self):
-        while True:
-            self._need(2)
-            n, h = self.buf[1] & 0x7F, 2
-            if n == 126:
-                self._need(4)
-                n, h = struct.unpack("!H", self.buf[2:4])[0], 4
-            elif n == 127:
-                self._need(10)
-                n, h = struct.unpack("!Q", self.buf[2:10])[0], 10
-            self._need(h + n)
-            op, p = self.buf[0] & 0x0F, self.buf[h:h + n]
-            self.buf = self.buf[h + n:]
-            if op == 0x1:
-                return json.loads(p)
-            if op == 0x8:
-                raise EOFError("close frame")
-
-
 def ws_generate():
     t0 = time.monotonic()
     st = "ws-ok"
     try:
-        w = WS()
+        ws.HOST, ws.PORT, ws.KEY = HOST, PORT, KEY
+        w = ws.WS()
         if w.status != 101:
             st = w.status
         else:
