@@ -13,6 +13,7 @@
  *
  * A request is referenced by its caller (until lq_sched_release) and by the loop (until it
  * leaves the active list or the queue); the last one frees it. */
+#include "larql/mapfault.h"
 #include "larql/scheduler.h"
 
 #include <errno.h>
@@ -45,6 +46,7 @@ struct lq_sched_req {
     lq_generate_result res;
     int rc;
     lq_err err;
+    uint64_t faults;         /* lq_mapfault_count() when submitted */
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -252,6 +254,11 @@ static void batch_step(lq_scheduler *S)
     double t0 = lq_now_ms();
     int rc = lq_session_eval_batch(S->b_sess, S->b_ids, S->b_counts, B, S->b_logits, &err);
     double dt = lq_now_ms() - t0;
+    /* A mapped weight file shrank since a request began (a host's SIGBUS handler turned the
+     * lost pages into zeros, see mapfault.h): its logits are garbage from then on, so no
+     * further token is delivered and the request ends with this error (a stream gets it as
+     * its last event) instead of running on with zeros. */
+    uint64_t faults = lq_mapfault_count();
     /* The step's time is split between decode and prefill by their share of the rows. */
     double dec_ms = dt * (double)n_dec / (double)(n_dec + n_pre);
     pthread_mutex_lock(&S->mu);
@@ -273,6 +280,11 @@ static void batch_step(lq_scheduler *S)
              * checked at submit): this is a bug somewhere, so fail the batch */
             r->err = err;
             finish(S, r, rc);
+            continue;
+        }
+        if (faults != r->faults) {
+            finish(S, r, lq_err_set(&r->err, LQ_EIO, "a mapped model file was truncated or rewritten on disk "
+                                                     "during generation; restart to load it again"));
             continue;
         }
         if (r->state == RS_DECODE) {
@@ -511,6 +523,7 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
         return rc;
     }
     pthread_mutex_init(&r->cb_mu, NULL);
+    r->faults = lq_mapfault_count();
     r->prompt = malloc(n_prompt * sizeof *r->prompt); /* [n_prompt] */
     if (!r->prompt) {
         req_free(r);

@@ -639,7 +639,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     dispatch(openai_target(s, q), q, &r);
     if (!r.stream && !r.body && !r.static_body)
         reply_larql_err(&r, 500, "internal error: the route produced no reply");
-    if (!r.stream && !r.static_body && lq_mapfault_count() != faults && r.status < 400) {
+    if (!r.stream && !r.static_body && lq_mapfault_count() != faults) {
         /* this answer was computed while a mapped file vanished under it: read zeros */
         free(r.body);
         r.body = NULL;

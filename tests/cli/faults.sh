@@ -83,6 +83,43 @@ for mode in mmap copy; do
     fi
 done
 
+# a stream in flight when the file is truncated: it must not run on with zeros but end with
+# an error event naming the cause, then [DONE] (a model slow enough that 1,500 tokens take
+# about a second; the client truncates as soon as the first token arrives)
+"$LARQL" make-model --out "$T_TMP/slow.gguf" --dim 512 --ffn 1536 --layers 8 --ctx 2048 --seed 3 >/dev/null 2>&1
+if start_server wstream "$T_TMP/slow.gguf" --weights mmap --threads 1 --ctx 2048; then
+    python3 - "$PORT" "$T_TMP/slow.gguf" >"$T_TMP/stream.out" 2>&1 <<'PY'
+import http.client, json, os, sys
+port, path = int(sys.argv[1]), sys.argv[2]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c.request("POST", "/v1/completions", json.dumps({"prompt": "hello", "max_tokens": 1500, "temperature": 0, "stream": True}),
+          {"Content-Type": "application/json"})
+r = c.getresponse()
+events, truncated = [], False
+for line in r:
+    line = line.decode().strip()
+    if not line.startswith("data: "):
+        continue
+    events.append(line[6:])
+    if not truncated:
+        os.truncate(path, 4096)
+        truncated = True
+texts = [json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]" and "choices" in json.loads(e)]
+last = events[-2] if len(events) >= 2 else ""
+print("# status", r.status, "events", len(events), "tokens", len(texts), "last", last[:200], "end", events[-1] if events else None)
+ok = r.status == 200 and events[-1] == "[DONE]" and "error" in json.loads(last) and "truncated" in last and len(texts) < 1500
+sys.exit(0 if ok else 1)
+PY
+    rc=$?; grep '^# status' "$T_TMP/stream.out"
+    if [ $rc -eq 0 ] && kill -0 "$PID"; then
+        pass "file truncated under a live stream: it ends with an error event naming the cause, then [DONE]"
+    else fail "file truncated under a live stream: it ends with an error event naming the cause, then [DONE]" "$(cat "$T_TMP/stream.out")"; fi
+    st=$(complete)
+    if [ "$st" = 503 ]; then pass "after the truncated stream: new requests get 503"; else fail "after the truncated stream: new requests get 503" "$st"; fi
+    kill -TERM "$PID"; wait "$PID"; rc=$?
+    if [ $rc -eq 0 ]; then pass "truncated under a stream: SIGTERM exits 0"; else fail "truncated under a stream: SIGTERM exits 0" "exit $rc"; fi
+fi
+
 # the same for a vindex file the browse routes read (vindex files are always mapped)
 cp -r "$V" "$T_TMP/vt"
 if start_server vt "$T_TMP/vt" --threads 1; then
