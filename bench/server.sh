@@ -4,8 +4,10 @@
 # committed):
 #   - the engine in the same run (bench/bench_server.c, 2 threads): single-stream decode
 #     through lq_generate and lq_session_decode_batch at B = 1, 4, 16
-#   - aggregate decode tokens/s and time to first token at 1, 4 and 16 concurrent streaming
-#     chat requests (greedy, LQ_BENCH_TOKENS tokens each)
+#   - at 1, 2, 4, 8 and 16 concurrent streaming chat requests (LQ_BENCH_STREAMS; greedy,
+#     LQ_BENCH_TOKENS tokens each): aggregate and per-stream tokens/s, the ratio to one
+#     stream, time to first token p50/p99, and the same prompts prefilled back to back (the
+#     reference of the first-token goal)
 #   - describe requests/s and p50/p99 latency at 1, 16 and 64 keep-alive connections on a
 #     2B-shaped browse vindex (30 layers x 6912 features x 2560; vocabulary cut to 512 so that
 #     the conversion's down_meta pass, features x vocab x dim, takes ~30 s instead of hours)
@@ -15,6 +17,7 @@ set -e
 BUILD=${BUILD:-build}
 RUNS=${LQ_BENCH_RUNS:-3}
 TOKENS=${LQ_BENCH_TOKENS:-32}
+STREAMS=${LQ_BENCH_STREAMS:-1 2 4 8 16}
 SECONDS_DESCRIBE=${LQ_BENCH_DESCRIBE_S:-5}
 MODEL=${LQ_BENCH_MODEL:-$BUILD/models/bench-2b4t.gguf}
 VXSRC=$BUILD/models/bench-2bshape-v512.gguf
@@ -66,10 +69,11 @@ echo
 echo "## streaming chat on $MODEL (larql serve --threads 2 --ctx 1024 --max-concurrent 32)"
 start_server "$MODEL" --threads 2 --ctx 1024 --max-concurrent 32
 python3 "$LOAD" chat "$PORT" 1 8 >/dev/null # warm-up: weights paged in
-for n in 1 4 16; do
+for n in $STREAMS; do
     r=0
     while [ $r -lt "$RUNS" ]; do
         python3 "$LOAD" chat "$PORT" "$n" "$TOKENS" >>"$OUT/chat.jsonl"
+        python3 "$LOAD" prefill "$PORT" "$n" >>"$OUT/chat.jsonl"
         r=$((r + 1))
     done
     echo "after $n stream(s): $(rss)"

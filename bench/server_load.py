@@ -7,6 +7,10 @@
       together. Reports per stream: time to first content token, completion tokens, end
       time; the makespan; and the server's scheduler counters over the run (decode tokens,
       steps and time inside the batched decode steps, from GET /v1/runtime).
+  server_load.py prefill PORT N
+      The same N prompts as `chat PORT N`, one after another with max_tokens 1: the time of
+      prefilling them back to back (the reference for the time to first token when N
+      streams arrive at once).
   server_load.py describe PORT CONNECTIONS SECONDS
       CONNECTIONS keep-alive clients sending GET /v1/describe back to back for SECONDS.
       Reports requests/s, latency p50/p99 and errors.
@@ -30,14 +34,19 @@ def runtime(port):
     return j
 
 
-def one_stream(port, k, max_tokens, barrier, out):
-    body = json.dumps({
+def stream_body(k, max_tokens):
+    return json.dumps({
         "messages": [{"role": "user", "content": "Write a short story about topic number %d." % k}],
         "max_tokens": max_tokens, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True},
     }).encode()
+
+
+def one_stream(port, k, max_tokens, barrier, out):
+    body = stream_body(k, max_tokens)
     c = http.client.HTTPConnection(HOST, port, timeout=600)
-    barrier.wait()
+    if barrier:
+        barrier.wait()
     t0 = time.monotonic()
     c.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
     r = c.getresponse()
@@ -84,12 +93,17 @@ def chat(port, n, max_tokens):
     d_tokens = after["decode_tokens"] - before["decode_tokens"]
     d_steps = after["decode_steps"] - before["decode_steps"]
     ttfts = sorted(o["ttft"] for o in out if o["ttft"] is not None)
+    # a stream's own rate: its tokens after the first over the time since its first token
+    per = sorted((o["tokens"] - 1) / (o["t1"] - o["t0"] - o["ttft"]) for o in out
+                 if o["ttft"] is not None and o["tokens"] and o["tokens"] > 1 and o["t1"] - o["t0"] > o["ttft"])
     res = {
         "streams": n, "errors": sum(o["status"] != 200 for o in out),
         "completion_tokens": toks, "makespan_s": t1 - t0,
         "client_tok_s": toks / (t1 - t0),
         "ttft_median_s": ttfts[len(ttfts) // 2] if ttfts else None,
         "ttft_max_s": ttfts[-1] if ttfts else None,
+        "ttft_p99_s": ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))] if ttfts else None,
+        "per_stream_tok_s": per[len(per) // 2] if per else None,
         "decode_steps": d_steps, "decode_tokens": d_tokens,
         "mean_batch": d_tokens / d_steps if d_steps else 0,
         "max_batch_seen": after["max_batch_seen"],
@@ -97,6 +111,15 @@ def chat(port, n, max_tokens):
     d_sec = after["decode_step_seconds"] - before["decode_step_seconds"]
     res["server_decode_tok_s"] = d_tokens / d_sec if d_sec > 0 else 0.0
     print(json.dumps(res))
+
+
+def prefill(port, n):
+    out = [None] * n
+    t0 = time.monotonic()
+    for k in range(n):
+        one_stream(port, k, 1, None, out)
+    print(json.dumps({"prefill_streams": n, "serial_s": time.monotonic() - t0,
+                      "errors": sum(o["status"] != 200 for o in out)}))
 
 
 def describe(port, conns, seconds):
@@ -165,20 +188,30 @@ def summary(path):
         return (fmt % med(v)) + " (" + (fmt % min(v)) + "-" + (fmt % max(v)) + ")"
 
     chat_rows = [r for r in rows if "streams" in r]
+    serial = {}
+    for r in rows:
+        if "prefill_streams" in r:
+            serial.setdefault(r["prefill_streams"], []).append(r["serial_s"])
     if chat_rows:
         one = med([r["server_decode_tok_s"] for r in chat_rows if r["streams"] == 1]) or 0
         one_c = med([r["client_tok_s"] for r in chat_rows if r["streams"] == 1]) or 0
-        print("| streams | runs | decode tok/s in batched steps (server) | x 1 stream | end-to-end tok/s (client) "
-              "| x 1 stream | mean batch | TTFT median s | TTFT max s | errors |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| streams | runs | aggregate tok/s (client) | x 1 stream | per-stream tok/s | decode tok/s in "
+              "batched steps (server) | x 1 stream | mean batch | TTFT p50 s | TTFT p99 s | prompts prefilled "
+              "back to back s | TTFT p99 / that | errors |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for n in sorted({r["streams"] for r in chat_rows}):
             g = [r for r in chat_rows if r["streams"] == n]
             sd = [r["server_decode_tok_s"] for r in g]
             cl = [r["client_tok_s"] for r in g]
-            print("| %d | %d | %s | %.2f | %s | %.2f | %.2f | %s | %s | %d |" % (
-                n, len(g), cell(sd, "%.1f"), (med(sd) / one) if one else 0, cell(cl, "%.1f"),
-                (med(cl) / one_c) if one_c else 0, med([r["mean_batch"] for r in g]),
-                cell([r["ttft_median_s"] for r in g], "%.2f"), cell([r["ttft_max_s"] for r in g], "%.2f"),
+            p99 = med([r.get("ttft_p99_s", r["ttft_max_s"]) for r in g])
+            ser = med(serial.get(n, []))
+            print("| %d | %d | %s | %.2f | %s | %s | %.2f | %.2f | %s | %s | %s | %s | %d |" % (
+                n, len(g), cell(cl, "%.1f"), (med(cl) / one_c) if one_c else 0,
+                cell([r.get("per_stream_tok_s") for r in g], "%.1f"), cell(sd, "%.1f"),
+                (med(sd) / one) if one else 0, med([r["mean_batch"] for r in g]),
+                cell([r["ttft_median_s"] for r in g], "%.2f"),
+                cell([r.get("ttft_p99_s", r["ttft_max_s"]) for r in g], "%.2f"),
+                cell(serial.get(n, []), "%.2f"), ("%.2f" % (p99 / ser)) if ser and p99 else "-",
                 sum(r["errors"] for r in g)))
         print()
     d_rows = [r for r in rows if "connections" in r]
@@ -201,5 +234,7 @@ if __name__ == "__main__":
     mode, port = sys.argv[1], int(sys.argv[2])
     if mode == "chat":
         chat(port, int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "prefill":
+        prefill(port, int(sys.argv[3]))
     else:
         describe(port, int(sys.argv[3]), float(sys.argv[4]))
