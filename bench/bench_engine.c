@@ -10,9 +10,12 @@
  * figure is the median of --runs runs with min and max, and the 1-minute load average when
  * it was taken (other jobs on the machine lower everything).
  *
+ * ctx: decode at a long context (the model's, at most 4096) against 16 positions, for each KV
+ * cache type (f32, f16, q8).
+ *
  * Usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2]
  *                           [--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8]
- *                           [--only refs,decode,prefill,batch,q8acc]
+ *                           [--only refs,decode,prefill,batch,q8acc,ctx]
  * q8acc: top-1 agreement and max logit error of --lm-head q8 against the stored lm_head.
  * Prints Markdown tables. No pass/fail. */
 #include <stdio.h>
@@ -74,7 +77,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2] "
                         "[--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8] "
-                        "[--only refs,decode,prefill,batch]\n");
+                        "[--only refs,decode,prefill,batch,q8acc,ctx]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -342,6 +345,64 @@ int main(int argc, char **argv)
         lq_model_close(m);
         free(ids);
         free(logits);
+    }
+    if (want("ctx")) {
+        /* Decode at a long context against a short one, per KV cache type, on the last thread
+         * count: the session is prefilled once to P positions, each run truncates back to P
+         * and decodes n_decode tokens (runs alternate short / long, ratios within a run).
+         * The roofline ratio is (weights + K/V at 16) / (weights + K/V at P) bytes a token. */
+        int nt = threads[n_threads - 1];
+        printf("\n### decode at a long context (%d thread%s, %d tokens a run, %d runs)\n\n", nt, nt > 1 ? "s" : "",
+               n_decode, runs);
+        printf("| KV cache | K/V MB read a token at P | decode tok/s at 16 | at P | ratio P / 16 (min-max) | roofline ratio | load |\n"
+               "|---|---|---|---|---|---|---|\n");
+        for (int kt = LQ_KV_F32; kt <= LQ_KV_Q8; kt++) {
+            lq_model_opts o = {.n_threads = nt, .lm_head_q8 = lm_q8, .kv_type = kt};
+            lq_model *m;
+            lq_err err = {0};
+            if (lq_model_open(path, &o, &m, &err)) {
+                printf("| %s | %s | | | | | |\n", lq_kv_type_name(kt), err.msg);
+                continue;
+            }
+            const lq_model_info *in = lq_model_get_info(m);
+            int n_ctx = in->n_ctx_train < 4096 ? in->n_ctx_train : 4096;
+            int P = n_ctx - n_decode - 1;
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)(P + n_decode));
+            float *logits = malloc(sizeof(float) * (size_t)in->n_vocab);
+            lq_session *sl, *ss;
+            if (!ids || !logits || lq_session_create(m, n_ctx, &sl, &err) || lq_session_create(m, 64, &ss, &err))
+                die("ctx session", &err);
+            make_ids(ids, P + n_decode, in->n_vocab, 777);
+            if (lq_session_eval(sl, ids, (size_t)P, NULL, NULL, &err) || lq_session_eval(ss, ids, 16, NULL, NULL, &err))
+                die("ctx prefill", &err);
+            double vs[64], vl[64], ratio[64];
+            for (int r = 0; r < runs; r++) {
+                for (int which = 0; which < 2; which++) {
+                    lq_session *s = which ? sl : ss;
+                    if (lq_session_truncate(s, which ? P : 16, &err))
+                        die("ctx truncate", &err);
+                    double t0 = lq_bw_now();
+                    for (int k = 0; k < n_decode; k++)
+                        if (lq_session_decode(s, ids[P + k], logits, &err))
+                            die("ctx decode", &err);
+                    (which ? vl : vs)[r] = n_decode / (lq_bw_now() - t0);
+                }
+                ratio[r] = vl[r] / vs[r];
+            }
+            double kvb = 2.0 * in->n_layer * in->n_head_kv *
+                         (kt == LQ_KV_Q8 ? in->head_dim * 1.125 : in->head_dim * (kt == LQ_KV_F16 ? 2.0 : 4.0));
+            double w = (double)in->bytes_per_token;
+            lq_bw_stat a = lq_bw_stats(vs, runs), b = lq_bw_stats(vl, runs), q = lq_bw_stats(ratio, runs);
+            printf("| %s | %.0f (P = %d) | %.2f | %.2f | %.3f (%.3f-%.3f) | %.3f | %.2f |\n", lq_kv_type_name(kt),
+                   kvb * P / 1e6, P, a.med, b.med, q.med, q.min, q.max, (w + kvb * 16) / (w + kvb * P),
+                   lq_bench_loadavg());
+            fflush(stdout);
+            lq_session_free(sl);
+            lq_session_free(ss);
+            lq_model_close(m);
+            free(ids);
+            free(logits);
+        }
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

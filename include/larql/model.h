@@ -34,13 +34,21 @@ typedef enum lq_act_mode {
     LQ_ACT_F32 = 1,  /* f32 activations (LARQL's numerics) */
 } lq_act_mode;
 
+typedef enum lq_kv_type { LQ_KV_F32 = 0, LQ_KV_F16 = 1, LQ_KV_Q8 = 2 } lq_kv_type;
+
+/* "f32", "f16", "q8" */
+const char *lq_kv_type_name(int kv_type);
+
 typedef struct lq_model_opts {
     int n_threads;    /* 0 = number of cores */
     int act_mode;     /* lq_act_mode */
     const char *kernels; /* NULL = best for this CPU; "scalar", "avx2", "avx512" */
     int lm_head_q8;   /* 1: build at load an int8 copy of a dense lm_head with one f32 scale per
                          row (half the bytes of f16; small logit error) and use it for logits */
-    int kv_f16;       /* 1: sessions keep their KV cache in f16 (half the memory; small error) */
+    int kv_type;      /* lq_kv_type: how sessions keep their KV cache. LQ_KV_F32 (0, default),
+                         LQ_KV_F16 (half the bytes; small logit error), LQ_KV_Q8 (int8 in
+                         blocks of 32 with an f32 scale: 1.125 bytes a value, for long
+                         contexts; needs a head dimension that is a multiple of 32) */
     int hugepages;    /* How weights are held. 1: read into anonymous memory backed by
                          2 MB pages (decode streams ~1.7x faster than from 4 KB file pages;
                          RSS is private, the file is read once at load). -1: mmap the file
@@ -69,7 +77,7 @@ typedef struct lq_model_info {
     int n_threads;
     double load_ms;
     int lm_head_q8;              /* the lm_head in use is the int8 per-row copy */
-    int kv_f16;                  /* sessions use an f16 KV cache */
+    int kv_type;                 /* lq_kv_type of the sessions' KV cache */
     uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
     double repack_ms;            /* time spent building them (part of load_ms) */
 } lq_model_info;
@@ -120,6 +128,9 @@ typedef struct lq_resid_hook {
 int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err);
 void lq_session_free(lq_session *s);
 void lq_session_reset(lq_session *s);  /* forget the KV cache: position back to 0 */
+/* Keeps the first n positions of the KV cache and forgets the rest (a prompt prefix shared
+ * by several continuations is computed once). n > the current position: LQ_ERANGE. */
+int lq_session_truncate(lq_session *s, int n, lq_err *err);
 int lq_session_pos(const lq_session *s);
 int lq_session_n_ctx(const lq_session *s);
 lq_model *lq_session_model(const lq_session *s);

@@ -35,7 +35,7 @@ int lq_cli_info(int argc, char **argv)
             counts[t]++;
     }
     const char *tk = tok ? (lq_tokenizer_kind(tok) == LQ_TOK_SPM ? "spm" : "bpe") : "none";
-    double kv_per_tok = 2.0 * in->n_layer * in->n_head_kv * in->head_dim * (in->kv_f16 ? 2.0 : 4.0);
+    double kv_per_tok = 2.0 * in->n_layer * in->n_head_kv * in->head_dim * (in->kv_type == LQ_KV_Q8 ? 1.125 : in->kv_type == LQ_KV_F16 ? 2.0 : 4.0);
     if (json) {
         printf("{\"architecture\": \"%s\", \"name\": ", in->arch_name);
         lq_cli_json_str(stdout, in->name, strlen(in->name));
@@ -83,7 +83,7 @@ int lq_cli_info(int argc, char **argv)
                in->weights_copied ? "private copy in 2 MB pages" : "read-only mmap, shared");
         printf("read per token:  %.1f MiB\n", (double)in->bytes_per_token / 1048576.0);
         printf("KV cache:        %.1f KiB per token of context (%s)\n", kv_per_tok / 1024.0,
-               in->kv_f16 ? "f16" : "f32");
+               lq_kv_type_name(in->kv_type));
         printf("kernels:         %s, %d thread(s)\n", in->kernels, in->n_threads);
         printf("load time:       %.1f ms\n", in->load_ms);
     }

@@ -12,7 +12,7 @@
 
 static const char *USAGE =
     "larql logits MODEL (--ids 1,2,3 | --prompt TEXT) [--top K] [--act ms|float] [--threads N]\n"
-    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16]\n"
+    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "       [--weights auto|copy|mmap]";
 
 int lq_cli_logits(int argc, char **argv)

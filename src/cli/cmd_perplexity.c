@@ -11,7 +11,7 @@
 
 static const char *USAGE =
     "larql perplexity MODEL --file TEXT [--ctx N] [--json] [--act ms|float] [--threads N]\n"
-    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16] [--weights auto|copy|mmap]\n"
+    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16|q8] [--weights auto|copy|mmap]\n"
     "  TEXT: a UTF-8 file ('-' = stdin), scored in windows of the context as llama.cpp does";
 
 int lq_cli_perplexity(int argc, char **argv)

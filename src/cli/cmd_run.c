@@ -155,7 +155,7 @@ static void print_speed(const lq_generate_result *r)
 static const char *RUN_USAGE =
     "larql run MODEL [PROMPT | --prompt TEXT | --ids 1,2,3] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
-    "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16]\n"
+    "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "       [--weights auto|copy|mmap]\n"
     "       [--chat [--template T] [--system S]]\n"
     "       [--ids-out] [--ignore-eos]\n"
@@ -282,7 +282,7 @@ out:
 static const char *CHAT_USAGE =
     "larql chat MODEL [--system TEXT] [--template plain|llama3|bitnet] [-n N] [--temp T]\n"
     "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
-    "       [--lm-head f16|q8] [--kv f32|f16]\n"
+    "       [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
 
 typedef struct chat_reply {

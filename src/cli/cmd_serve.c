@@ -15,7 +15,7 @@ static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--max-body BYTES]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
-    "       [--kv f16] [--lm-head q8] [--weights copy|mmap|auto]\n"
+    "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--memory-limit BYTES]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"

@@ -56,10 +56,10 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             return -1;
         }
     } else if (!strcmp(o, "--kv")) {
-        if (!strcmp(v, "f16") || !strcmp(v, "f32"))
-            a->kv_f16 = !strcmp(v, "f16");
+        if (!strcmp(v, "f16") || !strcmp(v, "f32") || !strcmp(v, "q8"))
+            a->kv_type = !strcmp(v, "f16") ? LQ_KV_F16 : !strcmp(v, "q8") ? LQ_KV_Q8 : LQ_KV_F32;
         else {
-            lq_cli_usage(cmd, usage, "--kv: '%s' (expected f32 or f16)", v);
+            lq_cli_usage(cmd, usage, "--kv: '%s' (expected f32, f16 or q8)", v);
             return -1;
         }
     } else if (!strcmp(o, "--weights")) {
@@ -79,7 +79,7 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 void lq_cli_model_opts(const lq_cli_model_args *a, lq_model_opts *o)
 {
     *o = (lq_model_opts){.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
-                         .lm_head_q8 = a->lm_head_q8, .kv_f16 = a->kv_f16,
+                         .lm_head_q8 = a->lm_head_q8, .kv_type = a->kv_type,
                          .hugepages = a->hugepages};
 }
 

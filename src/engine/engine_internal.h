@@ -40,13 +40,23 @@ typedef struct lq_scratch {
 
 /* A session's KV cache and RoPE table as the forward pass sees them, so that forward.c needs
  * nothing from session.c: K and V of layer l start at kv + l * layer_bytes, V v_off bytes
- * after K; row p of either is at p * kv_dim elements (f32, or f16 when m->kv_f16). */
+ * after K. Each is head-major, [n_head_kv][n_ctx] rows of lq_kv_head_bytes(m->kv_type,
+ * head_dim) bytes: a head's rows are contiguous, so attention streams one run of memory per
+ * KV head (position-major rows would make it skip over the other heads' rows, which the
+ * hardware prefetchers follow poorly past a few hundred positions). */
 typedef struct lq_kv_view {
-    uint8_t *kv;        /* [n_layer, 2, n_ctx, kv_dim] */
-    size_t layer_bytes; /* 2 * n_ctx * kv_dim * element size */
-    size_t v_off;       /* n_ctx * kv_dim * element size */
+    uint8_t *kv;        /* [n_layer, 2, n_head_kv, n_ctx, head bytes] */
+    size_t layer_bytes; /* 2 * v_off */
+    size_t v_off;       /* n_head_kv * head_stride */
+    size_t head_stride; /* n_ctx * head bytes: from one KV head's rows to the next */
     const float *rope;  /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
 } lq_kv_view;
+
+/* Bytes of one position's K (or V) values over all KV heads. */
+static inline size_t lq_kv_row_bytes(const lq_model *m)
+{
+    return (size_t)m->n_head_kv * lq_kv_head_bytes(m->kv_type, m->head_dim);
+}
 
 static inline uint8_t *lq_kv_k(const lq_kv_view *v, int layer)
 {

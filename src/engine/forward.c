@@ -281,7 +281,7 @@ static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
     int hd = m->head_dim, group = m->n_head / m->n_head_kv;
     int hparts = group / j->per;
     float scale = (float)(1.0 / sqrt((double)hd));
-    size_t es = m->kv_f16 ? 2 : sizeof(float);
+    size_t hb = lq_kv_head_bytes(m->kv_type, hd);
     for (int64_t it = start; it < end; it++) {
         int p = (int)(it % j->P), rest = (int)(it / j->P);
         int kvh = rest / hparts, h = kvh * group + (rest % hparts) * j->per;
@@ -290,7 +290,7 @@ static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
         int npos = j->rows[t].pos + 1, p0 = c * LQ_ATT_PART;
         int len = npos - p0 < LQ_ATT_PART || nparts == 1 ? npos - p0 : LQ_ATT_PART;
         const lq_kv_view *kv = j->rows[t].kv;
-        size_t off = ((size_t)p0 * (size_t)m->kv_dim + (size_t)kvh * hd) * es;
+        size_t off = (size_t)kvh * kv->head_stride + (size_t)p0 * hb;
         const uint8_t *kc = lq_kv_k(kv, j->layer) + off;
         const uint8_t *vc = lq_kv_v(kv, j->layer) + off;
         const float *q = j->q + (size_t)t * m->q_dim + (size_t)h * hd;
@@ -300,7 +300,7 @@ static void att_fn(void *ctx, int64_t start, int64_t end, int tid)
             o = j->part_out + ((size_t)p * m->n_head + h) * hd;
             ml = j->part_ml + ((size_t)p * m->n_head + h) * 2;
         }
-        m->kern->attn(q, (size_t)hd, j->per, kc, vc, (size_t)m->kv_dim, m->kv_f16, len, hd,
+        m->kern->attn(q, (size_t)hd, j->per, kc, vc, hb, m->kv_type, len, hd,
                       scale, o, (size_t)hd, ml);
     }
 }
@@ -414,16 +414,13 @@ static void att_plan_whole(const lq_model *m, int T, int *tab, att_job *j)
     j->per = m->n_head / m->n_head_kv;
 }
 
-/* Stores row v [n] into a KV cache row (f32, or f16 rounded to nearest even). */
-static void kv_store(const lq_model *m, void *dst, const float *v, int n)
+/* Stores v [kv_dim] as position pos of a layer's K or V (base), head by head (kv_type). */
+static void kv_store(const lq_model *m, const lq_kv_view *kv, uint8_t *base, int pos, const float *v)
 {
-    if (!m->kv_f16) {
-        memcpy(dst, v, (size_t)n * sizeof(float));
-        return;
-    }
-    uint16_t *d = dst;
-    for (int i = 0; i < n; i++)
-        d[i] = lq_f32_to_f16(v[i]);
+    size_t hb = lq_kv_head_bytes(m->kv_type, m->head_dim);
+    for (int h = 0; h < m->n_head_kv; h++)
+        lq_kv_store_head(m->kv_type, base + (size_t)h * kv->head_stride + (size_t)pos * hb,
+                         v + (size_t)h * m->head_dim, m->head_dim);
 }
 
 /* ---- lm_head ---- */
@@ -507,9 +504,8 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
             rope_row(m, sc->k + (size_t)t * KVD, m->n_head_kv, cs);
             /* K (after RoPE) and V go to the row's cache before attention, so that rows
              * of the same session in this batch see each other causally. */
-            size_t off = (size_t)rows[t].pos * KVD * (m->kv_f16 ? 2 : sizeof(float));
-            kv_store(m, lq_kv_k(kv, l) + off, sc->k + (size_t)t * KVD, KVD);
-            kv_store(m, lq_kv_v(kv, l) + off, sc->v + (size_t)t * KVD, KVD);
+            kv_store(m, kv, lq_kv_k(kv, l), rows[t].pos, sc->k + (size_t)t * KVD);
+            kv_store(m, kv, lq_kv_v(kv, l), rows[t].pos, sc->v + (size_t)t * KVD);
         }
         att_job aj = plan;
         aj.layer = l;

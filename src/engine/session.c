@@ -12,20 +12,20 @@
 struct lq_session {
     lq_model *m;
     int n_ctx, pos;
-    void *kv;    /* [n_layer, 2, n_ctx, kv_dim]: K then V of each layer (f32, or f16 if kv_f16) */
+    void *kv;    /* [n_layer, 2, n_head_kv, n_ctx, head bytes]: K then V of each layer */
     float *rope; /* [n_ctx, n_rot/2, 2] (cos, sin) of pos * theta^(-2i/n_rot) */
     lq_kv_view view; /* kv and rope as every forward row of this session sees them */
     lq_scratch sc;
     const lq_resid_hook *hook; /* borrowed (lq_session_set_hook) */
 };
 
-static size_t kv_elem(const lq_model *m) { return m->kv_f16 ? 2 : sizeof(float); }
+
 
 size_t lq_model_kv_bytes(const lq_model *m, int n_ctx)
 {
     if (!m || n_ctx < 0)
         return 0;
-    return (size_t)m->n_layer * 2 * (size_t)n_ctx * (size_t)m->kv_dim * kv_elem(m);
+    return (size_t)m->n_layer * 2 * (size_t)n_ctx * lq_kv_row_bytes(m);
 }
 
 int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
@@ -56,7 +56,8 @@ int lq_session_create(lq_model *m, int n_ctx, lq_session **out, lq_err *err)
                           kv_bytes);
     }
     s->view.kv = s->kv;
-    s->view.v_off = (size_t)n_ctx * (size_t)m->kv_dim * kv_elem(m);
+    s->view.head_stride = (size_t)n_ctx * lq_kv_head_bytes(m->kv_type, m->head_dim);
+    s->view.v_off = (size_t)m->n_head_kv * s->view.head_stride;
     s->view.layer_bytes = 2 * s->view.v_off;
     s->view.rope = s->rope;
     /* Angles in double (pos * theta^(-2i/n_rot)), rounded once: no pow/sin/cos per token. */
@@ -86,6 +87,16 @@ void lq_session_reset(lq_session *s)
 {
     if (s)
         s->pos = 0;
+}
+
+int lq_session_truncate(lq_session *s, int n, lq_err *err)
+{
+    if (!s)
+        return lq_err_set(err, LQ_EINVAL, "session: truncate needs a session");
+    if (n < 0 || n > s->pos)
+        return lq_err_set(err, LQ_ERANGE, "session: cannot keep %d positions of %d", n, s->pos);
+    s->pos = n;
+    return LQ_OK;
 }
 
 int lq_session_pos(const lq_session *s) { return s ? s->pos : 0; }

@@ -75,17 +75,35 @@ typedef void (*lq_q8_i16_fn)(const lq_q8_mat *w, const int16_t *xq, size_t ldx,
                              const float *inv_scale, int T, float *y, size_t ldy, int64_t r0,
                              int64_t r1);
 
+/* How a session's KV cache stores an element (the values of lq_model_opts.kv_type).
+ * LQ_KVT_Q8: each head's row of hd values is hd int8 followed by hd/32 f32 scales, value
+ * i = scale[i/32] * q[i] (blocks of 32 rounded to nearest, scale = absmax/127; hd must be a
+ * multiple of 32): 1.125 bytes a value instead of 2 (f16) or 4. */
+enum { LQ_KVT_F32 = 0, LQ_KVT_F16 = 1, LQ_KVT_Q8 = 2 };
+#define LQ_KV_Q8_BLOCK 32
+
+/* Bytes of one head's row of hd values in a KV cache of kv_type. */
+static inline size_t lq_kv_head_bytes(int kv_type, int hd)
+{
+    return kv_type == LQ_KVT_Q8 ? (size_t)hd + 4 * (size_t)(hd / LQ_KV_Q8_BLOCK)
+                                : (size_t)hd * (kv_type == LQ_KVT_F16 ? 2 : 4);
+}
+
+/* Stores x[hd] as one head's row of kv_type at dst (f16: round to nearest even). */
+void lq_kv_store_head(int kv_type, void *dst, const float *x, int hd);
+
 /* nq attention heads of one query row that share one KV head (grouped-query attention), over
  * npos cached positions (causal prefix): for head g, q_g = q + g*ldq and
- * out_g[hd] = Σ_p softmax_p(q_g·k_p * scale) v_p, max-subtracted, with k_p = k + p*ld and
- * v_p = v + p*ld (f32, or f16 when kv_f16). Sets that walk the cache once for the whole group
- * read each K/V block once instead of nq times. A head's result does not depend on nq
- * (bit-identical to nq = 1 in the same set); each set computes in its own order (float
- * tolerance across sets). out_g = out + g*ldo. ml: NULL, or 2*nq floats that receive each
- * head's softmax state (max of the scaled scores, sum of exp(score - max)), so that results
- * over consecutive position ranges can be merged (split attention over a long cache). */
+ * out_g[hd] = Σ_p softmax_p(q_g·k_p * scale) v_p, max-subtracted, where k_p and v_p are the
+ * head's rows (kv_type, above) at k + p*ld and v + p*ld bytes. Sets that walk the cache once
+ * for the whole group read each K/V block once instead of nq times. A head's result does
+ * not depend on nq (bit-identical to nq = 1 in the same set); each set computes in its own
+ * order (float tolerance across sets). out_g = out + g*ldo. ml: NULL, or 2*nq floats that
+ * receive each head's softmax state (max of the scaled scores, sum of exp(score - max)), so
+ * that results over consecutive position ranges can be merged (split attention over a long
+ * cache). */
 typedef void (*lq_attn_fn)(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                           size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                           size_t ld, int kv_type, int npos, int hd, float scale, float *out,
                            size_t ldo, float *ml);
 
 /* ---- gate scoring (the vindex's gate KNN, and the exact down_meta scan of the builder) ----

@@ -603,11 +603,42 @@ AI __m512 exp16(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-AI __m512 kv16(const void *p, int f16, size_t i)
+/* Values 16u..16u+15 of one head's KV row (kv_type T, hd = 16 NV values; kernels.h). */
+AI __m512 kvrow(const uint8_t *row, int T, int NV, int u)
 {
-    if (f16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
-    return _mm512_loadu_ps((const float *)p + i);
+    if (T == LQ_KVT_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * (size_t)u)));
+    if (T == LQ_KVT_Q8) {
+        float sc;
+        memcpy(&sc, row + 16 * (size_t)NV + 4 * (size_t)(u / 2), sizeof sc);
+        __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * (size_t)u))));
+        return _mm512_mul_ps(x, _mm512_set1_ps(sc));
+    }
+    return _mm512_loadu_ps((const float *)(row + 64 * (size_t)u));
+}
+
+/* out[j] = sum of the 16 lanes of v[j], j = 0..15, each added in exactly the order of
+ * _mm512_reduce_add_ps (halves of 256, then of 128, then (0+2) + (1+3)), so that the
+ * scores equal the ones of one reduction per position, bit for bit, with a quarter of the
+ * shuffles. Float addition commutes, so only the grouping has to match. */
+AI __m512 hsum16(const __m512 *v)
+{
+    __m512 g[4];
+    for (int m = 0; m < 4; m++) {
+        /* g[m], 128-bit lane k: (L0 + L2) + (L1 + L3) of v[4k + m], its 128-bit lanes L */
+        const __m512 a = v[m], b = v[4 + m], c = v[8 + m], d = v[12 + m];
+        __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+        g[m] = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    /* within each 128-bit lane: [x0 + x2, x1 + x3] of every g, then their sum */
+    __m512 h01 = _mm512_add_ps(_mm512_unpacklo_ps(g[0], g[1]), _mm512_unpackhi_ps(g[0], g[1]));
+    __m512 h23 = _mm512_add_ps(_mm512_unpacklo_ps(g[2], g[3]), _mm512_unpackhi_ps(g[2], g[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
 /* NV = head_dim / 16 vectors. The heads of a group take turns on each block of positions,
@@ -616,7 +647,7 @@ AI __m512 kv16(const void *p, int f16, size_t i)
  * accumulator lives in its out row and its running max / sum in mx / sum; every head goes
  * through exactly the operations of a group of one, so results do not depend on nq. */
 AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                       size_t ld, int f16, int npos, int NV, float scale, float *out, size_t ldo,
+                       size_t ld, int T, int npos, int NV, float scale, float *out, size_t ldo,
                        float *ml)
 {
     float mx[LQ_ATT_MAX_GROUP], sum[LQ_ATT_MAX_GROUP];
@@ -638,17 +669,28 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
             for (int u = 0; u < NV; u++)
                 qv[u] = _mm512_mul_ps(_mm512_loadu_ps(qg + 16 * u), _mm512_set1_ps(scale));
             __m512 vbm = _mm512_set1_ps(-INFINITY);
-            for (int b = 0; b < nb; b++) {
-                size_t o = (size_t)(p0 + b) * ld;
-                __m512 d0 = _mm512_mul_ps(qv[0], kv16(k, f16, o)), d1 = _mm512_setzero_ps();
+            /* scores 16 positions at a time: one transposing reduction for the 16 dot
+             * products instead of 16 horizontal sums (which cost as much as the products) */
+            for (int b0 = 0; b0 < nb; b0 += 16) {
+                const int n16 = nb - b0 < 16 ? nb - b0 : 16;
+                __m512 dv[16];
+                for (int j = 0; j < 16; j++) {
+                    if (j >= n16) {
+                        dv[j] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const uint8_t *kr = (const uint8_t *)k + (size_t)(p0 + b0 + j) * ld;
+                    __m512 d0 = _mm512_mul_ps(qv[0], kvrow(kr, T, NV, 0)), d1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
-                for (int u = 1; u < NV; u++) {
-                    if (u & 1)
-                        d1 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d1);
-                    else
-                        d0 = _mm512_fmadd_ps(qv[u], kv16(k, f16, o + 16 * (size_t)u), d0);
+                    for (int u = 1; u < NV; u++) {
+                        if (u & 1)
+                            d1 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d1);
+                        else
+                            d0 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d0);
+                    }
+                    dv[j] = _mm512_add_ps(d0, d1);
                 }
-                s[b] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
+                _mm512_store_ps(s + b0, hsum16(dv));
             }
             for (int b = 0; b < nb; b += 16) {
                 __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
@@ -676,11 +718,11 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
             }
             sum[g] += _mm512_reduce_add_ps(vs);
             for (int b = 0; b < nb; b++) {
-                size_t o = (size_t)(p0 + b) * ld;
+                const uint8_t *vr = (const uint8_t *)v + (size_t)(p0 + b) * ld;
                 __m512 e = _mm512_set1_ps(s[b]);
 #pragma GCC unroll 8
                 for (int u = 0; u < NV; u++)
-                    acc[u] = _mm512_fmadd_ps(e, kv16(v, f16, o + 16 * (size_t)u), acc[u]);
+                    acc[u] = _mm512_fmadd_ps(e, kvrow(vr, T, NV, u), acc[u]);
             }
 #pragma GCC unroll 8
             for (int u = 0; u < NV; u++)
@@ -700,8 +742,23 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
     }
 }
 
+/* constant NV and kv type per case, so that q and the accumulator live in registers and the
+ * loads compile to one form */
+#define ATT_NV(T)                                                                                   \
+    switch (hd % 16 ? 0 : hd / 16) {                                                                \
+    case 1: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 1, scale, og, ldo, mg); break;            \
+    case 2: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 2, scale, og, ldo, mg); break;            \
+    case 3: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 3, scale, og, ldo, mg); break;            \
+    case 4: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 4, scale, og, ldo, mg); break;            \
+    case 5: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 5, scale, og, ldo, mg); break;            \
+    case 6: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 6, scale, og, ldo, mg); break;            \
+    case 7: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 7, scale, og, ldo, mg); break;            \
+    case 8: attn_nv_avx512(qg, ldq, n, k, v, ld, T, npos, 8, scale, og, ldo, mg); break;            \
+    default: lq_attn_group_scalar(qg, ldq, n, k, v, ld, T, npos, hd, scale, og, ldo, mg); break;    \
+    }
+
 static void attn_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                        size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                        size_t ld, int kv_type, int npos, int hd, float scale, float *out,
                         size_t ldo, float *ml)
 {
     /* groups larger than the state arrays go through in parts */
@@ -710,20 +767,18 @@ static void attn_avx512(const float *q, size_t ldq, int nq, const void *k, const
         const float *qg = q + (size_t)g0 * ldq;
         float *og = out + (size_t)g0 * ldo;
         float *mg = ml ? ml + 2 * g0 : NULL;
-        /* constant NV per case, so that q and the accumulator live in registers */
-        switch (hd % 16 ? 0 : hd / 16) {
-        case 1: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 1, scale, og, ldo, mg); break;
-        case 2: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 2, scale, og, ldo, mg); break;
-        case 3: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 3, scale, og, ldo, mg); break;
-        case 4: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 4, scale, og, ldo, mg); break;
-        case 5: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 5, scale, og, ldo, mg); break;
-        case 6: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 6, scale, og, ldo, mg); break;
-        case 7: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 7, scale, og, ldo, mg); break;
-        case 8: attn_nv_avx512(qg, ldq, n, k, v, ld, kv_f16, npos, 8, scale, og, ldo, mg); break;
-        default: lq_attn_group_scalar(qg, ldq, n, k, v, ld, kv_f16, npos, hd, scale, og, ldo, mg); break;
+        if (kv_type == LQ_KVT_F16) {
+            ATT_NV(LQ_KVT_F16)
+        } else if (kv_type == LQ_KVT_Q8 && hd % 32 == 0) {
+            ATT_NV(LQ_KVT_Q8)
+        } else if (kv_type == LQ_KVT_Q8) {
+            lq_attn_group_scalar(qg, ldq, n, k, v, ld, kv_type, npos, hd, scale, og, ldo, mg);
+        } else {
+            ATT_NV(LQ_KVT_F32)
         }
     }
 }
+#undef ATT_NV
 
 const lq_kernels lq_kernels_avx512 = {
     .name = "avx512",

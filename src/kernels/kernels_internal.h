@@ -87,16 +87,23 @@ int lq_gate_prefetch(void);
 #define LQ_ATT_MAX_HD 1024
 #define LQ_ATT_MAX_GROUP 16 /* heads per pass of a grouped attention kernel */
 
-/* Element i of a KV cache row stored as f32 or f16. */
-static inline float lq_kv_elem(const void *p, int f16, size_t i)
+/* Element i of one head's KV row of hd values stored as kv_type (kernels.h). */
+static inline float lq_kv_elem(const void *row, int kv_type, int hd, int i)
 {
-    return f16 ? lq_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    if (kv_type == LQ_KVT_F16)
+        return lq_f16_to_f32(((const uint16_t *)row)[i]);
+    if (kv_type == LQ_KVT_Q8) {
+        float s;
+        memcpy(&s, (const uint8_t *)row + hd + 4 * (i / LQ_KV_Q8_BLOCK), sizeof s);
+        return s * (float)((const int8_t *)row)[i];
+    }
+    return ((const float *)row)[i];
 }
 
-void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
+void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_type, int npos,
                     int hd, float scale, float *out, float *ml);
 void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                          size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                          size_t ld, int kv_type, int npos, int hd, float scale, float *out,
                           size_t ldo, float *ml);
 
 extern const lq_kernels lq_kernels_avx2;

@@ -194,7 +194,7 @@ int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t 
 
 /* Online softmax over blocks of LQ_ATT_BLOCK positions (running max, rescaled sum and
  * accumulator), so that no per-context buffer is needed. */
-void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_f16, int npos,
+void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int kv_type, int npos,
                     int hd, float scale, float *out, float *ml)
 {
     float acc[LQ_ATT_MAX_HD];
@@ -206,10 +206,10 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
         int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
         float bm = -INFINITY;
         for (int b = 0; b < nb; b++) {
-            size_t o = (size_t)(p0 + b) * ld;
+            const uint8_t *kr = (const uint8_t *)k + (size_t)(p0 + b) * ld;
             float d = 0;
             for (int i = 0; i < hd; i++)
-                d += q[i] * lq_kv_elem(k, kv_f16, o + (size_t)i);
+                d += q[i] * lq_kv_elem(kr, kv_type, hd, i);
             s[b] = d * scale;
             if (s[b] > bm)
                 bm = s[b];
@@ -222,11 +222,11 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
             mx = bm;
         }
         for (int b = 0; b < nb; b++) {
-            size_t o = (size_t)(p0 + b) * ld;
+            const uint8_t *vr = (const uint8_t *)v + (size_t)(p0 + b) * ld;
             float e = expf(s[b] - mx);
             sum += e;
             for (int i = 0; i < hd; i++)
-                acc[i] += e * lq_kv_elem(v, kv_f16, o + (size_t)i);
+                acc[i] += e * lq_kv_elem(vr, kv_type, hd, i);
         }
     }
     float inv = 1.0f / sum;
@@ -238,13 +238,40 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
     }
 }
 
+void lq_kv_store_head(int kv_type, void *dst, const float *x, int hd)
+{
+    if (kv_type == LQ_KVT_F16) {
+        uint16_t *d = dst;
+        for (int i = 0; i < hd; i++)
+            d[i] = lq_f32_to_f16(x[i]);
+    } else if (kv_type == LQ_KVT_Q8) {
+        int8_t *q = dst;
+        for (int b = 0; b < hd / LQ_KV_Q8_BLOCK; b++) {
+            const float *xb = x + b * LQ_KV_Q8_BLOCK;
+            float amax = 0;
+            for (int i = 0; i < LQ_KV_Q8_BLOCK; i++)
+                amax = fmaxf(amax, fabsf(xb[i]));
+            float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+            for (int i = 0; i < LQ_KV_Q8_BLOCK; i++) {
+                float r = rintf(xb[i] * inv); /* |r| <= 127 (NaN from a non-finite input: 0, and the
+                                                 scale keeps the inf or NaN) */
+                r = r == r ? r : 0.0f;
+                q[b * LQ_KV_Q8_BLOCK + i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+            }
+            memcpy((uint8_t *)dst + hd + 4 * b, &s, sizeof s);
+        }
+    } else {
+        memcpy(dst, x, (size_t)hd * sizeof(float));
+    }
+}
+
 /* The reference walks the cache once per head. */
 void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
-                          size_t ld, int kv_f16, int npos, int hd, float scale, float *out,
+                          size_t ld, int kv_type, int npos, int hd, float scale, float *out,
                           size_t ldo, float *ml)
 {
     for (int g = 0; g < nq; g++)
-        lq_attn_scalar(q + (size_t)g * ldq, k, v, ld, kv_f16, npos, hd, scale,
+        lq_attn_scalar(q + (size_t)g * ldq, k, v, ld, kv_type, npos, hd, scale,
                        out + (size_t)g * ldo, ml ? ml + 2 * g : NULL);
 }
 

@@ -494,6 +494,8 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
                           "kernel set '%s' is unknown or not supported by this CPU "
                           "(scalar, avx2, avx512)",
                           o.kernels);
+    if (o.kv_type < LQ_KV_F32 || o.kv_type > LQ_KV_Q8)
+        return lq_err_set(err, LQ_EINVAL, "unknown KV cache type %d (f32, f16, q8)", o.kv_type);
     lq_model *m = calloc(1, sizeof *m);
     if (!m)
         return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
@@ -502,9 +504,18 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
     m->t_open = t0;
     m->kern = kern;
     m->act_mode = o.act_mode;
-    m->kv_f16 = o.kv_f16 != 0;
+    m->kv_type = o.kv_type;
     *out = m;
     return LQ_OK;
+}
+
+/* the public names of the kernels' KV element types */
+_Static_assert((int)LQ_KV_F32 == (int)LQ_KVT_F32 && (int)LQ_KV_F16 == (int)LQ_KVT_F16 && (int)LQ_KV_Q8 == (int)LQ_KVT_Q8,
+               "lq_kv_type and the kernels' KV types agree");
+
+const char *lq_kv_type_name(int kv_type)
+{
+    return kv_type == LQ_KV_F16 ? "f16" : kv_type == LQ_KV_Q8 ? "q8" : "f32";
 }
 
 static void info_from_config(lq_model *m)
@@ -543,7 +554,12 @@ int lq_model_finish(lq_model *m, lq_err *err)
         return rc;
     in->kernels = m->kern->name;
     in->n_threads = lq_pool_threads(m->pool);
-    in->kv_f16 = m->kv_f16;
+    in->kv_type = m->kv_type;
+    if (m->kv_type == LQ_KV_Q8 && m->head_dim % LQ_KV_Q8_BLOCK)
+        return lq_err_set(err, LQ_EUNSUPPORTED,
+                          "a q8 KV cache needs a head dimension that is a multiple of %d (this model: %d); "
+                          "use f16 or f32",
+                          LQ_KV_Q8_BLOCK, m->head_dim);
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
         return rc;
     in->load_ms = lq_now_ms() - m->t_open;

@@ -74,7 +74,7 @@ struct lq_model {
     int act_mode;               /* lq_act_mode; llama ignores it (no BitLinear) */
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_rot, n_vocab, n_ctx_train;
     int q_dim, kv_dim;          /* n_head*head_dim, n_head_kv*head_dim */
-    int kv_f16;                 /* sessions store K and V as f16 */
+    int kv_type;                /* lq_kv_type of the sessions' K and V */
     int rope_neox;              /* 1: pairs (i, i+n_rot/2) (BitNet); 0: pairs (2i, 2i+1) */
     double rope_theta;
     float eps;

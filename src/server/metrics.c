@@ -256,7 +256,7 @@ void route_runtime(lq_server *s, req *q, reply *r)
         "batched_decode", m != NULL, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
     /* the model options in force (as loaded; before the load, as asked) */
     const lq_model_opts *mo = &s->o.model;
-    json_object_set_new(j, "kv_type", json_string((mi ? mi->kv_f16 : mo->kv_f16) ? "f16" : "f32"));
+    json_object_set_new(j, "kv_type", json_string(lq_kv_type_name(mi ? mi->kv_type : mo->kv_type)));
     json_object_set_new(j, "lm_head", json_string((mi ? mi->lm_head_q8 : mo->lm_head_q8) ? "q8" : "as_stored"));
     json_object_set_new(j, "act", json_string(mo->act_mode == LQ_ACT_F32 ? "float" : "ms"));
     json_object_set_new(j, "weights", json_string(mi ? (mi->weights_copied ? "copy" : "mmap")

@@ -16,6 +16,12 @@ check "info" "$LARQL" info "$M"
 if grep -q "bitnet-b1.58" "$T_TMP/out" && grep -q "I2_S x14" "$T_TMP/out"; then pass "info shows arch and I2_S tensors"; else fail "info shows arch and I2_S tensors" "$(cat "$T_TMP/out")"; fi
 check "info --weights copy --kv f16" "$LARQL" info "$M" --weights copy --kv f16
 if grep -q "private copy in 2 MB pages" "$T_TMP/out" && grep -q "(f16)" "$T_TMP/out"; then pass "info says how weights and KV are held"; else fail "info says how weights and KV are held" "$(cat "$T_TMP/out")"; fi
+check "info --kv q8" "$LARQL" info "$M" --kv q8
+if grep -q "(q8)" "$T_TMP/out"; then pass "info says the KV cache is q8"; else fail "info says the KV cache is q8" "$(cat "$T_TMP/out")"; fi
+"$LARQL" make-model --out "$T_TMP/hd16.gguf" --dim 128 --heads 8 --kv-heads 4 >/dev/null 2>&1
+check_fails "--kv q8 refused for a head dimension of 16, naming it" "multiple of 32 (this model: 16)" \
+    "$LARQL" logits "$T_TMP/hd16.gguf" --ids 1,2 --kv q8
+check_fails "--kv with an unknown type" "expected f32, f16 or q8" "$LARQL" logits "$M" --ids 1,2 --kv q4
 check "info --weights mmap" "$LARQL" info "$M" --weights mmap
 if grep -q "read-only mmap, shared" "$T_TMP/out" && grep -q "(f32)" "$T_TMP/out"; then pass "info --weights mmap says shared"; else fail "info --weights mmap says shared" "$(cat "$T_TMP/out")"; fi
 check "info --json" "$LARQL" info "$M" --json

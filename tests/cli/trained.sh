@@ -58,6 +58,7 @@ mode_ok() { # NAME DELTA ARGS...
 }
 mode_ok "act float" 0.05 "$M" --act float
 mode_ok "kv f16" 0.002 "$M" --kv f16
+mode_ok "kv q8" 0.005 "$M" --kv q8
 mode_ok "lm-head q8" 0.01 "$M" --lm-head q8
 for k in scalar avx2 avx512; do
     if "$LARQL" info "$M" --kernels "$k" >/dev/null 2>&1; then

@@ -10,14 +10,14 @@
 
 static char g_path[4200];
 
-static lq_model *open_with(int lm_q8, int kv_f16)
+static lq_model *open_with(int lm_q8, int kv_type)
 {
     lq_model *m = NULL;
     lq_err err = {0};
     lq_model_opts mo = {0};
     mo.n_threads = 2;
     mo.lm_head_q8 = lm_q8;
-    mo.kv_f16 = kv_f16;
+    mo.kv_type = kv_type;
     if (lq_model_open(g_path, &mo, &m, &err) != 0)
         printf("#   open: %s\n", err.msg);
     return m;

@@ -16,6 +16,7 @@
 #include "core/f16.h"
 #include "harness.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 #include "larql/gguf.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -467,7 +468,7 @@ static void test_q8_quantize_known(void)
 
 /* ---- attention ---- */
 
-/* SIMD attention against the scalar reference, f32 and f16 caches, positions across block
+/* SIMD attention against the scalar reference, f32, f16 and q8 caches, positions across block
  * boundaries (64), head_dims with and without a SIMD path; grouped heads give exactly what
  * each head gives alone. Also: one position returns v_0. */
 static void run_attn(int si)
@@ -478,23 +479,25 @@ static void run_attn(int si)
     static const int hds[] = {16, 40, 64, 128};
     static const int nposs[] = {1, 2, 63, 64, 65, 130, 300};
     int bad = 0;
-    for (int f16 = 0; f16 <= 1; f16++)
+    for (int f16 = 0; f16 <= 2; f16++) /* the kv type: f32, f16, q8 */
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
             for (size_t b = 0; b < sizeof nposs / sizeof *nposs; b++) {
                 int hd = hds[a], np = nposs[b];
-                size_t ld = (size_t)hd * 3; /* other heads interleaved */
-                size_t es = f16 ? 2 : 4;
-                uint8_t *kc = malloc(ld * np * es), *vc = malloc(ld * np * es);
-                for (size_t i = 0; i < ld * np; i++) {
-                    float kv = rndf() * 3.0f, vv = rndf();
-                    if (f16) {
-                        ((uint16_t *)kc)[i] = lq_f32_to_f16(kv);
-                        ((uint16_t *)vc)[i] = lq_f32_to_f16(vv);
-                    } else {
-                        ((float *)kc)[i] = kv;
-                        ((float *)vc)[i] = vv;
+                if (f16 == LQ_KVT_Q8 && hd % LQ_KV_Q8_BLOCK)
+                    continue; /* q8 needs whole blocks (the model refuses such a cache) */
+                size_t hb = lq_kv_head_bytes(f16, hd);
+                size_t ld = hb * 3; /* bytes a position: other heads interleaved */
+                uint8_t *kc = malloc(ld * np), *vc = malloc(ld * np);
+                float kr[128], vr[128];
+                for (int p = 0; p < np; p++)
+                    for (int h = 0; h < 3; h++) {
+                        for (int i = 0; i < hd; i++) {
+                            kr[i] = rndf() * 3.0f;
+                            vr[i] = rndf();
+                        }
+                        lq_kv_store_head(f16, kc + (size_t)p * ld + (size_t)h * hb, kr, hd);
+                        lq_kv_store_head(f16, vc + (size_t)p * ld + (size_t)h * hb, vr, hd);
                     }
-                }
                 /* a group of G query heads sharing this KV head (G = 1, 3, 4 and 18, which
                  * the AVX-512 kernel takes in two passes of at most 16) */
                 enum { GMAX = 18 };
@@ -533,7 +536,7 @@ static void run_attn(int si)
                 if (np > 64) { /* two ranges' softmax states merge into the whole result */
                     float oa[128], ob[128], ma[2], mb[2];
                     int half = np / 2;
-                    size_t off = (size_t)half * ld * es;
+                    size_t off = (size_t)half * ld;
                     k->attn(q, (size_t)hd, 1, kc, vc, ld, f16, half, hd, scale, oa, (size_t)hd, ma);
                     k->attn(q, (size_t)hd, 1, kc + off, vc + off, ld, f16, np - half, hd, scale, ob,
                             (size_t)hd, mb);
@@ -549,7 +552,7 @@ static void run_attn(int si)
                 }
                 if (np == 1) /* softmax of one position: exactly v_0 */
                     for (int i = 0; i < hd; i++) {
-                        float v0 = f16 ? lq_f16_to_f32(((uint16_t *)vc)[i]) : ((float *)vc)[i];
+                        float v0 = lq_kv_elem(vc, f16, hd, i);
                         bad += fabsf(o2[i] - v0) > 1e-6f;
                     }
                 free(kc);
@@ -557,6 +560,35 @@ static void run_attn(int si)
             }
     CHECK_EQ_INT(bad, 0);
 }
+/* The q8 KV row: every value within half a step of its block's scale (absmax / 127); an
+ * all-zero block reads back zeros; f16 and f32 rows read back as stored. */
+static void test_kv_store_q8(void)
+{
+    enum { HD = 128 };
+    float x[HD];
+    uint8_t row[HD * 4];
+    int bad = 0;
+    for (int rep = 0; rep < 50; rep++) {
+        for (int i = 0; i < HD; i++)
+            x[i] = rep % 7 == 3 && i < 32 ? 0.0f : rndf() * (float)(1 + rep);
+        lq_kv_store_head(LQ_KVT_Q8, row, x, HD);
+        for (int b = 0; b < HD / LQ_KV_Q8_BLOCK; b++) {
+            float amax = 0;
+            for (int i = 0; i < LQ_KV_Q8_BLOCK; i++)
+                amax = fmaxf(amax, fabsf(x[b * LQ_KV_Q8_BLOCK + i]));
+            for (int i = b * LQ_KV_Q8_BLOCK; i < (b + 1) * LQ_KV_Q8_BLOCK; i++)
+                bad += !(fabsf(lq_kv_elem(row, LQ_KVT_Q8, HD, i) - x[i]) <= amax / 254.0f * 1.0001f + 1e-30f);
+        }
+        for (int t = LQ_KVT_F32; t <= LQ_KVT_F16; t++) {
+            lq_kv_store_head(t, row, x, HD);
+            for (int i = 0; i < HD; i++)
+                bad += lq_kv_elem(row, t, HD, i) != (t == LQ_KVT_F16 ? lq_f16_to_f32(lq_f32_to_f16(x[i])) : x[i]);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT((int)lq_kv_head_bytes(LQ_KVT_Q8, 128), 144);
+}
+
 static void test_attn_avx2(void) { run_attn(0); }
 static void test_attn_avx512(void) { run_attn(1); }
 
@@ -1107,6 +1139,7 @@ int main(void)
     RUN(test_quant_i16_known);
     RUN(test_q8_avx2);
     RUN(test_q8_avx512);
+    RUN(test_kv_store_q8);
     RUN(test_attn_avx2);
     RUN(test_attn_avx512);
     RUN(test_probes);
