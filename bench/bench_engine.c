@@ -174,6 +174,7 @@ int main(int argc, char **argv)
         double t0 = lq_bw_now();
         if (lq_model_open(path, &o, &m, &err))
             die(path, &err);
+        lq_model_weights_copied(m, 1); /* measure the weights as they end up held */
         load_ms[ti] = (lq_bw_now() - t0) * 1e3;
         const lq_model_info *in = lq_model_get_info(m);
         const int V = in->n_vocab;
@@ -364,6 +365,7 @@ int main(int argc, char **argv)
                 printf("| %s | %s | | | | | |\n", lq_kv_type_name(kt), err.msg);
                 continue;
             }
+            lq_model_weights_copied(m, 1);
             const lq_model_info *in = lq_model_get_info(m);
             int n_ctx = in->n_ctx_train < 4096 ? in->n_ctx_train : 4096;
             int P = n_ctx - n_decode - 1;

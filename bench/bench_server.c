@@ -60,6 +60,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_server: %s\n", err.msg);
         return 1;
     }
+    lq_model_weights_copied(m, 1);
     const lq_model_info *mi = lq_model_get_info(m);
     int32_t prompt[PROMPT];
     for (int i = 0; i < PROMPT; i++)

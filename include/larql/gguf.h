@@ -76,6 +76,9 @@ uint32_t lq_gguf_version(const lq_gguf *g);
 uint32_t lq_gguf_alignment(const lq_gguf *g);
 const char *lq_gguf_path(const lq_gguf *g);   /* "" for buffers */
 uint64_t lq_gguf_file_size(const lq_gguf *g);
+/* The file's bytes as parsed (the mapping, or the buffer of lq_gguf_open_buffer). */
+const uint8_t *lq_gguf_bytes(const lq_gguf *g, uint64_t *size);
+
 /* File offset where the tensor data section starts (tensor offsets are relative to it). */
 uint64_t lq_gguf_data_offset(const lq_gguf *g);
 

@@ -70,8 +70,9 @@ typedef struct lq_model_info {
     int embd_type, lm_head_type, proj_type; /* lq_ggml_type of token_embd, lm_head, q_proj */
     uint64_t n_params;
     uint64_t weight_bytes;       /* bytes of tensor data mapped */
-    int weights_copied;          /* 1: held in private 2 MB-page copies (lq_model_opts.hugepages),
-                                    0: read-only shared mappings of the files */
+    int weights_copied;          /* 1: held in private 2 MB-page copies (lq_model_opts.hugepages;
+                                    a GGUF's copy is made in the background, see
+                                    lq_model_weights_copied), 0: read-only shared mappings */
     uint64_t bytes_per_token;    /* weight bytes read per decoded token */
     const char *kernels;         /* kernel set in use ("avx512", ...) */
     int n_threads;
@@ -91,6 +92,14 @@ int lq_model_open(const char *path, const lq_model_opts *opts, lq_model **out, l
 /* A GGUF file only (src/model/model.c). */
 int lq_model_open_gguf(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err);
 void lq_model_close(lq_model *m);
+/* A GGUF model whose weights are to be held in a private 2 MB-page copy (opts.hugepages)
+ * opens on the file's read-only mapping and answers at once; a background thread copies the
+ * file, checks it equals the mapping, and moves the forward pass to the copy (the same bytes,
+ * read faster) between two forward passes. Returns 1 once the copy is in use, 0 while it is
+ * being made or when there is none (a mapped model, or the copy failed: the mapping stays);
+ * wait = 1 first blocks until the copy is in use or has failed. Not thread-safe with wait. */
+int lq_model_weights_copied(lq_model *m, int wait);
+
 const lq_model_info *lq_model_get_info(const lq_model *m);
 const lq_tokenizer *lq_model_tokenizer(const lq_model *m);
 /* The GGUF the model was loaded from (metadata access: chat template, ...); NULL for a model

@@ -23,6 +23,7 @@ int lq_cli_info(int argc, char **argv)
     lq_model *m = NULL;
     if (lq_cli_open_model(C, path, &ma, &m))
         return 1;
+    lq_model_weights_copied(m, 1); /* describe the weights as they end up */
     const lq_model_info *in = lq_model_get_info(m);
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     const lq_gguf *g = lq_model_gguf(m);

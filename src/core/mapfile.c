@@ -164,7 +164,7 @@ void lq_huge_free(void *p, size_t mapped)
         munmap(p, mapped);
 }
 
-int lq_mapfile_open_copy(lq_mapfile *m, const char *path, lq_err *err)
+int lq_mapfile_open_copy(lq_mapfile *m, const char *path, const int *cancel, lq_err *err)
 {
     m->data = NULL;
     m->size = 0;
@@ -182,7 +182,13 @@ int lq_mapfile_open_copy(lq_mapfile *m, const char *path, lq_err *err)
     }
     size_t got = 0;
     while (got < size) {
-        ssize_t n = read(fd, p + got, size - got);
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+            close(fd);
+            lq_huge_free(p, mapped);
+            return lq_err_set(err, LQ_ECANCELED, "%s: copy canceled", path);
+        }
+        size_t chunk = size - got < ((size_t)64 << 20) ? size - got : ((size_t)64 << 20);
+        ssize_t n = read(fd, p + got, chunk);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)

@@ -25,8 +25,9 @@ void lq_mapfile_close(lq_mapfile *m);
 void *lq_huge_alloc(size_t bytes, size_t *mapped);
 void lq_huge_free(void *p, size_t mapped);
 /* path read once into lq_huge_alloc memory, read-only afterwards. LQ_ENOMEM when the memory
- * cannot be mapped (callers may fall back to lq_mapfile_open). */
-int lq_mapfile_open_copy(lq_mapfile *m, const char *path, lq_err *err);
+ * cannot be mapped (callers may fall back to lq_mapfile_open). cancel: NULL, or a flag read
+ * (atomically) between 64 MiB reads: once set, the copy stops with LQ_ECANCELED. */
+int lq_mapfile_open_copy(lq_mapfile *m, const char *path, const int *cancel, lq_err *err);
 /* The weight-holding policy: mode > 0 copy, < 0 map, 0 auto = copy when `bytes` >= 64 MiB.
  * LQ_HUGEPAGES=0|1 in the environment overrides mode. */
 int lq_want_huge_copy(int mode, uint64_t bytes);

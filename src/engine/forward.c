@@ -98,7 +98,7 @@ static void rmsnorm(const float *x, const float *w, int n, float eps, float *out
         out[i] = (x[i] * sc) * w[i];
 }
 
-void lq_forward_embed_row(const lq_model *m, int32_t id, float *out)
+static void embed_row(const lq_model *m, int32_t id, float *out)
 {
     size_t n = (size_t)m->n_embd;
     const uint8_t *base = m->embd.data;
@@ -473,13 +473,15 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
 
 /* ---- the block ---- */
 
-void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
-                int T, float *const *out, float *capture)
+static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout);
+
+static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+                    int T, float *const *out, float *capture)
 {
     const int D = m->n_embd, F = m->n_ff, QD = m->q_dim, KVD = m->kv_dim;
     float *x = sc->x; /* [T, D] */
     for (int t = 0; t < T; t++)
-        lq_forward_embed_row(m, ids[t], x + (size_t)t * D);
+        embed_row(m, ids[t], x + (size_t)t * D);
     /* how attention splits the rows of this batch (the same for every layer) */
     att_job plan = {.m = m, .rows = rows, .T = T, .q = sc->q, .out = sc->att};
     int whole_tab[2 * LQ_MAX_BATCH + 1];
@@ -587,13 +589,13 @@ void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_
         lout[nl++] = out[t];
     }
     if (nl)
-        lq_forward_head(m, sc, x, nl, lout);
+        forward_head(m, sc, x, nl, lout);
     for (int t = 0; t < T; t++)
         if (out[t] && rows[t].hook && rows[t].hook->on_logits)
             rows[t].hook->on_logits(rows[t].hook->ctx, rows[t].pos, out[t], m->n_vocab);
 }
 
-void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
+static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
 {
     const int D = m->n_embd;
     for (int t = 0; t < nl; t++)
@@ -604,4 +606,28 @@ void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, 
     lm_job lj = {m, sc, sc->h, lout, nl};
     int64_t ntiles = (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
     lq_pool_for_dyn(m->pool, ntiles, 1, lm_fn, &lj);
+}
+
+/* The entry points hold the model's weights (lq_model_weights_enter): a background copy
+ * into 2 MB pages moves the weight pointers only between forward passes. */
+void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+                int T, float *const *out, float *capture)
+{
+    int held = lq_model_weights_enter(m);
+    forward(m, sc, ids, rows, T, out, capture);
+    lq_model_weights_leave(m, held);
+}
+
+void lq_forward_embed_row(const lq_model *m, int32_t id, float *out)
+{
+    int held = lq_model_weights_enter(m);
+    embed_row(m, id, out);
+    lq_model_weights_leave(m, held);
+}
+
+void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
+{
+    int held = lq_model_weights_enter(m);
+    forward_head(m, sc, x, nl, lout);
+    lq_model_weights_leave(m, held);
 }

@@ -575,6 +575,13 @@ uint32_t lq_gguf_alignment(const lq_gguf *g) { return g ? g->alignment : 0; }
 const char *lq_gguf_path(const lq_gguf *g) { return g && g->path ? g->path : ""; }
 uint64_t lq_gguf_file_size(const lq_gguf *g) { return g ? g->size : 0; }
 uint64_t lq_gguf_data_offset(const lq_gguf *g) { return g ? g->data_start : 0; }
+
+const uint8_t *lq_gguf_bytes(const lq_gguf *g, uint64_t *size)
+{
+    if (size)
+        *size = g ? g->size : 0;
+    return g ? g->buf : NULL;
+}
 int64_t lq_gguf_n_kv(const lq_gguf *g) { return g ? g->n_kv : 0; }
 int64_t lq_gguf_n_tensors(const lq_gguf *g) { return g ? g->n_tensors : 0; }
 

@@ -501,6 +501,15 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "cannot allocate a model");
     m->opts = o;
     m->opts.kernels = NULL; /* the caller's string need not outlive the call */
+    {
+        /* writers first: the copier's one short write must not wait behind a stream of
+         * forward passes (which never nest their read locks) */
+        pthread_rwlockattr_t ra;
+        pthread_rwlockattr_init(&ra);
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&m->wlock, &ra);
+        pthread_rwlockattr_destroy(&ra);
+    }
     m->t_open = t0;
     m->kern = kern;
     m->act_mode = o.act_mode;
@@ -517,6 +526,8 @@ const char *lq_kv_type_name(int kv_type)
 {
     return kv_type == LQ_KV_F16 ? "f16" : kv_type == LQ_KV_Q8 ? "q8" : "f32";
 }
+
+static void *copier_main(void *arg);
 
 static void info_from_config(lq_model *m)
 {
@@ -563,6 +574,14 @@ int lq_model_finish(lq_model *m, lq_err *err)
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
         return rc;
     in->load_ms = lq_now_ms() - m->t_open;
+    if (m->copy_path) {
+        in->weights_copied = 1; /* chosen; lq_model_weights_copied says when it is in use */
+        m->copy_state = LQ_COPY_RUNNING;
+        if (pthread_create(&m->copier, NULL, copier_main, m) == 0)
+            m->copier_started = 1;
+        else
+            m->copy_state = LQ_COPY_FAILED;
+    }
     return LQ_OK;
 }
 
@@ -581,11 +600,13 @@ static void gguf_info(lq_model *m)
     }
     in->n_params = np;
     in->weight_bytes = wb;
-    in->weights_copied = m->hp_copy.data != NULL;
 }
 
-/* With opts.hugepages the GGUF is read once into anonymous memory backed by 2 MB pages and
- * parsed from there (core/mapfile.h says why). */
+/* With opts.hugepages the GGUF is also read into anonymous memory backed by 2 MB pages
+ * (core/mapfile.h says why), in the background: the model opens on the file's read-only
+ * mapping, so that the first token does not wait for a copy of the whole file (0.3 s for
+ * the 2B-4T shape when the kernel has free 2 MB pages, several seconds when it must compact
+ * memory first), and moves to the copy when it is complete and equal to the mapping. */
 static int want_hugepage_copy(const lq_model_opts *o, const char *path)
 {
     struct stat st;
@@ -593,14 +614,97 @@ static int want_hugepage_copy(const lq_model_opts *o, const char *path)
     return lq_want_huge_copy(o->hugepages, size);
 }
 
-static int open_hugepage_copy(lq_model *m, const char *path, lq_err *err)
+static const void *rebased(const void *p, const uint8_t *from, uint64_t size, const uint8_t *to)
 {
-    int rc = lq_mapfile_open_copy(&m->hp_copy, path, err);
-    if (rc)
-        return rc;
-    if (!m->hp_copy.data)
-        return lq_err_set(err, LQ_EFORMAT, "%s: empty file", path);
-    return lq_gguf_open_buffer(m->hp_copy.data, m->hp_copy.size, &m->gguf, err);
+    const uint8_t *q = p;
+    return q && q >= from && q < from + size ? to + (q - from) : p;
+}
+
+/* Every weight pointer that points into [from, from + size) moves to the same offset in to. */
+static void rebase_weights(lq_model *m, const uint8_t *from, uint64_t size, const uint8_t *to)
+{
+#define RB(field) (field) = rebased((field), from, size, to)
+#define RBW(w)                                                                                     \
+    do {                                                                                           \
+        RB((w).i2s.data);                                                                          \
+        RB((w).dense.data);                                                                        \
+    } while (0)
+    for (int l = 0; l < m->n_layer; l++) {
+        lq_layer *L = &m->layers[l];
+        RB(L->attn_norm);
+        RB(L->attn_sub_norm);
+        RB(L->ffn_norm);
+        RB(L->ffn_sub_norm);
+        RBW(L->q);
+        RBW(L->k);
+        RBW(L->v);
+        RBW(L->o);
+        RBW(L->gate);
+        RBW(L->up);
+        RBW(L->down);
+    }
+    RB(m->embd.data);
+    RB(m->output_norm);
+    RBW(m->lm_head);
+#undef RBW
+#undef RB
+}
+
+static void *copier_main(void *arg)
+{
+    lq_model *m = arg;
+    lq_mapfile cp = {0};
+    lq_err e = {0};
+    uint64_t size = 0;
+    const uint8_t *base = lq_gguf_bytes(m->gguf, &size);
+    /* the same file as the mapping the model was read from, unchanged since (replaced or
+     * rewritten in between: the model stays on its mapping) */
+    struct stat st;
+    int ok = lq_mapfile_open_copy(&cp, m->copy_path, &m->copy_cancel, &e) == LQ_OK && cp.data && cp.size == size &&
+             stat(m->copy_path, &st) == 0 && st.st_dev == m->copy_st.st_dev && st.st_ino == m->copy_st.st_ino &&
+             st.st_size == m->copy_st.st_size && st.st_mtim.tv_sec == m->copy_st.st_mtim.tv_sec &&
+             st.st_mtim.tv_nsec == m->copy_st.st_mtim.tv_nsec;
+    if (!ok) {
+        lq_mapfile_close(&cp);
+        __atomic_store_n(&m->copy_state, LQ_COPY_FAILED, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    pthread_rwlock_wrlock(&m->wlock);
+    rebase_weights(m, base, size, cp.data);
+    m->hp_copy = cp;
+    pthread_rwlock_unlock(&m->wlock);
+    __atomic_store_n(&m->copy_state, LQ_COPY_DONE, __ATOMIC_RELEASE);
+    /* the forward passes so far mapped the file's pages into this process: let them go (they
+     * stay in the page cache; a read that still comes here faults them back) */
+    uintptr_t lo = ((uintptr_t)base + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)base + size) & ~(uintptr_t)4095;
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    return NULL;
+}
+
+int lq_model_weights_enter(const lq_model *m)
+{
+    if (__atomic_load_n(&m->copy_state, __ATOMIC_ACQUIRE) != LQ_COPY_RUNNING)
+        return 0; /* no copy, or its pointers were published before the state */
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&m->wlock);
+    return 1;
+}
+
+void lq_model_weights_leave(const lq_model *m, int held)
+{
+    if (held)
+        pthread_rwlock_unlock((pthread_rwlock_t *)&m->wlock);
+}
+
+int lq_model_weights_copied(lq_model *m, int wait)
+{
+    if (!m)
+        return 0;
+    if (wait && m->copier_started) {
+        pthread_join(m->copier, NULL);
+        m->copier_started = 0;
+    }
+    return __atomic_load_n(&m->copy_state, __ATOMIC_ACQUIRE) == LQ_COPY_DONE;
 }
 
 int lq_model_open_gguf(const char *path, const lq_model_opts *opts, lq_model **out, lq_err *err)
@@ -611,13 +715,11 @@ int lq_model_open_gguf(const char *path, const lq_model_opts *opts, lq_model **o
     int rc = lq_model_new(opts, &m, err);
     if (rc)
         return rc;
-    if (want_hugepage_copy(&m->opts, path)) {
-        rc = open_hugepage_copy(m, path, err);
-        if (rc == LQ_ENOMEM && m->opts.hugepages == 0) /* auto: a plain mapping still works */
-            rc = lq_gguf_open(path, &m->gguf, err);
-    } else {
-        rc = lq_gguf_open(path, &m->gguf, err);
+    if (want_hugepage_copy(&m->opts, path) && stat(path, &m->copy_st) == 0 && !(m->copy_path = strdup(path))) {
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        goto fail;
     }
+    rc = lq_gguf_open(path, &m->gguf, err);
     if (rc != 0)
         goto fail;
 
@@ -686,6 +788,12 @@ void lq_model_close(lq_model *m)
 {
     if (!m)
         return;
+    if (m->copier_started) { /* a short run need not wait for the rest of the copy */
+        __atomic_store_n(&m->copy_cancel, 1, __ATOMIC_RELEASE);
+        pthread_join(m->copier, NULL);
+    }
+    pthread_rwlock_destroy(&m->wlock);
+    free(m->copy_path);
     lq_pool_free(m->pool);
     if (!m->tok_borrowed)
         lq_tokenizer_free(m->tok);

@@ -7,6 +7,8 @@
 #ifndef LQ_MODEL_INTERNAL_H
 #define LQ_MODEL_INTERNAL_H
 
+#include <pthread.h>
+#include <sys/stat.h>
 #include <stdint.h>
 
 #include "core/mapfile.h"
@@ -62,7 +64,19 @@ struct lq_model {
     lq_model_opts opts;         /* as opened (kernels: NULL; m->kern holds the set) */
     double t_open;              /* lq_now_ms() when the open began */
     lq_gguf *gguf;              /* kept open: every zero-copy view points into its mapping */
-    lq_mapfile hp_copy;         /* opts.hugepages: the file copied into 2 MB pages (gguf parses it) */
+    lq_mapfile hp_copy;         /* opts.hugepages: the file copied into 2 MB pages */
+    /* The copy is made in the background (model.c "background copy"): the model opens on
+     * the file's mapping; a thread copies the file, checks it against the mapping and, with
+     * wlock held for writing, moves every weight pointer into the copy. copy_state (atomic):
+     * LQ_COPY_NONE, _RUNNING, _DONE or _FAILED. While it runs, forward passes hold wlock for
+     * reading (lq_model_weights_enter). */
+    int copy_state;
+    int copy_cancel;            /* atomic: set at close, the copier stops */
+    pthread_rwlock_t wlock;
+    pthread_t copier;
+    int copier_started;
+    char *copy_path;
+    struct stat copy_st;        /* the file when it was mapped */
     lq_tokenizer *tok;          /* NULL when the GGUF carries no tokenizer */
     lq_pool *pool;
     const lq_kernels *kern;
@@ -106,6 +120,13 @@ struct lq_model {
  * weight_bytes, weights_copied), then lq_model_finish. On error it calls lq_model_close. */
 
 /* Validates opts (threads, act_mode, kernel set) and allocates an empty model. */
+enum { LQ_COPY_NONE = 0, LQ_COPY_RUNNING = 1, LQ_COPY_DONE = 2, LQ_COPY_FAILED = 3 };
+
+/* Around every read of the weights by a forward pass: enter returns whether it took the
+ * read lock (only while a background copy runs), leave releases it. Not nested. */
+int lq_model_weights_enter(const lq_model *m);
+void lq_model_weights_leave(const lq_model *m, int held);
+
 int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err);
 /* The configuration against the LQ_MODEL_MAX_* caps and its own consistency (heads vs kv
  * heads, even head_dim and rotated dims, positive eps and theta): run before anything is

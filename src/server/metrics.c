@@ -259,7 +259,8 @@ void route_runtime(lq_server *s, req *q, reply *r)
     json_object_set_new(j, "kv_type", json_string(lq_kv_type_name(mi ? mi->kv_type : mo->kv_type)));
     json_object_set_new(j, "lm_head", json_string((mi ? mi->lm_head_q8 : mo->lm_head_q8) ? "q8" : "as_stored"));
     json_object_set_new(j, "act", json_string(mo->act_mode == LQ_ACT_F32 ? "float" : "ms"));
-    json_object_set_new(j, "weights", json_string(mi ? (mi->weights_copied ? "copy" : "mmap")
+    /* copying: a GGUF's 2 MB-page copy is still being made (answers come from the mapping) */
+    json_object_set_new(j, "weights", json_string(mi ? (mi->weights_copied ? (lq_model_weights_copied(m, 0) ? "copy" : "copying") : "mmap")
                                                      : mo->hugepages > 0 ? "copy" : mo->hugepages < 0 ? "mmap" : "auto"));
     json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
     /* continuous batching: how many streams each decode step carried */

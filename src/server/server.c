@@ -213,7 +213,7 @@ static int load_model(lq_server *s, lq_err *err)
             "weights %s) in %.1f ms",
             s->model_path, mi->arch_name, mi->n_layer, mi->n_embd, mi->n_vocab,
             mi->kernels ? mi->kernels : "?", mi->n_threads, lq_kv_type_name(mi->kv_type),
-            mi->lm_head_q8 ? "q8" : "as stored", mi->weights_copied ? "copied (2 MB pages)" : "mapped",
+            mi->lm_head_q8 ? "q8" : "as stored", mi->weights_copied ? "mapped, copying into 2 MB pages" : "mapped",
             s->load_ms);
     return 0;
 }

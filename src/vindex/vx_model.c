@@ -391,7 +391,7 @@ static int map_in_as(const char *dir, const char *name, int copy, lq_mapfile *m,
     int rc;
     if (stat(p, &st) != 0)
         rc = lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
-    else if (!copy || (rc = lq_mapfile_open_copy(m, p, err)) == LQ_ENOMEM)
+    else if (!copy || (rc = lq_mapfile_open_copy(m, p, NULL, err)) == LQ_ENOMEM)
         rc = lq_mapfile_open(m, p, err);
     free(p);
     return rc;

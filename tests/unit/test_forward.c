@@ -736,6 +736,83 @@ out:
 static void test_kv_f16(void) { run_kv_type(LQ_KV_F16); }
 static void test_kv_q8(void) { run_kv_type(LQ_KV_Q8); }
 
+/* ---- the background 2 MB-page copy ---- */
+
+/* A model opened with hugepages = 1 answers from the file's mapping at once and moves to the
+ * copy between forward passes: every logit, computed while the copy runs (from two threads,
+ * so that the lock is exercised) and after it, equals the mapped model's bit for bit; once it
+ * is in use lq_model_weights_copied says so. */
+typedef struct {
+    lq_model *m;
+    const float *ref;
+    int n_eval, bad;
+} copy_job;
+
+static void *copy_eval_main(void *arg)
+{
+    copy_job *j = arg;
+    int V = lq_model_get_info(j->m)->n_vocab;
+    float *l = malloc((size_t)V * sizeof(float));
+    lq_session *s = NULL;
+    lq_err err = {0};
+    if (!l || lq_session_create(j->m, 64, &s, &err)) {
+        j->bad++;
+        free(l);
+        return NULL;
+    }
+    for (int k = 0; k < 400 && (k < 4 || !lq_model_weights_copied(j->m, 0)); k++) {
+        lq_session_reset(s);
+        if (lq_session_eval(s, g_ids, 8, l, NULL, &err) || memcmp(l, j->ref, (size_t)V * sizeof(float)))
+            j->bad++;
+        j->n_eval++;
+    }
+    lq_session_free(s);
+    free(l);
+    return NULL;
+}
+
+static void test_background_copy(void)
+{
+    lq_fixture_opts fo;
+    lq_err err = {0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/copy.gguf", harness_tmpdir());
+    CHECK(lq_fixture_preset(&fo, "demo", &err) == 0);
+    fo.vocab = 20000; /* a 10 MB file: the copy takes long enough to overlap the evals */
+    CHECK_MSG(lq_fixture_write(&fo, path, &err) == 0, "%s", err.msg);
+    lq_model_opts mo = {.n_threads = 1, .hugepages = -1};
+    lq_model *mapped = NULL, *copied = NULL;
+    CHECK(lq_model_open(path, &mo, &mapped, &err) == 0);
+    if (!mapped)
+        return;
+    CHECK(!lq_model_get_info(mapped)->weights_copied && !lq_model_weights_copied(mapped, 1));
+    int V = lq_model_get_info(mapped)->n_vocab;
+    float *ref = malloc((size_t)V * sizeof(float));
+    lq_session *s = NULL;
+    CHECK(ref && lq_session_create(mapped, 64, &s, &err) == 0 && lq_session_eval(s, g_ids, 8, ref, NULL, &err) == 0);
+    lq_session_free(s);
+    mo.hugepages = 1;
+    CHECK(lq_model_open(path, &mo, &copied, &err) == 0);
+    if (copied) {
+        CHECK(lq_model_get_info(copied)->weights_copied == 1);
+        copy_job jobs[2] = {{copied, ref, 0, 0}, {copied, ref, 0, 0}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&th[i], NULL, copy_eval_main, &jobs[i]) == 0);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        CHECK(lq_model_weights_copied(copied, 1) == 1);
+        printf("#   %d + %d evals while and after the copy ran\n", jobs[0].n_eval, jobs[1].n_eval);
+        CHECK_EQ_INT(jobs[0].bad + jobs[1].bad, 0);
+        copy_job after = {copied, ref, 0, 0};
+        copy_eval_main(&after);
+        CHECK(after.n_eval == 4 && after.bad == 0);
+        lq_model_close(copied);
+    }
+    lq_model_close(mapped);
+    free(ref);
+}
+
 /* ---- lq_pool_for_dyn (the forward pass's scheduler) ---- */
 
 #include <stdatomic.h>
@@ -826,6 +903,7 @@ int main(void)
     RUN(test_lm_head_q8);
     RUN(test_kv_f16);
     RUN(test_kv_q8);
+    RUN(test_background_copy);
     RUN(test_pool_dyn_coverage);
     tg_cleanup_dir(harness_tmpdir());
     return harness_done();
