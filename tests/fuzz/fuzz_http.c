@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!rt->kind)
         fz_send(fd, data, size);
     fz_read_all(fd, reply, 1 << 20);
-    close(fd);
+    fz_close(fd);
     fz_check_status(reply);
     free(req);
     free(reply);

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t got = fz_read_head(fd, reply, 1 << 20);
     shutdown(fd, SHUT_WR);
     fz_read_all(fd, reply + got, (1 << 20) - got);
-    close(fd);
+    fz_close(fd);
     if (fz_check_status(reply) != 101) {
         fprintf(stderr, "fuzz: the upgrade was not answered 101:\n%.500s\n", reply);
         abort();
