@@ -261,7 +261,8 @@ int lq_knn_store_load(const char *path, int hidden, lq_knn_store **out, lq_err *
         rc = lq_err_set(err, LQ_EFORMAT, "%s: knn_store version %u (only 1 is known)", path, ver);
         goto out;
     }
-    if (nl > LQ_VINDEX_MAX_LAYERS || (nl && (dim < 1 || dim > LQ_VINDEX_MAX_HIDDEN))) {
+    /* dim is checked even with no layers: the key buffer below is sized by it */
+    if (nl > LQ_VINDEX_MAX_LAYERS || dim > LQ_VINDEX_MAX_HIDDEN || (nl && dim < 1)) {
         rc = lq_err_set(err, LQ_EFORMAT, "%s: %u layers of dim %u (limits %d layers, dim 1..%d)", path, nl, dim,
                         LQ_VINDEX_MAX_LAYERS, LQ_VINDEX_MAX_HIDDEN);
         goto out;
@@ -272,7 +273,7 @@ int lq_knn_store_load(const char *path, int hidden, lq_knn_store **out, lq_err *
     }
     if ((rc = lq_knn_store_create(hidden, &s, err)))
         goto out;
-    key = malloc((size_t)(dim ? dim : 1) * sizeof *key);
+    key = malloc((size_t)(nl && dim ? dim : 1) * sizeof *key);
     if (!key) {
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         goto out;

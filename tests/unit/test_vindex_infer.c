@@ -1046,6 +1046,15 @@ static void test_knn_store(void)
     z = NULL;
     CHECK(lq_knn_store_load(kp2, D, &z, &err) == 0 && z && lq_knn_store_count(z) == 0);
     lq_knn_store_free(z);
+    z = NULL;
+    /* no layers but a key length of 4 billion (a fuzz_vindex find: the key buffer was sized by it,
+     * a 16 GiB malloc) is refused before anything is allocated */
+    {
+        uint8_t h[16] = {'L', 'K', 'N', 'N', 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xcc, 0, 0, 0, 0};
+        spit(bad, h, sizeof h);
+        CHECK(lq_knn_store_load(bad, D, &z, &err) == LQ_EFORMAT && z == NULL && strstr(err.msg, "dim"));
+        printf("# knn_store.bin empty with a huge dim: %s\n", err.msg);
+    }
     free(b);
     free(key);
     lq_knn_store_free(s);
