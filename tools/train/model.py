@@ -166,7 +166,8 @@ def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, floor=10.0):
     / tau (which feature describe's top hit is), P(o | f) = softmax over the vocabulary of
     E . trits_d[:, f] (the feature's label); the loss is -log sum_f p(f | e) P(o | f), a
     mixture, so an entity's two objects settle on two features. A hinge pulls the responsible
-    features' gate score above FLOOR (describe drops hits under 5). Both factors go through the
+    features' gate score above FLOOR (describe drops hits under 5), and their label entropy is
+    penalised (one label per feature: see below). Both factors go through the
     straight-through trits and the F16 embedding, so gradients move the trained weights; no
     weight is set by hand."""
     E = net.embedding_f16()
@@ -178,9 +179,16 @@ def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, floor=10.0):
         labels.append(torch.log_softmax(E @ unit_trits(b.down.weight), dim=0))  # [V, F] down_meta
     s = torch.cat(scores, dim=1)
     logp = torch.log_softmax(s / tau, dim=1)                   # p(f | e)
-    logP = torch.cat(labels, dim=1)[obj_ids]                   # [N, F]: log P(o | f)
+    labels_all = torch.cat(labels, dim=1)                      # [V, F]: log P(v | f)
+    logP = labels_all[obj_ids]                                 # [N, F]: log P(o | f)
     joint = logp + logP
     nll = -torch.logsumexp(joint, dim=1)
     resp = torch.softmax(joint, dim=1).detach()                # which features carry the fact
     hinge = F.relu(floor - (resp * s).sum(1))
-    return nll.mean() + 0.1 * hinge.mean(), nll.detach()
+    # the mixture alone is as happy with one feature labelled half "Dublin", half "Irish" (or a
+    # feature shared by a dozen capitals) as with two features of one label each, but describe
+    # names a feature by its single top token: the label entropy of the features that carry a
+    # fact is penalised, so each commits to one object and the other recruits its own feature
+    ent = -(labels_all.exp() * labels_all).sum(0)              # [F] entropy of P(. | f)
+    sharp = (resp * ent[None, :]).sum(1)
+    return nll.mean() + 0.1 * hinge.mean() + sharp.mean(), nll.detach()
