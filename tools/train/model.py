@@ -154,7 +154,7 @@ def unit_trits(w):
     return x + (x.clamp(-1, 1).round() - x).detach()
 
 
-def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, floor=10.0):
+def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, label_temp=0.1, floor=10.0):
     """The describe term (README "The embedded model"): the likelihood, under the arithmetic of
     a vindex's describe, that the entity's query lands on a feature labelled with its object.
 
@@ -164,7 +164,9 @@ def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, floor=10.0):
     (down_meta: argmax_v E[v] . trits(W_down[:, f])). Its differentiable version, for each fact
     (e, o): p(f | e) = softmax over the features of every layer in LAYERS of (trits_g[f] . q_e)
     / tau (which feature describe's top hit is), P(o | f) = softmax over the vocabulary of
-    E . trits_d[:, f] (the feature's label); the loss is -log sum_f p(f | e) P(o | f), a
+    E . trits_d[:, f] / label_temp (the feature's label; a low temperature makes it nearly
+    describe's argmax, so a feature whose down column sits between two objects, or spreads over
+    a dozen capitals, explains none of them); the loss is -log sum_f p(f | e) P(o | f), a
     mixture, so an entity's two objects settle on two features. A hinge pulls the responsible
     features' gate score above FLOOR (describe drops hits under 5), and their label entropy is
     penalised (one label per feature: see below). Both factors go through the
@@ -176,7 +178,7 @@ def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, floor=10.0):
     for l in layers:
         b = net.blocks[l]
         scores.append(q @ unit_trits(b.gate.weight).t())       # [N, F] gate scores
-        labels.append(torch.log_softmax(E @ unit_trits(b.down.weight), dim=0))  # [V, F] down_meta
+        labels.append(torch.log_softmax(E @ unit_trits(b.down.weight) / label_temp, dim=0))  # [V, F] down_meta
     s = torch.cat(scores, dim=1)
     logp = torch.log_softmax(s / tau, dim=1)                   # p(f | e)
     labels_all = torch.cat(labels, dim=1)                      # [V, F]: log P(v | f)

@@ -96,7 +96,9 @@ def main():
                          "scored with a vindex's describe arithmetic")
     ap.add_argument("--describe-alpha", type=float, default=4.0,
                     help="the embedding scale the model is exported with (export.py --alpha): describe's units")
-    ap.add_argument("--describe-tau", type=float, default=2.0)
+    ap.add_argument("--describe-tau", type=float, default=2.0, help="temperature of p(feature | entity) over gate scores")
+    ap.add_argument("--describe-label-temp", type=float, default=0.1,
+                    help="temperature of P(token | feature) over down_meta logits (low: describe's argmax)")
     ap.add_argument("--describe-layers", default=None, help="comma-separated layers (default: all, as describe scans)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", help="start from this checkpoint's weights with a fresh optimiser and schedule")
@@ -180,7 +182,8 @@ def main():
         if a.sparsity > 0:
             total = loss + a.sparsity * sum(b.l1 for b in net.blocks) / len(net.blocks)
         if a.describe > 0:
-            dl, dn = M.describe_loss(net, ent_ids, obj_ids, d_layers, a.describe_alpha, a.describe_tau)
+            dl, dn = M.describe_loss(net, ent_ids, obj_ids, d_layers, a.describe_alpha, a.describe_tau,
+                                     a.describe_label_temp)
             total = total + a.describe * dl
             dnll = dn.mean().item()
         opt.zero_grad(set_to_none=True)
