@@ -12,7 +12,7 @@
 #   - greedy continuation of "Once upon a time" equals the committed golden ids;
 #   - a vindex of it knows the trained facts (tests/data/trained/facts.tsv): infer completes
 #     "The capital of X is" for >= 90% of the countries and France with " Paris"; describe
-#     finds at least @DMIN@ of the 64 among their entity's edges;
+#     finds at least 52 of the 64 among their entity's edges;
 #   - the server's OpenAI chat route answers a fixed question with the golden answer.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/server.inc"
@@ -120,7 +120,7 @@ fi
 # embedding and names each feature by the top token of its down column; the model was trained
 # with a term in exactly that arithmetic (tools/train/model.py describe_loss, README "The
 # embedded model"), so features keyed on the entity carry its capital and language. Measured:
-# @DMEAS@ of 64; the bound is @DMIN@.
+# 63 of 64; the bound is 52, issue 13's 80%.
 if [ -f "$VX/index.json" ]; then
     : >"$T_TMP/describe.jsonl"
     : >"$T_TMP/capitals.tsv"
@@ -138,11 +138,11 @@ for line in open(sys.argv[2]):
 facts = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 found = [f for f in facts if f[2].lower() in edges.get(f[0], set())]
 print("# describe found %d of %d trained facts: %s" % (len(found), len(facts), ", ".join("%s>%s" % (f[0], f[2]) for f in found)))
-sys.exit(0 if len(found) >= @DMIN@ else 1)
+sys.exit(0 if len(found) >= 52 else 1)
 PY
-        pass "describe finds >= @DMIN@ of the 64 trained facts among their entity's edges"
+        pass "describe finds >= 52 of the 64 trained facts among their entity's edges"
     else
-        fail "describe finds >= @DMIN@ of the 64 trained facts among their entity's edges" "$(head -c 300 "$T_TMP/describe.err")"
+        fail "describe finds >= 52 of the 64 trained facts among their entity's edges" "$(head -c 300 "$T_TMP/describe.err")"
     fi
     if python3 - "$DATA/facts.tsv" "$T_TMP/capitals.tsv" <<'PY'; then
 import sys
