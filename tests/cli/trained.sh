@@ -12,7 +12,7 @@
 #   - greedy continuation of "Once upon a time" equals the committed golden ids;
 #   - a vindex of it knows the trained facts (tests/data/trained/facts.tsv): infer completes
 #     "The capital of X is" for >= 90% of the countries and France with " Paris"; describe
-#     finds some of them (the measured level; the 80% of issue 13 is not reached);
+#     finds at least 52 of the 64 among their entity's edges;
 #   - the server's OpenAI chat route answers a fixed question with the golden answer.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/server.inc"
@@ -116,12 +116,12 @@ else
         "got $(cat "$T_TMP/greedy") $(head -c 200 "$T_TMP/greedy.err")"
 fi
 
-# 5. knowledge through the vindex. The model learned its facts: infer (walk mode) completes
-# "The capital of X is" with X's capital for nearly every trained country. describe, which
-# scores FFN gates against the entity's raw embedding, finds few of them (measured: 4 of 64;
-# issue 13 asks for 80%): this model routes a fact mostly through attention and the tied
-# embedding, not through a feature keyed on the entity's own embedding (README "The embedded
-# model"). The bound below is the measured level, so that a describe that finds nothing fails.
+# 5. knowledge through the vindex. infer (walk mode) completes "The capital of X is" with X's
+# capital for nearly every trained country. describe scores FFN gates against the entity's raw
+# embedding and names each feature by the top token of its down column; the model was trained
+# with a term in exactly that arithmetic (tools/train/model.py describe_loss, README "The
+# embedded model"), so features keyed on the entity carry its capital and language. Measured:
+# 63 of 64; the bound is 52, issue 13's 80%.
 if [ -f "$VX/index.json" ]; then
     : >"$T_TMP/describe.jsonl"
     : >"$T_TMP/capitals.tsv"
@@ -139,11 +139,11 @@ for line in open(sys.argv[2]):
 facts = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 found = [f for f in facts if f[2].lower() in edges.get(f[0], set())]
 print("# describe found %d of %d trained facts: %s" % (len(found), len(facts), ", ".join("%s>%s" % (f[0], f[2]) for f in found)))
-sys.exit(0 if len(found) >= 3 else 1)
+sys.exit(0 if len(found) >= 52 else 1)
 PY
-        pass "describe finds trained facts among their entity's edges (>= 3 of 64, the measured level)"
+        pass "describe finds >= 52 of the 64 trained facts among their entity's edges"
     else
-        fail "describe finds trained facts among their entity's edges (>= 3 of 64, the measured level)" "$(head -c 300 "$T_TMP/describe.err")"
+        fail "describe finds >= 52 of the 64 trained facts among their entity's edges" "$(head -c 300 "$T_TMP/describe.err")"
     fi
     if python3 - "$DATA/facts.tsv" "$T_TMP/capitals.tsv" <<'PY'; then
 import sys

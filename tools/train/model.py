@@ -144,3 +144,53 @@ class BitNet(nn.Module):
             x = b(x, self.cos, self.sin, act_float)
         x = rmsnorm(x, self.out_norm, self.c["eps"])
         return x @ E.t()
+
+
+def unit_trits(w):
+    """The ternary codes of w at unit scale (what a vindex stores for an I2_S gate or down
+    matrix: LARQL divides the per-tensor scale back out), with a straight-through gradient."""
+    scale = w.abs().mean().clamp(min=1e-8).detach()
+    x = w / scale
+    return x + (x.clamp(-1, 1).round() - x).detach()
+
+
+def describe_loss(net, ent_ids, obj_ids, layers, alpha, tau=2.0, label_temp=0.1, floor=10.0):
+    """The describe term (README "The embedded model"): the likelihood, under the arithmetic of
+    a vindex's describe, that the entity's query lands on a feature labelled with its object.
+
+    describe scores every gate row of the scanned layers against q = alpha*E[entity] (the raw
+    exported embedding; alpha is export.py's --alpha) as unit trits . q, keeps the top hits and
+    labels each feature with the token whose embedding is most aligned with its down column
+    (down_meta: argmax_v E[v] . trits(W_down[:, f])). Its differentiable version, for each fact
+    (e, o): p(f | e) = softmax over the features of every layer in LAYERS of (trits_g[f] . q_e)
+    / tau (which feature describe's top hit is), P(o | f) = softmax over the vocabulary of
+    E . trits_d[:, f] / label_temp (the feature's label; a low temperature makes it nearly
+    describe's argmax, so a feature whose down column sits between two objects, or spreads over
+    a dozen capitals, explains none of them); the loss is -log sum_f p(f | e) P(o | f), a
+    mixture, so an entity's two objects settle on two features. A hinge pulls the responsible
+    features' gate score above FLOOR (describe drops hits under 5), and their label entropy is
+    penalised (one label per feature: see below). Both factors go through the
+    straight-through trits and the F16 embedding, so gradients move the trained weights; no
+    weight is set by hand."""
+    E = net.embedding_f16()
+    q = alpha * E[ent_ids]                                     # [N, D], describe's query
+    scores, labels = [], []
+    for l in layers:
+        b = net.blocks[l]
+        scores.append(q @ unit_trits(b.gate.weight).t())       # [N, F] gate scores
+        labels.append(torch.log_softmax(E @ unit_trits(b.down.weight) / label_temp, dim=0))  # [V, F] down_meta
+    s = torch.cat(scores, dim=1)
+    logp = torch.log_softmax(s / tau, dim=1)                   # p(f | e)
+    labels_all = torch.cat(labels, dim=1)                      # [V, F]: log P(v | f)
+    logP = labels_all[obj_ids]                                 # [N, F]: log P(o | f)
+    joint = logp + logP
+    nll = -torch.logsumexp(joint, dim=1)
+    resp = torch.softmax(joint, dim=1).detach()                # which features carry the fact
+    hinge = F.relu(floor - (resp * s).sum(1))
+    # the mixture alone is as happy with one feature labelled half "Dublin", half "Irish" (or a
+    # feature shared by a dozen capitals) as with two features of one label each, but describe
+    # names a feature by its single top token: the label entropy of the features that carry a
+    # fact is penalised, so each commits to one object and the other recruits its own feature
+    ent = -(labels_all.exp() * labels_all).sum(0)              # [F] entropy of P(. | f)
+    sharp = (resp * ent[None, :]).sum(1)
+    return nll.mean() + 0.1 * hinge.mean() + sharp.mean(), nll.detach()

@@ -30,6 +30,12 @@ $py tools/train/corpus.py --larql "$work/larql" --teacher "$teacher" --out "$wor
 $py tools/train/train.py --corpus "$work/corpus-chat" --vocab "$work/vocab.json" --out "$work/run-chat" $shape \
     --threads 1 --minutes 7 --sparsity 1.0 --lr 5e-4 --seed 2 --init "$work/run/ckpt.pt"
 cp "$work/run-chat/ckpt.pt" "$work/run/ckpt.pt"
+# 24 more minutes on the same corpus with the describe term (model.describe_loss: the 64 facts
+# of facts.py in describe's own arithmetic, each step, weight 0.5), a fresh schedule at 1e-3,
+# so that features keyed on an entity's embedding carry its capital and language
+$py tools/train/train.py --corpus "$work/corpus-chat" --vocab "$work/vocab.json" --out "$work/run-describe" $shape \
+    --threads 1 --minutes 24 --sparsity 1.0 --lr 1e-3 --seed 3 --describe 0.5 --init "$work/run/ckpt.pt"
+cp "$work/run-describe/ckpt.pt" "$work/run/ckpt.pt"
 # the shipped file: the embedding scaled by 4 (the same function; see export.py rescale_embedding)
 $py tools/train/export.py --ckpt "$work/run/ckpt.pt" --out "$work/run/model.gguf" --alpha 4
 $py tools/train/check_logits.py --ckpt "$work/run/ckpt.pt" --gguf "$work/run/model.gguf" --larql build/larql

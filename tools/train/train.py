@@ -21,6 +21,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
 import export as X  # noqa: E402
+import facts as FACTS  # noqa: E402
 import model as M  # noqa: E402
 
 
@@ -90,6 +91,15 @@ def main():
     ap.add_argument("--embed-std", type=float, default=0.02,
                     help="embedding init: small, so that rows the corpus rarely updates stay near zero and do "
                          "not swamp describe's gate scores and down_meta's top tokens with noise")
+    ap.add_argument("--describe", type=float, default=0.0,
+                    help="weight of the describe term (model.describe_loss): every fact of facts.py, each step, "
+                         "scored with a vindex's describe arithmetic")
+    ap.add_argument("--describe-alpha", type=float, default=4.0,
+                    help="the embedding scale the model is exported with (export.py --alpha): describe's units")
+    ap.add_argument("--describe-tau", type=float, default=2.0, help="temperature of p(feature | entity) over gate scores")
+    ap.add_argument("--describe-label-temp", type=float, default=0.1,
+                    help="temperature of P(token | feature) over down_meta logits (low: describe's argmax)")
+    ap.add_argument("--describe-layers", default=None, help="comma-separated layers (default: all, as describe scans)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", help="start from this checkpoint's weights with a fresh optimiser and schedule")
     a = ap.parse_args()
@@ -119,6 +129,16 @@ def main():
     if a.init:
         net.load_state_dict(torch.load(a.init)["model"])
     budget = a.minutes * 60
+    ent_ids, obj_ids = [], []
+    for e, _, o in FACTS.facts():
+        ie, io = vocab.encode(e), vocab.encode(o)
+        if len(ie) != 1 or len(io) != 1:
+            sys.exit("train.py: %s / %s is not one token in this vocabulary" % (e, o))
+        ent_ids.append(ie[0])
+        obj_ids.append(io[0])
+    ent_ids, obj_ids = torch.tensor(ent_ids), torch.tensor(obj_ids)
+    d_layers = [int(x) for x in a.describe_layers.split(",")] if a.describe_layers else list(range(a.layers))
+    dnll = None
     rng = np.random.default_rng(a.seed + step)
     log = open(os.path.join(a.out, "log.txt"), "a")
     start = time.time() - elapsed0
@@ -161,6 +181,11 @@ def main():
         total = loss
         if a.sparsity > 0:
             total = loss + a.sparsity * sum(b.l1 for b in net.blocks) / len(net.blocks)
+        if a.describe > 0:
+            dl, dn = M.describe_loss(net, ent_ids, obj_ids, d_layers, a.describe_alpha, a.describe_tau,
+                                     a.describe_label_temp)
+            total = total + a.describe * dl
+            dnll = dn.mean().item()
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -171,8 +196,9 @@ def main():
         if step % 20 == 0:
             el = time.time() - start
             l1 = sum(b.l1.item() for b in net.blocks) / len(net.blocks)
-            log.write("step %d tokens %d loss %.4f ema %.4f l1 %.3f lr %.2e elapsed %.0f tok/s %.0f\n" %
-                      (step, seen, loss.item(), ema, l1, lr, el, seen / max(el, 1e-9)))
+            log.write("step %d tokens %d loss %.4f ema %.4f l1 %.3f lr %.2e elapsed %.0f tok/s %.0f%s\n" %
+                      (step, seen, loss.item(), ema, l1, lr, el, seen / max(el, 1e-9),
+                       "" if dnll is None else " describe_nll %.3f" % dnll))
             log.flush()
         if time.time() - last_ck > a.ckpt_min * 60:
             save()
