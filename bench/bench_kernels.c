@@ -9,13 +9,15 @@
  *     in decode, not from L3.
  *   - I2_S GEMM 6912x2560 with T=64 and T=128 tokens (prefill): G MAC/s vs the int8 peak
  *   - f16 lm_head matvec 128256x2560: GB/s vs read bandwidth
+ *   - attention of one decode token at 4096 positions (2B-4T: 150 KV-head items), per KV type:
+ *     GB/s of K/V read vs read bandwidth, and the same work from L2 (the compute floor)
  *   - a 2B-4T decode estimate from the two measured rates (30 layers of I2_S + f16 lm_head)
  * Every figure is the median of >= 5 runs, with min and max. Total runtime ~30-60 s.
  *
  * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
  * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
  * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
- * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, q8; the estimate needs bw,
+ * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, q8, attn; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
 #include <stdint.h>
@@ -108,6 +110,30 @@ static void q8_fn(void *ctx, int64_t s, int64_t e, int idx)
     (void)idx;
     q8_ctx *c = ctx;
     c->k->q8_i16(c->w, c->x, (size_t)c->w->cols, &c->inv, 1, c->y, (size_t)c->w->rows, s, e);
+}
+
+/* attention at a long context: item i = (layer, KV head) reads its own K/V rows at
+ * k + i * kstride (or the same rows for every item when kstride is 0: the cache-resident
+ * compute rate) with the grouped query heads of the 2B-4T shape */
+typedef struct attn_ctx {
+    const lq_kernels *k;
+    const uint8_t *kc, *vc;
+    size_t kstride, hb;
+    int kv_type, npos, hd, group;
+    const float *q;
+    float *out;
+} attn_ctx;
+
+static void attn_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    (void)idx;
+    attn_ctx *c = ctx;
+    for (int64_t i = s; i < e; i++) {
+        size_t qo = (size_t)i * (size_t)c->group * (size_t)c->hd;
+        c->k->attn(c->q + qo, (size_t)c->hd, c->group, c->kc + (size_t)i * c->kstride,
+                   c->vc + (size_t)i * c->kstride, c->hb, c->kv_type, c->npos, c->hd,
+                   0.0883883f, c->out + qo, (size_t)c->hd, NULL);
+    }
 }
 
 static const char *only;
@@ -401,6 +427,69 @@ int main(void)
     free(lsc);
     free(lm);
     free(logits);
+
+    /* 6c. attention of one decode token at 4096 positions, the 2B-4T shape (30 layers x 5 KV
+     * heads of 128, 4 query heads each): the K/V bytes per token from DRAM (every (layer, KV
+     * head) its own rows) against the read bandwidth, and the same work on one item's rows
+     * that stay in L2 (the kernel's compute rate: if it is near the DRAM time, the two do not
+     * overlap and attention cannot reach the roofline) */
+    if (want("attn") && sets[2]) {
+        const int items = 150, npos = 4096, hd = 128, group = 4, l2pos = 512;
+        float *q = malloc(sizeof(float) * (size_t)items * group * hd);
+        float *out = malloc(sizeof(float) * (size_t)items * group * hd);
+        float *row = malloc(sizeof(float) * (size_t)hd);
+        printf("\nattention, one decode token at %d positions: %d (layer, KV head) items of %d, %d query heads each\n",
+               npos, items, hd, group);
+        for (int kt = LQ_KVT_F32; kt <= LQ_KVT_Q8 && q && out && row; kt++) {
+            size_t hb = lq_kv_head_bytes(kt, hd), per = (size_t)npos * hb;
+            uint8_t *kc = malloc(per * items), *vc = malloc(per * items);
+            if (!kc || !vc) {
+                free(kc);
+                free(vc);
+                printf("  %s: out of memory\n", kt == LQ_KVT_F32 ? "f32" : kt == LQ_KVT_F16 ? "f16" : "q8");
+                continue;
+            }
+            for (size_t i = 0; i < (size_t)items * npos; i++) {
+                for (int d = 0; d < hd; d++)
+                    row[d] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
+                lq_kv_store_head(kt, kc + i * hb, row, hd);
+                for (int d = 0; d < hd; d++)
+                    row[d] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
+                lq_kv_store_head(kt, vc + i * hb, row, hd);
+            }
+            for (size_t i = 0; i < (size_t)items * group * hd; i++)
+                q[i] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
+            double mb = 2.0 * per * items / 1e6;
+            for (int nt = 1; nt <= 2; nt++) {
+                double vd[MAX_RUNS], vc2[MAX_RUNS];
+                for (int r = 0; r < runs; r++) {
+                    attn_ctx c = {sets[2], kc, vc, per, hb, kt, npos, hd, group, q, out};
+                    double t0 = now_s();
+                    lq_pool_for(pools[nt], items, 1, attn_fn, &c);
+                    vd[r] = now_s() - t0;
+                    /* the same positions' work on l2pos rows kept in L2, scaled to npos */
+                    attn_ctx h = {sets[2], kc, vc, 0, hb, kt, l2pos, hd, group, q, out};
+                    lq_pool_for(pools[nt], items, 1, attn_fn, &h); /* warm */
+                    t0 = now_s();
+                    lq_pool_for(pools[nt], items, 1, attn_fn, &h);
+                    vc2[r] = (now_s() - t0) * npos / l2pos;
+                }
+                stat3 d = stats(vd, runs), cst = stats(vc2, runs);
+                printf("  %-3s %d thr: %5.0f MB K/V: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s", 
+                       kt == LQ_KVT_F32 ? "f32" : kt == LQ_KVT_F16 ? "f16" : "q8", nt, mb, d.med * 1e3,
+                       d.min * 1e3, d.max * 1e3, mb / 1e3 / d.med);
+                if (bw[nt] > 0)
+                    printf(" = %3.0f%% of read bandwidth (%.2f ms)", 100 * mb / 1e3 / d.med / bw[nt],
+                           mb / 1e3 / bw[nt] * 1e3);
+                printf("; from L2: %.2f ms  [load %.2f]\n", cst.med * 1e3, lq_bench_loadavg());
+            }
+            free(kc);
+            free(vc);
+        }
+        free(q);
+        free(out);
+        free(row);
+    }
 
     /* 7. 2B-4T decode estimate: per layer q,o 2560x2560, k,v 640x2560, gate,up 6912x2560,
      * down 2560x6912 (all I2_S, cols/4 bytes per row) + f16 tied lm_head */

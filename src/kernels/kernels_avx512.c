@@ -641,17 +641,114 @@ AI __m512 hsum16(const __m512 *v)
                          _mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
+/* Scores of one head over a block's nb positions into s (scaled q in qv): 16 positions at a
+ * time, one transposing reduction for the 16 dot products instead of 16 horizontal sums
+ * (which cost as much as the products). */
+AI void att_scores1(const __m512 *qv, const uint8_t *k, size_t ld, int T, int nb, int NV, float *s)
+{
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        const int n16 = nb - b0 < 16 ? nb - b0 : 16;
+        __m512 dv[16];
+        for (int j = 0; j < 16; j++) {
+            if (j >= n16) {
+                dv[j] = _mm512_setzero_ps();
+                continue;
+            }
+            const uint8_t *kr = k + (size_t)(b0 + j) * ld;
+            __m512 d0 = _mm512_mul_ps(qv[0], kvrow(kr, T, NV, 0)), d1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int u = 1; u < NV; u++) {
+                if (u & 1)
+                    d1 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d1);
+                else
+                    d0 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d0);
+            }
+            dv[j] = _mm512_add_ps(d0, d1);
+        }
+        _mm512_store_ps(s + b0, hsum16(dv));
+    }
+}
+
+/* The same for two heads at once, 8 positions a reduction: each K row is loaded (and
+ * converted) once for both, every dot product computed in exactly att_scores1's order. */
+AI void att_scores2(const __m512 *qa, const __m512 *qb, const uint8_t *k, size_t ld, int T, int nb,
+                    int NV, float *sa, float *sb)
+{
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        const int n8 = nb - b0 < 8 ? nb - b0 : 8;
+        __m512 dv[16];
+        for (int j = 0; j < 8; j++) {
+            if (j >= n8) {
+                dv[j] = dv[8 + j] = _mm512_setzero_ps();
+                continue;
+            }
+            const uint8_t *kr = k + (size_t)(b0 + j) * ld;
+            const __m512 k0 = kvrow(kr, T, NV, 0);
+            __m512 a0 = _mm512_mul_ps(qa[0], k0), a1 = _mm512_setzero_ps();
+            __m512 c0 = _mm512_mul_ps(qb[0], k0), c1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+            for (int u = 1; u < NV; u++) {
+                const __m512 ku = kvrow(kr, T, NV, u);
+                if (u & 1) {
+                    a1 = _mm512_fmadd_ps(qa[u], ku, a1);
+                    c1 = _mm512_fmadd_ps(qb[u], ku, c1);
+                } else {
+                    a0 = _mm512_fmadd_ps(qa[u], ku, a0);
+                    c0 = _mm512_fmadd_ps(qb[u], ku, c0);
+                }
+            }
+            dv[j] = _mm512_add_ps(a0, a1);
+            dv[8 + j] = _mm512_add_ps(c0, c1);
+        }
+        const __m512 r = hsum16(dv);
+        _mm256_store_ps(sa + b0, _mm512_castps512_ps256(r));
+        _mm256_store_ps(sb + b0, _mm512_extractf32x8_ps(r, 1));
+    }
+}
+
+/* The block's softmax step of one head: its running max and sum move to the block, the
+ * accumulated output row og is rescaled when the max grew, and s becomes exp(s - max). */
+AI void att_softmax(float *s, int nb, int NV, float *mx, float *sum, float *og)
+{
+    __m512 vbm = _mm512_set1_ps(-INFINITY);
+    for (int b = 0; b < nb; b += 16) {
+        __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+        vbm = _mm512_mask_max_ps(vbm, m, vbm, _mm512_maskz_loadu_ps(m, s + b));
+    }
+    const float bm = _mm512_reduce_max_ps(vbm);
+    if (bm > *mx) {
+        const float r = expf(*mx - bm); /* 0 on the first block (mx = -inf) */
+        *sum *= r;
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++)
+            _mm512_storeu_ps(og + 16 * u, _mm512_mul_ps(_mm512_loadu_ps(og + 16 * u), _mm512_set1_ps(r)));
+        *mx = bm;
+    }
+    __m512 vs = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b += 16) {
+        __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + b), _mm512_set1_ps(*mx)));
+        e = _mm512_maskz_mov_ps(m, e);
+        vs = _mm512_add_ps(vs, e);
+        _mm512_store_ps(s + b, e);
+    }
+    *sum += _mm512_reduce_add_ps(vs);
+}
+
 /* NV = head_dim / 16 vectors. The heads of a group take turns on each block of positions,
  * so that the block's K and V rows come from memory once and from L1/L2 for the other heads
- * (the whole cache no longer fits L2 past a few hundred positions). Between blocks a head's
- * accumulator lives in its out row and its running max / sum in mx / sum; every head goes
- * through exactly the operations of a group of one, so results do not depend on nq. */
+ * (the whole cache no longer fits L2 past a few hundred positions); two heads at a time share
+ * each K and V row's loads and conversions (attention at long contexts is bound by them, not
+ * by DRAM: BENCHMARKS.md, issue 14). Between blocks a head's accumulator lives in its out row
+ * and its running max / sum in mx / sum; every head goes through exactly the operations of a
+ * group of one, so results do not depend on nq. */
 AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const void *v,
                        size_t ld, int T, int npos, int NV, float scale, float *out, size_t ldo,
                        float *ml)
 {
     float mx[LQ_ATT_MAX_GROUP], sum[LQ_ATT_MAX_GROUP];
-    float s[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    float sa[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    float sb[LQ_ATT_BLOCK] __attribute__((aligned(64)));
     for (int g = 0; g < nq; g++) {
         mx[g] = -INFINITY;
         sum[g] = 0;
@@ -661,65 +758,62 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
     }
     for (int p0 = 0; p0 < npos; p0 += LQ_ATT_BLOCK) {
         const int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
-        for (int g = 0; g < nq; g++) {
-            const float *qg = q + (size_t)g * ldq;
-            float *og = out + (size_t)g * ldo;
-            __m512 qv[8], acc[8];
+        const uint8_t *kb = (const uint8_t *)k + (size_t)p0 * ld;
+        const uint8_t *vb = (const uint8_t *)v + (size_t)p0 * ld;
+        int g = 0;
+        for (; g + 2 <= nq; g += 2) {
+            float *oa = out + (size_t)g * ldo, *ob = oa + ldo;
+            {
+                __m512 qa[8], qb[8];
 #pragma GCC unroll 8
-            for (int u = 0; u < NV; u++)
-                qv[u] = _mm512_mul_ps(_mm512_loadu_ps(qg + 16 * u), _mm512_set1_ps(scale));
-            __m512 vbm = _mm512_set1_ps(-INFINITY);
-            /* scores 16 positions at a time: one transposing reduction for the 16 dot
-             * products instead of 16 horizontal sums (which cost as much as the products) */
-            for (int b0 = 0; b0 < nb; b0 += 16) {
-                const int n16 = nb - b0 < 16 ? nb - b0 : 16;
-                __m512 dv[16];
-                for (int j = 0; j < 16; j++) {
-                    if (j >= n16) {
-                        dv[j] = _mm512_setzero_ps();
-                        continue;
-                    }
-                    const uint8_t *kr = (const uint8_t *)k + (size_t)(p0 + b0 + j) * ld;
-                    __m512 d0 = _mm512_mul_ps(qv[0], kvrow(kr, T, NV, 0)), d1 = _mm512_setzero_ps();
-#pragma GCC unroll 8
-                    for (int u = 1; u < NV; u++) {
-                        if (u & 1)
-                            d1 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d1);
-                        else
-                            d0 = _mm512_fmadd_ps(qv[u], kvrow(kr, T, NV, u), d0);
-                    }
-                    dv[j] = _mm512_add_ps(d0, d1);
+                for (int u = 0; u < NV; u++) {
+                    qa[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)g * ldq + 16 * u), _mm512_set1_ps(scale));
+                    qb[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)(g + 1) * ldq + 16 * u),
+                                          _mm512_set1_ps(scale));
                 }
-                _mm512_store_ps(s + b0, hsum16(dv));
+                att_scores2(qa, qb, kb, ld, T, nb, NV, sa, sb);
             }
-            for (int b = 0; b < nb; b += 16) {
-                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-                vbm = _mm512_mask_max_ps(vbm, m, vbm, _mm512_maskz_loadu_ps(m, s + b));
+            att_softmax(sa, nb, NV, &mx[g], &sum[g], oa);
+            att_softmax(sb, nb, NV, &mx[g + 1], &sum[g + 1], ob);
+            __m512 acc_a[8], acc_b[8];
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++) {
+                acc_a[u] = _mm512_loadu_ps(oa + 16 * u);
+                acc_b[u] = _mm512_loadu_ps(ob + 16 * u);
             }
-            const float bm = _mm512_reduce_max_ps(vbm);
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *vr = vb + (size_t)b * ld;
+                const __m512 ea = _mm512_set1_ps(sa[b]), eb = _mm512_set1_ps(sb[b]);
+#pragma GCC unroll 8
+                for (int u = 0; u < NV; u++) {
+                    const __m512 x = kvrow(vr, T, NV, u);
+                    acc_a[u] = _mm512_fmadd_ps(ea, x, acc_a[u]);
+                    acc_b[u] = _mm512_fmadd_ps(eb, x, acc_b[u]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++) {
+                _mm512_storeu_ps(oa + 16 * u, acc_a[u]);
+                _mm512_storeu_ps(ob + 16 * u, acc_b[u]);
+            }
+        }
+        for (; g < nq; g++) {
+            float *og = out + (size_t)g * ldo;
+            {
+                __m512 qv[8];
+#pragma GCC unroll 8
+                for (int u = 0; u < NV; u++)
+                    qv[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)g * ldq + 16 * u), _mm512_set1_ps(scale));
+                att_scores1(qv, kb, ld, T, nb, NV, sa);
+            }
+            att_softmax(sa, nb, NV, &mx[g], &sum[g], og);
+            __m512 acc[8];
 #pragma GCC unroll 8
             for (int u = 0; u < NV; u++)
                 acc[u] = _mm512_loadu_ps(og + 16 * u);
-            if (bm > mx[g]) {
-                const float r = expf(mx[g] - bm); /* 0 on the first block (mx = -inf) */
-                sum[g] *= r;
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++)
-                    acc[u] = _mm512_mul_ps(acc[u], _mm512_set1_ps(r));
-                mx[g] = bm;
-            }
-            __m512 vs = _mm512_setzero_ps();
-            for (int b = 0; b < nb; b += 16) {
-                __mmask16 m = nb - b >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - b)) - 1);
-                __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + b), _mm512_set1_ps(mx[g])));
-                e = _mm512_maskz_mov_ps(m, e);
-                vs = _mm512_add_ps(vs, e);
-                _mm512_store_ps(s + b, e);
-            }
-            sum[g] += _mm512_reduce_add_ps(vs);
             for (int b = 0; b < nb; b++) {
-                const uint8_t *vr = (const uint8_t *)v + (size_t)(p0 + b) * ld;
-                __m512 e = _mm512_set1_ps(s[b]);
+                const uint8_t *vr = vb + (size_t)b * ld;
+                const __m512 e = _mm512_set1_ps(sa[b]);
 #pragma GCC unroll 8
                 for (int u = 0; u < NV; u++)
                     acc[u] = _mm512_fmadd_ps(e, kvrow(vr, T, NV, u), acc[u]);
