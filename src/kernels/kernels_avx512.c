@@ -181,67 +181,6 @@ AI void i2s_tile_mask_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_
 }
 #undef MASK_BLOCK
 
-/* Prefill: the R rows' codes were unpacked once into `codes` (per row nblk * 128 bytes, code
- * of element j of the row at byte j, 0..2), so that every later token group of the call only
- * loads them: per block 2 code loads per row and 2 activation loads per token feed R*TT*2
- * vpdpbusd, instead of re-running the shift/mask unpack for every group of 4 tokens. */
-AI void i2s_tile_pre_avx512(const uint8_t *codes, size_t crb, const int8_t *x, size_t ldx,
-                            int64_t nblk, int R, int TT, int32_t dots[4][4])
-{
-    __m512i acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            acc[r][t] = _mm512_setzero_si512();
-    for (int64_t b = 0; b < nblk; b++) {
-        __m512i xa[4], xb[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) {
-            const int8_t *xp = x + (size_t)t * ldx + b * 128;
-            xa[t] = _mm512_loadu_si512(xp);
-            xb[t] = _mm512_loadu_si512(xp + 64);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *cp = codes + (size_t)r * crb + b * 128;
-            __m512i ca = _mm512_load_si512(cp), cb = _mm512_load_si512(cp + 64);
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++) {
-                DPBUSD(acc[r][t], ca, xa[t]);
-                DPBUSD(acc[r][t], cb, xb[t]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            dots[r][t] = _mm512_reduce_add_epi32(acc[r][t]);
-}
-
-/* Unpacks R rows of I2_S codes into codes (row r at r * nblk * 128, element order). */
-static void i2s_unpack_rows(const uint8_t *w, size_t rb, int64_t nblk, int R, uint8_t *codes)
-{
-    const __m512i m3 = _mm512_set1_epi8(3);
-    const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(6), _mm256_set1_epi16(4), 1);
-    const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi16(2), _mm256_set1_epi16(0), 1);
-    for (int r = 0; r < R; r++)
-        for (int64_t b = 0; b < nblk; b++) {
-            __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + r * rb + b * 32)));
-            uint8_t *cp = codes + (size_t)r * (size_t)nblk * 128 + b * 128;
-            _mm512_store_si512(cp, _mm512_and_si512(_mm512_srlv_epi16(v, sh_a), m3));
-            _mm512_store_si512(cp + 64, _mm512_and_si512(_mm512_srlv_epi16(v, sh_b), m3));
-        }
-}
-
-#define PRE_MAX_COLS 8192 /* 4 rows of unpacked codes: 32 KiB of stack */
-
-#define PTILE(R, TT)                                                                       \
-    case (R) * 8 + (TT):                                                                   \
-        i2s_tile_pre_avx512(codes, crb, xt, ldx, nblk, R, TT, dots);                       \
-        break
-
 #define TILE(R, TT)                                                                        \
     case (R) * 8 + (TT):                                                                   \
         if ((TT) <= 2)                                                                     \
@@ -258,34 +197,12 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
     const int64_t nblk = w->cols / 128;
     /* decode (T == 1) streams from DRAM in tiles of as many rows as this CPU's prefetchers
      * follow best (lq_i2s_decode_rows: 2 on Zen 5, 4 on Zen 4); prefill is compute bound and
-     * wants 4 rows to amortise the activation loads */
+     * wants 4 rows to amortise the activation loads. Every T goes through these tiles: a path
+     * that unpacked 4 rows' codes once for all token groups (T >= 8) measured slower on Zen 4
+     * at every T from 8 to 512 (2 threads, 2B-4T shape: batched decode B=8 2.3x -> 3.0-3.3x of
+     * B=1, prefill 512 118-121 -> 124-142 tok/s): the shifts and masks issue beside vpdpbusd,
+     * while the unpacked codes cost L1 traffic and had no prefetch of the next rows */
     const int rstep = T == 1 ? lq_i2s_decode_rows() : 4;
-    if (T >= 8 && w->cols <= PRE_MAX_COLS) {
-        /* prefill: unpack 4 rows once, then all token groups reuse them */
-        uint8_t codes[4 * PRE_MAX_COLS] __attribute__((aligned(64)));
-        const size_t crb = (size_t)nblk * 128;
-        for (int64_t r = r0; r < r1; r += 4) {
-            const int R = r1 - r < 4 ? (int)(r1 - r) : 4;
-            i2s_unpack_rows(w->data + (size_t)r * rb, rb, nblk, R, codes);
-            for (int t = 0; t < T; t += 4) {
-                const int TT = T - t < 4 ? T - t : 4;
-                int32_t dots[4][4];
-                const int8_t *xt = xq + (size_t)t * ldx;
-                switch (R * 8 + TT) { /* constant tile shapes, fully unrolled */
-                    PTILE(1, 1); PTILE(1, 2); PTILE(1, 3); PTILE(1, 4);
-                    PTILE(2, 1); PTILE(2, 2); PTILE(2, 3); PTILE(2, 4);
-                    PTILE(3, 1); PTILE(3, 2); PTILE(3, 3); PTILE(3, 4);
-                    PTILE(4, 1); PTILE(4, 2); PTILE(4, 3);
-                default: i2s_tile_pre_avx512(codes, crb, xt, ldx, nblk, 4, 4, dots); break;
-                }
-                for (int rr = 0; rr < R; rr++)
-                    for (int tt = 0; tt < TT; tt++)
-                        y[(size_t)(t + tt) * ldy + r + rr] =
-                            lq_i2s_i8_out(dots[rr][tt] - xsum[t + tt], inv_scale[t + tt], w->scale);
-            }
-        }
-        return;
-    }
     for (int64_t r = r0; r < r1; r += rstep) {
         const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;
         const uint8_t *wr = w->data + (size_t)r * rb;
@@ -313,7 +230,6 @@ static void i2s_i8_avx512(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
     }
 }
 #undef TILE
-#undef PTILE
 
 /* ---- i2s_f32 ------------------------------------------------------------------------- */
 
