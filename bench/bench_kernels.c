@@ -449,13 +449,19 @@ int main(void)
                 printf("  %s: out of memory\n", kt == LQ_KVT_F32 ? "f32" : kt == LQ_KVT_F16 ? "f16" : "q8");
                 continue;
             }
-            for (size_t i = 0; i < (size_t)items * npos; i++) {
+            /* one item's rows at random, copied to the others (the values do not change the
+             * work; every item keeps its own memory) */
+            for (size_t i = 0; i < (size_t)npos; i++) {
                 for (int d = 0; d < hd; d++)
                     row[d] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
                 lq_kv_store_head(kt, kc + i * hb, row, hd);
                 for (int d = 0; d < hd; d++)
                     row[d] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
                 lq_kv_store_head(kt, vc + i * hb, row, hd);
+            }
+            for (int i = 1; i < items; i++) {
+                memcpy(kc + (size_t)i * per, kc, per);
+                memcpy(vc + (size_t)i * per, vc, per);
             }
             for (size_t i = 0; i < (size_t)items * group * hd; i++)
                 q[i] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;

@@ -651,6 +651,52 @@ AI void att_softmax(float *s, int nb, int NV, float *mx, float *sum, float *og)
     *sum += _mm512_reduce_add_ps(vs);
 }
 
+/* One block of positions for NH (1 or 2, a constant) heads of a group, their queries at q and
+ * q + ldq and output rows at o and o + ldo: scores, the softmax step, then the values, each K
+ * and V row loaded and converted once for the NH heads. A head's operations are the same
+ * whether it goes alone or paired. */
+AI void att_block(const float *q, size_t ldq, float scale, const uint8_t *kb, const uint8_t *vb,
+                  size_t ld, int T, int nb, int NV, int NH, float *mx, float *sum, float *o,
+                  size_t ldo, float *sa, float *sb)
+{
+    float *const s[2] = {sa, sb};
+    {
+        __m512 qv[2][8];
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++)
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++)
+                qv[h][u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)h * ldq + 16 * u), _mm512_set1_ps(scale));
+        if (NH == 2)
+            att_scores2(qv[0], qv[1], kb, ld, T, nb, NV, sa, sb);
+        else
+            att_scores1(qv[0], kb, ld, T, nb, NV, sa);
+    }
+    __m512 acc[2][8];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) {
+        att_softmax(s[h], nb, NV, &mx[h], &sum[h], o + (size_t)h * ldo);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++)
+            acc[h][u] = _mm512_loadu_ps(o + (size_t)h * ldo + 16 * u);
+    }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *vr = vb + (size_t)b * ld;
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) {
+            const __m512 x = kvrow(vr, T, NV, u);
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++)
+                acc[h][u] = _mm512_fmadd_ps(_mm512_set1_ps(s[h][b]), x, acc[h][u]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++)
+            _mm512_storeu_ps(o + (size_t)h * ldo + 16 * u, acc[h][u]);
+}
+
 /* NV = head_dim / 16 vectors. The heads of a group take turns on each block of positions,
  * so that the block's K and V rows come from memory once and from L1/L2 for the other heads
  * (the whole cache no longer fits L2 past a few hundred positions); two heads at a time share
@@ -677,67 +723,12 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
         const uint8_t *kb = (const uint8_t *)k + (size_t)p0 * ld;
         const uint8_t *vb = (const uint8_t *)v + (size_t)p0 * ld;
         int g = 0;
-        for (; g + 2 <= nq; g += 2) {
-            float *oa = out + (size_t)g * ldo, *ob = oa + ldo;
-            {
-                __m512 qa[8], qb[8];
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++) {
-                    qa[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)g * ldq + 16 * u), _mm512_set1_ps(scale));
-                    qb[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)(g + 1) * ldq + 16 * u),
-                                          _mm512_set1_ps(scale));
-                }
-                att_scores2(qa, qb, kb, ld, T, nb, NV, sa, sb);
-            }
-            att_softmax(sa, nb, NV, &mx[g], &sum[g], oa);
-            att_softmax(sb, nb, NV, &mx[g + 1], &sum[g + 1], ob);
-            __m512 acc_a[8], acc_b[8];
-#pragma GCC unroll 8
-            for (int u = 0; u < NV; u++) {
-                acc_a[u] = _mm512_loadu_ps(oa + 16 * u);
-                acc_b[u] = _mm512_loadu_ps(ob + 16 * u);
-            }
-            for (int b = 0; b < nb; b++) {
-                const uint8_t *vr = vb + (size_t)b * ld;
-                const __m512 ea = _mm512_set1_ps(sa[b]), eb = _mm512_set1_ps(sb[b]);
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++) {
-                    const __m512 x = kvrow(vr, T, NV, u);
-                    acc_a[u] = _mm512_fmadd_ps(ea, x, acc_a[u]);
-                    acc_b[u] = _mm512_fmadd_ps(eb, x, acc_b[u]);
-                }
-            }
-#pragma GCC unroll 8
-            for (int u = 0; u < NV; u++) {
-                _mm512_storeu_ps(oa + 16 * u, acc_a[u]);
-                _mm512_storeu_ps(ob + 16 * u, acc_b[u]);
-            }
-        }
-        for (; g < nq; g++) {
-            float *og = out + (size_t)g * ldo;
-            {
-                __m512 qv[8];
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++)
-                    qv[u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)g * ldq + 16 * u), _mm512_set1_ps(scale));
-                att_scores1(qv, kb, ld, T, nb, NV, sa);
-            }
-            att_softmax(sa, nb, NV, &mx[g], &sum[g], og);
-            __m512 acc[8];
-#pragma GCC unroll 8
-            for (int u = 0; u < NV; u++)
-                acc[u] = _mm512_loadu_ps(og + 16 * u);
-            for (int b = 0; b < nb; b++) {
-                const uint8_t *vr = vb + (size_t)b * ld;
-                const __m512 e = _mm512_set1_ps(sa[b]);
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++)
-                    acc[u] = _mm512_fmadd_ps(e, kvrow(vr, T, NV, u), acc[u]);
-            }
-#pragma GCC unroll 8
-            for (int u = 0; u < NV; u++)
-                _mm512_storeu_ps(og + 16 * u, acc[u]);
-        }
+        for (; g + 2 <= nq; g += 2)
+            att_block(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, 2, mx + g, sum + g,
+                      out + (size_t)g * ldo, ldo, sa, sb);
+        if (g < nq)
+            att_block(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, 1, mx + g, sum + g,
+                      out + (size_t)g * ldo, ldo, sa, sb);
     }
     for (int g = 0; g < nq; g++) {
         float *og = out + (size_t)g * ldo;
