@@ -189,9 +189,13 @@ test('a hostile entity name renders as text, and its onerror never runs', () => 
   // the chat shows it as typed too
   await page.click('nav button[data-view="chat"]');
   await page.click('details.settings summary');
-  await page.$eval('#max_tokens', (el) => { el.value = ''; });
-  await page.type('#max_tokens', '4');
-  await page.keyboard.press('Tab');
+  // greedy, so that the reply's length cannot vary from run to run (at the page's default
+  // temperature a sampled end-of-turn token ended one CI run after 3 tokens)
+  for (const [id, v] of [['max_tokens', '4'], ['temperature', '0']]) {
+    await page.$eval('#' + id, (el) => { el.value = ''; });
+    await page.type('#' + id, v);
+    await page.keyboard.press('Tab');
+  }
   await page.type('#prompt', EVIL);
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.getElementById('send').textContent === 'Send' && document.querySelectorAll('#messages div').length === 2, WAIT);
