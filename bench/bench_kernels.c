@@ -17,7 +17,7 @@
  * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
  * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
  * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
- * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, q8, attn; the estimate needs bw,
+ * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, f16batch, q8, attn; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
 #include <stdint.h>
@@ -291,17 +291,21 @@ int main(void)
         }
     }
 
-    /* 4b. batched decode shapes: the same sweep with T = 2 and 4 tokens per weight read;
-     * "x T=1" is tokens per second relative to one token (the batched decode gain) */
+    /* 4b. batched decode shapes: the same sweep with T = 2, 4 and 8 tokens per weight read;
+     * "x T=1" is tokens per second relative to one token (the batched decode gain). "L2" is the
+     * same work with its weights in L2 (the first 256 rows, 164 KB, swept again and again,
+     * scaled to the whole matrix): the arithmetic alone. A step that overlapped its weight
+     * stream with that arithmetic would take max(DRAM T=1, L2); one that does not takes their
+     * sum; "overlap" says where the measured time falls between them (1 = max, 0 = sum) */
     if (want("batch"))
-        printf("\nI2_S matvec %lldx%lld, T = 1/2/4 tokens per weight read (batched decode), from DRAM\n",
+        printf("\nI2_S matvec %lldx%lld, T = 1/2/4/8 tokens per weight read (batched decode), from DRAM and from L2\n",
                (long long)rows, (long long)cols);
     for (int si = 1; si < 3; si++) {
         if (!sets[si] || !want("batch"))
             continue;
         for (int nt = 1; nt <= 2; nt++) {
             double t1 = 0;
-            for (int T = 1; T <= 4; T *= 2) {
+            for (int T = 1; T <= 8; T *= 2) {
                 for (int r = 0; r < runs; r++) {
                     double t0 = now_s();
                     for (int m = 0; m < copies; m++) {
@@ -311,11 +315,25 @@ int main(void)
                     v[r] = (now_s() - t0) / copies;
                 }
                 stat3 s = stats(v, runs);
+                const int64_t hot_rows = 256, reps = 64;
+                lq_i2s_mat hot = {mats[0].data, hot_rows, cols, 0.5f};
+                for (int r = 0; r < runs; r++) {
+                    mv_ctx c = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                    lq_pool_for(pools[nt], hot_rows, 64, i2s_fn, &c); /* warm */
+                    double t0 = now_s();
+                    for (int k = 0; k < reps; k++)
+                        lq_pool_for(pools[nt], hot_rows, 64, i2s_fn, &c);
+                    v[r] = (now_s() - t0) / reps * ((double)rows / hot_rows);
+                }
+                stat3 h = stats(v, runs);
                 if (T == 1)
                     t1 = s.med;
-                printf("  T=%d %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s, %6.1f G MAC/s, %.2fx T=1\n",
+                double lo = t1 > h.med ? t1 : h.med, hi = t1 + h.med;
+                double ov = hi > lo ? (hi - s.med) / (hi - lo) : 1;
+                printf("  T=%d %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s, %6.1f G MAC/s, %.2fx T=1; "
+                       "L2 %6.1f us, overlap %.2f\n",
                        T, set_names[si], nt, s.med * 1e6, s.min * 1e6, s.max * 1e6, mat_bytes / s.med / 1e9,
-                       (double)rows * cols * T / s.med / 1e9, T * t1 / s.med);
+                       (double)rows * cols * T / s.med / 1e9, T * t1 / s.med, h.med * 1e6, ov);
             }
         }
     }
@@ -355,9 +373,9 @@ int main(void)
     const int64_t vocab = 128256;
     const size_t lm_bytes = (size_t)vocab * cols * 2;
     uint16_t *lm = aligned_alloc(64, lm_bytes);
-    float *logits = aligned_alloc(64, (size_t)vocab * 4);
+    float *logits = aligned_alloc(64, (size_t)vocab * 4 * 8); /* up to 8 tokens */
     double f16_rate[3] = {0, 0, 0};
-    if (lm && logits && (want("f16") || want("q8"))) {
+    if (lm && logits && (want("f16") || want("q8") || want("f16batch"))) {
         /* random f16 in +-1/16 everywhere (a repeated pattern streams unrealistically fast
          * here, see the I2_S sweep above) */
         for (size_t i = 0; i + 4 <= lm_bytes / 2; i += 4) {
@@ -389,6 +407,48 @@ int main(void)
             }
         }
         printf("  (scalar skipped: software f16 conversion, ~1 GB/s)\n");
+    }
+    /* 6a. the lm_head of a batched decode step: T tokens per read, from DRAM and from L2 (the
+     * first 64 rows, 328 KB, again and again, scaled to the whole matrix), as in 4b */
+    if (lm && logits && want("f16batch")) {
+        lq_dense_mat d = {lm, vocab, cols, LQ_GGML_F16};
+        printf("\nf16 lm_head %lldx%lld, T = 1/2/4/8 tokens per read (batched decode), from DRAM and from L2\n",
+               (long long)vocab, (long long)cols);
+        for (int si = 2; si > 0; si--) {
+            if (!sets[si])
+                continue;
+            for (int nt = 1; nt <= 2; nt++) {
+                double t1 = 0;
+                for (int T = 1; T <= 8; T *= 2) {
+                    for (int r = 0; r < runs; r++) {
+                        mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
+                        double t0 = now_s();
+                        lq_pool_for(pools[nt], vocab, 256, dense_fn, &c);
+                        v[r] = now_s() - t0;
+                    }
+                    stat3 s = stats(v, runs);
+                    const int64_t hot_rows = 64 * nt, reps = 256;
+                    lq_dense_mat hot = {lm, hot_rows, cols, LQ_GGML_F16};
+                    for (int r = 0; r < runs; r++) {
+                        mv_ctx c = {sets[si], NULL, &hot, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
+                        lq_pool_for(pools[nt], hot_rows, 64, dense_fn, &c);
+                        double t0 = now_s();
+                        for (int k = 0; k < reps; k++)
+                            lq_pool_for(pools[nt], hot_rows, 64, dense_fn, &c);
+                        v[r] = (now_s() - t0) / reps * ((double)vocab / hot_rows);
+                    }
+                    stat3 h = stats(v, runs);
+                    if (T == 1)
+                        t1 = s.med;
+                    double lo = t1 > h.med ? t1 : h.med, hi = t1 + h.med;
+                    printf("  T=%d %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s, %.2fx T=1; L2 %6.2f ms "
+                           "(%5.1f G FMA/s), overlap %.2f\n",
+                           T, set_names[si], nt, s.med * 1e3, s.min * 1e3, s.max * 1e3, lm_bytes / s.med / 1e9,
+                           T * t1 / s.med, h.med * 1e3, (double)vocab * cols * T / h.med / 1e9,
+                           hi > lo ? (hi - s.med) / (hi - lo) : 1);
+                }
+            }
+        }
     }
     /* 6b. the same lm_head as the int8 per-row copy (--lm-head q8): half the bytes */
     int8_t *lq8 = malloc((size_t)vocab * cols);
