@@ -221,67 +221,99 @@ AI float load1(const void *w, int type, int64_t i)
     return ((const float *)w)[i];
 }
 
-/* One row (offset `base` elements into w), TT <= 4 tokens. TT == 1 (decode) uses four
- * independent accumulators so the FMA latency does not cap the streaming rate. */
-AI void dense_tile_avx2(const void *w, int type, int64_t base, int64_t cols, const float *x,
-                        size_t ldx, int TT, float out[4])
+/* One row (offset `base` elements into w), one token (decode): four independent accumulators
+ * so the FMA latency does not cap the streaming rate. */
+AI float dense_row1_avx2(const void *w, int type, int64_t base, int64_t cols, const float *x)
 {
     int64_t c = 0;
-    if (TT == 1) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (; c + 32 <= cols; c += 32) {
-            a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
-            a1 = _mm256_fmadd_ps(load8(w, type, base + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-            a2 = _mm256_fmadd_ps(load8(w, type, base + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-            a3 = _mm256_fmadd_ps(load8(w, type, base + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-        }
-        for (; c + 8 <= cols; c += 8)
-            a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
-        float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; c < cols; c++)
-            s += load1(w, type, base + c) * x[c];
-        out[0] = s;
-        return;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; c + 32 <= cols; c += 32) {
+        a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
+        a1 = _mm256_fmadd_ps(load8(w, type, base + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+        a2 = _mm256_fmadd_ps(load8(w, type, base + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+        a3 = _mm256_fmadd_ps(load8(w, type, base + c + 24), _mm256_loadu_ps(x + c + 24), a3);
     }
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (; c + 8 <= cols; c += 8) {
-        __m256 wv = load8(w, type, base + c);
+    for (; c + 8 <= cols; c += 8)
+        a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; c < cols; c++)
+        s += load1(w, type, base + c) * x[c];
+    return s;
+}
+
+/* R <= 2 rows x TT <= 4 tokens (batched decode, prefill): each (row, token) pair keeps one
+ * accumulator over columns c, c+8, ..., so its sum does not depend on the tile's shape. Two
+ * rows share every activation load and give 2-8 independent FMA chains (one row alone left
+ * T=2 latency bound at ~1/4 of the FMA rate). The rows two tiles ahead (contiguous with these)
+ * are prefetched into L2 at the rate this tile consumes its own, as in kernels_avx512.c. */
+AI void dense_tile_avx2(const void *w, int type, int64_t base, int64_t cols, const float *x,
+                        size_t ldx, int R, int TT, float out[2][4])
+{
+    const int es = type == LQ_GGML_F32 ? 4 : 2;
+    const char *pf = (const char *)w + (size_t)(base + LQ_DENSE_PF_TILES * R * cols) * (size_t)es;
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
-            acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (size_t)t * ldx + c), acc[t]);
-    }
+            acc[r][t] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        _mm_prefetch(pf + c * R * es, LQ_DENSE_PF_HINT);
+        __m256 wv[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+            wv[r] = load8(w, type, base + r * cols + c);
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) {
-        float s = hsum_ps(acc[t]);
-        for (int64_t cc = c; cc < cols; cc++)
-            s += load1(w, type, base + cc) * x[(size_t)t * ldx + cc];
-        out[t] = s;
+        for (int t = 0; t < TT; t++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + c);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
     }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            float s = hsum_ps(acc[r][t]);
+            for (int64_t cc = c; cc < cols; cc++)
+                s += load1(w, type, base + r * cols + cc) * x[(size_t)t * ldx + cc];
+            out[r][t] = s;
+        }
 }
+
+#define DTILE(R, TT)                                                                       \
+    case (R) * 8 + (TT):                                                                   \
+        dense_tile_avx2(w->data, type, r * w->cols, w->cols, xt, ldx, R, TT, out);         \
+        break
 
 AI void dense_rows_avx2(const lq_dense_mat *w, int type, const float *x, size_t ldx, int T,
                         float *y, size_t ldy, int64_t r0, int64_t r1)
 {
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t base = r * w->cols;
+    if (T == 1) {
+        for (int64_t r = r0; r < r1; r++)
+            y[r] = dense_row1_avx2(w->data, type, r * w->cols, w->cols, x);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int R = r1 - r < 2 ? 1 : 2;
         for (int t = 0; t < T; t += 4) {
             const int TT = T - t < 4 ? T - t : 4;
             const float *xt = x + (size_t)t * ldx;
-            float out[4];
-            switch (TT) {
-            case 1: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 1, out); break;
-            case 2: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 2, out); break;
-            case 3: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 3, out); break;
-            default: dense_tile_avx2(w->data, type, base, w->cols, xt, ldx, 4, out); break;
+            float out[2][4];
+            switch (R * 8 + TT) { /* constant tile shapes, fully unrolled */
+                DTILE(1, 1); DTILE(1, 2); DTILE(1, 3); DTILE(1, 4);
+                DTILE(2, 1); DTILE(2, 2); DTILE(2, 3);
+            default: dense_tile_avx2(w->data, type, r * w->cols, w->cols, xt, ldx, 2, 4, out); break;
             }
-            for (int tt = 0; tt < TT; tt++)
-                y[(size_t)(t + tt) * ldy + r] = out[tt];
+            for (int rr = 0; rr < R; rr++)
+                for (int tt = 0; tt < TT; tt++)
+                    y[(size_t)(t + tt) * ldy + r + rr] = out[rr][tt];
         }
     }
 }
+#undef DTILE
 
 static void dense_avx2(const lq_dense_mat *w, const float *x, size_t ldx, int T, float *y,
                        size_t ldy, int64_t r0, int64_t r1)
