@@ -97,6 +97,29 @@ static void dense_fn(void *ctx, int64_t s, int64_t e, int idx)
     c->k->dense(c->d, c->xf, c->ldx, c->T, c->y, c->ldy, s, e);
 }
 
+/* Median over runs of the time of n rows of work (fn on ctx) whose weights stay in L2: the
+ * first hot_rows rows, warmed, then swept reps times and scaled to n (the arithmetic alone). */
+static stat3 hot_time(lq_pool *pool, lq_pool_fn fn, void *ctx, int64_t hot_rows, int reps,
+                      int64_t n, int runs, double *v)
+{
+    for (int r = 0; r < runs; r++) {
+        lq_pool_for(pool, hot_rows, 64, fn, ctx);
+        double t0 = now_s();
+        for (int k = 0; k < reps; k++)
+            lq_pool_for(pool, hot_rows, 64, fn, ctx);
+        v[r] = (now_s() - t0) / reps * ((double)n / hot_rows);
+    }
+    return stats(v, runs);
+}
+
+/* Where a time t falls between max(t1, hot) (1: the read and the arithmetic fully overlap)
+ * and t1 + hot (0: one after the other). */
+static double overlap(double t, double t1, double hot)
+{
+    double lo = t1 > hot ? t1 : hot, hi = t1 + hot;
+    return hi > lo ? (hi - t) / (hi - lo) : 1;
+}
+
 typedef struct q8_ctx {
     const lq_kernels *k;
     const lq_q8_mat *w;
@@ -315,21 +338,12 @@ int main(void)
                     v[r] = (now_s() - t0) / copies;
                 }
                 stat3 s = stats(v, runs);
-                const int64_t hot_rows = 256, reps = 64;
-                lq_i2s_mat hot = {mats[0].data, hot_rows, cols, 0.5f};
-                for (int r = 0; r < runs; r++) {
-                    mv_ctx c = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
-                    lq_pool_for(pools[nt], hot_rows, 64, i2s_fn, &c); /* warm */
-                    double t0 = now_s();
-                    for (int k = 0; k < reps; k++)
-                        lq_pool_for(pools[nt], hot_rows, 64, i2s_fn, &c);
-                    v[r] = (now_s() - t0) / reps * ((double)rows / hot_rows);
-                }
-                stat3 h = stats(v, runs);
+                lq_i2s_mat hot = {mats[0].data, 256, cols, 0.5f};
+                mv_ctx hc = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                stat3 h = hot_time(pools[nt], i2s_fn, &hc, hot.rows, 64, rows, runs, v);
                 if (T == 1)
                     t1 = s.med;
-                double lo = t1 > h.med ? t1 : h.med, hi = t1 + h.med;
-                double ov = hi > lo ? (hi - s.med) / (hi - lo) : 1;
+                double ov = overlap(s.med, t1, h.med);
                 printf("  T=%d %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s, %6.1f G MAC/s, %.2fx T=1; "
                        "L2 %6.1f us, overlap %.2f\n",
                        T, set_names[si], nt, s.med * 1e6, s.min * 1e6, s.max * 1e6, mat_bytes / s.med / 1e9,
@@ -427,25 +441,16 @@ int main(void)
                         v[r] = now_s() - t0;
                     }
                     stat3 s = stats(v, runs);
-                    const int64_t hot_rows = 64 * nt, reps = 256;
-                    lq_dense_mat hot = {lm, hot_rows, cols, LQ_GGML_F16};
-                    for (int r = 0; r < runs; r++) {
-                        mv_ctx c = {sets[si], NULL, &hot, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
-                        lq_pool_for(pools[nt], hot_rows, 64, dense_fn, &c);
-                        double t0 = now_s();
-                        for (int k = 0; k < reps; k++)
-                            lq_pool_for(pools[nt], hot_rows, 64, dense_fn, &c);
-                        v[r] = (now_s() - t0) / reps * ((double)vocab / hot_rows);
-                    }
-                    stat3 h = stats(v, runs);
+                    lq_dense_mat hot = {lm, 64 * nt, cols, LQ_GGML_F16};
+                    mv_ctx hc = {sets[si], NULL, &hot, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
+                    stat3 h = hot_time(pools[nt], dense_fn, &hc, hot.rows, 256, vocab, runs, v);
                     if (T == 1)
                         t1 = s.med;
-                    double lo = t1 > h.med ? t1 : h.med, hi = t1 + h.med;
                     printf("  T=%d %-6s %d thr: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s, %.2fx T=1; L2 %6.2f ms "
                            "(%5.1f G FMA/s), overlap %.2f\n",
                            T, set_names[si], nt, s.med * 1e3, s.min * 1e3, s.max * 1e3, lm_bytes / s.med / 1e9,
                            T * t1 / s.med, h.med * 1e3, (double)vocab * cols * T / h.med / 1e9,
-                           hi > lo ? (hi - s.med) / (hi - lo) : 1);
+                           overlap(s.med, t1, h.med));
                 }
             }
         }
