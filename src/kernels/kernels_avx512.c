@@ -84,9 +84,7 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
             acc[r][t] = _mm512_setzero_si512();
     for (int64_t b = 0; b < nblk; b++) {
         /* this block's share (R*32 bytes) of the group LQ_I2S_PF_BYTES ahead */
-        _mm_prefetch((const char *)(pf + b * R * 32), LQ_I2S_PF_HINT_BATCH);
-        if (R > 2)
-            _mm_prefetch((const char *)(pf + b * R * 32 + 64), LQ_I2S_PF_HINT_BATCH);
+        LQ_I2S_PREFETCH(pf + b * R * 32, R, 1);
         __m512i xa[4], xb[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
@@ -116,15 +114,7 @@ AI void i2s_tile_avx512(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx
 /* One block of the mask tile into accumulator set p (see i2s_tile_mask_avx512). */
 #define MASK_BLOCK(b, p)                                                                   \
     do {                                                                                   \
-        if (TT == 1) {                                                                     \
-            _mm_prefetch((const char *)(pf + (b) * R * 32), LQ_I2S_PF_HINT);               \
-            if (R > 2)                                                                     \
-                _mm_prefetch((const char *)(pf + (b) * R * 32 + 64), LQ_I2S_PF_HINT);      \
-        } else {                                                                           \
-            _mm_prefetch((const char *)(pf + (b) * R * 32), LQ_I2S_PF_HINT_BATCH);         \
-            if (R > 2)                                                                     \
-                _mm_prefetch((const char *)(pf + (b) * R * 32 + 64), LQ_I2S_PF_HINT_BATCH); \
-        }                                                                                  \
+        LQ_I2S_PREFETCH(pf + (b) * R * 32, R, TT > 1);                                    \
         __m512i xa[2], xb[2];                                                              \
         _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                              \
         {                                                                                  \
@@ -422,6 +412,9 @@ AI void q8_tile_avx512(const int8_t *w, int64_t cols, const int16_t *x, size_t l
                        int64_t out[2][4])
 {
     const int U = TT == 1 ? 2 : 1;
+    /* the rows LQ_DENSE_PF_TILES tiles ahead, into L2, as in dense_tile_avx512 (2B-4T with
+     * --lm-head q8, 2 threads: batched decode B=2 47-49 -> 61-63 tok/s, B=4 71-72 -> 85-90) */
+    const int8_t *pf = w + (size_t)LQ_DENSE_PF_TILES * (size_t)R * (size_t)cols;
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -439,6 +432,9 @@ AI void q8_tile_avx512(const int8_t *w, int64_t cols, const int16_t *x, size_t l
                     acc[r][t][u] = _mm512_setzero_si512();
         int64_t c = c0;
         for (; c + 32 * U <= c1; c += 32 * U) {
+#pragma GCC unroll 2
+            for (int o = 0; o < 32 * U * R; o += 64)
+                _mm_prefetch((const char *)(pf + c * R + o), LQ_DENSE_PF_HINT);
 #pragma GCC unroll 2
             for (int u = 0; u < U; u++) {
                 __m512i wv[2];

@@ -86,6 +86,20 @@ int lq_gate_prefetch(void);
 #ifndef LQ_I2S_PF_HINT_BATCH
 #define LQ_I2S_PF_HINT_BATCH _MM_HINT_T1
 #endif
+/* A tile's share (R*32 bytes) of one block of the group pf points at, for a tile of R rows with
+ * one token (several = 0) or more (used by the SIMD files, which include immintrin.h). */
+#define LQ_I2S_PREFETCH(pf, R, several)                                                     \
+    do {                                                                                   \
+        if (several) {                                                                     \
+            _mm_prefetch((const char *)(pf), LQ_I2S_PF_HINT_BATCH);                        \
+            if ((R) > 2)                                                                   \
+                _mm_prefetch((const char *)(pf) + 64, LQ_I2S_PF_HINT_BATCH);               \
+        } else {                                                                           \
+            _mm_prefetch((const char *)(pf), LQ_I2S_PF_HINT);                              \
+            if ((R) > 2)                                                                   \
+                _mm_prefetch((const char *)(pf) + 64, LQ_I2S_PF_HINT);                     \
+        }                                                                                  \
+    } while (0)
 /* Cache level the dense (lm_head) matvec prefetches the next tile's rows into, when a call
  * carries several tokens (kernels_avx512.c). */
 #ifndef LQ_DENSE_PF_HINT
