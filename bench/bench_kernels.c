@@ -390,13 +390,15 @@ int main(void)
     float *logits = aligned_alloc(64, (size_t)vocab * 4 * 8); /* up to 8 tokens */
     double f16_rate[3] = {0, 0, 0};
     if (lm && logits && (want("f16") || want("q8") || want("f16batch"))) {
-        /* random f16 in +-1/16 everywhere (a repeated pattern streams unrealistically fast
-         * here, see the I2_S sweep above) */
+        /* random f16 in +-1/16 everywhere, for this and the f16batch and q8 sections (a
+         * repeated pattern streams unrealistically fast here, see the I2_S sweep above) */
         for (size_t i = 0; i + 4 <= lm_bytes / 2; i += 4) {
             uint64_t r = rnd64();
             for (int b = 0; b < 4; b++)
                 lm[i + (size_t)b] = lq_f32_to_f16((float)((int)(r >> (16 * b) & 0xffff) % 2001 - 1000) / 16000.0f);
         }
+    }
+    if (lm && logits && want("f16")) { /* T=1 (the decode estimate at the end uses it) */
         lq_dense_mat d = {lm, vocab, cols, LQ_GGML_F16};
         printf("\nf16 lm_head matvec %lldx%lld T=1 (%.0f MB)\n", (long long)vocab, (long long)cols, lm_bytes / 1e6);
         for (int si = 1; si < 3; si++) {

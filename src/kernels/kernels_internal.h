@@ -82,7 +82,8 @@ int lq_gate_prefetch(void);
 #endif
 /* ... and with several tokens per call (batched decode, prefill), where a tile computes long
  * enough for L2 to be near: into L1 the prefetched codes evicted the activations (2B-4T ffn
- * shape, 2 threads, T=2: 189 -> 171 us with T1, i.e. 1.71x -> 2.02x of T=1) */
+ * shape, 2 threads, T=2, three alternating runs: 226 / 207 / 204 -> 180 / 180 / 162 us). The
+ * AVX2 tiles keep LQ_I2S_PF_HINT for every T (kernels_avx2.c). */
 #ifndef LQ_I2S_PF_HINT_BATCH
 #define LQ_I2S_PF_HINT_BATCH _MM_HINT_T1
 #endif
@@ -100,8 +101,9 @@ int lq_gate_prefetch(void);
                 _mm_prefetch((const char *)(pf) + 64, LQ_I2S_PF_HINT);                     \
         }                                                                                  \
     } while (0)
-/* Cache level the dense (lm_head) matvec prefetches the next tile's rows into, when a call
- * carries several tokens (kernels_avx512.c). */
+/* The dense (lm_head) and q8 lm_head tiles prefetch the rows LQ_DENSE_PF_TILES tiles ahead
+ * into this cache level: AVX-512 for every T (at T=1 a few % faster than the hardware
+ * prefetchers alone), AVX2 for T >= 2 (its T=1 row loop is left as it was). */
 #ifndef LQ_DENSE_PF_HINT
 #define LQ_DENSE_PF_HINT _MM_HINT_T1
 #endif
