@@ -19,39 +19,64 @@
 
 /* ---- routes ---- */
 
-enum {
-    R_HEALTH, R_MODELS, R_STATS, R_RUNTIME, R_METRICS,
-    R_DESCRIBE, R_WALK, R_SELECT, R_RELATIONS, R_INFER,
-    R_TOK_ENCODE, R_TOK_DECODE, R_EMBED, R_EMBED_ROW, R_LOGITS,
-    R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_STREAM,
-    R_INSERT, R_PATCHES, R_PATCH_DELETE, R_EXPLAIN, R_OPENAPI,
-    R_WEB_INDEX, R_WEB_ASSET, /* the built-in page (web.c) */
-    R_UNKNOWN, /* 404 and friends */
-    R_COUNT
-};
+struct req;
+struct reply;
 
 #define M_GET 1
 #define M_POST 2
 #define M_DELETE 4
 
+/* A route's flags */
+enum {
+    RT_OPENAI = 1,        /* errors use the OpenAI envelope */
+    RT_GATED = 2,         /* counts against --max-concurrent */
+    RT_MODEL_SCOPED = 4,  /* also answers under /v1/{model_id}/... (LARQL's multi-model paths) */
+    RT_PUBLIC = 8,        /* answers without the API key (the page holds no data) */
+    RT_FROM_MEMORY = 16,  /* answers from memory: still served after a mapped file faulted */
+    RT_UPGRADE = 32,      /* answers 101 Switching Protocols (WebSocket) */
+    RT_CONDITIONAL = 64,  /* may answer 304 Not Modified (ETag) */
+};
+
+/* What GET /v1/openapi.json says of a route (openapi.c). Schemas are JSON Schema text;
+ * params are query parameters "name:type" separated by commas, a trailing '!' marks a
+ * required one. */
+typedef struct route_doc {
+    const char *summary;
+    const char *params;
+    const char *request;      /* JSON body schema, NULL = no body */
+    const char *binary_in;    /* also accepts this binary body type, NULL = none */
+    const char *response;     /* 200 JSON schema */
+    const char *binary_out;   /* 200 may be this binary type instead */
+} route_doc;
+
+typedef void route_fn(lq_server *s, struct req *q, struct reply *r);
+
+/* One row of the route table (routes.c): adding a route is adding a row. A path whose last
+ * segment is "{name}" takes exactly one non-empty segment there (q->path_arg). */
 typedef struct route {
     const char *path;
-    int id;
-    int methods;   /* M_GET | M_POST */
-    int openai;    /* errors use the OpenAI envelope */
-    int gated;     /* counts against --max-concurrent */
-    int prefix;    /* path is a prefix followed by exactly one segment (GET /v1/embed/{id}) */
-    int model_scoped; /* also answers under /v1/{model_id}/... (LARQL's multi-model paths) */
+    int method;               /* M_GET (also HEAD), M_POST or M_DELETE */
+    route_fn *handler;
+    unsigned flags;           /* RT_* */
+    route_doc doc;
 } route;
 
-/* server.c: the route table (openapi.c describes it) */
+/* The table, and the row of a request that matched none (counted as "other"). */
+#define SRV_MAX_ROUTES 64
 const route *srv_routes(size_t *n);
+extern const route srv_unknown_route;
+/* 0..n-1 for a row of the table, n for srv_unknown_route */
+int srv_route_index(const route *rt);
+/* The row for (path, method): NULL when no row has the path; a row of the path with another
+ * method when none has this one (*allowed: the methods the path answers). A "{name}" row's
+ * segment is returned in *arg / *arg_len. Exact paths win over "{name}" rows. */
+const route *srv_route_find(const char *url, int method, const char **arg, size_t *arg_len, int *allowed);
 
 /* ---- metrics (all updated with atomics) ---- */
 
 #define MAX_STATUS 600
 typedef struct metrics {
-    uint64_t requests[R_COUNT][MAX_STATUS];
+    uint64_t requests[SRV_MAX_ROUTES + 1][MAX_STATUS]; /* by srv_route_index */
     uint64_t requests_total;
     uint64_t prompt_tokens, generated_tokens;
     uint64_t prefill_tokens, prefill_us; /* prompt tokens run and wall time spent on them */
@@ -177,16 +202,28 @@ int jget_bool(const route *rt, json_t *o, const char *k, int *out, reply *r);
 int jget_str(const route *rt, json_t *o, const char *k, const char **out, size_t *len, reply *r);
 void srv_log(lq_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* server.c: model and sessions */
+/* models.c: the model (eager or single-flight lazy), its scheduler, the session pool */
+int srv_model_load(lq_server *s, lq_err *err);                  /* the eager load at start */
 int srv_model(lq_server *s, lq_model **m, lq_err *err);          /* loads if lazy */
 lq_scheduler *srv_sched(lq_server *s); /* after srv_model succeeded */
 int srv_session_get(lq_server *s, lq_session **out, lq_err *err);
 void srv_session_put(lq_server *s, lq_session *sess);
+uint64_t srv_cgroup_memory_max(void);  /* the cgroup's memory.max, 0 = none */
+
+/* http.c: libmicrohttpd's callbacks (request plumbing, auth, dispatch through the table) */
+enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                    const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void srv_http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode toe);
+size_t srv_http_unescape(void *cls, struct MHD_Connection *c, char *s);
+
+const char *srv_method_label(int m); /* "GET", "POST", "DELETE" */
+
+/* util.c */
 int srv_conn_gone(struct MHD_Connection *c); /* the peer hung up (poll, no wait) */
-void srv_release_slot(lq_server *s);
 
 /* metrics.c */
-void metrics_count(lq_server *s, int route_id, int status);
+void metrics_count(lq_server *s, const route *rt, int status); /* rt NULL: "other" */
 void metrics_gen(lq_server *s, int n_prompt, int n_generated, double prefill_ms, double decode_ms);
 void route_metrics(lq_server *s, req *q, reply *r);
 void route_stats(lq_server *s, req *q, reply *r);
@@ -195,7 +232,10 @@ void route_runtime(lq_server *s, req *q, reply *r);
 /* routes_larql.c */
 void route_health(lq_server *s, req *q, reply *r);
 void route_models(lq_server *s, req *q, reply *r);
-void route_browse(lq_server *s, req *q, reply *r); /* describe/walk/select/relations */
+void route_describe(lq_server *s, req *q, reply *r);
+void route_walk(lq_server *s, req *q, reply *r);
+void route_select(lq_server *s, req *q, reply *r);
+void route_relations(lq_server *s, req *q, reply *r);
 void route_infer(lq_server *s, req *q, reply *r);
 void route_explain(lq_server *s, req *q, reply *r); /* POST /v1/explain-infer */
 void route_tok_encode(lq_server *s, req *q, reply *r);
@@ -259,7 +299,8 @@ void route_openapi(lq_server *s, req *q, reply *r);
 void route_stream(lq_server *s, req *q, reply *r);
 
 /* web.c: GET / and GET /assets/NAME, the built-in page compiled into the binary */
-void route_web(lq_server *s, req *q, reply *r);
+void route_web_index(lq_server *s, req *q, reply *r);  /* GET / */
+void route_web_asset(lq_server *s, req *q, reply *r);  /* GET /assets/{name} */
 /* If-None-Match (NULL: absent) names etag: a tag of its list, weak or strong, or "*" */
 int srv_etag_matches(const char *inm, const char *etag);
 

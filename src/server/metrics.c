@@ -9,26 +9,27 @@
 #include "core/sb.h"
 #include "server/internal.h"
 
-static const char *ROUTE_NAMES[R_COUNT] = {
-    [R_HEALTH] = "/v1/health", [R_MODELS] = "/v1/models", [R_STATS] = "/v1/stats",
-    [R_RUNTIME] = "/v1/runtime", [R_METRICS] = "/metrics", [R_DESCRIBE] = "/v1/describe",
-    [R_WALK] = "/v1/walk", [R_SELECT] = "/v1/select", [R_RELATIONS] = "/v1/relations",
-    [R_INFER] = "/v1/infer", [R_TOK_ENCODE] = "/v1/token/encode", [R_TOK_DECODE] = "/v1/token/decode",
-    [R_EMBED] = "/v1/embed",
-    [R_EMBED_ROW] = "/v1/embed/{token_id}", [R_LOGITS] = "/v1/logits", [R_COMPLETIONS] = "/v1/completions",
-    [R_CHAT] = "/v1/chat/completions", [R_EMBEDDINGS] = "/v1/embeddings", [R_STREAM] = "/v1/stream",
-    [R_INSERT] = "/v1/insert", [R_PATCHES] = "/v1/patches", [R_PATCH_DELETE] = "/v1/patches/{name}",
-    [R_EXPLAIN] = "/v1/explain-infer", [R_OPENAPI] = "/v1/openapi.json",
-    [R_WEB_INDEX] = "/", [R_WEB_ASSET] = "/assets/{name}",
-    [R_UNKNOWN] = "other",
-};
+/* Requests are counted by row of the route table (srv_route_index), labelled by its path;
+ * the last slot is every request that matched no row ("other"). */
+static size_t n_route_slots(void)
+{
+    size_t n = 0;
+    srv_routes(&n);
+    return n + 1;
+}
+
+static const char *route_label(size_t i)
+{
+    size_t n = 0;
+    const route *rs = srv_routes(&n);
+    return i < n ? rs[i].path : srv_unknown_route.path;
+}
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-void metrics_count(lq_server *s, int route_id, int status)
+void metrics_count(lq_server *s, const route *rt, int status)
 {
-    if (route_id < 0 || route_id >= R_COUNT)
-        route_id = R_UNKNOWN;
+    int route_id = srv_route_index(rt ? rt : &srv_unknown_route);
     if (status < 0 || status >= MAX_STATUS)
         status = 0;
     __atomic_add_fetch(&s->m.requests[route_id][status], 1, __ATOMIC_RELAXED);
@@ -79,13 +80,23 @@ void route_metrics(lq_server *s, req *q, reply *r)
     lq_sb b = {0};
     lq_sb_printf(&b, "# HELP larql_requests_total HTTP requests by route and status.\n"
                   "# TYPE larql_requests_total counter\n");
-    for (int i = 0; i < R_COUNT; i++)
+    /* one series per path: rows that share a path (one per method) are summed */
+    for (size_t i = 0; i < n_route_slots(); i++) {
+        size_t first = 0;
+        while (strcmp(route_label(first), route_label(i)))
+            first++;
+        if (first != i)
+            continue;
         for (int st = 0; st < MAX_STATUS; st++) {
-            uint64_t v = LD(m->requests[i][st]);
+            uint64_t v = 0;
+            for (size_t j = i; j < n_route_slots(); j++)
+                if (!strcmp(route_label(j), route_label(i)))
+                    v += LD(m->requests[j][st]);
             if (v)
-                lq_sb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", ROUTE_NAMES[i], st,
-                          (unsigned long long)v);
+                lq_sb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_label(i), st,
+                             (unsigned long long)v);
         }
+    }
     lq_scheduler_stats st;
     sched_stats(s, &st);
     uint64_t dc_hits, dc_misses;
@@ -160,20 +171,21 @@ static json_t *counters_json(lq_server *s)
     lq_scheduler_stats sst;
     sched_stats(s, &sst);
     json_t *by = json_object();
-    for (int i = 0; i < R_COUNT; i++) {
-        json_t *st = NULL;
+    for (size_t i = 0; i < n_route_slots(); i++) {
+        /* rows that share a path (one per method) share its entry */
+        json_t *st = json_object_get(by, route_label(i));
         for (int c = 0; c < MAX_STATUS; c++) {
             uint64_t v = LD(m->requests[i][c]);
             if (!v)
                 continue;
-            if (!st)
+            if (!st) {
                 st = json_object();
+                json_object_set_new(by, route_label(i), st);
+            }
             char k[16];
             snprintf(k, sizeof k, "%d", c);
-            json_object_set_new(st, k, json_integer((json_int_t)v));
+            json_object_set_new(st, k, json_integer((json_int_t)v + json_integer_value(json_object_get(st, k))));
         }
-        if (st)
-            json_object_set_new(by, ROUTE_NAMES[i], st);
     }
     return json_pack("{s:I,s:o,s:I,s:I,s:f,s:f,s:I,s:I,s:I,s:i,s:I,s:I,s:I}",
                      "requests_served", (json_int_t)LD(m->requests_total), "requests_by_route", by,

@@ -211,104 +211,113 @@ static int kget(lq_server *s, req *q, kview *kv, reply *r)
     return st;
 }
 
-void route_browse(lq_server *s, req *q, reply *r)
+/* The browse routes need a vindex: a GGUF-backed server answers their 400s first (the
+ * parameters are checked before this), then this 503. */
+static int need_vindex(lq_server *s, req *q, reply *r)
 {
-    lq_err err = {0};
-    char *json = NULL;
-    int rc;
-    json_t *j = NULL;
-    kview kv;
-    /* Check what the route requires first, so a GGUF-backed server answers the same 400s. */
-    if (q->rt->id == R_DESCRIBE) {
-        lq_describe_params p;
-        lq_describe_params_init(&p);
-        long limit = p.limit;
-        if (qtext(q, "entity", &p.entity, 1, r) < 0 || qtext(q, "band", &p.band, 0, r) < 0 ||
-            qint(q, "limit", 0, 10000, &limit, r) < 0 || qnum(q, "min_score", &p.min_score, r) < 0 ||
-            qbool(q, "verbose", &p.verbose, r) < 0)
-            return;
-        p.limit = (int)limit;
-        if (!s->vx)
-            goto no_vindex;
-        if (kget(s, q, &kv, r))
-            return;
-        /* --cache-ttl: the same question about the same state answers from the cache */
-        char key[1200];
-        snprintf(key, sizeof key, "%.1000s\n%s\n%d\n%.17g\n%d", p.entity, p.band ? p.band : "", p.limit,
-                 p.min_score, p.verbose);
-        const char *sid = kv.sid;
-        size_t n = 0;
-        if (srv_dcache_get(s, sid, key, &json, &n)) {
-            srv_kview_put(&kv);
-            vindex_reply(r, 0, json, &err);
-            describe_cache_headers(s, q, r);
-            return;
-        }
-        rc = lq_vindex_describe_json(kv.v, &p, &json, &err);
-        if (!rc && strlen(p.entity) <= 1000)
-            srv_dcache_put(s, sid, key, json, strlen(json));
-    } else if (q->rt->id == R_WALK) {
-        lq_walk_params p;
-        lq_walk_params_init(&p);
-        long top = p.top;
-        if (qtext(q, "prompt", &p.prompt, 1, r) < 0 || qint(q, "top", 0, 10000, &top, r) < 0 ||
-            qtext(q, "layers", &p.layers, 0, r) < 0)
-            return;
-        p.top = (int)top;
-        if (!*p.prompt) {
-            reply_larql_err(r, 400, "empty prompt");
-            return;
-        }
-        if (!s->vx)
-            goto no_vindex;
-        if (kget(s, q, &kv, r))
-            return;
-        rc = lq_vindex_walk_json(kv.v, &p, &json, &err);
-    } else if (q->rt->id == R_SELECT) {
-        if (!(j = req_json_body(q, r)))
-            return;
-        lq_select_params p;
-        lq_select_params_init(&p);
-        long layer = -1, limit = p.limit;
-        double minc = p.min_confidence;
-        if (jget_str(q->rt, j, "entity", &p.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &p.relation, NULL, r) < 0 ||
-            jget_int(q->rt, j, "layer", 0, LQ_VINDEX_MAX_LAYERS, &layer, r) < 0 ||
-            jget_int(q->rt, j, "limit", 0, 1000000, &limit, r) < 0 ||
-            jget_num(q->rt, j, "min_confidence", -1e30, 1e30, &minc, r) < 0 ||
-            jget_str(q->rt, j, "order_by", &p.order_by, NULL, r) < 0 || jget_str(q->rt, j, "order", &p.order, NULL, r) < 0) {
-            json_decref(j);
-            return;
-        }
-        p.layer = (int)layer;
-        p.limit = (int)limit;
-        p.min_confidence = minc;
-        if (!s->vx) {
-            json_decref(j);
-            goto no_vindex;
-        }
-        if (kget(s, q, &kv, r)) {
-            json_decref(j);
-            return;
-        }
-        rc = lq_vindex_select_json(kv.v, &p, &json, &err);
-        json_decref(j); /* p's strings pointed into j */
-    } else {
-        if (!s->vx)
-            goto no_vindex;
-        if (kget(s, q, &kv, r))
-            return;
-        rc = lq_vindex_relations_json(kv.v, &json, &err);
-    }
-    srv_kview_put(&kv);
-    vindex_reply(r, rc, json, &err);
-    if (q->rt->id == R_DESCRIBE)
-        describe_cache_headers(s, q, r);
-    return;
-no_vindex:
+    if (s->vx)
+        return 0;
     reply_larql_err(r, 503,
                     "%s needs a vindex (gate vectors and down metadata); this server was started on a "
                     "GGUF file: build one with `larql convert gguf-to-vindex` and serve the directory",
                     q->rt->path);
+    return -1;
+}
+
+void route_describe(lq_server *s, req *q, reply *r)
+{
+    lq_err err = {0};
+    char *json = NULL;
+    kview kv;
+    lq_describe_params p;
+    lq_describe_params_init(&p);
+    long limit = p.limit;
+    if (qtext(q, "entity", &p.entity, 1, r) < 0 || qtext(q, "band", &p.band, 0, r) < 0 ||
+        qint(q, "limit", 0, 10000, &limit, r) < 0 || qnum(q, "min_score", &p.min_score, r) < 0 ||
+        qbool(q, "verbose", &p.verbose, r) < 0)
+        return;
+    p.limit = (int)limit;
+    if (need_vindex(s, q, r) || kget(s, q, &kv, r))
+        return;
+    /* --cache-ttl: the same question about the same state answers from the cache */
+    char key[1200];
+    snprintf(key, sizeof key, "%.1000s\n%s\n%d\n%.17g\n%d", p.entity, p.band ? p.band : "", p.limit, p.min_score,
+             p.verbose);
+    size_t n = 0;
+    int rc = 0;
+    if (!srv_dcache_get(s, kv.sid, key, &json, &n)) {
+        rc = lq_vindex_describe_json(kv.v, &p, &json, &err);
+        if (!rc && strlen(p.entity) <= 1000)
+            srv_dcache_put(s, kv.sid, key, json, strlen(json));
+    }
+    srv_kview_put(&kv);
+    vindex_reply(r, rc, json, &err);
+    describe_cache_headers(s, q, r);
+}
+
+void route_walk(lq_server *s, req *q, reply *r)
+{
+    lq_err err = {0};
+    char *json = NULL;
+    kview kv;
+    lq_walk_params p;
+    lq_walk_params_init(&p);
+    long top = p.top;
+    if (qtext(q, "prompt", &p.prompt, 1, r) < 0 || qint(q, "top", 0, 10000, &top, r) < 0 ||
+        qtext(q, "layers", &p.layers, 0, r) < 0)
+        return;
+    p.top = (int)top;
+    if (!*p.prompt) {
+        reply_larql_err(r, 400, "empty prompt");
+        return;
+    }
+    if (need_vindex(s, q, r) || kget(s, q, &kv, r))
+        return;
+    int rc = lq_vindex_walk_json(kv.v, &p, &json, &err);
+    srv_kview_put(&kv);
+    vindex_reply(r, rc, json, &err);
+}
+
+void route_select(lq_server *s, req *q, reply *r)
+{
+    lq_err err = {0};
+    char *json = NULL;
+    kview kv;
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    lq_select_params p;
+    lq_select_params_init(&p);
+    long layer = -1, limit = p.limit;
+    double minc = p.min_confidence;
+    if (jget_str(q->rt, j, "entity", &p.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &p.relation, NULL, r) < 0 ||
+        jget_int(q->rt, j, "layer", 0, LQ_VINDEX_MAX_LAYERS, &layer, r) < 0 ||
+        jget_int(q->rt, j, "limit", 0, 1000000, &limit, r) < 0 ||
+        jget_num(q->rt, j, "min_confidence", -1e30, 1e30, &minc, r) < 0 ||
+        jget_str(q->rt, j, "order_by", &p.order_by, NULL, r) < 0 || jget_str(q->rt, j, "order", &p.order, NULL, r) < 0 ||
+        need_vindex(s, q, r) || kget(s, q, &kv, r)) {
+        json_decref(j);
+        return;
+    }
+    p.layer = (int)layer;
+    p.limit = (int)limit;
+    p.min_confidence = minc;
+    int rc = lq_vindex_select_json(kv.v, &p, &json, &err);
+    json_decref(j); /* p's strings pointed into j */
+    srv_kview_put(&kv);
+    vindex_reply(r, rc, json, &err);
+}
+
+void route_relations(lq_server *s, req *q, reply *r)
+{
+    lq_err err = {0};
+    char *json = NULL;
+    kview kv;
+    if (need_vindex(s, q, r) || kget(s, q, &kv, r))
+        return;
+    int rc = lq_vindex_relations_json(kv.v, &json, &err);
+    srv_kview_put(&kv);
+    vindex_reply(r, rc, json, &err);
 }
 
 int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, char **body, lq_err *e)

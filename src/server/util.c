@@ -2,6 +2,7 @@
  * OpenAI's {"error":{message,type,param,code}}), typed field access that names the field in
  * its 400, UTF-8 sanitising (jansson refuses invalid UTF-8 strings). */
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +116,7 @@ void reply_route_err(reply *r, const route *rt, int status, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (rt && rt->openai)
+    if (rt && (rt->flags & RT_OPENAI))
         reply_oai_err(r, status, NULL, "%s", msg);
     else
         reply_larql_err(r, status, "%s", msg);
@@ -159,7 +160,7 @@ static void field_err(const route *rt, reply *r, const char *k, const char *fmt,
 {
     va_list ap;
     va_start(ap, fmt);
-    if (rt && rt->openai) {
+    if (rt && (rt->flags & RT_OPENAI)) {
         oai_err_v(r, 400, k, fmt, ap);
     } else {
         char msg[1024];
@@ -243,4 +244,15 @@ int jget_str(const route *rt, json_t *o, const char *k, const char **out, size_t
     if (len)
         *len = json_string_length(v);
     return 1;
+}
+
+int srv_conn_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 1;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }

@@ -41,10 +41,8 @@ int srv_etag_matches(const char *inm, const char *etag)
     return 0;
 }
 
-void route_web(lq_server *s, req *q, reply *r)
+static void web_asset(req *q, reply *r, const char *name)
 {
-    (void)s;
-    const char *name = q->rt->id == R_WEB_INDEX ? "index.html" : q->path_arg;
     const srv_web_asset *a = q->path_arg_long ? NULL : srv_web_find(name);
     r->web = 1;
     if (!a) {
@@ -63,4 +61,16 @@ void route_web(lq_server *s, req *q, reply *r)
     r->ctype = a->ctype;
     r->static_body = a->data;
     r->len = a->len;
+}
+
+void route_web_index(lq_server *s, req *q, reply *r)
+{
+    (void)s;
+    web_asset(q, r, "index.html");
+}
+
+void route_web_asset(lq_server *s, req *q, reply *r)
+{
+    (void)s;
+    web_asset(q, r, q->path_arg);
 }
