@@ -115,6 +115,13 @@ int lq_model_embed(const lq_model *m, const int32_t *ids, size_t n, float *out, 
  * f32, the q8 copy with lq_model_opts.lm_head_q8) into logits [n, n_vocab] — exactly what
  * the forward pass computes after its last layer. Safe from several threads at once. */
 int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *logits, lq_err *err);
+/* The output head's rows for ids, with the final RMSNorm's weight folded in: out [n, n_embd],
+ * row i = norm_weight * lm_head[ids[i]], so that logit j of a hidden state h is out_j . h /
+ * rms(h) (what an edit needs to know which way raises a token). Ids outside the vocabulary ->
+ * LQ_ERANGE. */
+int lq_model_output_rows(const lq_model *m, const int32_t *ids, size_t n, float *out, lq_err *err);
+/* The final RMSNorm's weight [n_embd] (owned by the model). */
+const float *lq_model_output_norm(const lq_model *m);
 /* Bytes of KV cache a session of n_ctx positions holds (f32 or f16 as the model was opened). */
 size_t lq_model_kv_bytes(const lq_model *m, int n_ctx);
 
@@ -131,6 +138,8 @@ typedef struct lq_resid_hook {
     void (*on_logits)(void *ctx, int pos, float *logits, int n_vocab);
     void (*release)(void *ctx);
     void *ctx;
+    /* (may be NULL) the token id of the row at position pos, before its first layer */
+    void (*on_token)(void *ctx, int pos, int32_t id);
 } lq_resid_hook;
 
 /* Sessions. n_ctx = 0 uses min(model's training context, 4096). */

@@ -47,7 +47,8 @@ typedef enum lq_op_kind {
     LQ_OP_UPDATE = 2,     /* vectors and/or meta of a slot */
     LQ_OP_DELETE = 3,     /* tombstone */
     LQ_OP_INSERT_KNN = 4, /* a KNN-store entry */
-    LQ_OP_DELETE_KNN = 5, /* every KNN entry of an entity */
+    LQ_OP_DELETE_KNN = 5, /* every KNN entry (and subject edit) of an entity */
+    LQ_OP_INSERT_SUBJECT = 6, /* one key of a subject-gated edit (ours; LARQL has no such op) */
 } lq_op_kind;
 
 /* One operation. Strings and vectors are borrowed (the patch copies what it keeps). Vectors
@@ -66,6 +67,16 @@ typedef struct lq_patch_op {
     const char *dm_token;
     int32_t dm_id;
     float dm_c;
+    /* INSERT_SUBJECT (see "subject edits" below): layer = where the edit reads its gate and
+     * adds its value, feature = the index of the target token it writes, target_id = that
+     * token; gate = a unit key of the residual there with gate_threshold; key = the
+     * subject's unit key at key_layer with key_threshold (first op of an edit only); down =
+     * the value added (first op of each target token only). Later ops of the same edit and
+     * token leave key / down NULL and share the previous ones. */
+    int key_layer;
+    float key_threshold, gate_threshold;
+    int force; /* INSERT_SUBJECT: the token is written on the logits (the head cannot put it
+                  first from the states the gate matches), the value is zero */
 } lq_patch_op;
 void lq_patch_op_init(lq_patch_op *op, int kind); /* zeroes, confidence NaN, target_id -1 */
 
@@ -165,7 +176,10 @@ int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err);
 
 /* ---- edits ---- */
 
-typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1 } lq_insert_mode;
+/* KNN: LARQL's exact-prompt override. COMPOSE: LARQL's composed feature. SUBJECT (the
+ * default of /v1/insert and LQL INSERT): a subject-gated edit that every phrasing of the
+ * question reads back, in chat too (src/vindex/subject_edit.c). */
+typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1, LQ_INSERT_SUBJECT = 2 } lq_insert_mode;
 
 typedef struct lq_insert_params {
     const char *entity, *relation, *target; /* required, non-empty */
@@ -187,6 +201,7 @@ typedef struct lq_insert_result {
                            entity's embedding (no weights) */
     size_t knn_total;   /* KNN entries after the insert */
     float down_scale;   /* COMPOSE with weights: alpha times the balance factor */
+    int n_forced;       /* SUBJECT: target tokens written on the logits (see lq_patch_op force) */
     float target_prob;  /* COMPOSE with weights: the target's probability after the prompt
                            "The {relation} of {entity} is" with the insert (walk mode) */
 } lq_insert_result;
@@ -243,6 +258,7 @@ lq_edit_set *lq_edit_set_ref(lq_edit_set *s);
 void lq_edit_set_unref(lq_edit_set *s); /* NULL-safe */
 size_t lq_edit_set_n_knn(const lq_edit_set *s);
 size_t lq_edit_set_n_features(const lq_edit_set *s);
+size_t lq_edit_set_n_subject(const lq_edit_set *s); /* subject edits (each of its tokens' groups) */
 
 enum {
     LQ_EDITS_COMPOSE = 1,   /* composed features add to the residual */

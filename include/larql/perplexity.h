@@ -37,6 +37,10 @@ typedef struct lq_perplexity_result {
  * options (activation mode, KV type, lm_head, kernels) are the ones measured. */
 int lq_perplexity(lq_model *m, const char *text, size_t len, int n_ctx, lq_perplexity_result *r,
                   lq_err *err);
+/* The same, with hook (may be NULL) run in every window's forward pass: the perplexity of a
+ * model with edits (lq_edit_set_hook). The hook is borrowed for the call. */
+int lq_perplexity_hook(lq_model *m, const char *text, size_t len, int n_ctx, const lq_resid_hook *hook,
+                       lq_perplexity_result *r, lq_err *err);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@ enum {
     LQ_ECONTEXT = -8,     /* request exceeds the session's context length */
     LQ_EBUSY = -9,        /* resource busy (capacity reached) */
     LQ_ECANCELED = -10,   /* stopped by the caller */
+    LQ_EREFUSED = -11,    /* valid, but the result would not meet its goal (an edit that does
+                           * not take); nothing was changed */
 };
 
 #define LQ_ERR_MSG_MAX 512

@@ -58,6 +58,7 @@ const char *lq_status_str(int code)
     case LQ_ECONTEXT: return "context length exceeded";
     case LQ_EBUSY: return "busy";
     case LQ_ECANCELED: return "canceled";
+    case LQ_EREFUSED: return "refused";
     default: return "unknown error";
     }
 }

@@ -480,8 +480,11 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
 {
     const int D = m->n_embd, F = m->n_ff, QD = m->q_dim, KVD = m->kv_dim;
     float *x = sc->x; /* [T, D] */
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T; t++) {
         embed_row(m, ids[t], x + (size_t)t * D);
+        if (rows[t].hook && rows[t].hook->on_token)
+            rows[t].hook->on_token(rows[t].hook->ctx, rows[t].pos, ids[t]);
+    }
     /* how attention splits the rows of this batch (the same for every layer) */
     att_job plan = {.m = m, .rows = rows, .T = T, .q = sc->q, .out = sc->att};
     int whole_tab[2 * LQ_MAX_BATCH + 1];

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/f16.h"
+
 #include "engine/engine_internal.h"
 
 int lq_model_embed(const lq_model *m, const int32_t *ids, size_t n, float *out, lq_err *err)
@@ -40,4 +42,52 @@ int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *lo
     }
     lq_scratch_free(&sc);
     return LQ_OK;
+}
+
+/* Row id of the lm_head as f32, however the model holds it. */
+static void head_row(const lq_model *m, int32_t id, float *out)
+{
+    const lq_wmat *w = &m->lm_head;
+    size_t D = (size_t)m->n_embd;
+    if (w->kind == LQ_WK_Q8) {
+        const int8_t *r = w->q8.data + (size_t)id * D;
+        for (size_t i = 0; i < D; i++)
+            out[i] = w->q8.scale[id] * (float)r[i];
+        return;
+    }
+    const uint8_t *base = w->dense.data;
+    for (size_t i = 0; i < D; i++) {
+        uint16_t h;
+        switch (w->dense.type) {
+        case LQ_GGML_F16: memcpy(&h, base + 2 * ((size_t)id * D + i), 2); out[i] = lq_f16_to_f32(h); break;
+        case LQ_GGML_BF16: memcpy(&h, base + 2 * ((size_t)id * D + i), 2); out[i] = lq_bf16_to_f32(h); break;
+        default: memcpy(&out[i], base + 4 * ((size_t)id * D + i), 4); break;
+        }
+    }
+}
+
+int lq_model_output_rows(const lq_model *m, const int32_t *ids, size_t n, float *out, lq_err *err)
+{
+    if (!m || (!ids && n) || (!out && n))
+        return lq_err_set(err, LQ_EINVAL, "lq_model_output_rows: model, ids and out are required");
+    if (m->lm_head.kind != LQ_WK_DENSE && m->lm_head.kind != LQ_WK_Q8)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "lq_model_output_rows: the lm_head is not a dense matrix");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab)
+            return lq_err_set(err, LQ_ERANGE, "token id %d (at index %zu) out of range: n_vocab %d", (int)ids[i], i,
+                              m->n_vocab);
+    int held = lq_model_weights_enter(m);
+    for (size_t i = 0; i < n; i++) {
+        float *o = out + i * (size_t)m->n_embd;
+        head_row(m, ids[i], o);
+        for (int d = 0; d < m->n_embd; d++)
+            o[d] *= m->output_norm[d];
+    }
+    lq_model_weights_leave(m, held);
+    return LQ_OK;
+}
+
+const float *lq_model_output_norm(const lq_model *m)
+{
+    return m ? m->output_norm : NULL;
 }

@@ -24,6 +24,12 @@ static double nll_at(const float *logits, int32_t V, int32_t y)
 int lq_perplexity(lq_model *m, const char *text, size_t len, int n_ctx, lq_perplexity_result *r,
                   lq_err *err)
 {
+    return lq_perplexity_hook(m, text, len, n_ctx, NULL, r, err);
+}
+
+int lq_perplexity_hook(lq_model *m, const char *text, size_t len, int n_ctx, const lq_resid_hook *hook,
+                       lq_perplexity_result *r, lq_err *err)
+{
     if (!m || !r || (!text && len))
         return lq_err_set(err, LQ_EINVAL, "perplexity: NULL model, result or text");
     memset(r, 0, sizeof *r);
@@ -57,6 +63,8 @@ int lq_perplexity(lq_model *m, const char *text, size_t len, int n_ctx, lq_perpl
         rc = lq_err_set(err, LQ_ENOMEM, "perplexity: out of memory (%d x %d logits)", PPL_SLICE, (int)V);
     if (!rc)
         rc = lq_session_create(m, n_ctx, &s, err);
+    if (!rc && hook)
+        lq_session_set_hook(s, hook);
     /* in = [BOS] + window: position p predicts in[p + 1]; the scored positions are the second
      * half of the window, p in [first, len(in) - 2] */
     size_t lead = bos >= 0 ? 1 : 0, first = (size_t)n_ctx / 2;

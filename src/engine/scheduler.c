@@ -188,7 +188,7 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
 
 static int get_session(lq_scheduler *S, lq_sched_req *r)
 {
-    const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits ? &r->hook : NULL;
+    const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
         lq_session_set_hook(r->sess, h);

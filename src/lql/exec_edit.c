@@ -65,8 +65,11 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     p.relation = s->relation;
     p.target = s->target;
     p.layer = s->layer;
-    if (s->insert_mode >= 0)
-        p.mode = s->insert_mode ? LQ_INSERT_COMPOSE : LQ_INSERT_KNN;
+    /* the default: a subject edit (every phrasing reads it back) when the vindex has the
+     * weights to compute one, else LARQL's KNN insert */
+    p.mode = s->insert_mode == 2 || (s->insert_mode < 0 && vi->has_model_weights) ? LQ_INSERT_SUBJECT
+             : s->insert_mode == 1                                               ? LQ_INSERT_COMPOSE
+                                                                                 : LQ_INSERT_KNN;
     if (!isnan(s->confidence))
         p.confidence = (float)s->confidence;
     if (!isnan(s->alpha))
@@ -90,7 +93,11 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     lq_sb_free(&pre);
     int first = r.n_layers > 0 ? r.layers[0] : p.layer, last = r.n_layers > 0 ? r.layers[r.n_layers < 64 ? r.n_layers - 1 : 63] : first;
     lq_sb_printf(out, "Inserted: %s \xe2\x80\x94[%s]\xe2\x86\x92 %s at L%d", s->entity, s->relation, s->target, first);
-    if (r.mode == LQ_INSERT_KNN) {
+    if (r.mode == LQ_INSERT_SUBJECT) {
+        lq_sb_printf(out, " (subject edit)\n  mode: subject \xe2\x80\x94 read back by every phrasing of the question, "
+                          "chat included; p(%s) = %.2f after \"The %s of %s is\"\n",
+                     s->target, r.target_prob, s->relation, s->entity);
+    } else if (r.mode == LQ_INSERT_KNN) {
         lq_sb_puts(out, " (KNN store)\n");
         lq_sb_printf(out, "  mode: KNN \xe2\x80\x94 %s\n", r.weights ? "residual capture (Architecture B, retrieval-override)"
                                                               : "embedding key (no model weights)");

@@ -134,7 +134,7 @@ typedef struct lq_lql_stmt {
     /* INSERT */
     char *entity, *relation, *target;
     double confidence, alpha; /* NaN = not given */
-    int insert_mode;          /* -1 none, 0 KNN, 1 COMPOSE */
+    int insert_mode;          /* -1 none, 0 KNN, 1 COMPOSE, 2 SUBJECT */
     /* UPDATE */
     lq_lql_assign *set;
     size_t n_set;

@@ -469,8 +469,10 @@ static int parse_insert(parser *p, lq_lql_stmt *s)
                 s->insert_mode = 0;
             else if (accept_kw(p, "COMPOSE"))
                 s->insert_mode = 1;
+            else if (accept_kw(p, "SUBJECT"))
+                s->insert_mode = 2;
             else
-                return fail(p, "expected KNN or COMPOSE after MODE");
+                return fail(p, "expected KNN, COMPOSE or SUBJECT after MODE");
         } else {
             return unexpected(p, "INSERT (expected AT LAYER, CONFIDENCE, ALPHA or MODE)");
         }

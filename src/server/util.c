@@ -128,6 +128,7 @@ int status_from_lq(int code)
     case LQ_EINVAL: case LQ_ERANGE: case LQ_ECONTEXT: case LQ_EUNSUPPORTED: return 400;
     case LQ_ENOTFOUND: return 404;
     case LQ_EBUSY: return 503;
+    case LQ_EREFUSED: return 422;
     default: return 500;
     }
 }

@@ -14,10 +14,19 @@
  *     by its activation; our forward pass is the dense one, so the slot acts beside the
  *     layer's FFN, and only on residuals close to the one it was written for (the same bound
  *     as the KNN override): prompts far from the insert are computed exactly as before.
+ *   - Subject edits (INSERT ... MODE SUBJECT, src/vindex/subject_edit.c): a subject key at one
+ *     layer marks the positions whose residual is the subject's (cosine >= its threshold);
+ *     from there on, a position whose residual at the edit's layer matches one of a target
+ *     token's gate keys (cosine >= that key's threshold) gets the token's value vector added.
+ *     Of the groups that match at one position only the best (largest margin over its
+ *     threshold) acts. A sequence that never mentions the subject is computed bit for bit as
+ *     without the edit.
  * Deleted features are not removed from the dense FFN (they leave describe/walk/select).
  *
  * A set is reference counted; lq_edit_set_hook makes the per-request hook (its match state
  * is the request's own) that holds a reference until it is released. */
+#include <limits.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +51,25 @@ typedef struct es_entry {
     char *target, *entity, *relation;
 } es_entry;
 
+/* a subject key: the positions where the subject stands */
+typedef struct es_subj {
+    int layer;
+    float thr;
+    float *key;         /* [D] unit */
+} es_subj;
+
+/* one target token of a subject edit: its gate keys and the value they add */
+typedef struct es_group {
+    int subj, layer, n_gates, cap_gates;
+    float *gates;       /* [n_gates, D] unit */
+    float *thr;         /* [n_gates] */
+    float *down;        /* [D] */
+    int32_t tok;        /* the target token */
+    int force;          /* written on the logits where the group fires */
+    int index;          /* which target token of its edit (0 = the first) */
+    int first, n_tok;   /* the edit's groups: [first, first + n_tok) */
+} es_group;
+
 struct lq_edit_set {
     int refs;
     int n_layer, D;
@@ -49,6 +77,10 @@ struct lq_edit_set {
     es_entry *ent;
     int n_ent, cap_ent;
     size_t n_knn, n_feat;
+    es_subj *subj;
+    int n_subj, cap_subj;
+    es_group *grp;
+    int n_grp, cap_grp;
 };
 
 lq_edit_set *lq_vx_edit_set_new(int n_layer, int hidden)
@@ -156,6 +188,65 @@ void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor)
             L->scale[i] *= factor;
 }
 
+/* Subject ops, in their order: an op with a key starts a subject, an op with a down vector
+ * starts a target token's group (of the current subject), every op adds its gate key to the
+ * current group. A run that does not start with both (the overlay checks it) -> LQ_EINVAL. */
+int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_patch_op *ops, size_t n)
+{
+    int D = s->D;
+    for (size_t i = 0; i < n; i++) {
+        const lq_patch_op *op = &ops[i];
+        if (op->kind != LQ_OP_INSERT_SUBJECT || op->layer < 0 || op->layer >= s->n_layer ||
+            (!op->gate && op->feature == 0))
+            return LQ_EINVAL;
+        if (op->key) {
+            if (op->key_layer < 0 || op->key_layer >= s->n_layer ||
+                grow((void **)&s->subj, &s->cap_subj, s->n_subj + 1, sizeof *s->subj))
+                return LQ_EINVAL;
+            es_subj *x = &s->subj[s->n_subj];
+            if (!(x->key = malloc((size_t)D * sizeof *x->key)))
+                return LQ_ENOMEM;
+            unit_into(x->key, op->key, D);
+            x->layer = op->key_layer;
+            x->thr = op->key_threshold;
+            s->n_subj++;
+        }
+        if (op->down) {
+            if (!s->n_subj || grow((void **)&s->grp, &s->cap_grp, s->n_grp + 1, sizeof *s->grp))
+                return s->n_subj ? LQ_ENOMEM : LQ_EINVAL;
+            es_group *g = &s->grp[s->n_grp];
+            memset(g, 0, sizeof *g);
+            if (!(g->down = malloc((size_t)D * sizeof *g->down)))
+                return LQ_ENOMEM;
+            memcpy(g->down, op->down, (size_t)D * sizeof *g->down);
+            g->subj = s->n_subj - 1;
+            g->layer = op->layer;
+            g->tok = op->target_id;
+            g->force = op->force;
+            g->index = op->feature;
+            g->first = op->feature == 0 || s->n_grp == 0 ? s->n_grp : s->grp[s->n_grp - 1].first;
+            g->n_tok = 1;
+            s->grp[g->first].n_tok = s->n_grp - g->first + 1;
+            s->n_grp++;
+        }
+        if (!op->gate) /* a later target token: written after the ones before it, no gate */
+            continue;
+        if (!s->n_grp || s->grp[s->n_grp - 1].layer != op->layer)
+            return LQ_EINVAL;
+        es_group *g = &s->grp[s->n_grp - 1];
+        int cap = g->cap_gates;
+        if (grow((void **)&g->thr, &cap, g->n_gates + 1, sizeof *g->thr))
+            return LQ_ENOMEM;
+        cap = g->cap_gates;
+        if (grow((void **)&g->gates, &cap, g->n_gates + 1, (size_t)D * sizeof *g->gates))
+            return LQ_ENOMEM;
+        g->cap_gates = cap;
+        unit_into(g->gates + (size_t)g->n_gates * D, op->gate, D);
+        g->thr[g->n_gates++] = op->gate_threshold;
+    }
+    return LQ_OK;
+}
+
 lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidden, lq_err *err)
 {
     lq_edit_set *s = lq_vx_edit_set_new(n_layer, hidden);
@@ -193,12 +284,19 @@ void lq_edit_set_unref(lq_edit_set *s)
     for (int i = 0; i < s->n_ent; i++)
         free(s->ent[i].target), free(s->ent[i].entity), free(s->ent[i].relation);
     free(s->ent);
+    for (int i = 0; i < s->n_subj; i++)
+        free(s->subj[i].key);
+    for (int i = 0; i < s->n_grp; i++)
+        free(s->grp[i].gates), free(s->grp[i].thr), free(s->grp[i].down);
+    free(s->subj);
+    free(s->grp);
     free(s->ly);
     free(s);
 }
 
 size_t lq_edit_set_n_knn(const lq_edit_set *s) { return s ? s->n_knn : 0; }
 size_t lq_edit_set_n_features(const lq_edit_set *s) { return s ? s->n_feat : 0; }
+size_t lq_edit_set_n_subject(const lq_edit_set *s) { return s ? (size_t)s->n_subj : 0; }
 
 /* ---- the per-request hook ---- */
 
@@ -211,10 +309,21 @@ typedef struct es_hook {
     const lq_kernels *kern; /* the CPU's gate kernel scores the KNN keys */
     float *sc;           /* [n_sc] key scores of one layer */
     int n_sc;
+    int *subj_pos;       /* [n_subj]: the first position where the subject stands, INT_MAX none */
     struct {
         int pos, entry, layer;
         float cos;
-    } m[MATCH_RING];     /* by pos % MATCH_RING: the KNN match of the row at pos */
+        int32_t force_tok; /* a subject edit's token written on this row's logits, -1 none */
+        int sgroup;        /* the subject edit's group whose gate fired on this row, -1 none */
+        int cont;          /* the group that continues an edit's target on this row, -1 none */
+        int32_t id;        /* the row's token */
+    } m[MATCH_RING];
+    struct {
+        int g0, p0, next;  /* an edit writing its target: first group, where token 0 was
+                            * predicted, the index of the token it predicts next */
+    } wr[8];
+    int n_wr;
+    int debug;           /* LQ_SUBJECT_DEBUG: the subject edits' scores on stderr */     /* by pos % MATCH_RING: the KNN match of the row at pos */
 } es_hook;
 
 static float dot(const float *a, const float *b, int D)
@@ -225,6 +334,137 @@ static float dot(const float *a, const float *b, int D)
     return s;
 }
 
+/* Subject edits at one (layer, position), on x as it entered: records where each subject
+ * stands, and at a gate layer which group fires (the best margin; -1 none). */
+static int subject_pass(es_hook *k, int layer, int pos, const float *x, float inv)
+{
+    const lq_edit_set *s = k->s;
+    int D = s->D;
+    for (int i = 0; i < s->n_subj; i++) {
+        const es_subj *u = &s->subj[i];
+        if (u->layer != layer)
+            continue;
+        if (k->debug)
+            fprintf(stderr, "  [subject %d at pos %d: %.3f (threshold %.3f)]\n", i, pos, dot(u->key, x, D) * inv, u->thr);
+        if (dot(u->key, x, D) * inv >= u->thr) {
+            if (pos < k->subj_pos[i])
+                k->subj_pos[i] = pos;
+        } else if (k->subj_pos[i] == pos) {
+            k->subj_pos[i] = INT_MAX; /* the position was computed again with other tokens */
+        }
+    }
+    int best = -1;
+    float bm = 0;
+    for (int gi = 0; gi < s->n_grp; gi++) {
+        const es_group *g = &s->grp[gi];
+        if (g->layer != layer || k->subj_pos[g->subj] > pos)
+            continue;
+        for (int j = 0; j < g->n_gates; j++) {
+            float m = dot(g->gates + (size_t)j * D, x, D) * inv - g->thr[j];
+            if (k->debug)
+                fprintf(stderr, "  [gate %d.%d at pos %d: margin %.3f]\n", gi, j, pos, m);
+            if (m >= 0 && (best < 0 || m > bm))
+                best = gi, bm = m;
+        }
+    }
+    return best;
+}
+
+static void slot_reset(es_hook *k, int pos)
+{
+    int slot = pos % MATCH_RING;
+    k->m[slot].pos = pos;
+    k->m[slot].entry = -1;
+    k->m[slot].force_tok = -1;
+    k->m[slot].sgroup = -1;
+    k->m[slot].cont = -1;
+    k->m[slot].id = -1;
+}
+
+/* Follows the writes in progress over the token at pos: a write whose next token position
+ * this is continues when the token is the one it wrote last (the row then predicts its
+ * next target token), and ends otherwise or when its target is complete. */
+static void follow_writes(es_hook *k, int pos, int32_t id)
+{
+    const lq_edit_set *s = k->s;
+    for (int w = 0; w < k->n_wr;) {
+        int g0 = k->wr[w].g0, at = k->wr[w].p0 + k->wr[w].next;
+        int keep = 0;
+        if (pos == at && k->wr[w].next < s->grp[g0].n_tok && id == s->grp[g0 + k->wr[w].next - 1].tok) {
+            k->m[pos % MATCH_RING].cont = g0 + k->wr[w].next;
+            k->wr[w].next++;
+            keep = k->wr[w].next < s->grp[g0].n_tok;
+        } else if (pos < at) {
+            keep = 1; /* not there yet */
+        }
+        if (keep)
+            w++;
+        else
+            k->wr[w] = k->wr[--k->n_wr];
+    }
+}
+
+static void hook_on_token(void *ctx, int pos, int32_t id)
+{
+    es_hook *k = ctx;
+    if (pos < 0)
+        return;
+    slot_reset(k, pos);
+    k->m[pos % MATCH_RING].id = id;
+    if (k->n_wr)
+        follow_writes(k, pos, id);
+}
+
+/* An edit's first target token was written at pos: its next ones follow the tokens that come
+ * after it, those already known (a prompt that holds them) at once, the rest as they come. */
+static void start_write(es_hook *k, int g0, int pos)
+{
+    const lq_edit_set *s = k->s;
+    if (s->grp[g0].n_tok < 2)
+        return;
+    int next = 1;
+    for (; next < s->grp[g0].n_tok; next++) {
+        int p = pos + next, slot = p % MATCH_RING;
+        if (k->m[slot].pos != p || next >= MATCH_RING)
+            break; /* not seen yet */
+        if (k->m[slot].id != s->grp[g0 + next - 1].tok)
+            return;
+        k->m[slot].cont = g0 + next;
+    }
+    if (next == s->grp[g0].n_tok)
+        return;
+    if (k->n_wr == (int)(sizeof k->wr / sizeof k->wr[0]))
+        k->wr[0] = k->wr[--k->n_wr]; /* the oldest gives way */
+    k->wr[k->n_wr].g0 = g0;
+    k->wr[k->n_wr].p0 = pos;
+    k->wr[k->n_wr].next = next;
+    k->n_wr++;
+}
+
+/* Composed features of a layer on x (activations from x as it entered, then the adds). */
+static void feature_pass(es_hook *k, const es_layer *L, float *x, float inv)
+{
+    int D = k->s->D;
+    const float t = LQ_KNN_COSINE_THRESHOLD;
+    /* activations from the residual as it entered, then the adds */
+    float act[64];
+    for (int f0 = 0; f0 < L->n_feat; f0 += 64) {
+        int nb = L->n_feat - f0 < 64 ? L->n_feat - f0 : 64;
+        for (int j = 0; j < nb; j++) {
+            float c = dot(L->gates + (size_t)(f0 + j) * D, x, D) * inv;
+            float a = c > t ? (c - t) / (1.0f - t) : 0.0f;
+            act[j] = a * a * L->scale[f0 + j];
+        }
+        for (int j = 0; j < nb; j++) {
+            if (act[j] == 0)
+                continue;
+            const float *d = L->downs + (size_t)(f0 + j) * D;
+            for (int i = 0; i < D; i++)
+                x[i] += act[j] * d[i];
+        }
+    }
+}
+
 static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x, int D)
 {
     es_hook *k = ctx;
@@ -233,18 +473,17 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
         return;
     const es_layer *L = &s->ly[layer];
     int slot = pos % MATCH_RING;
-    if (layer == 0 || k->m[slot].pos != pos) {
-        k->m[slot].pos = pos;
-        k->m[slot].entry = -1;
-    }
-    if (!L->n_knn && !L->n_feat)
+    if (k->m[slot].pos != pos)
+        slot_reset(k, pos); /* a forward pass that did not announce its tokens */
+    if (!L->n_knn && !L->n_feat && !s->n_subj)
         return;
     double xx = 0;
     for (int i = 0; i < D; i++)
         xx += (double)x[i] * x[i];
-    if (xx <= 0)
+    if (!(xx > 0) || !isfinite(xx))
         return;
     float inv = (float)(1.0 / sqrt(xx));
+
     const float t = LQ_KNN_COSINE_THRESHOLD;
     if (logits && L->n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) &&
         k->m[slot].entry < 0) {
@@ -268,24 +507,27 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
             k->m[slot].cos = bc;
         }
     }
-    if (!(k->flags & LQ_EDITS_COMPOSE) || !L->n_feat)
+    if (!(k->flags & LQ_EDITS_COMPOSE))
         return;
-    /* activations from the residual as it entered, then the adds */
-    float act[64];
-    for (int f0 = 0; f0 < L->n_feat; f0 += 64) {
-        int nb = L->n_feat - f0 < 64 ? L->n_feat - f0 : 64;
-        for (int j = 0; j < nb; j++) {
-            float c = dot(L->gates + (size_t)(f0 + j) * D, x, D) * inv;
-            float a = c > t ? (c - t) / (1.0f - t) : 0.0f;
-            act[j] = a * a * L->scale[f0 + j];
-        }
-        for (int j = 0; j < nb; j++) {
-            if (act[j] == 0)
-                continue;
-            const float *d = L->downs + (size_t)(f0 + j) * D;
-            for (int i = 0; i < D; i++)
-                x[i] += act[j] * d[i];
-        }
+    /* every edit of the layer scores x as it entered; the adds come after */
+    if (s->n_subj) {
+        int g = subject_pass(k, layer, pos, x, inv);
+        if (g >= 0)
+            k->m[slot].sgroup = g;
+    }
+    if (L->n_feat)
+        feature_pass(k, L, x, inv);
+    /* after the last layer, the value of the subject edit that writes on this row: the
+     * continuation of a target in progress, else the group whose gate fired */
+    int gi = k->m[slot].cont >= 0 ? k->m[slot].cont : k->m[slot].sgroup;
+    if (layer == s->n_layer - 1 && gi >= 0) {
+        const es_group *sg = &s->grp[gi];
+        for (int i = 0; i < D; i++)
+            x[i] += sg->down[i];
+        if (sg->force && logits)
+            k->m[slot].force_tok = sg->tok;
+        if (k->m[slot].cont < 0)
+            start_write(k, sg->first, pos);
     }
 }
 
@@ -293,6 +535,14 @@ static void hook_on_logits(void *ctx, int pos, float *logits, int V)
 {
     es_hook *k = ctx;
     int slot = pos % MATCH_RING;
+    if (k->m[slot].pos == pos && k->m[slot].force_tok >= 0 && k->m[slot].force_tok < V) {
+        /* a subject edit's token the head cannot put first: first by a wide margin */
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++)
+            mx = logits[i] > mx ? logits[i] : mx;
+        logits[k->m[slot].force_tok] = mx + 20.0f;
+        return;
+    }
     if (!(k->flags & LQ_EDITS_KNN_FORCE) || k->m[slot].pos != pos || k->m[slot].entry < 0)
         return;
     int32_t id = k->s->ent[k->m[slot].entry].target_id;
@@ -312,6 +562,7 @@ static void hook_release(void *ctx)
     es_hook *k = ctx;
     lq_edit_set_unref(k->s);
     free(k->sc);
+    free(k->subj_pos);
     free(k);
 }
 
@@ -322,14 +573,24 @@ int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err
     es_hook *k = calloc(1, sizeof *k);
     if (!k)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    for (int i = 0; i < MATCH_RING; i++)
-        k->m[i].pos = -1, k->m[i].entry = -1;
+    for (int i = 0; i < MATCH_RING; i++) {
+        slot_reset(k, i);
+        k->m[i].pos = -1;
+    }
+    if (s->n_subj && !(k->subj_pos = malloc((size_t)s->n_subj * sizeof *k->subj_pos))) {
+        free(k);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < s->n_subj; i++)
+        k->subj_pos[i] = INT_MAX;
     k->s = lq_edit_set_ref(s);
     k->flags = flags;
     k->kern = lq_kernels_best();
     k->h.after_layer = hook_after_layer;
     k->h.on_logits = hook_on_logits;
     k->h.release = hook_release;
+    k->h.on_token = hook_on_token;
+    k->debug = getenv("LQ_SUBJECT_DEBUG") != NULL;
     k->h.ctx = k;
     *out = &k->h;
     return LQ_OK;

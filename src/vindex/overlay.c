@@ -51,6 +51,7 @@ struct lq_overlay {
     int **gfeat;
     lq_patch **patches;
     size_t np, capp;
+    lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
     uint64_t version;
     char *edits_name;     /* NULL = EDITS_NAME */
     /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
@@ -151,6 +152,8 @@ static void clear_state(lq_overlay *o)
         memset(o->slot, 0, o->hcap * sizeof *o->slot);
     memset(o->n_gate, 0, (size_t)o->n_layers * sizeof *o->n_gate);
     memset(o->n_del, 0, (size_t)o->n_layers * sizeof *o->n_del);
+    lq_patch_free(o->subj);
+    o->subj = NULL;
 }
 
 static float *vdup(const float *v, int n)
@@ -219,6 +222,39 @@ static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_
 
 /* ---- validation and application of one op ---- */
 
+/* Every vector of op holds finite values (an edit must never make the forward pass NaN). */
+static int vectors_finite(const lq_overlay *o, const lq_patch_op *op)
+{
+    const float *vs[4] = {op->gate, op->up, op->down, op->key};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; vs[k] && i < o->hidden; i++)
+            if (!isfinite(vs[k][i]))
+                return 0;
+    return 1;
+}
+
+/* A run of subject ops must start each edit with its subject key and each target token with
+ * its value: the ops that follow share them (lq_vx_edit_set_add_subject). */
+static int subject_run_ok(const char *pname, const lq_patch_op *ops, size_t n, lq_err *err)
+{
+    int have_key = 0, have_group = 0, group_feature = -1, group_layer = -1;
+    for (size_t i = 0; i < n; i++) {
+        const lq_patch_op *op = &ops[i];
+        if (op->kind != LQ_OP_INSERT_SUBJECT)
+            continue;
+        if (op->key)
+            have_key = 1, have_group = 0;
+        if (op->down)
+            have_group = 1, group_feature = op->feature, group_layer = op->layer;
+        if (!have_key || !have_group || op->feature != group_feature || op->layer != group_layer)
+            return lq_err_set(err, LQ_EINVAL,
+                              "patch '%s' op %zu: insert_subject without the key or value it would share (an edit's "
+                              "first op carries key_vector_b64, each target token's first op down_vector_b64)",
+                              pname, i);
+    }
+    return LQ_OK;
+}
+
 static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_patch_op *op, lq_err *err)
 {
     const lq_vindex *v = o->base;
@@ -227,6 +263,20 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
     if (op->layer < 0 || op->layer >= o->n_layers)
         return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: layer %d is outside the model's %d layers", pname, i,
                           op->layer, o->n_layers);
+    if (op->kind == LQ_OP_INSERT_SUBJECT) {
+        if (op->key_layer < 0 || op->key_layer >= o->n_layers)
+            return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: key_layer %d is outside the model's %d layers", pname,
+                              i, op->key_layer, o->n_layers);
+        if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
+            return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: target_id %d outside the vocabulary (%d)", pname,
+                              i, (int)op->target_id, v->info.vocab_size);
+        if ((!op->gate && (op->feature == 0 || !op->down)) || !op->entity || !op->target)
+            return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert_subject needs entity, target, and gate vectors "
+                              "(first target token) or a down vector (later ones)", pname, i);
+        return vectors_finite(o, op) ? LQ_OK
+                                     : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN or infinity",
+                                                  pname, i);
+    }
     if (op->kind == LQ_OP_INSERT_KNN) {
         if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
             return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: target_id %d outside the vocabulary (%d)", pname,
@@ -286,6 +336,29 @@ static int set_str(char **dst, const char *s)
     return LQ_OK;
 }
 
+/* Drops every subject edit of entity (case-insensitive). */
+static int subject_remove(lq_overlay *o, const char *entity, lq_err *err)
+{
+    if (!o->subj || !entity)
+        return LQ_OK;
+    lq_patch *keep = NULL;
+    int rc = lq_patch_create("subject", NULL, o->hidden, &keep, err), drop = 0;
+    lq_patch_op op;
+    for (size_t i = 0; !rc && lq_patch_op_at(o->subj, i, &op); i++) {
+        if (op.key) /* an edit's ops run from its key to the next one */
+            drop = op.entity && !strcasecmp(op.entity, entity);
+        if (!drop)
+            rc = lq_patch_add(keep, &op, err);
+    }
+    if (rc) {
+        lq_patch_free(keep);
+        return rc;
+    }
+    lq_patch_free(o->subj);
+    o->subj = keep;
+    return LQ_OK;
+}
+
 /* LARQL's apply semantics (§6.2 of the reference notes). Errors are allocation failures only:
  * everything else was checked by check_op. */
 static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
@@ -296,9 +369,14 @@ static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
                            isnan(op->confidence) ? 1.0f : op->confidence};
         return lq_knn_store_add_entry(o->knn, &ke, err);
     }
+    if (op->kind == LQ_OP_INSERT_SUBJECT) {
+        if (!o->subj && lq_patch_create("subject", NULL, o->hidden, &o->subj, err))
+            return LQ_ENOMEM;
+        return lq_patch_add(o->subj, op, err);
+    }
     if (op->kind == LQ_OP_DELETE_KNN) {
         lq_vx_knn_remove(o->knn, op->entity, NULL);
-        return LQ_OK;
+        return subject_remove(o, op->entity, err);
     }
     ov_feat *e = get_or_add(o, op->layer, op->feature);
     if (!e)
@@ -359,13 +437,19 @@ static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
             return lq_err_set(err, LQ_EINVAL, "patch '%s': base_checksum %.16s... is not this vindex's (%.16s...)",
                               name, ck, json_string_value(c));
     }
-    lq_patch_op op;
-    for (size_t i = 0; lq_patch_op_at(p, i, &op); i++) {
-        int rc = check_op(o, name, i, &op, err);
-        if (rc)
-            return rc;
+    size_t n = lq_patch_n_ops(p);
+    lq_patch_op *ops = malloc((n ? n : 1) * sizeof *ops);
+    if (!ops)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    int rc = LQ_OK;
+    for (size_t i = 0; !rc && i < n; i++) {
+        lq_patch_op_at(p, i, &ops[i]);
+        rc = check_op(o, name, i, &ops[i], err);
     }
-    return LQ_OK;
+    if (!rc)
+        rc = subject_run_ok(name, ops, n, err);
+    free(ops);
+    return rc;
 }
 
 static int apply_ops(lq_overlay *o, const lq_patch *p, lq_err *err)
@@ -469,6 +553,18 @@ static lq_edit_set *build_edit_set(const lq_overlay *o, lq_err *err)
             s = NULL;
             lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
         }
+    }
+    size_t ns = lq_patch_n_ops(o->subj);
+    if (s && ns) {
+        lq_patch_op *ops = malloc(ns * sizeof *ops);
+        for (size_t i = 0; ops && i < ns; i++)
+            lq_patch_op_at(o->subj, i, &ops[i]);
+        if (!ops || lq_vx_edit_set_add_subject(s, ops, ns)) {
+            lq_edit_set_unref(s);
+            s = NULL;
+            lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+        }
+        free(ops);
     }
     return s;
 }
@@ -642,6 +738,9 @@ static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
         if (rc)
             return rc;
     }
+    int rc0 = subject_run_ok(edits_name(o), ops, n, err);
+    if (rc0)
+        return rc0;
     lq_patch *e = edits_patch(o, err);
     if (!e)
         return err ? err->code : LQ_ENOMEM;
@@ -783,6 +882,52 @@ static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt
     return rc;
 }
 
+/* A subject edit: its ops computed on the model, then checked with every edit of the overlay
+ * (greedy decoding of the canonical prompt must write the whole target), and only then
+ * recorded: an edit that does not take is refused and leaves the overlay as it was. */
+static int subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_insert_result *r,
+                          lq_err *err)
+{
+    if (!m)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "insert: a subject edit needs the model's weights (a vindex built "
+                                                "with --level inference, or MODE KNN / COMPOSE)");
+    lq_patch *ops = NULL;
+    int rc = lq_vx_subject_insert(o, m, p, &ops, r, err);
+    size_t n = lq_patch_n_ops(ops);
+    lq_patch_op *arr = rc ? NULL : malloc((n ? n : 1) * sizeof *arr);
+    if (!rc && !arr)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        lq_patch_op_at(ops, i, &arr[i]);
+    lq_edit_set *s = rc ? NULL : build_edit_set(o, err);
+    if (!rc && (!s || lq_vx_edit_set_add_subject(s, arr, n)))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
+    float p0 = 0;
+    int32_t tt[64];
+    size_t nt = 0;
+    for (size_t i = 0; !rc && i < n && nt < 64; i++)
+        if (arr[i].down) /* the first op of each target token */
+            tt[nt++] = arr[i].target_id;
+    int ok = rc ? 0 : lq_vx_subject_check(m, s, p, tt, nt, &p0, err);
+    if (!rc && ok < 0)
+        rc = ok;
+    else if (!rc && !ok)
+        rc = lq_err_set(err, LQ_EREFUSED,
+                        "insert: with the edit, \"The %s of %s is\" does not continue with \"%s\" (first token at "
+                        "probability %.3f); nothing was changed",
+                        p->relation, p->entity, p->target, p0);
+    if (!rc)
+        rc = edit(o, arr, n, err);
+    if (!rc) {
+        r->target_prob = p0;
+        r->knn_total = o->knn->n;
+    }
+    lq_edit_set_unref(s);
+    lq_patch_free(ops);
+    free(arr);
+    return rc;
+}
+
 int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_insert_result *r,
                       lq_err *err)
 {
@@ -792,8 +937,8 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
     memset(r, 0, sizeof *r);
     if (!o || !p || !p->entity || !*p->entity || !p->relation || !*p->relation || !p->target || !*p->target)
         return lq_err_set(err, LQ_EINVAL, "insert: entity, relation and target are required");
-    if (p->mode != LQ_INSERT_KNN && p->mode != LQ_INSERT_COMPOSE)
-        return lq_err_set(err, LQ_EINVAL, "insert: mode %d is not KNN (0) or COMPOSE (1)", p->mode);
+    if (p->mode != LQ_INSERT_KNN && p->mode != LQ_INSERT_COMPOSE && p->mode != LQ_INSERT_SUBJECT)
+        return lq_err_set(err, LQ_EINVAL, "insert: mode %d is not KNN (0), COMPOSE (1) or SUBJECT (2)", p->mode);
     const lq_vindex *v = o->base;
     int L = o->n_layers, D = o->hidden;
     if (p->layer >= L)
@@ -802,6 +947,8 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
         return lq_err_set(err, LQ_ERANGE, "insert: layer %d is negative", p->layer);
     if (m && lq_model_get_info(m)->n_embd != D)
         return lq_err_set(err, LQ_EINVAL, "insert: model hidden %d, vindex hidden %d", lq_model_get_info(m)->n_embd, D);
+    if (p->mode == LQ_INSERT_SUBJECT)
+        return subject_insert(o, m, p, r, err);
     /* layers written */
     int kb_lo = v->info.bands[1].start, kb_hi = v->info.bands[1].end;
     int l0, l1;
@@ -1023,6 +1170,12 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
             (!w->relation || icontains(e->relation, w->relation)))
             nk++;
     }
+    /* subject edits of the entity (one per edit: counted at its key) */
+    lq_patch_op sop;
+    for (size_t i = 0; !rc && w->entity && w->feature < 0 && lq_patch_op_at(o->subj, i, &sop); i++)
+        if (sop.key && sop.entity && !strcasecmp(sop.entity, w->entity) && (w->layer < 0 || sop.layer == w->layer) &&
+            (!w->relation || icontains(sop.relation, w->relation)))
+            nk++;
     lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);
     if (!rc && !ops)
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");

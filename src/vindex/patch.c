@@ -87,7 +87,7 @@ void lq_patch_free(lq_patch *p)
     free(p);
 }
 
-static int kind_ok(int k) { return k >= LQ_OP_INSERT && k <= LQ_OP_DELETE_KNN; }
+static int kind_ok(int k) { return k >= LQ_OP_INSERT && k <= LQ_OP_INSERT_SUBJECT; }
 
 int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
 {
@@ -102,6 +102,10 @@ int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
                 return lq_err_set(err, LQ_EINVAL, "patch '%s': vectors need a known hidden size", p->name);
     if (op->kind == LQ_OP_INSERT_KNN && !op->key)
         return lq_err_set(err, LQ_EINVAL, "patch '%s': insert_knn needs a key vector", p->name);
+    if (op->kind == LQ_OP_INSERT_SUBJECT && !op->gate && (op->feature == 0 || !op->down))
+        return lq_err_set(err, LQ_EINVAL,
+                          "patch '%s': insert_subject needs a gate vector (its first target token) or a down vector",
+                          p->name);
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 16;
         pop *n = realloc(p->ops, cap * sizeof *n);
@@ -162,8 +166,10 @@ void lq_patch_counts(const lq_patch *p, size_t *ins, size_t *upd, size_t *del)
     *ins = *upd = *del = 0;
     for (size_t i = 0; p && i < p->n; i++) {
         int k = p->ops[i].op.kind;
-        if (k == LQ_OP_INSERT || k == LQ_OP_INSERT_KNN)
+        if (k == LQ_OP_INSERT || k == LQ_OP_INSERT_KNN || (k == LQ_OP_INSERT_SUBJECT && p->ops[i].op.key))
             (*ins)++;
+        else if (k == LQ_OP_INSERT_SUBJECT)
+            ; /* one subject edit is several ops: counted once, at its first */
         else if (k == LQ_OP_UPDATE)
             (*upd)++;
         else
@@ -196,7 +202,8 @@ int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err)
 
 /* ---- reading ---- */
 
-static const char *const OP_NAMES[] = {NULL, "insert", "update", "delete", "insert_knn", "delete_knn"};
+static const char *const OP_NAMES[] = {NULL,         "insert",     "update",        "delete",
+                                       "insert_knn", "delete_knn", "insert_subject"};
 
 typedef struct rd {
     const char *name;  /* for messages */
@@ -300,32 +307,47 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
     if (rc < 0)
         return rc;
     int kind = 0;
-    for (int k = 1; k <= 5; k++)
+    for (int k = 1; k <= LQ_OP_INSERT_SUBJECT; k++)
         if (!strcmp(opn, OP_NAMES[k]))
             kind = k;
     if (!kind)
-        return bad(r, "op", "is not one of insert, update, delete, insert_knn, delete_knn");
+        return bad(r, "op", "is not one of insert, update, delete, insert_knn, delete_knn, insert_subject");
     lq_patch_op op;
     lq_patch_op_init(&op, kind);
     long long v;
     float *bufs[4] = {0};
     int need_slot = kind == LQ_OP_INSERT || kind == LQ_OP_UPDATE || kind == LQ_OP_DELETE;
-    if (need_slot || kind == LQ_OP_INSERT_KNN) {
+    int subj = kind == LQ_OP_INSERT_SUBJECT;
+    if (need_slot || kind == LQ_OP_INSERT_KNN || subj) {
         if ((rc = get_int(r, o, "layer", 1, 0, LQ_VINDEX_MAX_LAYERS - 1, &v)) < 0)
             return rc;
         op.layer = (int)v;
     }
-    if (need_slot) {
+    if (need_slot || subj) {
         if ((rc = get_int(r, o, "feature", 1, 0, LQ_VINDEX_MAX_FEATURES - 1, &v)) < 0)
             return rc;
         op.feature = (int)v;
     }
+    if (subj) {
+        if ((rc = get_int(r, o, "key_layer", 1, 0, LQ_VINDEX_MAX_LAYERS - 1, &v)) < 0)
+            return rc;
+        op.key_layer = (int)v;
+        if ((rc = get_num(r, o, "key_threshold", &op.key_threshold)) <= 0 ||
+            (rc = get_num(r, o, "gate_threshold", &op.gate_threshold)) <= 0)
+            return rc < 0 ? rc : bad(r, "key_threshold", "and gate_threshold are required");
+        if (op.key_threshold < -1 || op.key_threshold > 1 || op.gate_threshold < -1 || op.gate_threshold > 1)
+            return bad(r, "key_threshold", "and gate_threshold must be cosines in [-1, 1]");
+        json_t *f = json_object_get(o, "force");
+        if (f && !json_is_boolean(f))
+            return bad(r, "force", "must be true or false");
+        op.force = f && json_is_true(f);
+    }
     if ((rc = get_str(r, o, "entity", kind == LQ_OP_INSERT || kind >= LQ_OP_INSERT_KNN, &op.entity)) < 0 ||
         (rc = get_str(r, o, "relation", kind == LQ_OP_INSERT_KNN, &op.relation)) < 0 ||
-        (rc = get_str(r, o, "target", kind == LQ_OP_INSERT || kind == LQ_OP_INSERT_KNN, &op.target)) < 0 ||
+        (rc = get_str(r, o, "target", kind == LQ_OP_INSERT || kind == LQ_OP_INSERT_KNN || subj, &op.target)) < 0 ||
         (rc = get_str(r, o, "reason", 0, &op.reason)) < 0 || (rc = get_num(r, o, "confidence", &op.confidence)) < 0)
         return rc;
-    if (kind == LQ_OP_INSERT_KNN) {
+    if (kind == LQ_OP_INSERT_KNN || subj) {
         if ((rc = get_int(r, o, "target_id", 1, 0, INT32_MAX, &v)) < 0)
             return rc;
         op.target_id = (int32_t)v;
@@ -335,6 +357,14 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
          (rc = get_vec(r, o, "up_vector_b64", hidden, &bufs[1], &op.up)) < 0 ||
          (rc = get_vec(r, o, "down_vector_b64", hidden, &bufs[2], &op.down)) < 0))
         goto out;
+    if (subj && ((rc = get_vec(r, o, "gate_vector_b64", hidden, &bufs[0], &op.gate)) < 0 ||
+                 (rc = get_vec(r, o, "down_vector_b64", hidden, &bufs[2], &op.down)) < 0 ||
+                 (rc = get_vec(r, o, "key_vector_b64", hidden, &bufs[3], &op.key)) < 0))
+        goto out;
+    if (subj && !op.gate && (op.feature == 0 || !op.down)) {
+        rc = bad(r, "gate_vector_b64", "is missing (the first target token needs gates, a later one its down vector)");
+        goto out;
+    }
     if (kind == LQ_OP_INSERT_KNN &&
         (rc = get_vec(r, o, "key_vector_b64", hidden, &bufs[3], &op.key)) <= 0) {
         if (rc == 0)
@@ -507,14 +537,22 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
     json_object_set_new(o, "op", json_string(OP_NAMES[op->kind]));
     if (op->kind != LQ_OP_DELETE_KNN)
         json_object_set_new(o, "layer", json_integer(op->layer));
-    if (op->kind == LQ_OP_INSERT || op->kind == LQ_OP_UPDATE || op->kind == LQ_OP_DELETE)
+    int subj = op->kind == LQ_OP_INSERT_SUBJECT;
+    if (op->kind == LQ_OP_INSERT || op->kind == LQ_OP_UPDATE || op->kind == LQ_OP_DELETE || subj)
         json_object_set_new(o, "feature", json_integer(op->feature));
-    if (op->kind == LQ_OP_INSERT || op->kind == LQ_OP_INSERT_KNN)
+    if (op->kind == LQ_OP_INSERT || op->kind == LQ_OP_INSERT_KNN || subj)
         set_str(o, "relation", op->relation);
     set_str(o, "entity", op->entity);
     set_str(o, "target", op->target);
-    if (op->kind == LQ_OP_INSERT_KNN)
+    if (op->kind == LQ_OP_INSERT_KNN || subj)
         json_object_set_new(o, "target_id", json_integer(op->target_id));
+    if (subj) {
+        json_object_set_new(o, "key_layer", json_integer(op->key_layer));
+        json_object_set_new(o, "key_threshold", json_real(op->key_threshold));
+        json_object_set_new(o, "gate_threshold", json_real(op->gate_threshold));
+        if (op->force)
+            json_object_set_new(o, "force", json_true());
+    }
     if (!isnan(op->confidence))
         json_object_set_new(o, "confidence", json_real(op->confidence));
     if (op->kind == LQ_OP_DELETE)

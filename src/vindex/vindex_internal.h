@@ -176,6 +176,13 @@ int lq_vx_edit_set_add_knn(lq_edit_set *s, const lq_knn_entry *e);
 int lq_vx_edit_set_add_feature(lq_edit_set *s, int layer, const float *gate, const float *down,
                                float scale);
 /* Multiplies the scale of the last n composed features of layer (COMPOSE calibration). */
+/* subject_edit.c: the ops of a subject edit (in *out, a scratch patch), and the check that
+ * greedy decoding of the canonical prompt under s writes the whole target (1 yes, 0 no). */
+int lq_vx_subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_patch **out,
+                         lq_insert_result *r, lq_err *err);
+int lq_vx_subject_check(struct lq_model *m, lq_edit_set *s, const lq_insert_params *p, const int32_t *tt, size_t nt,
+                        float *p0, lq_err *err);
+int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_patch_op *ops, size_t n);
 void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor);
 
 /* infer.c: the logits after prompt (encoded as lq_infer does) with hook's edits */

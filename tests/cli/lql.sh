@@ -146,7 +146,7 @@ fi
 # ---- editing ----
 Q='INFER "The capital of Atlantis is" TOP 3;'
 "$LARQL" lql "$V" -c "$Q INFER \"The capital of France is\" TOP 5; INFER \"Hello world\" TOP 5;" >"$T_TMP/before" 2>&1
-INS='INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Paris");'
+INS='INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Paris") MODE KNN;'
 lql_ok "INSERT then INFER puts the target first" "$INS $Q" \
     '^Auto-patch started' '^Inserted: Atlantis —\[capital\]→ Paris at L2 \(KNN store\)$' \
     '^  mode: KNN — residual capture \(Architecture B, retrieval-override\)$' '^  KNN store: 1 entries total$' \

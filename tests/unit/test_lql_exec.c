@@ -129,7 +129,7 @@ static void test_insert_infer_delete(void)
         return;
     const char *inf = "INFER \"The capital of Atlantis is\" TOP 3";
     CHECK_EQ_INT(run(q, inf, &before, &err), 0);
-    CHECK_EQ_INT(run(q, "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\")",
+    CHECK_EQ_INT(run(q, "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\") MODE KNN",
                      &out, &err), 0);
     CHECK_STR_CONTAINS(out, "Inserted: Atlantis \xe2\x80\x94[capital]\xe2\x86\x92 Paris at L");
     free(out);

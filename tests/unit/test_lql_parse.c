@@ -268,7 +268,7 @@ static void test_parse_errors(void)
     perr("SHOW TABLES", "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS or PATCHES", NULL);
     perr("INFER \"p\" MODE PURE", "unexpected token in INFER, found keyword MODE", NULL);
     perr("SELECT * FROM EDGES NEAREST TO \"x\" LIMIT 3", "expected AT LAYER n after NEAREST TO", NULL);
-    perr("INSERT INTO EDGES (entity, relation, target) VALUES ('a','b','c') MODE FAST", "expected KNN or COMPOSE", NULL);
+    perr("INSERT INTO EDGES (entity, relation, target) VALUES ('a','b','c') MODE FAST", "expected KNN, COMPOSE or SUBJECT", NULL);
     /* positions are the script's: the statement started at line 3, column 5 */
     lq_err err = {0};
     lq_lql_stmt *s = NULL;

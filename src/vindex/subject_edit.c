@@ -1,0 +1,752 @@
+/* Subject edits (INSERT ... MODE SUBJECT): a fact written once that every phrasing of the
+ * question reads back, in chat too, while prompts that do not mention the subject are
+ * computed bit for bit as before.
+ *
+ * The edit has three parts, all measured on the model at insert time (no weight changes):
+ *   - a subject key: the residual after layer ls = n_layer / 4 at the subject's last token,
+ *     averaged over the writing phrasings, with a threshold halfway between the lowest
+ *     cosine of those positions and the highest of positions that are not the subject
+ *     (other names in the same slot, a neutral text, the tokens before the subject). From the
+ *     first position past it, the edit is armed for the rest of the sequence.
+ *   - per target token i, gate keys: the residual after the last layer at the position that
+ *     predicts token i, one key per writing phrasing, each with a threshold between the
+ *     positions that must not fire (the same phrasings with other relations, every other
+ *     position of the texts, a neutral text) and the nearest other phrasing's key (how far a
+ *     paraphrase may be expected to sit).
+ *   - per target token i, a value: added to the last layer's residual where a gate fires,
+ *     along the direction that raises the token's logit against the phrasings' current
+ *     predictions (the head's rows with the final norm folded in), scaled by the
+ *     found by gradient ascent until the token is the first prediction with probability >= 0.9
+ *     on every writing phrasing, plus one step for unseen phrasings. A token the head cannot
+ *     put first from those states (a piece the model never emitted there, such as "Po" after a
+ *     lone space) is instead written on the logits where the gate fires (lq_insert_result
+ *     n_forced counts them).
+ * Writing phrasings: "The {r} of {e} is", "{e}'s {r} is" and the chat question "What
+ * is the {r} of {e}?" in the model's chat template (the evaluation suites ask in other
+ * words). The edit is then checked: greedy decoding of "The {r} of {e} is" with every edit
+ * of the overlay must produce the whole target, else it is refused (LQ_EREFUSED) and nothing
+ * is kept. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/softmax.h"
+#include "larql/chat.h"
+#include "larql/model.h"
+#include "larql/patch.h"
+#include "vindex/vindex_internal.h"
+
+#define SE_MAX_TARGET 16  /* target tokens */
+#define SE_MAX_TEXTS 48
+#define SE_PHRASINGS 3
+#define SE_P_GOAL 0.9f    /* the value's goal on every writing phrasing */
+#define SE_P_MIN 0.5f     /* below this on a writing phrasing the edit is refused */
+
+/* other names in the subject's slot: what the subject key must not match */
+static const char *const NEIGHBOURS[] = {"France", "Japan", "London", "John", "Mary", "Germany", "Mars", "China"};
+/* other relations in the question's slot: what a gate key must not match */
+static const char *const CONTRASTS[] = {"language", "capital", "color", "name"};
+static const char NEUTRAL[] = "Once upon a time, there was a little girl named Lily. She liked to play in the park "
+                              "with her friends.";
+
+typedef struct se_text {
+    int32_t *ids;
+    size_t n;
+    int subj_lo, subj_hi; /* the entity's token span [lo, hi] (-1: none) */
+    int role, phr;        /* T_*, and which phrasing (0, 1 plain, 2 chat) */
+    int is_subject;       /* the entity is the edit's subject (else a neighbour's name) */
+    float *xs, *xg, *xr;  /* [n, D]: the residual after layers ls (subject), lg (gate) and the
+                           * last layer (value) at every position */
+} se_text;
+
+typedef struct cap_hook {
+    lq_resid_hook h;
+    se_text *t;
+    int ls, lg, lr, D;
+} cap_hook;
+
+static void cap_after(void *ctx, int layer, int pos, int logits, float *x, int D)
+{
+    (void)logits;
+    cap_hook *c = ctx;
+    if (pos < 0 || (size_t)pos >= c->t->n || D != c->D)
+        return;
+    if (layer == c->ls)
+        memcpy(c->t->xs + (size_t)pos * D, x, (size_t)D * sizeof *x);
+    if (layer == c->lg)
+        memcpy(c->t->xg + (size_t)pos * D, x, (size_t)D * sizeof *x);
+    if (layer == c->lr)
+        memcpy(c->t->xr + (size_t)pos * D, x, (size_t)D * sizeof *x);
+}
+
+static float cosv(const float *a, const float *b, int D)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < D; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0 && bb > 0 ? (float)(ab / sqrt(aa * bb)) : 0.0f;
+}
+
+static void unit_add(float *acc, const float *v, int D)
+{
+    double s = 0;
+    for (int i = 0; i < D; i++)
+        s += (double)v[i] * v[i];
+    float inv = s > 0 ? (float)(1.0 / sqrt(s)) : 0.0f;
+    for (int i = 0; i < D; i++)
+        acc[i] += v[i] * inv;
+}
+
+static float norm2(const float *v, int D)
+{
+    double s = 0;
+    for (int i = 0; i < D; i++)
+        s += (double)v[i] * v[i];
+    return (float)sqrt(s);
+}
+
+/* The ids of text as a prompt is encoded (BOS, special tokens), then extra ids. The subject's
+ * span: the tokens of text up to the end of its last occurrence of entity, minus those up to
+ * its start (the prefix's encoding must be the text's own first tokens). */
+static int add_text(const lq_model *m, se_text *t, const char *text, const char *entity, const int32_t *extra,
+                    size_t n_extra, lq_err *err)
+{
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = lq_tokenizer_encode(tok, text, strlen(text), fl, &ids, &n, err);
+    if (rc)
+        return rc;
+    int32_t *all = realloc(ids, (n + n_extra + 1) * sizeof *all);
+    if (!all) {
+        free(ids);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    memcpy(all + n, extra, n_extra * sizeof *all);
+    t->ids = all;
+    t->n = n + n_extra;
+    t->subj_lo = t->subj_hi = -1;
+    const char *at = NULL;
+    for (const char *p = entity ? strstr(text, entity) : NULL; p; p = strstr(p + 1, entity))
+        at = p;
+    for (int part = 0; at && part < 2; part++) {
+        /* the space before a word belongs to its first token: cut before it */
+        size_t cut = part ? (size_t)(at - text) + strlen(entity) : (size_t)(at - text) - (at > text && at[-1] == ' ');
+        int32_t *pid = NULL;
+        size_t pn = 0;
+        if (lq_tokenizer_encode(tok, text, cut, fl, &pid, &pn, NULL) == 0 && pn <= n &&
+            !memcmp(pid, all, pn * sizeof *pid)) {
+            if (part)
+                t->subj_hi = (int)pn - 1;
+            else
+                t->subj_lo = (int)pn;
+        }
+        free(pid);
+    }
+    if (t->subj_hi < t->subj_lo || t->subj_hi < 0)
+        t->subj_lo = t->subj_hi = -1;
+    return LQ_OK;
+}
+
+/* Runs every text through the model (one batched prefill), capturing layers ls, lg, lr. */
+static int run_texts(lq_model *m, se_text *t, int nt, int ls, int lg, int lr, lq_err *err)
+{
+    int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
+    lq_session *ss[SE_MAX_TEXTS] = {0};
+    cap_hook hk[SE_MAX_TEXTS];
+    int counts[SE_MAX_TEXTS];
+    size_t total = 0;
+    for (int i = 0; i < nt; i++)
+        total += t[i].n;
+    int32_t *ids = malloc(total * sizeof *ids);
+    if (!ids)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    size_t off = 0;
+    for (int i = 0; !rc && i < nt; i++) {
+        t[i].xs = calloc(t[i].n * (size_t)D, sizeof(float));
+        t[i].xg = calloc(t[i].n * (size_t)D, sizeof(float));
+        t[i].xr = calloc(t[i].n * (size_t)D, sizeof(float));
+        if (!t[i].xs || !t[i].xg || !t[i].xr) {
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+            break;
+        }
+        if ((rc = lq_session_create(m, (int)t[i].n, &ss[i], err)))
+            break;
+        hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], ls, lg, lr, D};
+        hk[i].h.ctx = &hk[i];
+        lq_session_set_hook(ss[i], &hk[i].h);
+        counts[i] = (int)t[i].n;
+        memcpy(ids + off, t[i].ids, t[i].n * sizeof *ids);
+        off += t[i].n;
+    }
+    if (!rc)
+        rc = lq_session_eval_batch(ss, ids, counts, nt, NULL, err);
+    for (int i = 0; i < nt; i++)
+        lq_session_free(ss[i]);
+    free(ids);
+    return rc;
+}
+
+static void texts_free(se_text *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(t[i].ids), free(t[i].xs), free(t[i].xg), free(t[i].xr);
+}
+
+static char *fmt_text(const char *f, const char *a, const char *b)
+{
+    size_t n = strlen(f) + strlen(a) + strlen(b) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, f, a, b);
+    return s;
+}
+
+/* The chat question in the model's own template, ready to be answered. */
+static char *chat_text(const lq_model *m, const char *entity, const char *relation, lq_err *err)
+{
+    char *q = fmt_text("What is the %s of %s?", relation, entity), *out = NULL;
+    if (!q) {
+        lq_err_set(err, LQ_ENOMEM, "out of memory");
+        return NULL;
+    }
+    lq_chat_msg msg = {"user", q};
+    if (lq_chat_render(lq_chat_template_for_model(m), &msg, 1, 1, &out, err))
+        out = NULL;
+    free(q);
+    return out;
+}
+
+/* The TOPK most likely tokens of logits l [V] and their probabilities; returns how many. */
+enum { TOPK = 32 };
+static int top_tokens(const float *l, int V, int32_t *ids, float *pr)
+{
+    double mx, z = lq_softmax_denominator(l, (size_t)V, &mx);
+    int nk = 0;
+    for (int j = 0; j < V; j++) { /* insertion into a sorted list */
+        float p = (float)(exp((double)l[j] - mx) / z);
+        if (nk == TOPK && p <= pr[nk - 1])
+            continue;
+        int at = nk < TOPK ? nk++ : TOPK - 1;
+        while (at > 0 && pr[at - 1] < p)
+            pr[at] = pr[at - 1], ids[at] = ids[at - 1], at--;
+        pr[at] = p, ids[at] = j;
+    }
+    return nk;
+}
+
+/* The value of one target token, by gradient ascent on the lowest log-probability of the
+ * token over the writing phrasings: X [P, D] are the residuals after the last layer where it
+ * must win; each step moves the value by a quarter of their norm along the mean of the
+ * phrasings' gradients (the head's rows with the final norm folded in, the top tokens'
+ * expectation subtracted, the part along x removed: what the RMSNorm ignores), until the
+ * token is the first prediction with probability >= SE_P_GOAL everywhere, then one step more
+ * for the phrasings not seen. *prob: the lowest probability reached. */
+static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *val, float *prob, lq_err *err)
+{
+    const lq_model_info *mi = lq_model_get_info(m);
+    int D = mi->n_embd, V = mi->n_vocab;
+    float *lg = malloc((size_t)P * V * sizeof *lg), *Xu = malloc((size_t)P * D * sizeof *Xu);
+    float *rows = malloc((size_t)(TOPK + 1) * D * sizeof *rows), *dir = malloc((size_t)D * sizeof *dir);
+    float *g = malloc((size_t)D * sizeof *g);
+    int rc = lg && Xu && rows && dir && g ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    double scale = 0;
+    for (int w = 0; w < P; w++)
+        scale += norm2(X + (size_t)w * D, D) / P;
+    memset(val, 0, (size_t)D * sizeof *val);
+    float pmin = 0;
+    int extra = -1;
+    for (int step = 0; !rc && step < 40; step++) {
+        for (int w = 0; w < P; w++)
+            for (int i = 0; i < D; i++)
+                Xu[(size_t)w * D + i] = X[(size_t)w * D + i] + val[i];
+        if ((rc = lq_model_logits_from_hidden(m, Xu, (size_t)P, lg, err)))
+            break;
+        pmin = 1;
+        int first = 1;
+        memset(dir, 0, (size_t)D * sizeof *dir);
+        for (int w = 0; !rc && w < P; w++) {
+            const float *l = lg + (size_t)w * V;
+            int32_t ids[TOPK + 1];
+            float pr[TOPK];
+            int nk = top_tokens(l, V, ids, pr);
+            double mx, z = lq_softmax_denominator(l, (size_t)V, &mx);
+            float p = (float)(exp((double)l[tok] - mx) / z);
+            pmin = p < pmin ? p : pmin;
+            first &= l[tok] >= mx;
+            ids[nk] = tok;
+            if ((rc = lq_model_output_rows(m, ids, (size_t)nk + 1, rows, err)))
+                break;
+            const float *xw = Xu + (size_t)w * D;
+            double gx = 0, xx = 0;
+            for (int i = 0; i < D; i++) {
+                double a = rows[(size_t)nk * D + i];
+                for (int k = 0; k < nk; k++)
+                    a -= pr[k] * rows[(size_t)k * D + i];
+                g[i] = (float)a;
+                gx += a * xw[i], xx += (double)xw[i] * xw[i];
+            }
+            for (int i = 0; xx > 0 && i < D; i++) /* the RMSNorm ignores the part along x */
+                g[i] -= (float)(gx / xx) * xw[i];
+            unit_add(dir, g, D);
+        }
+        if (getenv("LQ_SUBJECT_DEBUG"))
+            fprintf(stderr, "  value of token %d: step %d, |value| %.3f of |x| -> p %.4f%s\n", (int)tok, step,
+                    norm2(val, D) / scale, pmin, first ? " (first)" : "");
+        if (rc || extra == 0)
+            break;
+        if (extra > 0)
+            extra--;
+        else if (first && pmin >= SE_P_GOAL)
+            extra = 0; /* one step more, for the phrasings not seen */
+        float n = norm2(dir, D);
+        if (!(n > 0))
+            break;
+        for (int i = 0; i < D; i++)
+            val[i] += (float)(0.25 * scale / n) * dir[i];
+    }
+    *prob = pmin;
+    free(lg), free(Xu), free(rows), free(dir), free(g);
+    return rc;
+}
+
+/* The highest cosine of key with the lg (gate) or ls (subject) residuals of the negative
+ * positions: every position of every text except those skip() keeps. */
+typedef struct se_neg {
+    const se_text *t;
+    int nt;
+} se_neg;
+
+static float max_cos(const se_neg *ng, int gate, const float *key, int D, int (*skip)(const se_text *, size_t, void *),
+                     void *u)
+{
+    float mx = -1;
+    int bi = -1;
+    size_t bp = 0;
+    for (int i = 0; i < ng->nt; i++) {
+        const se_text *t = &ng->t[i];
+        for (size_t p = 0; p < t->n; p++) {
+            if (skip && skip(t, p, u))
+                continue;
+            float c = cosv(key, (gate ? t->xg : t->xs) + p * D, D);
+            if (c > mx)
+                mx = c, bi = i, bp = p;
+        }
+    }
+    if (getenv("LQ_SUBJECT_DEBUG"))
+        fprintf(stderr, "  max negative %.3f: text %d position %zu of %zu\n", mx, bi, bp, bi >= 0 ? ng->t[bi].n : 0);
+    return mx;
+}
+
+/* The mean of the unit residuals of the same positions max_cos scans (the first position, a
+ * BOS whose residual is unlike any other, left out): the direction every residual shares. */
+static void neg_mean(const se_neg *ng, int gate, int D, int (*skip)(const se_text *, size_t, void *), void *u,
+                     float *out)
+{
+    memset(out, 0, (size_t)D * sizeof *out);
+    size_t cnt = 0;
+    for (int i = 0; i < ng->nt; i++) {
+        const se_text *t = &ng->t[i];
+        for (size_t p = 1; p < t->n; p++)
+            if (!skip || !skip(t, p, u)) {
+                unit_add(out, (gate ? t->xg : t->xs) + p * D, D);
+                cnt++;
+            }
+    }
+    for (int i = 0; cnt && i < D; i++)
+        out[i] /= (float)cnt;
+}
+
+/* The mean of the unit residuals of the HARD most similar negatives to pos (unit-added):
+ * the positions a key must be told apart from first. */
+#define HARD 4
+static void hard_mean(const se_neg *ng, int gate, const float *pos, int D, int (*skip)(const se_text *, size_t, void *),
+                      void *u, float *out)
+{
+    const float *best[HARD] = {0};
+    float bc[HARD];
+    int nb = 0;
+    for (int i = 0; i < ng->nt; i++) {
+        const se_text *t = &ng->t[i];
+        for (size_t p = 1; p < t->n; p++) {
+            if (skip && skip(t, p, u))
+                continue;
+            const float *x = (gate ? t->xg : t->xs) + p * D;
+            float c = cosv(pos, x, D);
+            if (nb == HARD && c <= bc[nb - 1])
+                continue;
+            int at = nb < HARD ? nb++ : HARD - 1;
+            while (at > 0 && bc[at - 1] < c)
+                bc[at] = bc[at - 1], best[at] = best[at - 1], at--;
+            bc[at] = c, best[at] = x;
+        }
+    }
+    memset(out, 0, (size_t)D * sizeof *out);
+    for (int k = 0; k < nb; k++)
+        unit_add(out, best[k], D);
+    for (int i = 0; nb && i < D; i++)
+        out[i] /= (float)nb;
+}
+
+/* A contrastive key: the unit direction from the negatives' mean to pos (unit), so that the
+ * direction every residual shares does not make everything look alike. */
+static void contrast_key(const float *pos_unit_mean, const float *nmean, int D, float *key)
+{
+    for (int i = 0; i < D; i++)
+        key[i] = pos_unit_mean[i] - nmean[i];
+    float n = norm2(key, D);
+    for (int i = 0; n > 0 && i < D; i++)
+        key[i] /= n;
+}
+
+/* ---- the texts an edit is measured on ---- */
+
+enum { T_PHRASE, T_CONTRAST, T_CLASS, T_CCLASS, T_NEUTRAL };
+
+/* subject negatives (layer ls): every position except the subject's own and what follows it
+ * in texts about the subject */
+static int skip_subject(const se_text *t, size_t p, void *u)
+{
+    (void)u;
+    return t->is_subject && t->subj_lo >= 0 && (int)p >= t->subj_lo;
+}
+
+/* gate negatives for target token i: positions after a text's entity (before it no subject
+ * gate is open), except the positives */
+typedef struct gate_skip {
+    int token;
+    size_t nt;           /* target tokens */
+} gate_skip;
+
+static int is_class_positive(const se_text *t, size_t p, const gate_skip *g)
+{
+    if (t->role == T_PHRASE)
+        return p == t->n - g->nt + (size_t)g->token;
+    return g->token == 0 && t->role == T_CLASS && p == t->n - 1;
+}
+
+static int skip_gate(const se_text *t, size_t p, void *u)
+{
+    const gate_skip *g = u;
+    if (t->subj_hi >= 0 && (int)p < t->subj_hi)
+        return 1;
+    return is_class_positive(t, p, g);
+}
+
+/* The gates of target token i: one class key per kind of question (plain phrasings, the chat
+ * form), trained on the subject's and the neighbours' texts (the subject gate makes them the
+ * subject's own), then a key per writing phrasing of the subject. Each key is the direction
+ * from the mean of the negatives most like its positives to the positives, with a threshold
+ * between the lowest positive and the highest negative (or, where they overlap, just above the
+ * negatives). Appends the ops to ops. */
+static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, int D, const lq_patch_op *proto,
+                       const float *val, lq_patch *ops, lq_err *err)
+{
+    if (i > 0) { /* a later token follows the ones before it: no gate of its own */
+        lq_patch_op op = *proto;
+        op.down = (float *)val;
+        return lq_patch_add(ops, &op, err);
+    }
+    gate_skip gs = {i, nt};
+    se_neg all = {tx, n};
+    float *key = malloc((size_t)D * sizeof *key), *pm = malloc((size_t)D * sizeof *pm);
+    float *nm = malloc((size_t)D * sizeof *nm);
+    int rc = key && pm && nm ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory"), first = 1;
+    /* kinds: 0 plain class, 1 chat class (token 0 only), then 2 + w: phrasing w alone */
+    for (int kind = i == 0 ? 0 : 2; !rc && kind < 2 + n_phr; kind++) {
+        memset(pm, 0, (size_t)D * sizeof *pm);
+        int np = 0;
+        for (int t = 0; t < n; t++) {
+            const se_text *x = &tx[t];
+            int phr = x->phr;
+            int mine = kind < 2 ? (x->role == T_PHRASE || x->role == T_CLASS) && (phr == 2) == (kind == 1)
+                                : x->role == T_PHRASE && phr == kind - 2;
+            for (size_t q = 0; mine && q < x->n; q++)
+                if (is_class_positive(x, q, &gs) && (kind >= 2 || i == 0)) {
+                    unit_add(pm, x->xg + q * D, D);
+                    np++;
+                }
+        }
+        if (!np)
+            continue;
+        for (int d = 0; d < D; d++)
+            pm[d] /= (float)np;
+        hard_mean(&all, 1, pm, D, skip_gate, &gs, nm);
+        contrast_key(pm, nm, D, key);
+        float pos_min = 1;
+        for (int t = 0; t < n; t++) {
+            const se_text *x = &tx[t];
+            int mine = kind < 2 ? (x->role == T_PHRASE || x->role == T_CLASS) && (x->phr == 2) == (kind == 1)
+                                : x->role == T_PHRASE && x->phr == kind - 2;
+            for (size_t q = 0; mine && q < x->n; q++)
+                if (is_class_positive(x, q, &gs)) {
+                    float c = cosv(key, x->xg + q * D, D);
+                    pos_min = c < pos_min ? c : pos_min;
+                }
+        }
+        float neg_max = max_cos(&all, 1, key, D, skip_gate, &gs);
+        float thr = pos_min > neg_max ? 0.5f * (pos_min + neg_max) : neg_max + 0.02f;
+        if (kind < 2) {
+            /* a class key: its positives are other names' questions too, and those of a name
+             * the model knows nothing of sit among the negatives; the threshold goes a quarter
+             * of the way from the negatives to the median positive (the subject's own
+             * phrasings have keys of their own) */
+            float cs[64];
+            int nc = 0;
+            for (int t = 0; t < n && nc < 64; t++) {
+                const se_text *x = &tx[t];
+                int mine = (x->role == T_PHRASE || x->role == T_CLASS) && (x->phr == 2) == (kind == 1);
+                for (size_t q = 0; mine && q < x->n && nc < 64; q++)
+                    if (is_class_positive(x, q, &gs))
+                        cs[nc++] = cosv(key, x->xg + q * D, D);
+            }
+            for (int a = 1; a < nc; a++) /* insertion sort, descending */
+                for (int b = a; b > 0 && cs[b] > cs[b - 1]; b--) {
+                    float t = cs[b];
+                    cs[b] = cs[b - 1], cs[b - 1] = t;
+                }
+            pos_min = nc ? cs[nc / 2] : -1;
+            thr = neg_max + 0.25f * (pos_min - neg_max);
+        }
+        if (getenv("LQ_SUBJECT_DEBUG"))
+            fprintf(stderr, "token %d gate kind %d (%d positives): positives >= %.3f, negatives <= %.3f -> %.3f\n", i, kind,
+                    np, pos_min, neg_max, thr);
+        if (kind < 2 && pos_min <= neg_max)
+            continue; /* a class that overlaps its negatives: the phrasing keys alone */
+        lq_patch_op op = *proto;
+        op.gate = key;
+        op.gate_threshold = thr;
+        op.down = first ? val : NULL;
+        if (!first)
+            op.key = NULL;
+        rc = lq_patch_add(ops, &op, err);
+        first = 0;
+    }
+    free(key), free(pm), free(nm);
+    return rc;
+}
+
+static int add_role(const lq_model *m, se_text *t, int role, int phr, const char *text, const char *entity, int is_subject,
+                    const int32_t *extra, size_t n_extra, lq_err *err)
+{
+    int rc = text ? add_text(m, t, text, entity, extra, n_extra, err)
+                  : (err && err->code ? err->code : lq_err_set(err, LQ_ENOMEM, "out of memory"));
+    t->role = role;
+    t->phr = phr;
+    t->is_subject = is_subject;
+    if (!rc && entity && t->subj_hi < 0)
+        rc = lq_err_set(err, LQ_EINVAL, "insert: cannot find entity '%s' in its own phrasing", entity);
+    return rc;
+}
+
+/* The phrasing w of a question about entity (0, 1 plain, 2 the chat form). */
+static char *phrasing(const lq_model *m, int w, const char *entity, const char *relation, lq_err *err)
+{
+    if (w == 0)
+        return fmt_text("The %s of %s is", relation, entity);
+    if (w == 1)
+        return fmt_text("%s's %s is", entity, relation);
+    return chat_text(m, entity, relation, err);
+}
+
+#define N_CLASS 6 /* neighbours whose questions teach the gate what a question of the relation is */
+
+int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, lq_patch **out,
+                         lq_insert_result *r, lq_err *err)
+{
+    (void)o;
+    *out = NULL;
+    const lq_model_info *mi = lq_model_get_info(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    int D = mi->n_embd, L = mi->n_layer;
+    if (!tok)
+        return lq_err_set(err, LQ_EUNSUPPORTED, "insert: the model has no tokenizer");
+    int ls = L / 4, lr = L - 1, lg = L - 1;
+    if (p->layer >= 0)
+        lg = p->layer, ls = ls < lg ? ls : lg;
+    /* the target's tokens, as they follow "... is" */
+    int32_t *tt = NULL;
+    size_t nt = 0;
+    char *sp = fmt_text(" %s%s", p->target, "");
+    int rc = sp ? lq_tokenizer_encode(tok, sp, strlen(sp), 0, &tt, &nt, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    free(sp);
+    if (!rc && nt == 0)
+        rc = lq_err_set(err, LQ_EINVAL, "insert: target '%s' encodes to no tokens", p->target);
+    if (!rc && nt > SE_MAX_TARGET)
+        rc = lq_err_set(err, LQ_ERANGE, "insert: target '%s' is %zu tokens; a subject edit writes at most %d", p->target,
+                        nt, SE_MAX_TARGET);
+    se_text tx[SE_MAX_TEXTS];
+    memset(tx, 0, sizeof tx);
+    int n = 0, n_phr = 0;
+    /* the subject's writing phrasings, each followed by the target but its last token */
+    for (int w = 0; !rc && w < SE_PHRASINGS; w++, n++, n_phr++) {
+        char *s = phrasing(m, w, p->entity, p->relation, err);
+        rc = add_role(m, &tx[n], T_PHRASE, w, s, p->entity, 1, tt, nt - 1, err);
+        free(s);
+    }
+    /* the other relations, the neighbours' questions of this relation and of another */
+    const char *other[2];
+    int no = 0;
+    for (int c = 0; c < 4 && no < 2; c++)
+        if (strcasecmp(CONTRASTS[c], p->relation))
+            other[no++] = CONTRASTS[c];
+    for (int c = 0; !rc && c < no; c++)
+        for (int w = 0; !rc && w < 2; w++, n++) {
+            char *s = phrasing(m, w, p->entity, other[c], err);
+            rc = add_role(m, &tx[n], T_CONTRAST, w, s, p->entity, 1, NULL, 0, err);
+            free(s);
+        }
+    int nc = 0;
+    for (size_t k = 0; !rc && k < sizeof NEIGHBOURS / sizeof *NEIGHBOURS && nc < N_CLASS; k++) {
+        if (!strcasecmp(NEIGHBOURS[k], p->entity))
+            continue;
+        for (int w = 0; !rc && w < SE_PHRASINGS; w++, n++) {
+            char *s = phrasing(m, w, NEIGHBOURS[k], p->relation, err);
+            rc = add_role(m, &tx[n], T_CLASS, w, s, NEIGHBOURS[k], 0, NULL, 0, err);
+            free(s);
+        }
+        char *s = rc ? NULL : phrasing(m, 0, NEIGHBOURS[k], other[nc % no], err);
+        if (!rc && !(rc = add_role(m, &tx[n], T_CCLASS, 0, s, NEIGHBOURS[k], 0, NULL, 0, err)))
+            n++;
+        free(s);
+        nc++;
+    }
+    if (!rc && !(rc = add_role(m, &tx[n], T_NEUTRAL, 0, NEUTRAL, NULL, 0, NULL, 0, err)))
+        n++;
+    for (int i = 0; !rc && i < n; i++)
+        if (tx[i].n > (size_t)mi->n_ctx_train)
+            rc = lq_err_set(err, LQ_ECONTEXT, "insert: a phrasing of %zu tokens exceeds the context %d", tx[i].n,
+                            mi->n_ctx_train);
+    if (!rc)
+        rc = run_texts(m, tx, n, ls, lg, lr, err);
+
+    /* the subject key: the subject's last token in its phrasings against everything else */
+    float *skey = malloc((size_t)D * sizeof *skey), *nmean = malloc((size_t)D * sizeof *nmean);
+    float *pmean = calloc((size_t)D, sizeof *pmean);
+    float *val = malloc((size_t)D * sizeof *val), *X = malloc((size_t)n_phr * D * sizeof *X);
+    if (!rc && (!skey || !nmean || !pmean || !val || !X))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    float pos_min = 1, neg_max = -1, sthr = 0;
+    se_neg all = {tx, n};
+    if (!rc) {
+        for (int w = 0; w < n_phr; w++)
+            unit_add(pmean, tx[w].xs + (size_t)tx[w].subj_hi * D, D);
+        for (int i = 0; i < D; i++)
+            pmean[i] /= (float)n_phr;
+        neg_mean(&all, 0, D, skip_subject, NULL, nmean);
+        contrast_key(pmean, nmean, D, skey);
+        for (int w = 0; w < n_phr; w++) {
+            float c = cosv(skey, tx[w].xs + (size_t)tx[w].subj_hi * D, D);
+            pos_min = c < pos_min ? c : pos_min;
+        }
+        neg_max = max_cos(&all, 0, skey, D, skip_subject, NULL);
+        if (getenv("LQ_SUBJECT_DEBUG"))
+            fprintf(stderr, "subject at layer %d: positives >= %.3f, negatives <= %.3f\n", ls, pos_min, neg_max);
+        if (pos_min <= neg_max + 0.02f)
+            rc = lq_err_set(err, LQ_EREFUSED,
+                            "insert: the model does not tell '%s' apart at layer %d (its positions reach cosine %.3f "
+                            "with the subject key, other names and text %.3f); nothing was changed",
+                            p->entity, ls, pos_min, neg_max);
+        sthr = 0.5f * (pos_min + neg_max);
+    }
+    lq_patch *ops = NULL;
+    if (!rc)
+        rc = lq_patch_create("subject insert", NULL, D, &ops, err);
+    float pmin_all = 1;
+    for (size_t i = 0; !rc && i < nt; i++) {
+        for (int w = 0; w < n_phr; w++) /* the position that predicts target token i */
+            memcpy(X + (size_t)w * D, tx[w].xr + (tx[w].n - nt + i) * D, (size_t)D * sizeof *X);
+        float pv = 0;
+        if ((rc = solve_value(m, X, n_phr, tt[i], val, &pv, err)))
+            break;
+        /* a token the head cannot put first from these states (a piece the model never
+         * emitted there): written on the logits where the gate fires, the residual left as is */
+        int force = pv < SE_P_MIN;
+        if (force) {
+            memset(val, 0, (size_t)D * sizeof *val);
+            r->n_forced++;
+        } else {
+            pmin_all = pv < pmin_all ? pv : pmin_all;
+        }
+        lq_patch_op proto;
+        lq_patch_op_init(&proto, LQ_OP_INSERT_SUBJECT);
+        proto.layer = lg;
+        proto.feature = (int)i;
+        proto.entity = p->entity;
+        proto.relation = p->relation;
+        proto.target = p->target;
+        proto.target_id = tt[i];
+        proto.confidence = isnan(p->confidence) ? 1.0f : p->confidence;
+        proto.key_layer = ls;
+        proto.key_threshold = sthr;
+        proto.key = i == 0 ? skey : NULL;
+        proto.force = force;
+        rc = token_gates(tx, n, n_phr, nt, (int)i, D, &proto, val, ops, err);
+    }
+    if (!rc) {
+        r->mode = LQ_INSERT_SUBJECT;
+        r->n_layers = 1;
+        r->layers[0] = lg;
+        r->weights = 1;
+        r->target_prob = pmin_all;
+        *out = ops;
+        ops = NULL;
+    }
+    lq_patch_free(ops);
+    free(val), free(X), free(skey), free(tt), free(nmean), free(pmean);
+    texts_free(tx, n);
+    return rc;
+}
+
+/* Greedy decoding of the canonical prompt with edit set s: 1 when it produces the target's
+ * tokens tt [nt] first; *p0: the first target token's probability after the prompt. */
+int lq_vx_subject_check(lq_model *m, lq_edit_set *s, const lq_insert_params *p, const int32_t *tt, size_t nt,
+                        float *p0, lq_err *err)
+{
+    const lq_model_info *mi = lq_model_get_info(m);
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    unsigned fl = LQ_TOK_PARSE_SPECIAL | (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0);
+    int rc = prompt ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = lq_tokenizer_encode(tok, prompt, strlen(prompt), fl, &ids, &n, err);
+    lq_session *ss = NULL;
+    lq_resid_hook *h = NULL;
+    float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
+    if (!rc && !lg)
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = lq_session_create(m, (int)(n + nt + 1), &ss, err);
+    if (!rc)
+        rc = lq_edit_set_hook(s, LQ_EDITS_COMPOSE, &h, err);
+    int ok = 0;
+    if (!rc) {
+        lq_session_set_hook(ss, h);
+        rc = lq_session_eval(ss, ids, n, lg, NULL, err);
+        ok = !rc;
+        for (size_t i = 0; !rc && ok && i < nt; i++) {
+            int32_t best = 0;
+            for (int j = 1; j < mi->n_vocab; j++)
+                if (lg[j] > lg[best])
+                    best = j;
+            if (i == 0) {
+                double mx, z = lq_softmax_denominator(lg, (size_t)mi->n_vocab, &mx);
+                *p0 = (float)(exp((double)lg[tt[0]] - mx) / z);
+            }
+            ok = best == tt[i];
+            if (!ok && getenv("LQ_SUBJECT_DEBUG"))
+                fprintf(stderr, "check: token %zu is %d, wanted %d\n", i, (int)best, (int)tt[i]);
+            if (ok && i + 1 < nt)
+                rc = lq_session_decode(ss, best, lg, err);
+        }
+    }
+    lq_session_free(ss);
+    lq_edit_hook_free(h);
+    free(lg), free(prompt), free(ids);
+    return rc ? rc : ok;
+}
