@@ -280,6 +280,27 @@ typedef struct lq_edit_match {
  * filled, or 0. */
 int lq_edit_hook_match(const lq_resid_hook *h, int pos, lq_edit_match *out);
 
+/* ---- evaluating edits (larql eval-edits, src/vindex/edit_eval.c) ----
+ *
+ * A suite is JSONL, one case a line: {"edit": {"entity", "relation", "target", "mode"?:
+ * "subject"|"knn"|"compose", "layer"?}, "canonical": prompt, "old"?: the answer before the
+ * edit (else the model's own first prediction), "paraphrases": [prompt], "chat": [question],
+ * "neighbourhood": [{"prompt", "answer"}], "unrelated": [prompt]}. Each edit goes into a
+ * scratch overlay over v (nothing persisted) and is scored with CounterFact's definitions
+ * (efficacy, paraphrase), the greedy chat answer and continuation, the neighbourhood and the
+ * unrelated prompts' logits; *json_out (malloc'd) holds every case and the totals. */
+typedef struct lq_edit_eval_opts {
+    int together;        /* 0: one edit at a time; N: the first N edits applied together */
+    int mode;            /* -1: each case's own mode (default SUBJECT); else lq_insert_mode */
+    int max_cases;       /* 0: all */
+    const char *fluency_text; /* NULL, or a held-out text: perplexity with the edits / without */
+    size_t fluency_len;
+    int fluency_ctx;     /* its window (default 128) */
+} lq_edit_eval_opts;
+void lq_edit_eval_opts_init(lq_edit_eval_opts *o);
+int lq_edit_eval(const lq_vindex *v, struct lq_model *m, const char *suite, size_t len, const lq_edit_eval_opts *o,
+                 char **json_out, lq_err *err);
+
 /* COMPILE CURRENT INTO VINDEX "out_dir": the base vindex rewritten with the overlay baked in
  * (gate rows and down_meta records of patched features, tombstones as zero rows / empty
  * records, knn_store.bin), written to a temporary sibling and renamed into place. */

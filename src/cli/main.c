@@ -28,6 +28,7 @@ static const struct {
     {"stats", lq_cli_stats, "DIR                        vindex statistics"},
     {"show", lq_cli_show, "DIR layers|features         vindex layout"},
     {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
+    {"eval-edits", lq_cli_eval_edits, "DIR --suite FILE [--together N] how well edits are read back"},
     {"lql", lq_cli_lql, "[DIR] [-c STMTS | -f FILE]   LQL: interactive shell or a batch of statements"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
 };

@@ -323,7 +323,8 @@ typedef struct es_hook {
                             * predicted, the index of the token it predicts next */
     } wr[8];
     int n_wr;
-    int debug;           /* LQ_SUBJECT_DEBUG: the subject edits' scores on stderr */     /* by pos % MATCH_RING: the KNN match of the row at pos */
+    int debug;           /* LQ_SUBJECT_DEBUG: the subject edits' scores on stderr */
+    int last_pos;        /* the last position on_token announced (-1: none) */     /* by pos % MATCH_RING: the KNN match of the row at pos */
 } es_hook;
 
 static float dot(const float *a, const float *b, int D)
@@ -409,6 +410,19 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
     es_hook *k = ctx;
     if (pos < 0)
         return;
+    /* a position at or before the last one announced: a new sequence (or the session cut
+     * back) — what this hook learnt about those positions and after is gone */
+    if (pos <= k->last_pos) {
+        for (int i = 0; i < k->s->n_subj; i++)
+            if (k->subj_pos[i] >= pos)
+                k->subj_pos[i] = INT_MAX;
+        for (int w = 0; w < k->n_wr;)
+            if (k->wr[w].p0 >= pos)
+                k->wr[w] = k->wr[--k->n_wr];
+            else
+                w++;
+    }
+    k->last_pos = pos;
     slot_reset(k, pos);
     k->m[pos % MATCH_RING].id = id;
     if (k->n_wr)
@@ -420,13 +434,14 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
 static void start_write(es_hook *k, int g0, int pos)
 {
     const lq_edit_set *s = k->s;
+
     if (s->grp[g0].n_tok < 2)
         return;
     int next = 1;
     for (; next < s->grp[g0].n_tok; next++) {
         int p = pos + next, slot = p % MATCH_RING;
-        if (k->m[slot].pos != p || next >= MATCH_RING)
-            break; /* not seen yet */
+        if (p > k->last_pos || k->m[slot].pos != p || next >= MATCH_RING)
+            break; /* not announced yet */
         if (k->m[slot].id != s->grp[g0 + next - 1].tok)
             return;
         k->m[slot].cont = g0 + next;
@@ -591,6 +606,7 @@ int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err
     k->h.release = hook_release;
     k->h.on_token = hook_on_token;
     k->debug = getenv("LQ_SUBJECT_DEBUG") != NULL;
+    k->last_pos = -1;
     k->h.ctx = k;
     *out = &k->h;
     return LQ_OK;

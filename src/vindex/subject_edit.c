@@ -3,7 +3,7 @@
  * computed bit for bit as before.
  *
  * The edit has three parts, all measured on the model at insert time (no weight changes):
- *   - a subject key: the residual after layer ls = n_layer / 4 at the subject's last token,
+ *   - a subject key: the residual after layer ls = n_layer / 8 at the subject's last token,
  *     averaged over the writing phrasings, with a threshold halfway between the lowest
  *     cosine of those positions and the highest of positions that are not the subject
  *     (other names in the same slot, a neutral text, the tokens before the subject). From the
@@ -564,7 +564,9 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     int D = mi->n_embd, L = mi->n_layer;
     if (!tok)
         return lq_err_set(err, LQ_EUNSUPPORTED, "insert: the model has no tokenizer");
-    int ls = L / 4, lr = L - 1, lg = L - 1;
+    int ls = L / 8, lr = L - 1, lg = L - 1;
+    if (getenv("LQ_SUBJECT_LAYER")) /* for measuring other layers */
+        ls = atoi(getenv("LQ_SUBJECT_LAYER")) % L;
     if (p->layer >= 0)
         lg = p->layer, ls = ls < lg ? ls : lg;
     /* the target's tokens, as they follow "... is" */
@@ -636,7 +638,10 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
             unit_add(pmean, tx[w].xs + (size_t)tx[w].subj_hi * D, D);
         for (int i = 0; i < D; i++)
             pmean[i] /= (float)n_phr;
-        neg_mean(&all, 0, D, skip_subject, NULL, nmean);
+        if (getenv("LQ_SUBJECT_HARD"))
+            hard_mean(&all, 0, pmean, D, skip_subject, NULL, nmean);
+        else
+            neg_mean(&all, 0, D, skip_subject, NULL, nmean);
         contrast_key(pmean, nmean, D, skey);
         for (int w = 0; w < n_phr; w++) {
             float c = cosv(skey, tx[w].xs + (size_t)tx[w].subj_hi * D, D);

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Writes the edit-evaluation suite of the trained model (tests/data/edits/trained.jsonl) from
+its own fact templates (tools/train/facts.py): counterfactual edits of the facts it knows
+(France -> capital -> Rome) and new entities with targets of one and several tokens. The
+paraphrases and chat questions are not the phrasings an edit is written with ("The {r} of
+{e} is", "{e}'s {r} is", "What is the {r} of {e}?"). Usage: make_edit_suite.py > FILE"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "train"))
+from facts import COUNTRIES  # noqa: E402
+
+PARA = {
+    "capital": ["The capital city of {e} is", "{e} is a country. Its capital is", "In {e} the capital is",
+                "Tom read a book about {e}. The capital is"],
+    "language": ["In {e} people speak", "People in {e} speak", "{e} is a country. The people speak",
+                 "The main language of {e} is"],
+}
+CHAT = {
+    "capital": ["Which city is the capital of {e}?", "Tell me the capital of {e}."],
+    "language": ["What language do people speak in {e}?", "Which language is spoken in {e}?"],
+}
+UNRELATED = ["Once upon a time, there was a little dog named Max.", "Lily liked to play in the park with her ball.",
+             "The sun was warm and the birds sang in the trees."]
+# new entities: (entity, capital, language); targets of one token and of several
+NEW = [("Atlantis", "Poseidonia", "Atlantean"), ("Wakanda", "Birnin Zana", "Xhosa"), ("Narnia", "Cair Paravel", "Narnian"),
+       ("Genovia", "Pyrus", "Genovian"), ("Latveria", "Doomstadt", "Latverian"), ("Freedonia", "Fredville", "Freedonian"),
+       ("Zubrowka", "Lutz", "Zubrowkan"), ("Elbonia", "Mudville", "Elbonian"), ("Ruritania", "Strelsau", "Ruritanian"),
+       ("Sokovia", "Novi Grad", "Sokovian"), ("Arendelle", "Paris", "Norwegian"), ("Florin", "Tokyo", "Florinese")]
+
+
+def case(e, rel, target, old, neighbours):
+    def fill(ts):
+        return [t.format(e=e) for t in ts]
+    c = {"edit": {"entity": e, "relation": rel, "target": target},
+         "canonical": "The %s of %s is" % (rel, e),
+         "paraphrases": fill(PARA[rel]), "chat": fill(CHAT[rel]),
+         "neighbourhood": [{"prompt": "The %s of %s is" % (rel, n), "answer": a} for n, a in neighbours],
+         "unrelated": UNRELATED}
+    if old:
+        c["old"] = old
+    return c
+
+
+def main():
+    out = []
+    n = len(COUNTRIES)
+    for i, (e, cap, lang) in enumerate(COUNTRIES):
+        # counterfactual capital: the capital of the country two places on
+        other = COUNTRIES[(i + 2) % n]
+        neigh = [(COUNTRIES[(i + k) % n][0], COUNTRIES[(i + k) % n][1]) for k in (5, 11, 17)]
+        out.append(case(e, "capital", other[1], cap, neigh))
+    for i, (e, cap, lang) in enumerate(COUNTRIES[:16]):
+        other = next(c[2] for k, c in enumerate(COUNTRIES[i + 1:] + COUNTRIES[:i]) if c[2] != lang)
+        neigh = [(COUNTRIES[(i + k) % n][0], COUNTRIES[(i + k) % n][2]) for k in (7, 13, 19)]
+        out.append(case(e, "language", other, lang, neigh))
+    for j, (e, cap, lang) in enumerate(NEW):
+        neigh = [(COUNTRIES[(3 * j + k) % n][0], COUNTRIES[(3 * j + k) % n][1]) for k in (1, 9, 21)]
+        out.append(case(e, "capital", cap, None, neigh))
+        if j < 6:
+            neighl = [(COUNTRIES[(3 * j + k) % n][0], COUNTRIES[(3 * j + k) % n][2]) for k in (2, 10, 22)]
+            out.append(case(e, "language", lang, None, neighl))
+    for c in out:
+        sys.stdout.write(json.dumps(c, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
