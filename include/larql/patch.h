@@ -67,14 +67,13 @@ typedef struct lq_patch_op {
     const char *dm_token;
     int32_t dm_id;
     float dm_c;
-    /* INSERT_SUBJECT (see "subject edits" below): layer = where the edit reads its gate and
-     * adds its value, feature = the index of the target token it writes, target_id = that
-     * token; gate = a unit key of the residual there with gate_threshold; key = the
-     * subject's unit key at key_layer with key_threshold (first op of an edit only); down =
-     * the value added (first op of each target token only). Later ops of the same edit and
-     * token leave key / down NULL and share the previous ones. */
-    int key_layer;
-    float key_threshold, gate_threshold;
+    /* INSERT_SUBJECT (src/vindex/subject_edit.c): entity = the subject (its tokens arm the
+     * edit), layer = where the gate is read, feature = the index of the target token this op
+     * writes, target_id = that token; gate = a unit key of the residual with gate_threshold
+     * (first target token only); down = the value added after the last layer (the first op
+     * of each target token; the ops after it share it). An op with feature 0 and a down
+     * vector starts an edit. */
+    float gate_threshold;
     int force; /* INSERT_SUBJECT: the token is written on the logits (the head cannot put it
                   first from the states the gate matches), the value is zero */
 } lq_patch_op;

@@ -184,7 +184,7 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, jso
     if (!rc && !osp)
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     /* efficacy and paraphrases */
-    double eff = 0, para = 0, chat = 0, gen = 0, neigh = 0, unrel = 0;
+    double eff = 0, para = 0, chat = 0, gen = 0, neigh = 0, unrel = 0, neigh0 = 0, ndl = 0;
     int np = 0, nch = 0, nn = 0;
     if (!rc && !(rc = seq_logprob(m, h, c->canonical, tsp, &lt, NULL, err)) &&
         !(rc = seq_logprob(m, h, c->canonical, osp, &lo, NULL, err)))
@@ -230,10 +230,19 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, jso
             break;
         }
         sprintf(asp, " %s", an);
-        double la = 0, lx = 0, tmp;
+        double la = 0, lx = 0, la0 = 0, lx0 = 0, tmp;
         if (!(rc = seq_logprob(m, h, pr, asp, &la, NULL, err)) && !(rc = seq_logprob(m, h, pr, tsp, &lx, NULL, err)) &&
-            !(rc = seq_logprob(m, NULL, pr, NULL, &tmp, l0, err)) && !(rc = seq_logprob(m, h, pr, NULL, &tmp, l1, err)))
+            !(rc = seq_logprob(m, NULL, pr, asp, &la0, NULL, err)) &&
+            !(rc = seq_logprob(m, NULL, pr, tsp, &lx0, NULL, err)) &&
+            !(rc = seq_logprob(m, NULL, pr, NULL, &tmp, l0, err)) && !(rc = seq_logprob(m, h, pr, NULL, &tmp, l1, err))) {
             neigh += la > lx && argmax(l0, V) == argmax(l1, V), nn++;
+            neigh0 += la0 > lx0; /* the same score of the model without the edit */
+            for (int j = 0; j < V; j++) {
+                double d = fabs((double)l1[j] - l0[j]);
+                if (!(d <= ndl))
+                    ndl = isnan(d) ? INFINITY : d;
+            }
+        }
         free(asp);
     }
     /* unrelated prompts: every logit as before */
@@ -258,8 +267,13 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, jso
             tot[q] += f[q];
         }
         json_object_set_new(row, "unrelated_max_dlogit", json_real(isinf(unrel) ? 1e30 : unrel));
+        json_object_set_new(row, "neighbourhood_unedited", json_real(nn ? neigh0 / nn : 1));
+        json_object_set_new(row, "neighbourhood_max_dlogit", json_real(isinf(ndl) ? 1e30 : ndl));
         if (unrel > tot[5])
             tot[5] = unrel;
+        tot[6] += nn ? neigh0 / nn : 1;
+        if (ndl > tot[7])
+            tot[7] = ndl;
     }
     free(l0), free(l1), free(tsp), free(osp);
     return rc;
@@ -371,7 +385,7 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
     if (!rc && o->together > 0 && (size_t)o->together < n)
         n = (size_t)o->together; /* the cases scored are the edits applied */
     json_t *rows = json_array();
-    double tot[6] = {0}, *ms = calloc(n ? n : 1, sizeof *ms);
+    double tot[8] = {0}, *ms = calloc(n ? n : 1, sizeof *ms);
     size_t scored = 0, refused = 0, n_ms = 0, forced = 0;
     lq_overlay *shared = NULL;
     lq_resid_hook *sh = NULL;
@@ -435,6 +449,7 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
                 json_object_set_new(row, k[q], json_real(q == 4));
             json_object_set_new(row, "unrelated_max_dlogit", json_real(0));
             tot[4] += 1;
+            tot[6] += 1;
             scored++;
         }
         if (!together) {
@@ -476,6 +491,8 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
                               tot[5] == 0, "cases", (int)scored, "refused", (int)refused, "logit_written",
                               (int)forced);
         json_object_set_new(t, "fluency_ratio", isnan(ratio) ? json_null() : json_real(ratio));
+        json_object_set_new(t, "neighbourhood_unedited", json_real(tot[6] / d));
+        json_object_set_new(t, "neighbourhood_max_dlogit", json_real(isinf(tot[7]) ? 1e30 : tot[7]));
         json_object_set_new(t, "insert_ms_median", n_ms ? json_real(ms[n_ms / 2]) : json_null());
         json_t *doc = json_pack("{s:s,s:i,s:o,s:o}", "mode",
                                 o->mode == LQ_INSERT_KNN       ? "knn"

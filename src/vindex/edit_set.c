@@ -51,11 +51,13 @@ typedef struct es_entry {
     char *target, *entity, *relation;
 } es_entry;
 
-/* a subject key: the positions where the subject stands */
+/* a subject: the token sequences that spell it (with and without a leading space) */
+#define SUBJ_VARIANTS 4
+#define SUBJ_MAX_TOKENS 32
 typedef struct es_subj {
-    int layer;
-    float thr;
-    float *key;         /* [D] unit */
+    int n_var;
+    int len[SUBJ_VARIANTS];
+    int32_t ids[SUBJ_VARIANTS][SUBJ_MAX_TOKENS];
 } es_subj;
 
 /* one target token of a subject edit: its gate keys and the value they add */
@@ -188,28 +190,47 @@ void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor)
             L->scale[i] *= factor;
 }
 
-/* Subject ops, in their order: an op with a key starts a subject, an op with a down vector
- * starts a target token's group (of the current subject), every op adds its gate key to the
- * current group. A run that does not start with both (the overlay checks it) -> LQ_EINVAL. */
-int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_patch_op *ops, size_t n)
+/* The spellings of a subject as token sequences: "Entity" and " Entity" (mid-sentence), as
+ * the tokenizer writes them (without BOS). Sequences past SUBJ_MAX_TOKENS are left out. */
+static void subject_spellings(const lq_tokenizer *tok, const char *entity, es_subj *x)
+{
+    x->n_var = 0;
+    size_t el = strlen(entity);
+    char *sp = malloc(el + 2);
+    for (int v = 0; tok && sp && v < 2; v++) {
+        snprintf(sp, el + 2, "%s%s", v ? " " : "", entity);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (lq_tokenizer_encode(tok, sp, strlen(sp), 0, &ids, &n, NULL) == 0 && n > 0 && n <= SUBJ_MAX_TOKENS) {
+            int dup = 0;
+            for (int w = 0; w < x->n_var; w++)
+                dup |= x->len[w] == (int)n && !memcmp(x->ids[w], ids, n * sizeof *ids);
+            if (!dup) {
+                memcpy(x->ids[x->n_var], ids, n * sizeof *ids);
+                x->len[x->n_var++] = (int)n;
+            }
+        }
+        free(ids);
+    }
+    free(sp);
+}
+
+/* Subject ops, in their order: an op with feature 0 and a down vector starts an edit (a
+ * subject, spelt by the tokenizer), an op with a down vector starts a target token's group,
+ * every op with a gate adds it to the current group. A run that breaks this (the overlay
+ * checks it) -> LQ_EINVAL. */
+int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_tokenizer *tok, const lq_patch_op *ops, size_t n)
 {
     int D = s->D;
     for (size_t i = 0; i < n; i++) {
         const lq_patch_op *op = &ops[i];
         if (op->kind != LQ_OP_INSERT_SUBJECT || op->layer < 0 || op->layer >= s->n_layer ||
-            (!op->gate && op->feature == 0))
+            (!op->gate && op->feature == 0) || !op->entity)
             return LQ_EINVAL;
-        if (op->key) {
-            if (op->key_layer < 0 || op->key_layer >= s->n_layer ||
-                grow((void **)&s->subj, &s->cap_subj, s->n_subj + 1, sizeof *s->subj))
-                return LQ_EINVAL;
-            es_subj *x = &s->subj[s->n_subj];
-            if (!(x->key = malloc((size_t)D * sizeof *x->key)))
+        if (op->down && op->feature == 0) {
+            if (grow((void **)&s->subj, &s->cap_subj, s->n_subj + 1, sizeof *s->subj))
                 return LQ_ENOMEM;
-            unit_into(x->key, op->key, D);
-            x->layer = op->key_layer;
-            x->thr = op->key_threshold;
-            s->n_subj++;
+            subject_spellings(tok, op->entity, &s->subj[s->n_subj++]);
         }
         if (op->down) {
             if (!s->n_subj || grow((void **)&s->grp, &s->cap_grp, s->n_grp + 1, sizeof *s->grp))
@@ -284,8 +305,6 @@ void lq_edit_set_unref(lq_edit_set *s)
     for (int i = 0; i < s->n_ent; i++)
         free(s->ent[i].target), free(s->ent[i].entity), free(s->ent[i].relation);
     free(s->ent);
-    for (int i = 0; i < s->n_subj; i++)
-        free(s->subj[i].key);
     for (int i = 0; i < s->n_grp; i++)
         free(s->grp[i].gates), free(s->grp[i].thr), free(s->grp[i].down);
     free(s->subj);
@@ -335,25 +354,12 @@ static float dot(const float *a, const float *b, int D)
     return s;
 }
 
-/* Subject edits at one (layer, position), on x as it entered: records where each subject
- * stands, and at a gate layer which group fires (the best margin; -1 none). */
+/* Subject edits at a gate layer, on x as it entered: the group whose subject stands at or
+ * before pos and whose gate fires with the best margin (-1 none). */
 static int subject_pass(es_hook *k, int layer, int pos, const float *x, float inv)
 {
     const lq_edit_set *s = k->s;
     int D = s->D;
-    for (int i = 0; i < s->n_subj; i++) {
-        const es_subj *u = &s->subj[i];
-        if (u->layer != layer)
-            continue;
-        if (k->debug)
-            fprintf(stderr, "  [subject %d at pos %d: %.3f (threshold %.3f)]\n", i, pos, dot(u->key, x, D) * inv, u->thr);
-        if (dot(u->key, x, D) * inv >= u->thr) {
-            if (pos < k->subj_pos[i])
-                k->subj_pos[i] = pos;
-        } else if (k->subj_pos[i] == pos) {
-            k->subj_pos[i] = INT_MAX; /* the position was computed again with other tokens */
-        }
-    }
     int best = -1;
     float bm = 0;
     for (int gi = 0; gi < s->n_grp; gi++) {
@@ -425,6 +431,19 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
     k->last_pos = pos;
     slot_reset(k, pos);
     k->m[pos % MATCH_RING].id = id;
+    /* a subject whose spelling ends here stands from here on */
+    for (int i = 0; i < k->s->n_subj; i++) {
+        const es_subj *u = &k->s->subj[i];
+        for (int v = 0; v < u->n_var && k->subj_pos[i] > pos; v++) {
+            int L = u->len[v], ok = L <= MATCH_RING && L <= pos + 1;
+            for (int j = 0; ok && j < L; j++) {
+                int q = pos - j, sl = q % MATCH_RING;
+                ok = k->m[sl].pos == q && k->m[sl].id == u->ids[v][L - 1 - j];
+            }
+            if (ok)
+                k->subj_pos[i] = pos;
+        }
+    }
     if (k->n_wr)
         follow_writes(k, pos, id);
 }

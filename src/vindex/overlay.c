@@ -233,23 +233,26 @@ static int vectors_finite(const lq_overlay *o, const lq_patch_op *op)
     return 1;
 }
 
-/* A run of subject ops must start each edit with its subject key and each target token with
- * its value: the ops that follow share them (lq_vx_edit_set_add_subject). */
+/* A run of subject ops must start each edit with its first target token's value, and each
+ * later token with its own: the ops that follow share them (lq_vx_edit_set_add_subject). */
 static int subject_run_ok(const char *pname, const lq_patch_op *ops, size_t n, lq_err *err)
 {
-    int have_key = 0, have_group = 0, group_feature = -1, group_layer = -1;
+    int have_edit = 0, group_feature = -1, group_layer = -1;
     for (size_t i = 0; i < n; i++) {
         const lq_patch_op *op = &ops[i];
         if (op->kind != LQ_OP_INSERT_SUBJECT)
             continue;
-        if (op->key)
-            have_key = 1, have_group = 0;
-        if (op->down)
-            have_group = 1, group_feature = op->feature, group_layer = op->layer;
-        if (!have_key || !have_group || op->feature != group_feature || op->layer != group_layer)
+        if (op->down) {
+            if (op->feature == 0)
+                have_edit = 1;
+            else if (op->feature != group_feature + 1)
+                have_edit = 0;
+            group_feature = op->feature, group_layer = op->layer;
+        }
+        if (!have_edit || op->feature != group_feature || op->layer != group_layer)
             return lq_err_set(err, LQ_EINVAL,
-                              "patch '%s' op %zu: insert_subject without the key or value it would share (an edit's "
-                              "first op carries key_vector_b64, each target token's first op down_vector_b64)",
+                              "patch '%s' op %zu: insert_subject without the value it would share (each target "
+                              "token's first op carries down_vector_b64, in order from feature 0)",
                               pname, i);
     }
     return LQ_OK;
@@ -264,9 +267,8 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
         return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: layer %d is outside the model's %d layers", pname, i,
                           op->layer, o->n_layers);
     if (op->kind == LQ_OP_INSERT_SUBJECT) {
-        if (op->key_layer < 0 || op->key_layer >= o->n_layers)
-            return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: key_layer %d is outside the model's %d layers", pname,
-                              i, op->key_layer, o->n_layers);
+        if (op->key)
+            return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert_subject takes no key vector", pname, i);
         if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
             return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: target_id %d outside the vocabulary (%d)", pname,
                               i, (int)op->target_id, v->info.vocab_size);
@@ -345,7 +347,7 @@ static int subject_remove(lq_overlay *o, const char *entity, lq_err *err)
     int rc = lq_patch_create("subject", NULL, o->hidden, &keep, err), drop = 0;
     lq_patch_op op;
     for (size_t i = 0; !rc && lq_patch_op_at(o->subj, i, &op); i++) {
-        if (op.key) /* an edit's ops run from its key to the next one */
+        if (op.feature == 0 && op.down) /* an edit's ops run from here to the next edit */
             drop = op.entity && !strcasecmp(op.entity, entity);
         if (!drop)
             rc = lq_patch_add(keep, &op, err);
@@ -559,7 +561,7 @@ static lq_edit_set *build_edit_set(const lq_overlay *o, lq_err *err)
         lq_patch_op *ops = malloc(ns * sizeof *ops);
         for (size_t i = 0; ops && i < ns; i++)
             lq_patch_op_at(o->subj, i, &ops[i]);
-        if (!ops || lq_vx_edit_set_add_subject(s, ops, ns)) {
+        if (!ops || lq_vx_edit_set_add_subject(s, o->base->tok, ops, ns)) {
             lq_edit_set_unref(s);
             s = NULL;
             lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
@@ -900,7 +902,7 @@ static int subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_par
     for (size_t i = 0; !rc && i < n; i++)
         lq_patch_op_at(ops, i, &arr[i]);
     lq_edit_set *s = rc ? NULL : build_edit_set(o, err);
-    if (!rc && (!s || lq_vx_edit_set_add_subject(s, arr, n)))
+    if (!rc && (!s || lq_vx_edit_set_add_subject(s, lq_model_tokenizer(m), arr, n)))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
     float p0 = 0;
     int32_t tt[64];
@@ -1173,7 +1175,7 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     /* subject edits of the entity (one per edit: counted at its key) */
     lq_patch_op sop;
     for (size_t i = 0; !rc && w->entity && w->feature < 0 && lq_patch_op_at(o->subj, i, &sop); i++)
-        if (sop.key && sop.entity && !strcasecmp(sop.entity, w->entity) && (w->layer < 0 || sop.layer == w->layer) &&
+        if (sop.feature == 0 && sop.down && sop.entity && !strcasecmp(sop.entity, w->entity) && (w->layer < 0 || sop.layer == w->layer) &&
             (!w->relation || icontains(sop.relation, w->relation)))
             nk++;
     lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);

@@ -166,7 +166,8 @@ void lq_patch_counts(const lq_patch *p, size_t *ins, size_t *upd, size_t *del)
     *ins = *upd = *del = 0;
     for (size_t i = 0; p && i < p->n; i++) {
         int k = p->ops[i].op.kind;
-        if (k == LQ_OP_INSERT || k == LQ_OP_INSERT_KNN || (k == LQ_OP_INSERT_SUBJECT && p->ops[i].op.key))
+        if (k == LQ_OP_INSERT || k == LQ_OP_INSERT_KNN ||
+            (k == LQ_OP_INSERT_SUBJECT && p->ops[i].op.feature == 0 && p->ops[i].op.down))
             (*ins)++;
         else if (k == LQ_OP_INSERT_SUBJECT)
             ; /* one subject edit is several ops: counted once, at its first */
@@ -329,14 +330,10 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
         op.feature = (int)v;
     }
     if (subj) {
-        if ((rc = get_int(r, o, "key_layer", 1, 0, LQ_VINDEX_MAX_LAYERS - 1, &v)) < 0)
+        if ((rc = get_num(r, o, "gate_threshold", &op.gate_threshold)) < 0)
             return rc;
-        op.key_layer = (int)v;
-        if ((rc = get_num(r, o, "key_threshold", &op.key_threshold)) <= 0 ||
-            (rc = get_num(r, o, "gate_threshold", &op.gate_threshold)) <= 0)
-            return rc < 0 ? rc : bad(r, "key_threshold", "and gate_threshold are required");
-        if (op.key_threshold < -1 || op.key_threshold > 1 || op.gate_threshold < -1 || op.gate_threshold > 1)
-            return bad(r, "key_threshold", "and gate_threshold must be cosines in [-1, 1]");
+        if (op.gate_threshold < -1 || op.gate_threshold > 1)
+            return bad(r, "gate_threshold", "must be a cosine in [-1, 1]");
         json_t *f = json_object_get(o, "force");
         if (f && !json_is_boolean(f))
             return bad(r, "force", "must be true or false");
@@ -358,8 +355,7 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
          (rc = get_vec(r, o, "down_vector_b64", hidden, &bufs[2], &op.down)) < 0))
         goto out;
     if (subj && ((rc = get_vec(r, o, "gate_vector_b64", hidden, &bufs[0], &op.gate)) < 0 ||
-                 (rc = get_vec(r, o, "down_vector_b64", hidden, &bufs[2], &op.down)) < 0 ||
-                 (rc = get_vec(r, o, "key_vector_b64", hidden, &bufs[3], &op.key)) < 0))
+                 (rc = get_vec(r, o, "down_vector_b64", hidden, &bufs[2], &op.down)) < 0))
         goto out;
     if (subj && !op.gate && (op.feature == 0 || !op.down)) {
         rc = bad(r, "gate_vector_b64", "is missing (the first target token needs gates, a later one its down vector)");
@@ -547,9 +543,8 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
     if (op->kind == LQ_OP_INSERT_KNN || subj)
         json_object_set_new(o, "target_id", json_integer(op->target_id));
     if (subj) {
-        json_object_set_new(o, "key_layer", json_integer(op->key_layer));
-        json_object_set_new(o, "key_threshold", json_real(op->key_threshold));
-        json_object_set_new(o, "gate_threshold", json_real(op->gate_threshold));
+        if (op->gate)
+            json_object_set_new(o, "gate_threshold", json_real(op->gate_threshold));
         if (op->force)
             json_object_set_new(o, "force", json_true());
     }

@@ -39,7 +39,7 @@
 #include "vindex/vindex_internal.h"
 
 #define SE_MAX_TARGET 16  /* target tokens */
-#define SE_MAX_TEXTS 48
+#define SE_MAX_TEXTS 64
 #define SE_PHRASINGS 3
 #define SE_P_GOAL 0.9f    /* the value's goal on every writing phrasing */
 #define SE_P_MIN 0.5f     /* below this on a writing phrasing the edit is refused */
@@ -57,14 +57,14 @@ typedef struct se_text {
     int subj_lo, subj_hi; /* the entity's token span [lo, hi] (-1: none) */
     int role, phr;        /* T_*, and which phrasing (0, 1 plain, 2 chat) */
     int is_subject;       /* the entity is the edit's subject (else a neighbour's name) */
-    float *xs, *xg, *xr;  /* [n, D]: the residual after layers ls (subject), lg (gate) and the
-                           * last layer (value) at every position */
+    float *xg, *xr;       /* [n, D]: the residual after layers lg (gate) and the last layer
+                           * (value) at every position */
 } se_text;
 
 typedef struct cap_hook {
     lq_resid_hook h;
     se_text *t;
-    int ls, lg, lr, D;
+    int lg, lr, D;
 } cap_hook;
 
 static void cap_after(void *ctx, int layer, int pos, int logits, float *x, int D)
@@ -73,8 +73,6 @@ static void cap_after(void *ctx, int layer, int pos, int logits, float *x, int D
     cap_hook *c = ctx;
     if (pos < 0 || (size_t)pos >= c->t->n || D != c->D)
         return;
-    if (layer == c->ls)
-        memcpy(c->t->xs + (size_t)pos * D, x, (size_t)D * sizeof *x);
     if (layer == c->lg)
         memcpy(c->t->xg + (size_t)pos * D, x, (size_t)D * sizeof *x);
     if (layer == c->lr)
@@ -151,8 +149,8 @@ static int add_text(const lq_model *m, se_text *t, const char *text, const char 
     return LQ_OK;
 }
 
-/* Runs every text through the model (one batched prefill), capturing layers ls, lg, lr. */
-static int run_texts(lq_model *m, se_text *t, int nt, int ls, int lg, int lr, lq_err *err)
+/* Runs every text through the model (one batched prefill), capturing layers lg and lr. */
+static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
 {
     int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
     lq_session *ss[SE_MAX_TEXTS] = {0};
@@ -166,16 +164,15 @@ static int run_texts(lq_model *m, se_text *t, int nt, int ls, int lg, int lr, lq
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     size_t off = 0;
     for (int i = 0; !rc && i < nt; i++) {
-        t[i].xs = calloc(t[i].n * (size_t)D, sizeof(float));
         t[i].xg = calloc(t[i].n * (size_t)D, sizeof(float));
         t[i].xr = calloc(t[i].n * (size_t)D, sizeof(float));
-        if (!t[i].xs || !t[i].xg || !t[i].xr) {
+        if (!t[i].xg || !t[i].xr) {
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
             break;
         }
         if ((rc = lq_session_create(m, (int)t[i].n, &ss[i], err)))
             break;
-        hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], ls, lg, lr, D};
+        hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], lg, lr, D};
         hk[i].h.ctx = &hk[i];
         lq_session_set_hook(ss[i], &hk[i].h);
         counts[i] = (int)t[i].n;
@@ -193,7 +190,7 @@ static int run_texts(lq_model *m, se_text *t, int nt, int ls, int lg, int lr, lq
 static void texts_free(se_text *t, int n)
 {
     for (int i = 0; i < n; i++)
-        free(t[i].ids), free(t[i].xs), free(t[i].xg), free(t[i].xr);
+        free(t[i].ids), free(t[i].xg), free(t[i].xr);
 }
 
 static char *fmt_text(const char *f, const char *a, const char *b)
@@ -313,14 +310,14 @@ static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *v
     return rc;
 }
 
-/* The highest cosine of key with the lg (gate) or ls (subject) residuals of the negative
+/* The highest cosine of key with the gate-layer residuals of the negative
  * positions: every position of every text except those skip() keeps. */
 typedef struct se_neg {
     const se_text *t;
     int nt;
 } se_neg;
 
-static float max_cos(const se_neg *ng, int gate, const float *key, int D, int (*skip)(const se_text *, size_t, void *),
+static float max_cos(const se_neg *ng, const float *key, int D, int (*skip)(const se_text *, size_t, void *),
                      void *u)
 {
     float mx = -1;
@@ -331,7 +328,7 @@ static float max_cos(const se_neg *ng, int gate, const float *key, int D, int (*
         for (size_t p = 0; p < t->n; p++) {
             if (skip && skip(t, p, u))
                 continue;
-            float c = cosv(key, (gate ? t->xg : t->xs) + p * D, D);
+            float c = cosv(key, t->xg + p * D, D);
             if (c > mx)
                 mx = c, bi = i, bp = p;
         }
@@ -341,29 +338,10 @@ static float max_cos(const se_neg *ng, int gate, const float *key, int D, int (*
     return mx;
 }
 
-/* The mean of the unit residuals of the same positions max_cos scans (the first position, a
- * BOS whose residual is unlike any other, left out): the direction every residual shares. */
-static void neg_mean(const se_neg *ng, int gate, int D, int (*skip)(const se_text *, size_t, void *), void *u,
-                     float *out)
-{
-    memset(out, 0, (size_t)D * sizeof *out);
-    size_t cnt = 0;
-    for (int i = 0; i < ng->nt; i++) {
-        const se_text *t = &ng->t[i];
-        for (size_t p = 1; p < t->n; p++)
-            if (!skip || !skip(t, p, u)) {
-                unit_add(out, (gate ? t->xg : t->xs) + p * D, D);
-                cnt++;
-            }
-    }
-    for (int i = 0; cnt && i < D; i++)
-        out[i] /= (float)cnt;
-}
-
 /* The mean of the unit residuals of the HARD most similar negatives to pos (unit-added):
  * the positions a key must be told apart from first. */
 #define HARD 4
-static void hard_mean(const se_neg *ng, int gate, const float *pos, int D, int (*skip)(const se_text *, size_t, void *),
+static void hard_mean(const se_neg *ng, const float *pos, int D, int (*skip)(const se_text *, size_t, void *),
                       void *u, float *out)
 {
     const float *best[HARD] = {0};
@@ -374,7 +352,7 @@ static void hard_mean(const se_neg *ng, int gate, const float *pos, int D, int (
         for (size_t p = 1; p < t->n; p++) {
             if (skip && skip(t, p, u))
                 continue;
-            const float *x = (gate ? t->xg : t->xs) + p * D;
+            const float *x = t->xg + p * D;
             float c = cosv(pos, x, D);
             if (nb == HARD && c <= bc[nb - 1])
                 continue;
@@ -405,14 +383,6 @@ static void contrast_key(const float *pos_unit_mean, const float *nmean, int D, 
 /* ---- the texts an edit is measured on ---- */
 
 enum { T_PHRASE, T_CONTRAST, T_CLASS, T_CCLASS, T_NEUTRAL };
-
-/* subject negatives (layer ls): every position except the subject's own and what follows it
- * in texts about the subject */
-static int skip_subject(const se_text *t, size_t p, void *u)
-{
-    (void)u;
-    return t->is_subject && t->subj_lo >= 0 && (int)p >= t->subj_lo;
-}
 
 /* gate negatives for target token i: positions after a text's entity (before it no subject
  * gate is open), except the positives */
@@ -474,7 +444,7 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
             continue;
         for (int d = 0; d < D; d++)
             pm[d] /= (float)np;
-        hard_mean(&all, 1, pm, D, skip_gate, &gs, nm);
+        hard_mean(&all, pm, D, skip_gate, &gs, nm);
         contrast_key(pm, nm, D, key);
         float pos_min = 1;
         for (int t = 0; t < n; t++) {
@@ -487,8 +457,9 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
                     pos_min = c < pos_min ? c : pos_min;
                 }
         }
-        float neg_max = max_cos(&all, 1, key, D, skip_gate, &gs);
-        float thr = pos_min > neg_max ? 0.5f * (pos_min + neg_max) : neg_max + 0.02f;
+        float neg_max = max_cos(&all, key, D, skip_gate, &gs);
+        double frac = getenv("LQ_GATE_FRAC") ? atof(getenv("LQ_GATE_FRAC")) : 0.1;
+        float thr = pos_min > neg_max ? neg_max + (float)frac * (pos_min - neg_max) : neg_max + 0.02f;
         if (kind < 2) {
             /* a class key: its positives are other names' questions too, and those of a name
              * the model knows nothing of sit among the negatives; the threshold goes a quarter
@@ -564,11 +535,9 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     int D = mi->n_embd, L = mi->n_layer;
     if (!tok)
         return lq_err_set(err, LQ_EUNSUPPORTED, "insert: the model has no tokenizer");
-    int ls = L / 8, lr = L - 1, lg = L - 1;
-    if (getenv("LQ_SUBJECT_LAYER")) /* for measuring other layers */
-        ls = atoi(getenv("LQ_SUBJECT_LAYER")) % L;
+    int lr = L - 1, lg = L - 1;
     if (p->layer >= 0)
-        lg = p->layer, ls = ls < lg ? ls : lg;
+        lg = p->layer;
     /* the target's tokens, as they follow "... is" */
     int32_t *tt = NULL;
     size_t nt = 0;
@@ -623,40 +592,11 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
             rc = lq_err_set(err, LQ_ECONTEXT, "insert: a phrasing of %zu tokens exceeds the context %d", tx[i].n,
                             mi->n_ctx_train);
     if (!rc)
-        rc = run_texts(m, tx, n, ls, lg, lr, err);
+        rc = run_texts(m, tx, n, lg, lr, err);
 
-    /* the subject key: the subject's last token in its phrasings against everything else */
-    float *skey = malloc((size_t)D * sizeof *skey), *nmean = malloc((size_t)D * sizeof *nmean);
-    float *pmean = calloc((size_t)D, sizeof *pmean);
     float *val = malloc((size_t)D * sizeof *val), *X = malloc((size_t)n_phr * D * sizeof *X);
-    if (!rc && (!skey || !nmean || !pmean || !val || !X))
+    if (!rc && (!val || !X))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-    float pos_min = 1, neg_max = -1, sthr = 0;
-    se_neg all = {tx, n};
-    if (!rc) {
-        for (int w = 0; w < n_phr; w++)
-            unit_add(pmean, tx[w].xs + (size_t)tx[w].subj_hi * D, D);
-        for (int i = 0; i < D; i++)
-            pmean[i] /= (float)n_phr;
-        if (getenv("LQ_SUBJECT_HARD"))
-            hard_mean(&all, 0, pmean, D, skip_subject, NULL, nmean);
-        else
-            neg_mean(&all, 0, D, skip_subject, NULL, nmean);
-        contrast_key(pmean, nmean, D, skey);
-        for (int w = 0; w < n_phr; w++) {
-            float c = cosv(skey, tx[w].xs + (size_t)tx[w].subj_hi * D, D);
-            pos_min = c < pos_min ? c : pos_min;
-        }
-        neg_max = max_cos(&all, 0, skey, D, skip_subject, NULL);
-        if (getenv("LQ_SUBJECT_DEBUG"))
-            fprintf(stderr, "subject at layer %d: positives >= %.3f, negatives <= %.3f\n", ls, pos_min, neg_max);
-        if (pos_min <= neg_max + 0.02f)
-            rc = lq_err_set(err, LQ_EREFUSED,
-                            "insert: the model does not tell '%s' apart at layer %d (its positions reach cosine %.3f "
-                            "with the subject key, other names and text %.3f); nothing was changed",
-                            p->entity, ls, pos_min, neg_max);
-        sthr = 0.5f * (pos_min + neg_max);
-    }
     lq_patch *ops = NULL;
     if (!rc)
         rc = lq_patch_create("subject insert", NULL, D, &ops, err);
@@ -685,9 +625,6 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         proto.target = p->target;
         proto.target_id = tt[i];
         proto.confidence = isnan(p->confidence) ? 1.0f : p->confidence;
-        proto.key_layer = ls;
-        proto.key_threshold = sthr;
-        proto.key = i == 0 ? skey : NULL;
         proto.force = force;
         rc = token_gates(tx, n, n_phr, nt, (int)i, D, &proto, val, ops, err);
     }
@@ -701,7 +638,7 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         ops = NULL;
     }
     lq_patch_free(ops);
-    free(val), free(X), free(skey), free(tt), free(nmean), free(pmean);
+    free(val), free(X), free(tt);
     texts_free(tx, n);
     return rc;
 }

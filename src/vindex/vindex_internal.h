@@ -182,7 +182,7 @@ int lq_vx_subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_para
                          lq_insert_result *r, lq_err *err);
 int lq_vx_subject_check(struct lq_model *m, lq_edit_set *s, const lq_insert_params *p, const int32_t *tt, size_t nt,
                         float *p0, lq_err *err);
-int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_patch_op *ops, size_t n);
+int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_tokenizer *tok, const lq_patch_op *ops, size_t n);
 void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor);
 
 /* infer.c: the logits after prompt (encoded as lq_infer does) with hook's edits */
