@@ -389,6 +389,9 @@ enum { T_PHRASE, T_CONTRAST, T_CLASS, T_CCLASS, T_NEUTRAL };
 typedef struct gate_skip {
     int token;
     size_t nt;           /* target tokens */
+    int subject_only;    /* a phrasing key: only the subject's texts (and the neutral one) are
+                          * its negatives, the other names' questions being no concern of a gate
+                          * that the subject's tokens arm */
 } gate_skip;
 
 static int is_class_positive(const se_text *t, size_t p, const gate_skip *g)
@@ -402,6 +405,8 @@ static int skip_gate(const se_text *t, size_t p, void *u)
 {
     const gate_skip *g = u;
     if (t->subj_hi >= 0 && (int)p < t->subj_hi)
+        return 1;
+    if (g->subject_only && (t->role == T_CLASS || t->role == T_CCLASS))
         return 1;
     return is_class_positive(t, p, g);
 }
@@ -420,7 +425,7 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
         op.down = (float *)val;
         return lq_patch_add(ops, &op, err);
     }
-    gate_skip gs = {i, nt};
+    gate_skip gs = {i, nt, 0};
     se_neg all = {tx, n};
     float *key = malloc((size_t)D * sizeof *key), *pm = malloc((size_t)D * sizeof *pm);
     float *nm = malloc((size_t)D * sizeof *nm);
@@ -444,6 +449,7 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
             continue;
         for (int d = 0; d < D; d++)
             pm[d] /= (float)np;
+        gs.subject_only = kind >= 2;
         hard_mean(&all, pm, D, skip_gate, &gs, nm);
         contrast_key(pm, nm, D, key);
         float pos_min = 1;
@@ -487,6 +493,9 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
                     np, pos_min, neg_max, thr);
         if (kind < 2 && pos_min <= neg_max)
             continue; /* a class that overlaps its negatives: the phrasing keys alone */
+        if (kind == 2 && pos_min <= neg_max)
+            thr = pos_min - 0.005f; /* the canonical question is answered even where the model sees
+                                     * it like another (the same subject's other relation) */
         lq_patch_op op = *proto;
         op.gate = key;
         op.gate_threshold = thr;
@@ -536,6 +545,8 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     if (!tok)
         return lq_err_set(err, LQ_EUNSUPPORTED, "insert: the model has no tokenizer");
     int lr = L - 1, lg = L - 1;
+    if (getenv("LQ_GATE_LAYER"))
+        lg = atoi(getenv("LQ_GATE_LAYER")) % L;
     if (p->layer >= 0)
         lg = p->layer;
     /* the target's tokens, as they follow "... is" */
