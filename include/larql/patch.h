@@ -180,6 +180,12 @@ int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err);
  * question reads back, in chat too (src/vindex/subject_edit.c). */
 typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1, LQ_INSERT_SUBJECT = 2 } lq_insert_mode;
 
+/* Bounds on an insert (LQ_ERANGE past them): the texts' lengths in bytes, and COMPOSE's alpha
+ * (the balance scales it by at most 1.6^16 or 0.7^16; an edit that cannot reach its target
+ * within them is refused). */
+#define LQ_EDIT_MAX_TEXT 256
+#define LQ_EDIT_MAX_ALPHA 16
+
 typedef struct lq_insert_params {
     const char *entity, *relation, *target; /* required, non-empty */
     int layer;          /* -1 = default: KNN: knowledge band's last layer - 1 (LQL);

@@ -370,7 +370,7 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
         return st;
     lq_edit_set *es = lq_edit_set_ref(kv.edits);
     srv_kview_put(&kv);
-    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es))
+    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es))
         st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? 500 : 0;
     lq_edit_set_unref(es);
     return st;
@@ -465,7 +465,7 @@ void route_insert(lq_server *s, req *q, reply *r)
         return;
     lq_insert_params ip;
     lq_insert_params_init(&ip);
-    const char *mode = "compose";
+    const char *mode = NULL;
     long layer = -1;
     double alpha = 0.25, conf = NAN;
     if (jget_str(q->rt, j, "entity", &ip.entity, NULL, r) < 0 || jget_str(q->rt, j, "relation", &ip.relation, NULL, r) < 0 ||
@@ -480,12 +480,11 @@ void route_insert(lq_server *s, req *q, reply *r)
         json_decref(j);
         return;
     }
-    if (strcmp(mode, "compose") && strcmp(mode, "knn")) {
-        reply_larql_err(r, 400, "mode '%s' is not one of compose, knn", mode);
+    if (mode && strcmp(mode, "compose") && strcmp(mode, "knn") && strcmp(mode, "subject")) {
+        reply_larql_err(r, 400, "mode '%s' is not one of subject, compose, knn", mode);
         json_decref(j);
         return;
     }
-    ip.mode = !strcmp(mode, "knn") ? LQ_INSERT_KNN : LQ_INSERT_COMPOSE;
     ip.layer = (int)layer;
     ip.alpha = (float)alpha;
     ip.confidence = (float)conf;
@@ -495,6 +494,11 @@ void route_insert(lq_server *s, req *q, reply *r)
     /* residual keys need the weights; a browse vindex inserts with the embedding key */
     if (!s->o.no_infer && srv_model(s, &m, &e))
         m = NULL;
+    /* the default: a subject edit (every phrasing, chat included, reads it back) when the
+     * weights are there to compute one, else LARQL's COMPOSE with the embedding key */
+    if (!mode)
+        mode = m ? "subject" : "compose";
+    ip.mode = !strcmp(mode, "knn") ? LQ_INSERT_KNN : !strcmp(mode, "subject") ? LQ_INSERT_SUBJECT : LQ_INSERT_COMPOSE;
     kedit ke;
     if (kedit_begin(s, q, r, &ke)) {
         json_decref(j);
@@ -512,7 +516,10 @@ void route_insert(lq_server *s, req *q, reply *r)
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
         srv_dcache_bump(s);
-        const char *mname = ip.mode == LQ_INSERT_KNN ? "knn" : res.weights ? "constellation" : "embedding";
+        const char *mname = ip.mode == LQ_INSERT_KNN       ? "knn"
+                             : ip.mode == LQ_INSERT_SUBJECT ? "subject"
+                             : res.weights                  ? "constellation"
+                                                            : "embedding";
         json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
                               ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
                               "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
@@ -520,6 +527,10 @@ void route_insert(lq_server *s, req *q, reply *r)
         if (o && ip.mode == LQ_INSERT_COMPOSE && res.weights) { /* ours: the balance's outcome */
             json_object_set_new(o, "down_scale", json_real(lq_round(res.down_scale, 4)));
             json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
+        }
+        if (o && ip.mode == LQ_INSERT_SUBJECT) { /* measured after the edit, on the canonical prompt */
+            json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
+            json_object_set_new(o, "tokens_on_logits", json_integer(res.n_forced));
         }
         reply_json(r, 200, o);
     }

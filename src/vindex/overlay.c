@@ -261,6 +261,8 @@ static int subject_run_ok(const char *pname, const lq_patch_op *ops, size_t n, l
 static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_patch_op *op, lq_err *err)
 {
     const lq_vindex *v = o->base;
+    if (!vectors_finite(o, op))
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN or infinity", pname, i);
     if (op->kind == LQ_OP_DELETE_KNN)
         return op->entity ? LQ_OK : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: delete_knn needs an entity", pname, i);
     if (op->layer < 0 || op->layer >= o->n_layers)
@@ -275,9 +277,7 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
         if ((!op->gate && (op->feature == 0 || !op->down)) || !op->entity || !op->target)
             return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert_subject needs entity, target, and gate vectors "
                               "(first target token) or a down vector (later ones)", pname, i);
-        return vectors_finite(o, op) ? LQ_OK
-                                     : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN or infinity",
-                                                  pname, i);
+        return LQ_OK;
     }
     if (op->kind == LQ_OP_INSERT_KNN) {
         if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
@@ -849,10 +849,11 @@ static int free_feature(const lq_overlay *o, int layer)
  * rounds). *factor: the scale
  * found; *prob: the target's probability with it. */
 static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt, const lq_patch_op *ops,
-                           size_t n, int32_t target, float *factor, float *prob, lq_err *err)
+                           size_t n, int32_t target, float *factor, float *prob, int *first_out, lq_err *err)
 {
     *factor = 1.0f;
     *prob = 0.0f;
+    *first_out = 0;
     const lq_model_info *mi = lq_model_get_info(m);
     lq_edit_set *s = build_edit_set(o, err);
     lq_resid_hook *h = NULL;
@@ -866,11 +867,20 @@ static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt
     for (int round = 0; !rc && round <= 16; round++) {
         if ((rc = lq_vx_prompt_logits(m, prompt, h, lg, err)))
             break;
+        int finite = 1;
+        for (int j = 0; j < mi->n_vocab; j++)
+            finite &= isfinite(lg[j]) != 0;
+        if (!finite) { /* an edit must never make the forward pass NaN or infinite */
+            *prob = 0.0f;
+            *first_out = 0;
+            break;
+        }
         double mx;
         double z = lq_softmax_denominator(lg, (size_t)mi->n_vocab, &mx);
         *prob = (float)(exp((double)lg[target] - mx) / z);
         /* LARQL's band, and (ours) the target must also be the first prediction */
         int first = lg[target] >= mx;
+        *first_out = first;
         float step = *prob < 0.30f || !first ? 1.6f : *prob > 0.95f ? 0.7f : 1.0f;
         if (step == 1.0f || round == 16)
             break;
@@ -939,6 +949,15 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
     memset(r, 0, sizeof *r);
     if (!o || !p || !p->entity || !*p->entity || !p->relation || !*p->relation || !p->target || !*p->target)
         return lq_err_set(err, LQ_EINVAL, "insert: entity, relation and target are required");
+    if (strlen(p->entity) > LQ_EDIT_MAX_TEXT || strlen(p->relation) > LQ_EDIT_MAX_TEXT ||
+        strlen(p->target) > LQ_EDIT_MAX_TEXT)
+        return lq_err_set(err, LQ_ERANGE, "insert: entity, relation and target are at most %d bytes each",
+                          LQ_EDIT_MAX_TEXT);
+    if (!isfinite(p->alpha) || fabsf(p->alpha) > LQ_EDIT_MAX_ALPHA)
+        return lq_err_set(err, LQ_ERANGE, "insert: alpha %g outside [-%d, %d]", (double)p->alpha, LQ_EDIT_MAX_ALPHA,
+                          LQ_EDIT_MAX_ALPHA);
+    if (!isnan(p->confidence) && !isfinite(p->confidence))
+        return lq_err_set(err, LQ_ERANGE, "insert: confidence must be finite");
     if (p->mode != LQ_INSERT_KNN && p->mode != LQ_INSERT_COMPOSE && p->mode != LQ_INSERT_SUBJECT)
         return lq_err_set(err, LQ_EINVAL, "insert: mode %d is not KNN (0), COMPOSE (1) or SUBJECT (2)", p->mode);
     const lq_vindex *v = o->base;
@@ -1050,8 +1069,18 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
     if (!rc && p->mode == LQ_INSERT_COMPOSE && m) {
         char *prompt = lq_vx_canonical_prompt(p->entity, p->relation);
         float factor = 1.0f;
-        rc = prompt ? compose_balance(o, m, prompt, ops, n, tids[0], &factor, &r->target_prob, err)
+        int first = 0;
+        rc = prompt ? compose_balance(o, m, prompt, ops, n, tids[0], &factor, &r->target_prob, &first, err)
                     : lq_err_set(err, LQ_ENOMEM, "out of memory");
+        /* applied or refused, never half-applied: a balance that does not put the target first
+         * with probability >= 0.30 leaves the overlay as it was */
+        if (!rc && (!first || r->target_prob < 0.30f))
+            rc = lq_err_set(err, LQ_EREFUSED,
+                            "insert: COMPOSE could not balance \"%s\" after \"%s\" (target probability %.3f%s, down "
+                            "scale %.4g after 16 rounds); nothing was changed — MODE SUBJECT writes targets of several "
+                            "tokens",
+                            p->target, prompt ? prompt : "", r->target_prob, first ? "" : ", not the first prediction",
+                            p->alpha * factor);
         free(prompt);
         for (int d = 0; !rc && d < D; d++) /* every layer's op shares the down vector */
             down[d] *= factor;

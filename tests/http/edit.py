@@ -53,8 +53,8 @@ def main(patch_dir):
     ok("the OpenAI completion route answers with the insert (KNN override in generation)",
        atl_before != atl and isinstance(atl, str) and atl and " Poseidonia".startswith(atl), (atl_before, atl))
     lem_before = complete("The capital of Lemuria is")
-    st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Germany"})
-    ok("insert (default compose) -> 200, constellation over the knowledge band, balanced",
+    st, j = call("POST", "/v1/insert", {"entity": "Lemuria", "relation": "capital", "target": "Germany", "mode": "compose"})
+    ok("insert (mode compose) -> 200, constellation over the knowledge band, balanced",
        st == 200 and j.get("mode") == "constellation" and j.get("inserted", 0) >= 1
        and 0.30 <= j.get("target_probability", 0) <= 0.95 and j.get("down_scale", 0) > 0, j)
     p = top("The capital of Lemuria is")

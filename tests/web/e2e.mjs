@@ -202,7 +202,7 @@ test('edit: a session, an insert, the KNN override marked in infer, patches list
   assert.ok(!j.knn_override);
   // a compose insert reports where the balance left the target
   p.$('ins-entity').value = 'Lemuria';
-  p.$('ins-target').value = 'Mu';
+  p.$('ins-target').value = 'Germany';
   p.$('ins-mode').value = 'compose';
   p.submit('insert-form');
   await waitFor('the compose insert', () => /Inserted \d+ \(constellation\) Lemuria/.test(p.text('insert-out')));

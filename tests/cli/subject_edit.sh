@@ -1,0 +1,50 @@
+#!/bin/sh
+# Edits that generalise (subject edits) on the shipped trained model: larql eval-edits on a
+# slice of the shipped suite against the goals, and a real server: the insert read back by a
+# paraphrase and by chat, refusals that leave nothing behind, bad input (tests/http/subject_edit.py).
+. "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"
+
+GG=models/tinystories-ternary.gguf; V="$T_TMP/v"
+check "convert the trained model to an inference vindex" "$LARQL" convert gguf-to-vindex "$GG" --output "$V" \
+    --keep-quant --level inference
+SUITE=tests/data/edits/trained.jsonl
+[ "$(wc -l <"$SUITE")" -ge 64 ] && pass "the shipped suite has at least 64 cases" || fail "the shipped suite has at least 64 cases"
+# every 4th case (16 cases: counterfactual capitals and languages, new entities of one and
+# several tokens), scored one at a time, then all 16 together
+awk 'NR % 4 == 1' "$SUITE" >"$T_TMP/slice.jsonl"
+for mode in single together; do
+    extra=""; [ $mode = together ] && extra="--together 16"
+    if "$LARQL" eval-edits "$V" --suite "$T_TMP/slice.jsonl" --json $extra --fluency tests/data/trained/heldout.txt \
+        >"$T_TMP/$mode.json" 2>"$T_TMP/err"; then
+        python3 - "$T_TMP/$mode.json" $mode <<'PY' && pass "eval-edits $mode: the goals" || fail "eval-edits $mode: the goals" "$(head -c 600 "$T_TMP/$mode.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))["totals"]
+single = sys.argv[2] == "single"
+goals = {"efficacy": 0.99 if single else 0.97, "chat": 0.80 if single else 0.75,
+         "generation": 0.95 if single else 0.90, "neighbourhood": 0.95 if single else 0.92}
+bad = {k: t[k] for k, g in goals.items() if t[k] < g}
+bad.update({} if t["unrelated_bit_identical"] else {"unrelated": t["unrelated_max_dlogit"]})
+bad.update({} if t["fluency_ratio"] is not None and t["fluency_ratio"] <= (1.01 if single else 1.03)
+           else {"fluency": t["fluency_ratio"]})
+print(bad) if bad else None
+sys.exit(1 if bad else 0)
+PY
+    else
+        fail "eval-edits $mode runs" "$(head -c 400 "$T_TMP/err")"
+    fi
+done
+check_fails "eval-edits: an empty suite" "no cases" "$LARQL" eval-edits "$V" --suite /dev/null
+printf 'not json\n' >"$T_TMP/bad.jsonl"
+check_fails "eval-edits: a malformed suite is an error naming its line" "suite line 1" "$LARQL" eval-edits "$V" --suite "$T_TMP/bad.jsonl"
+check_fails "eval-edits on a GGUF says a vindex is needed" "not a vindex" "$LARQL" eval-edits "$GG" --suite "$SUITE"
+# LQL: INSERT without a mode is a subject edit, read back by a paraphrase
+out=$("$LARQL" lql "$V" -c 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia"); INFER "The capital city of Atlantis is" TOP 1;' 2>&1)
+echo "$out" | grep -q '(subject edit)' && echo "$out" | grep -q '1\.  *(9' && pass "LQL INSERT (default subject) then a paraphrase writes the target's first token" ||
+    fail "LQL INSERT (default subject) then a paraphrase writes the target's first token" "$out"
+if start_server main "$V" --threads 1; then
+    run_py http.log "$HTTP_DIR/subject_edit.py" "$PORT"
+else
+    fail "server starts on the trained vindex"
+fi
+done_tests
