@@ -49,6 +49,7 @@ typedef enum lq_op_kind {
     LQ_OP_INSERT_KNN = 4, /* a KNN-store entry */
     LQ_OP_DELETE_KNN = 5, /* every KNN entry (and subject edit) of an entity */
     LQ_OP_INSERT_SUBJECT = 6, /* one key of a subject-gated edit (ours; LARQL has no such op) */
+    LQ_OP_DELETE_EDIT = 7,    /* removes every op of the edit named by id (ours) */
 } lq_op_kind;
 
 /* One operation. Strings and vectors are borrowed (the patch copies what it keeps). Vectors
@@ -67,6 +68,9 @@ typedef struct lq_patch_op {
     const char *dm_token;
     int32_t dm_id;
     float dm_c;
+    const char *id;                 /* the edit this op belongs to (every op of one insert shares
+                                     * it; NULL: none, as in LARQL's patches); DELETE_EDIT: the
+                                     * edit removed. At most LQ_EDIT_ID_MAX bytes */
     /* INSERT_SUBJECT (src/vindex/subject_edit.c): entity = the subject (its tokens arm the
      * edit), layer = where the gate is read, feature = the index of the target token this op
      * writes, target_id = that token; gate = a unit key of the residual with gate_threshold
@@ -184,6 +188,7 @@ typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1, LQ_INSER
  * (the balance scales it by at most 1.6^16 or 0.7^16; an edit that cannot reach its target
  * within them is refused). */
 #define LQ_EDIT_MAX_TEXT 256
+#define LQ_EDIT_ID_MAX 64
 #define LQ_EDIT_MAX_ALPHA 16
 
 typedef struct lq_insert_params {
@@ -207,6 +212,7 @@ typedef struct lq_insert_result {
     size_t knn_total;   /* KNN entries after the insert */
     float down_scale;   /* COMPOSE with weights: alpha times the balance factor */
     int n_forced;       /* SUBJECT: target tokens written on the logits (see lq_patch_op force) */
+    char id[LQ_EDIT_ID_MAX + 1]; /* the edit's id (lq_overlay_delete_edit) */
     float target_prob;  /* COMPOSE with weights: the target's probability after the prompt
                            "The {relation} of {entity} is" with the insert (walk mode) */
 } lq_insert_result;
@@ -305,6 +311,15 @@ typedef struct lq_edit_eval_opts {
 void lq_edit_eval_opts_init(lq_edit_eval_opts *o);
 int lq_edit_eval(const lq_vindex *v, struct lq_model *m, const char *suite, size_t len, const lq_edit_eval_opts *o,
                  char **json_out, lq_err *err);
+
+/* ---- edits as rows ----
+ * Every insert gives its ops one id (lq_insert_result.id). The rows of the overlay's live
+ * edits, newest last, as JSON: [{"id", "entity", "relation", "target", "mode": "subject" |
+ * "knn" | "compose", "layer", "patch"}]. */
+int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err);
+/* Removes one edit (all its ops) by id, recorded as a delete_edit op in the live patch (a
+ * journal replays it). Unknown id -> LQ_ENOTFOUND. */
+int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err);
 
 /* COMPILE CURRENT INTO VINDEX "out_dir": the base vindex rewritten with the overlay baked in
  * (gate rows and down_meta records of patched features, tombstones as zero rows / empty

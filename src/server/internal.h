@@ -290,6 +290,7 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */
+void route_edit_delete(lq_server *s, req *q, reply *r);  /* DELETE /v1/edits/{id} */
 
 /* openapi.c: GET /v1/openapi.json, generated from the route table */
 char *srv_openapi_json(const lq_server *s, size_t *len);

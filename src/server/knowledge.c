@@ -520,10 +520,10 @@ void route_insert(lq_server *s, req *q, reply *r)
                              : ip.mode == LQ_INSERT_SUBJECT ? "subject"
                              : res.weights                  ? "constellation"
                                                             : "embedding";
-        json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f}", "entity", ip.entity, "relation",
+        json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f,s:s}", "entity", ip.entity, "relation",
                               ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
                               "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
-                              lq_round((lq_now() - t0) * 1000.0, 1));
+                              lq_round((lq_now() - t0) * 1000.0, 1), "id", res.id);
         if (o && ip.mode == LQ_INSERT_COMPOSE && res.weights) { /* ours: the balance's outcome */
             json_object_set_new(o, "down_scale", json_real(lq_round(res.down_scale, 4)));
             json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
@@ -577,6 +577,11 @@ void route_patches(lq_server *s, req *q, reply *r)
                                                (json_int_t)lq_patch_n_ops(p), "base_model", lq_patch_base_model(p)));
         }
         json_t *o = json_pack("{s:o}", "patches", a);
+        /* ours: each edit as a row (id, entity, relation, target, mode, layer, patch) */
+        char *rows = NULL;
+        if (kv.ov && !lq_overlay_edit_rows_json(kv.ov, &rows, &e))
+            json_object_set_new(o, "edits", json_loads(rows, 0, NULL));
+        free(rows);
         if (kv.sid)
             json_object_set_new(o, "session", json_string(kv.sid));
         srv_kview_put(&kv);
@@ -679,6 +684,33 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
         if (ke.ks)
             json_object_set_new(o, "session", json_string(ke.ks->id));
         reply_json(r, 200, o);
+    }
+    kedit_end(&ke);
+}
+
+/* DELETE /v1/edits/{id}: one edit removed (journaled like the rest) */
+void route_edit_delete(lq_server *s, req *q, reply *r)
+{
+    if (q->path_arg_long) {
+        reply_larql_err(r, 404, "edit not found");
+        return;
+    }
+    kedit ke;
+    if (kedit_begin(s, q, r, &ke))
+        return;
+    lq_err e = {0};
+    const lq_patch *ep = lq_overlay_edits(ke.ov);
+    size_t n0 = ep ? lq_patch_n_ops(ep) : 0;
+    int rc = lq_overlay_delete_edit(ke.ov, q->path_arg, &e);
+    if (!rc && persist_edit(&ke, n0, &e))
+        rc = LQ_EIO;
+    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(lq_overlay_edits(ke.ov))))
+        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
+    if (rc) {
+        reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
+    } else {
+        srv_dcache_bump(s);
+        reply_json(r, 200, json_pack("{s:s,s:o}", "removed", q->path_arg, "session", session_value(&ke)));
     }
     kedit_end(&ke);
 }

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/f16.h"
 #include "core/softmax.h"
@@ -52,6 +54,8 @@ struct lq_overlay {
     lq_patch **patches;
     size_t np, capp;
     lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
+    char **dead;          /* ids of the edits that delete_edit ops removed (rebuilt with the state) */
+    size_t n_dead;
     uint64_t version;
     char *edits_name;     /* NULL = EDITS_NAME */
     /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
@@ -143,6 +147,23 @@ static void feat_clear(ov_feat *e)
     free(e->down);
 }
 
+static int is_dead(const lq_overlay *o, const char *id)
+{
+    for (size_t i = 0; id && i < o->n_dead; i++)
+        if (!strcmp(o->dead[i], id))
+            return 1;
+    return 0;
+}
+
+static void clear_dead(lq_overlay *o)
+{
+    for (size_t i = 0; i < o->n_dead; i++)
+        free(o->dead[i]);
+    free(o->dead);
+    o->dead = NULL;
+    o->n_dead = 0;
+}
+
 static void clear_state(lq_overlay *o)
 {
     for (size_t i = 0; i < o->nf; i++)
@@ -154,6 +175,7 @@ static void clear_state(lq_overlay *o)
     memset(o->n_del, 0, (size_t)o->n_layers * sizeof *o->n_del);
     lq_patch_free(o->subj);
     o->subj = NULL;
+    clear_dead(o);
 }
 
 static float *vdup(const float *v, int n)
@@ -265,6 +287,8 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
         return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN or infinity", pname, i);
     if (op->kind == LQ_OP_DELETE_KNN)
         return op->entity ? LQ_OK : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: delete_knn needs an entity", pname, i);
+    if (op->kind == LQ_OP_DELETE_EDIT)
+        return op->id ? LQ_OK : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: delete_edit needs an id", pname, i);
     if (op->layer < 0 || op->layer >= o->n_layers)
         return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: layer %d is outside the model's %d layers", pname, i,
                           op->layer, o->n_layers);
@@ -371,6 +395,8 @@ static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
                            isnan(op->confidence) ? 1.0f : op->confidence};
         return lq_knn_store_add_entry(o->knn, &ke, err);
     }
+    if (op->kind == LQ_OP_DELETE_EDIT || is_dead(o, op->id))
+        return LQ_OK; /* the edit it names is skipped by every rebuild (collect_dead) */
     if (op->kind == LQ_OP_INSERT_SUBJECT) {
         if (!o->subj && lq_patch_create("subject", NULL, o->hidden, &o->subj, err))
             return LQ_ENOMEM;
@@ -465,10 +491,32 @@ static int apply_ops(lq_overlay *o, const lq_patch *p, lq_err *err)
     return LQ_OK;
 }
 
-/* State = fold of the patches over the initial store. */
+/* The ids every delete_edit op of the patches names. */
+static int collect_dead(lq_overlay *o)
+{
+    for (size_t i = 0; i < o->np; i++) {
+        lq_patch_op op;
+        for (size_t k = 0; lq_patch_op_at(o->patches[i], k, &op); k++) {
+            if (op.kind != LQ_OP_DELETE_EDIT || !op.id || is_dead(o, op.id))
+                continue;
+            char **nd = realloc(o->dead, (o->n_dead + 1) * sizeof *nd);
+            if (!nd)
+                return LQ_ENOMEM;
+            o->dead = nd;
+            if (!(o->dead[o->n_dead] = strdup(op.id)))
+                return LQ_ENOMEM;
+            o->n_dead++;
+        }
+    }
+    return LQ_OK;
+}
+
+/* State = fold of the patches over the initial store, less the edits deleted by id. */
 static int rebuild(lq_overlay *o, lq_err *err)
 {
     clear_state(o);
+    if (collect_dead(o))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
     lq_knn_store *k = NULL;
     int rc = knn_copy(o->knn0, o->hidden, &k, err);
     if (rc)
@@ -537,6 +585,7 @@ void lq_overlay_free(lq_overlay *o)
     lq_knn_store_free(o->knn);
     lq_knn_store_free(o->knn0);
     free(o->edits_name);
+    clear_dead(o);
     lq_edit_set_unref(o->es);
     pthread_mutex_destroy(&o->es_mu);
     free(o);
@@ -747,15 +796,22 @@ static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
     if (!e)
         return err ? err->code : LQ_ENOMEM;
     size_t n0 = lq_patch_n_ops(e);
-    int rc = LQ_OK;
-    for (size_t i = 0; !rc && i < n; i++)
+    int rc = LQ_OK, deletes = 0;
+    for (size_t i = 0; !rc && i < n; i++) {
         rc = lq_patch_add(e, &ops[i], err);
-    for (size_t i = 0; !rc && i < n; i++)
-        rc = apply_op(o, &ops[i], err);
-    if (!rc)
-        rc = changed(o, err);
-    else
-        o->version++;
+        deletes |= ops[i].kind == LQ_OP_DELETE_EDIT;
+    }
+    if (deletes) { /* an edit removed by id: the state is the fold without it */
+        if (!rc)
+            rc = rebuild(o, err);
+    } else {
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = apply_op(o, &ops[i], err);
+        if (!rc)
+            rc = changed(o, err);
+        else
+            o->version++;
+    }
     if (rc) /* out of memory midway: back to the recorded state */
         lq_overlay_truncate_edits(o, n0, NULL);
     return rc;
@@ -897,6 +953,16 @@ static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt
 /* A subject edit: its ops computed on the model, then checked with every edit of the overlay
  * (greedy decoding of the canonical prompt must write the whole target), and only then
  * recorded: an edit that does not take is refused and leaves the overlay as it was. */
+/* A new edit's id: unique across restarts of one state (seconds, process, a counter). */
+static void new_edit_id(char *out)
+{
+    static unsigned long counter;
+    unsigned long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(out, LQ_EDIT_ID_MAX + 1, "e%lx%05lx%lx", (unsigned long)ts.tv_sec, (unsigned long)getpid() & 0xfffff, c);
+}
+
 static int subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params *p, lq_insert_result *r,
                           lq_err *err)
 {
@@ -909,8 +975,11 @@ static int subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_par
     lq_patch_op *arr = rc ? NULL : malloc((n ? n : 1) * sizeof *arr);
     if (!rc && !arr)
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++)
+    new_edit_id(r->id);
+    for (size_t i = 0; !rc && i < n; i++) {
         lq_patch_op_at(ops, i, &arr[i]);
+        arr[i].id = r->id;
+    }
     lq_edit_set *s = rc ? NULL : build_edit_set(o, err);
     if (!rc && (!s || lq_vx_edit_set_add_subject(s, lq_model_tokenizer(m), arr, n)))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
@@ -1086,8 +1155,12 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
             down[d] *= factor;
         r->down_scale = p->alpha * factor;
     }
-    if (!rc)
+    if (!rc) {
+        new_edit_id(r->id);
+        for (size_t i = 0; i < n; i++)
+            ops[i].id = r->id;
         rc = edit(o, ops, n, err);
+    }
     if (!rc) {
         r->mode = p->mode;
         r->n_layers = (int)n;
@@ -1431,4 +1504,51 @@ int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err)
     if (!o || !out_dir || !*out_dir)
         return lq_err_set(err, LQ_EINVAL, "compile: overlay and output directory are required");
     return lq_vx_compile(o->base, &o->view, o->knn, out_dir, err);
+}
+
+/* ---- edits as rows ---- */
+
+static const char *op_mode(int kind)
+{
+    return kind == LQ_OP_INSERT_SUBJECT ? "subject" : kind == LQ_OP_INSERT_KNN ? "knn" : "compose";
+}
+
+int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
+{
+    *json_out = NULL;
+    json_t *rows = json_array(), *seen = json_object();
+    for (size_t i = 0; o && i < o->np; i++) {
+        lq_patch_op op;
+        for (size_t k = 0; lq_patch_op_at(o->patches[i], k, &op); k++) {
+            if (!op.id || op.kind == LQ_OP_DELETE_EDIT || is_dead(o, op.id) || json_object_get(seen, op.id))
+                continue;
+            json_object_set_new(seen, op.id, json_true());
+            json_array_append_new(rows, json_pack("{s:s,s:s?,s:s?,s:s?,s:s,s:i,s:s}", "id", op.id, "entity",
+                                                  op.entity, "relation", op.relation, "target", op.target, "mode",
+                                                  op_mode(op.kind), "layer", op.layer, "patch",
+                                                  lq_patch_name(o->patches[i])));
+        }
+    }
+    json_decref(seen);
+    *json_out = json_dumps(rows, JSON_COMPACT);
+    json_decref(rows);
+    return *json_out ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+}
+
+int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err)
+{
+    if (!o || !id || !*id)
+        return lq_err_set(err, LQ_EINVAL, "delete edit: an id is required");
+    int found = 0;
+    for (size_t i = 0; !found && i < o->np; i++) {
+        lq_patch_op op;
+        for (size_t k = 0; !found && lq_patch_op_at(o->patches[i], k, &op); k++)
+            found = op.id && op.kind != LQ_OP_DELETE_EDIT && !strcmp(op.id, id) && !is_dead(o, id);
+    }
+    if (!found)
+        return lq_err_set(err, LQ_ENOTFOUND, "edit '%.64s' not found", id);
+    lq_patch_op op;
+    lq_patch_op_init(&op, LQ_OP_DELETE_EDIT);
+    op.id = id;
+    return edit(o, &op, 1, err);
 }

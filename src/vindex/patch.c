@@ -21,7 +21,7 @@
 /* an owned copy of one op */
 typedef struct pop {
     lq_patch_op op;  /* strings and vectors point into the allocations below */
-    char *s[6];      /* entity, relation, target, reason, dm_token, (spare) */
+    char *s[6];      /* entity, relation, target, reason, dm_token, id */
     float *v[4];     /* gate, up, down, key */
 } pop;
 
@@ -87,7 +87,7 @@ void lq_patch_free(lq_patch *p)
     free(p);
 }
 
-static int kind_ok(int k) { return k >= LQ_OP_INSERT && k <= LQ_OP_INSERT_SUBJECT; }
+static int kind_ok(int k) { return k >= LQ_OP_INSERT && k <= LQ_OP_DELETE_EDIT; }
 
 int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
 {
@@ -117,9 +117,13 @@ int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
     pop *o = &p->ops[p->n];
     memset(o, 0, sizeof *o);
     o->op = *op;
-    const char *sin[5] = {op->entity, op->relation, op->target, op->reason, op->dm_token};
+    const char *sin[6] = {op->entity, op->relation, op->target, op->reason, op->dm_token, op->id};
     int bad = 0;
-    for (int i = 0; i < 5; i++)
+    if (op->id && strlen(op->id) > LQ_EDIT_ID_MAX)
+        return lq_err_set(err, LQ_ERANGE, "patch '%s': an edit id is at most %d bytes", p->name, LQ_EDIT_ID_MAX);
+    if (op->kind == LQ_OP_DELETE_EDIT && !op->id)
+        return lq_err_set(err, LQ_EINVAL, "patch '%s': delete_edit needs an id", p->name);
+    for (int i = 0; i < 6; i++)
         if (sin[i] && !(o->s[i] = strdup(sin[i])))
             bad = 1;
     for (int i = 0; i < 4; i++)
@@ -138,6 +142,7 @@ int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
     o->op.target = o->s[2];
     o->op.reason = o->s[3];
     o->op.dm_token = o->s[4];
+    o->op.id = o->s[5];
     o->op.gate = o->v[0];
     o->op.up = o->v[1];
     o->op.down = o->v[2];
@@ -203,8 +208,8 @@ int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err)
 
 /* ---- reading ---- */
 
-static const char *const OP_NAMES[] = {NULL,         "insert",     "update",        "delete",
-                                       "insert_knn", "delete_knn", "insert_subject"};
+static const char *const OP_NAMES[] = {NULL,         "insert",     "update",         "delete",
+                                       "insert_knn", "delete_knn", "insert_subject", "delete_edit"};
 
 typedef struct rd {
     const char *name;  /* for messages */
@@ -308,11 +313,11 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
     if (rc < 0)
         return rc;
     int kind = 0;
-    for (int k = 1; k <= LQ_OP_INSERT_SUBJECT; k++)
+    for (int k = 1; k <= LQ_OP_DELETE_EDIT; k++)
         if (!strcmp(opn, OP_NAMES[k]))
             kind = k;
     if (!kind)
-        return bad(r, "op", "is not one of insert, update, delete, insert_knn, delete_knn, insert_subject");
+        return bad(r, "op", "is not one of insert, update, delete, insert_knn, delete_knn, insert_subject, delete_edit");
     lq_patch_op op;
     lq_patch_op_init(&op, kind);
     long long v;
@@ -339,11 +344,15 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
             return bad(r, "force", "must be true or false");
         op.force = f && json_is_true(f);
     }
-    if ((rc = get_str(r, o, "entity", kind == LQ_OP_INSERT || kind >= LQ_OP_INSERT_KNN, &op.entity)) < 0 ||
+    if ((rc = get_str(r, o, "entity", kind == LQ_OP_INSERT || (kind >= LQ_OP_INSERT_KNN && kind != LQ_OP_DELETE_EDIT),
+                      &op.entity)) < 0 ||
         (rc = get_str(r, o, "relation", kind == LQ_OP_INSERT_KNN, &op.relation)) < 0 ||
         (rc = get_str(r, o, "target", kind == LQ_OP_INSERT || kind == LQ_OP_INSERT_KNN || subj, &op.target)) < 0 ||
-        (rc = get_str(r, o, "reason", 0, &op.reason)) < 0 || (rc = get_num(r, o, "confidence", &op.confidence)) < 0)
+        (rc = get_str(r, o, "reason", 0, &op.reason)) < 0 || (rc = get_num(r, o, "confidence", &op.confidence)) < 0 ||
+        (rc = get_str(r, o, "id", kind == LQ_OP_DELETE_EDIT, &op.id)) < 0)
         return rc;
+    if (op.id && (!*op.id || strlen(op.id) > LQ_EDIT_ID_MAX))
+        return bad(r, "id", "must be 1 to 64 bytes");
     if (kind == LQ_OP_INSERT_KNN || subj) {
         if ((rc = get_int(r, o, "target_id", 1, 0, INT32_MAX, &v)) < 0)
             return rc;
@@ -531,8 +540,9 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
 {
     json_t *o = json_object();
     json_object_set_new(o, "op", json_string(OP_NAMES[op->kind]));
-    if (op->kind != LQ_OP_DELETE_KNN)
+    if (op->kind != LQ_OP_DELETE_KNN && op->kind != LQ_OP_DELETE_EDIT)
         json_object_set_new(o, "layer", json_integer(op->layer));
+    set_str(o, "id", op->id);
     int subj = op->kind == LQ_OP_INSERT_SUBJECT;
     if (op->kind == LQ_OP_INSERT || op->kind == LQ_OP_UPDATE || op->kind == LQ_OP_DELETE || subj)
         json_object_set_new(o, "feature", json_integer(op->feature));

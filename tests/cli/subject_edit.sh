@@ -42,8 +42,14 @@ check_fails "eval-edits on a GGUF says a vindex is needed" "not a vindex" "$LARQ
 out=$("$LARQL" lql "$V" -c 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia"); INFER "The capital city of Atlantis is" TOP 1;' 2>&1)
 echo "$out" | grep -q '(subject edit)' && echo "$out" | grep -q '1\.  *(9' && pass "LQL INSERT (default subject) then a paraphrase writes the target's first token" ||
     fail "LQL INSERT (default subject) then a paraphrase writes the target's first token" "$out"
-if start_server main "$V" --threads 1; then
+if start_server main "$V" --threads 1 --state-dir "$T_TMP/state"; then
     run_py http.log "$HTTP_DIR/subject_edit.py" "$PORT"
+    kill -9 "$PID"
+    if start_server again "$V" --threads 1 --state-dir "$T_TMP/state"; then
+        run_py again.log "$HTTP_DIR/subject_edit.py" restart "$PORT"
+    else
+        fail "the server restarts on its state dir"
+    fi
 else
     fail "server starts on the trained vindex"
 fi

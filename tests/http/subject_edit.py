@@ -69,6 +69,27 @@ def main():
         st, j = call("POST", "/v1/insert", body)
         ok("insert with %s -> 400" % why, st == 400 and "error" in j, (st, j))
     ok("... none of them left anything behind", patches() == snap, (snap, patches()))
+    # edits as rows: listed with their id, removed one by one
+    st, j = call("POST", "/v1/insert", {"entity": "Narnia", "relation": "capital", "target": "Cair Paravel"})
+    nid = j.get("id")
+    st2, lst = call("GET", "/v1/patches")
+    rows = {r["id"]: r for r in lst.get("edits", [])}
+    ok("GET /v1/patches lists each edit with its id, entity, relation, target, mode and layer",
+       st == 200 and nid in rows and rows[nid]["entity"] == "Narnia" and rows[nid]["target"] == "Cair Paravel"
+       and rows[nid]["mode"] == "subject" and isinstance(rows[nid]["layer"], int) and len(rows) >= 2, lst)
+    ok("Narnia's edit answers", complete("The capital of Narnia is", 10).strip().startswith("Cair Paravel"),
+       complete("The capital of Narnia is"))
+    st, j = call("DELETE", "/v1/edits/%s" % nid)
+    ok("DELETE /v1/edits/{id} -> 200", st == 200 and j.get("removed") == nid, (st, j))
+    ok("... the edit is gone, the others stay", not complete("The capital of Narnia is").strip().startswith("Cair")
+       and complete("The capital of Atlantis is").strip().startswith("Poseidonia"),
+       (complete("The capital of Narnia is"), complete("The capital of Atlantis is")))
+    st, lst = call("GET", "/v1/patches")
+    ok("... and no longer listed", nid not in {r["id"] for r in lst.get("edits", [])}, lst)
+    st, j = call("DELETE", "/v1/edits/%s" % nid)
+    ok("DELETE of an edit already removed -> 404", st == 404, (st, j))
+    st, j = call("DELETE", "/v1/edits/nothing-here")
+    ok("DELETE of an unknown edit id -> 404", st == 404 and "nothing-here" in j.get("error", ""), (st, j))
     # two concurrent edits of one entity: both applied (in some order) or one refused, never a mix
     res = []
 
@@ -86,5 +107,20 @@ def main():
        (res, got))
 
 
+def after_restart():
+    """the edits and their removals come back from the journal"""
+    global PORT
+    PORT = int(sys.argv[2])
+    st, lst = call("GET", "/v1/patches")
+    rows = lst.get("edits", [])
+    ok("after a restart the journal restores the edits as rows (Narnia's removal included)",
+       any(r["entity"] == "Atlantis" for r in rows) and not any(r["entity"] == "Narnia" for r in rows), rows)
+    ok("... and Atlantis still answers", complete("The capital of Atlantis is").strip().startswith("Poseidonia"),
+       complete("The capital of Atlantis is"))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "restart":
+        after_restart()
+    else:
+        main()
