@@ -198,9 +198,9 @@ test('a hostile entity name renders as text, and its onerror never runs', () => 
   }
   await page.type('#prompt', EVIL);
   await page.keyboard.press('Enter');
-  await page.waitForFunction(() => document.getElementById('send').textContent === 'Send' && document.querySelectorAll('#messages div').length === 2, WAIT);
-  assert.equal(await text(page, '#messages div.user'), EVIL);
-  assert.match(await text(page, '#messages div.assistant span.meta'), /^\d+ prompt \+ 4 tokens · [\d.]+ tok\/s · first token \d+ ms$/);
+  await page.waitForFunction(() => document.getElementById('send').textContent === 'Send' && document.querySelectorAll('#messages .msg').length === 2, WAIT);
+  assert.equal(await text(page, '#messages div.user .body'), EVIL);
+  assert.match(await text(page, '#messages div.assistant span.meta'), /^\d+ prompt \+ 4 tokens · [\d.]+ tok\/s · first token \d+ ms( · cut by max tokens)?$/);
   // give a broken image the time to fail and fire its handler, were there one
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(await page.$$eval('img', (l) => l.length), 0);
@@ -234,10 +234,10 @@ test('chat: Enter streams a reply; Stop closes the stream and the server cancels
   await page.keyboard.press('Enter');
   assert.equal(await text(page, '#send'), 'Stop');
   // streamed: the reply is seen growing while the button still says Stop
-  const len = () => page.$eval('#messages div.assistant', (d) => d.textContent.length);
-  await page.waitForFunction(() => (document.querySelector('#messages div.assistant')?.textContent.length ?? 0) > 0, WAIT);
+  const len = () => page.$eval('#messages div.assistant .body', (d) => d.textContent.length);
+  await page.waitForFunction(() => (document.querySelector('#messages div.assistant .body')?.textContent.length ?? 0) > 0, WAIT);
   const first = await len();
-  await page.waitForFunction((n) => document.querySelector('#messages div.assistant').textContent.length > n, WAIT, first);
+  await page.waitForFunction((n) => document.querySelector('#messages div.assistant .body').textContent.length > n, WAIT, first);
   assert.equal(await text(page, '#send'), 'Stop', 'still streaming after two steps');
   assert.equal((await stats(SLOW)).active_streams, 1);
   await page.click('#send');
