@@ -43,25 +43,36 @@ function openTab(view) {
   if (view === 'edit') loadPatches();
 }
 
+// The inputs of a view from a parsed link.
+function fill(d) {
+  if (d.view === 'describe') {
+    $('describe-entity').value = d.value;
+    if (!$('describe-band').disabled) $('describe-band').value = d.band;
+  } else if (d.view === 'walk') {
+    $('walk-prompt').value = d.value;
+    $('walk-top').value = d.top;
+  } else if (d.view === 'infer') {
+    $('infer-prompt').value = d.value;
+    $('infer-mode').value = d.mode;
+  }
+}
+
+// The other tabs' last queries (kept by setLink for this browser tab), so that after a
+// reload a tab opens where it was left.
+function restoreTabs() {
+  for (const v of ['describe', 'walk', 'infer']) {
+    const saved = sessionStorage.getItem('larql.link.' + v);
+    if (saved) fill(parseDeepLink(saved));
+  }
+}
+
 function applyLink() {
   const d = parseDeepLink(location.search);
   if (d.session && d.session !== sessionId()) setSession(d.session, { quiet: true }); // a shared link's session
   showView(d.view);
-  if (d.view === 'describe') {
-    $('describe-entity').value = d.value;
-    if (!$('describe-band').disabled) $('describe-band').value = d.band;
-    if (d.value) runDescribe();
-  } else if (d.view === 'walk') {
-    $('walk-prompt').value = d.value;
-    $('walk-top').value = d.top;
-    if (d.value) runWalk();
-  } else if (d.view === 'infer') {
-    $('infer-prompt').value = d.value;
-    $('infer-mode').value = d.mode;
-    if (d.value) runInfer();
-  } else if (d.view === 'edit') {
-    loadPatches();
-  }
+  fill(d);
+  if (d.value) ({ describe: runDescribe, walk: runWalk, infer: runInfer })[d.view]();
+  else if (d.view === 'edit') loadPatches();
 }
 
 // ---- status (refreshed while the page is visible; the banner says when the server is gone) ----
@@ -140,6 +151,10 @@ function init() {
   initChat();
   initEdit();
   if (globalThis.matchMedia && matchMedia('(min-width: 701px)').matches) $('convs').setAttribute('open', '');
+  restoreTabs();
+  const first = parseDeepLink(location.search);
+  showView(first.view); // at once; its query runs once the status poll has the model's shape
+  fill(first);
   window.addEventListener('popstate', applyLink);
   document.addEventListener('visibilitychange', pollStatus);
   setInterval(pollStatus, POLL_MS);

@@ -39,15 +39,22 @@ export function showError(out, e) {
 // The URL of a view as its inputs stand (the tab, the query, its options, the session).
 export function linkFor(view) {
   const x = { session: sessionId() };
-  if (view === 'describe') return buildDeepLink(view, $('describe-entity').value.trim(), { ...x, band: $('describe-band').value });
+  if (view === 'describe') return buildDeepLink(view, $('describe-entity').value.trim(), { ...x, band: $('describe-band').disabled ? '' : $('describe-band').value });
   if (view === 'walk') return buildDeepLink(view, $('walk-prompt').value, { ...x, top: parseInt($('walk-top').value, 10) });
   if (view === 'infer') return buildDeepLink(view, $('infer-prompt').value, { ...x, mode: $('infer-mode').value });
   return buildDeepLink(view, '', x);
 }
 
-// Puts the view's state in the address bar (a new history entry unless replace).
+// Puts the view's state in the address bar (a new history entry unless replace), and keeps
+// it for the tab (sessionStorage: after a reload each tab still has its last query).
 export function setLink(view, replace = false) {
-  const url = location.pathname + linkFor(view);
+  const link = linkFor(view);
+  try {
+    sessionStorage.setItem('larql.link.' + view, link);
+  } catch {
+    /* storage off: the tabs forget, the URL still holds the current view */
+  }
+  const url = location.pathname + link;
   if (url === location.pathname + location.search) return;
   if (replace) history.replaceState(null, '', url);
   else history.pushState(null, '', url);
@@ -69,4 +76,10 @@ export function exportBar(kind, j, what) {
     h('button', { type: 'button', class: 'export', 'data-format': fmt, on: { click: () => download(fileName(kind, what, fmt), type, exportText(kind, j, fmt)) } },
       fmt.toUpperCase());
   return h('span', { class: 'exports', role: 'group', 'aria-label': 'Export' }, 'Export', one('json', 'application/json'), one('csv', 'text/csv'));
+}
+
+// A box that scrolls sideways when its content is wider than the screen (a table, the heat
+// map): focusable and named, so it can be scrolled by keyboard.
+export function scrollBox(label, child) {
+  return h('div', { class: 'scroll', tabindex: '0', role: 'region', 'aria-label': label }, child);
 }

@@ -6,7 +6,7 @@
 import { buildDeepLink } from './deeplink.js';
 import { h, num, put, showToken, TOKEN_LEGEND } from './dom.js';
 import { NONSENSE, noiseVerdict } from './noise.js';
-import { $, client, exportBar, model, sessionId, setLink, showError } from './shared.js';
+import { $, client, exportBar, model, scrollBox, sessionId, setLink, showError } from './shared.js';
 
 const LIMIT = 30;
 let floors = new Map(); // band|session -> the made-up names' edges
@@ -90,7 +90,7 @@ export async function runDescribe() {
           `its strongest edge (${num(Math.max(...edges.map((e) => e.gate_score)), 2)}) is no stronger than a made-up name's.`)
         : null,
       rel ? h('p', { class: 'muted small' }, rel) : null,
-      h('div', { class: 'scroll' }, h('table', { class: 'edges' },
+      scrollBox('edges of the entity', h('table', { class: 'edges' },
         h('tr', {}, ['#', 'relation', 'target', 'score', 'layer', 'also'].map((c) => h('th', { scope: 'col' }, c))), rows)),
       h('p', { class: 'muted small' }, floorText),
       h('p', { class: 'muted small legend' }, TOKEN_LEGEND));

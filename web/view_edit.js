@@ -6,7 +6,7 @@
 import { canonicalPrompt, editPrompts, editsOf, insertVerdict, modeLabel } from './edits.js';
 import { buildDeepLink } from './deeplink.js';
 import { h, num, put, showToken } from './dom.js';
-import { $, client, SESSION_STORE, sessionId, setLink, showError } from './shared.js';
+import { $, client, scrollBox, SESSION_STORE, sessionId, setLink, showError } from './shared.js';
 
 export function setSession(id, { quiet = false } = {}) {
   if (id) sessionStorage.setItem(SESSION_STORE, id);
@@ -40,7 +40,7 @@ export async function loadPatches() {
     const edits = editsOf(j);
     const who = 'Requests use ' + (sessionId() ? `session “${sessionId()}”` : 'the global state') + '.';
     const editTable = edits.length
-      ? h('div', { class: 'scroll' }, h('table', { class: 'edits' },
+      ? scrollBox('edits', h('table', { class: 'edits' },
         h('tr', {}, ['entity', 'relation', 'target', 'mode', 'layer', 'prompts', 'target probability', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
         edits.map((e) => h('tr', { 'data-id': String(e.id) },
           h('td', {}, e.entity ?? ''), h('td', {}, e.relation ?? ''), h('td', { class: 'tok' }, showToken(e.target)),
@@ -51,7 +51,7 @@ export async function loadPatches() {
           h('td', {}, h('button', { type: 'button', 'aria-label': `remove ${e.entity} ${e.relation} ${e.target}`, on: { click: () => removeEdit(e.id) } }, 'Remove'))))))
       : null;
     const patchTable = list.length
-      ? h('div', { class: 'scroll' }, h('table', { class: 'patches' }, h('tr', {}, ['patch', 'operations', 'base model', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
+      ? scrollBox('patches', h('table', { class: 'patches' }, h('tr', {}, ['patch', 'operations', 'base model', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
         list.map((p) => h('tr', {},
           h('td', {}, p.name), h('td', { class: 'num' }, p.operations), h('td', {}, p.base_model ?? ''),
           h('td', {}, h('button', { type: 'button', 'aria-label': `remove patch ${p.name}`, on: { click: () => removePatch(p.name) } }, edits.length ? 'Remove all' : 'Remove'))))))

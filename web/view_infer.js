@@ -2,13 +2,13 @@
 // override is marked on the token it put first, with what the weights alone would say.
 
 import { h, num, put, showToken, TOKEN_LEGEND } from './dom.js';
-import { $, client, exportBar, setLink, showError } from './shared.js';
+import { $, client, exportBar, scrollBox, setLink, showError } from './shared.js';
 
 function predTable(title, preds, ms, override) {
   const list = Array.isArray(preds) ? preds : [];
   return h('div', { class: 'half' },
     h('h3', {}, title, Number.isFinite(ms) ? h('span', { class: 'muted' }, ` ${num(ms, 1)} ms`) : null),
-    h('div', { class: 'scroll' }, h('table', {}, h('tr', {}, ['token', 'probability', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'bar')))),
+    scrollBox('predictions', h('table', {}, h('tr', {}, ['token', 'probability', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'bar')))),
       list.map((p, i) => h('tr', {},
         h('td', { class: 'tok' }, showToken(p.token),
           override && i === 0 && p.token === override.token ? h('span', { class: 'badge', title: 'the KNN store answered, not the weights' }, `KNN override · layer ${override.layer} · cos ${num(override.cosine, 3)}`) : null),

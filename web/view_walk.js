@@ -6,7 +6,7 @@
 import { h, num, put, s, showToken, TOKEN_LEGEND } from './dom.js';
 import { heatColor, heatModel, heatTextColor } from './heat.js';
 import { rove } from './roving.js';
-import { $, client, exportBar, model, setLink, showError } from './shared.js';
+import { $, client, exportBar, model, scrollBox, setLink, showError } from './shared.js';
 
 const CELL_W = 64, CELL_H = 22, LABEL_W = 40;
 
@@ -23,7 +23,7 @@ function drawHeat(m) {
     const y = r * CELL_H + 2;
     const g = s('g', { class: 'row', 'data-layer': row.layer });
     const open = () => showLayer(row.layer, row, g);
-    const label = s('text', { class: 'rowlabel', x: 4, y: y + 15, role: 'button', 'aria-label': `layer ${row.layer}: list its features`, on: { click: open } }, 'L' + row.layer);
+    const label = s('text', { class: 'rowlabel', x: 4, y: y + 15, role: 'button', 'aria-label': `L${row.layer}: list layer ${row.layer}'s features`, on: { click: open } }, 'L' + row.layer);
     g.appendChild(label);
     const items = [label];
     row.cells.forEach((c, i) => {
@@ -61,7 +61,7 @@ async function showLayer(layer, row, g) {
     const rest = edges.filter((e) => !fired.has(e.feature));
     put(out, h('h3', {}, `Layer ${layer}`),
       h('p', { class: 'muted' }, `The ${row.cells.length} features this prompt fired here first, then the layer's strongest features by confidence (${edges.length} of ${j.total ?? '?'} asked for):`),
-      h('div', { class: 'scroll' }, h('table', {}, h('tr', {}, ['feature', 'top token', 'confidence', 'relation', 'this prompt'].map((c) => h('th', { scope: 'col' }, c))),
+      scrollBox('the layer’s features', h('table', {}, h('tr', {}, ['feature', 'top token', 'confidence', 'relation', 'this prompt'].map((c) => h('th', { scope: 'col' }, c))),
         [...mine, ...rest].map((e) => h('tr', {},
           h('td', { class: 'num' }, e.feature),
           h('td', { class: 'tok' }, showToken(e.target)),
@@ -91,7 +91,7 @@ export async function runWalk() {
     put(out,
       h('div', { class: 'row' }, h('p', { class: 'muted' }, `${m.rows.length} layers × top ${top} features of the last token by |gate score| (${num(j.latency_ms, 1)} ms); red fires positive, blue negative, scaled to the strongest (${num(m.maxAbs, 2)}).`),
         exportBar('walk', j, prompt)),
-      h('div', { class: 'scroll' }, drawHeat(m)),
+      scrollBox('heat map', drawHeat(m)),
       h('p', { class: 'muted small legend' }, TOKEN_LEGEND));
   } catch (e) {
     showError(out, e);
