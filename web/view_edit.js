@@ -58,7 +58,9 @@ export async function loadPatches() {
       : null;
     put(out, h('p', { class: 'muted' }, who),
       editTable ? [h('h3', {}, 'Each edit'), editTable] : null,
-      patchTable ? [h('h3', {}, edits.length ? 'Patches' : 'Patches (this server lists whole patches, not each edit: “edits” is the inserts made here)'), patchTable] : h('p', { class: 'muted' }, 'No patches.'));
+      patchTable
+        ? [h('h3', {}, 'Patches'), edits.length ? null : h('p', { class: 'muted small' }, 'This server lists whole patches, not each edit: “edits” (or “session:…”) holds the inserts made here, and Remove takes them all.'), patchTable]
+        : h('p', { class: 'muted' }, 'No patches.'));
   } catch (e) {
     showError(out, e);
   }
@@ -93,14 +95,18 @@ async function runInsert() {
     const prompt = canonicalPrompt(j.entity ?? edge.entity, j.relation ?? edge.relation);
     const what = `${j.inserted} (${modeLabel(j.mode)}) ${j.entity} —${j.relation}→ ${j.target}` +
       (j.session ? ` in session “${j.session}”` : ' into the global state') + ` in ${num(j.latency_ms, 1)} ms`;
+    const scale = Number.isFinite(j.down_scale) ? ` (down scaled ×${num(j.down_scale, 3)})` : '';
     const measured = Number.isFinite(j.target_probability)
-      ? [`; the target's probability after the canonical prompt `, inferLink(prompt), `: ${num(j.target_probability, 3)}`,
-        Number.isFinite(j.down_scale) ? ` (down scaled ×${num(j.down_scale, 3)})` : '', '.']
+      ? [`; the target's probability after the canonical prompt `, inferLink(prompt), `: ${num(j.target_probability, 3)}`, scale, '.']
       : '.';
     if (v.took === false)
-      put(out, h('div', { class: 'warnbox', role: 'alert' }, h('b', {}, 'The insert did not take: '), v.why + '. ',
-        `Written ${what}`, measured, h('br'),
-        'The model still does not answer the target after the canonical prompt. Try another layer, another wording of the relation, or knn mode; remove this edit below if it is of no use.'));
+      put(out, h('div', { class: 'warnbox', role: 'alert' }, h('b', {}, 'The insert did not take: '),
+        Number.isFinite(j.target_probability)
+          ? ['after the canonical prompt ', inferLink(prompt), ` the target has probability ${num(j.target_probability, 3)}${scale}; a compose insert aims for 0.30 to 0.95 with the target first.`]
+          : null,
+        typeof j.warning === 'string' && j.warning ? ` The server says: ${j.warning}` : Number.isFinite(j.target_probability) ? null : v.why + '.',
+        h('br'), `Written: ${what}.`, h('br'),
+        'Try another layer, another wording of the relation, or knn mode; remove this edit below if it is of no use.'));
     else put(out, h('p', {}, `Inserted ${what}`, measured));
   } catch (e) {
     showError(out, e);

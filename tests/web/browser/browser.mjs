@@ -292,14 +292,16 @@ async function axeCheck(page, what) {
 }
 
 // The view at desktop and phone width: no sideways scroll of the page, a screenshot
-// (view-NAME-1280.png, view-NAME-390.png), axe clean.
-async function everyWidth(page, name) {
+// (view-NAME-1280.png, view-NAME-390.png), axe clean. readme: {1280: 'desktop'} also saves
+// the first screenful as readme-desktop.png (README.md's pictures are these, copied to docs/).
+async function everyWidth(page, name, readme = {}) {
   for (const vp of [DESKTOP, PHONE]) {
     await page.setViewport(vp);
     await settle(page);
     const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, innerWidth]);
     assert.ok(sw <= iw, `${name} at ${vp.width} px: the page is ${sw} px wide`);
     if (SHOTS) await page.screenshot({ path: `${SHOTS}/view-${name}-${vp.width}.png`, fullPage: true });
+    if (SHOTS && readme[vp.width]) await page.screenshot({ path: `${SHOTS}/readme-${readme[vp.width]}.png` });
     await axeCheck(page, `${name} at ${vp.width} px`);
   }
 }
@@ -336,7 +338,7 @@ test('every view at 1280 and 390 px: no sideways scroll, screenshots, no serious
     await page.type('#prompt', 'Show me Markdown');
     await page.keyboard.press('Enter');
     await page.waitForSelector('#messages .msg.assistant .meta', WAIT);
-    await everyWidth(page, 'chat');
+    await everyWidth(page, 'chat', { 390: 'phone' });
     await page.goto(BANDS + '/?describe=France');
     await page.waitForSelector('#describe-out table', WAIT);
     await everyWidth(page, 'describe');
@@ -344,7 +346,8 @@ test('every view at 1280 and 390 px: no sideways scroll, screenshots, no serious
     await page.waitForSelector('#walk-out svg', WAIT);
     await page.click('#walk-out svg g.row[data-layer="2"] text.rowlabel');
     await page.waitForSelector('#walk-layer table', WAIT);
-    await everyWidth(page, 'walk');
+    await page.hover('#walk-out svg g.row[data-layer="2"] rect');
+    await everyWidth(page, 'walk', { 1280: 'desktop' });
     await page.goto(OPEN + '/?infer=' + encodeURIComponent(PROMPT));
     await page.waitForSelector('#infer-out table', WAIT);
     await everyWidth(page, 'infer');
@@ -653,8 +656,8 @@ test('edits: a compose insert that did not take is a warning, labelled compose, 
     await page.click('#insert-form button[type=submit]');
     await page.waitForSelector('#insert-out .warnbox', WAIT);
     const w = await text(page, '#insert-out');
-    assert.match(w, /^The insert did not take: the target's probability after the canonical prompt is [\d.]+, under 0\.3\./);
-    assert.match(w, /\(compose\) Lemuria —capital→ Mu/);
+    assert.match(w, /^The insert did not take: after the canonical prompt “The capital of Lemuria is” the target has probability [\d.]+ \(down scaled ×[\d.]+\); /);
+    assert.match(w, /Written: 3 \(compose\) Lemuria —capital→ Mu in session “web-edits/);
     assert.ok(!/constellation|Inserted/.test(w), w);
     // this server lists whole patches: the fallback rows, with their Remove
     await page.waitForSelector('#patches-out table.patches', WAIT);
