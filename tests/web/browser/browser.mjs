@@ -723,3 +723,28 @@ test('export: describe, walk and infer results as CSV and JSON files', () => wit
   assert.equal(inf.walk.length, 10);
   assert.equal(inf.dense.length, 10);
 }));
+
+test('dark theme from prefers-color-scheme, still without serious axe violations', () => withPage('dark', async (page) => {
+  await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
+  await page.setViewport(DESKTOP);
+  for (const [name, url, sel] of [['describe', BANDS + '/?describe=France', '#describe-out table'], ['walk', OPEN + '/?walk=' + encodeURIComponent(PROMPT), '#walk-out svg'], ['edit', OPEN + '/?edit', '#patches-out p']]) {
+    await page.goto(url);
+    await page.waitForSelector(sel, WAIT);
+    const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const [r, g, b] = bg.match(/\d+/g).map(Number);
+    assert.ok(r + g + b < 150, 'a dark background: ' + bg);
+    if (SHOTS) await page.screenshot({ path: `${SHOTS}/view-${name}-dark.png` });
+    await axeCheck(page, name + ' (dark)');
+  }
+}));
+
+test('phone with touch: tapping a heat-map cell shows its feature and opens its layer', () => withPage('walk-touch', async (page) => {
+  await page.setViewport({ ...PHONE, isMobile: true, hasTouch: true });
+  await page.goto(OPEN + '/?walk=' + encodeURIComponent(PROMPT));
+  await page.waitForSelector('#walk-out svg g.row rect', WAIT);
+  await page.tap('#walk-out svg g.row[data-layer="1"] rect');
+  assert.match(await text(page, '#walk-hover'), /^layer 1 · feature \d+ · gate /);
+  await page.waitForFunction(() => /^Layer 1/.test(document.getElementById('walk-layer').textContent), WAIT);
+  const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, innerWidth]);
+  assert.ok(sw <= iw, `the page is ${sw} px wide on a ${iw} px phone`);
+}));
