@@ -157,6 +157,7 @@ function init() {
   fill(first);
   window.addEventListener('popstate', applyLink);
   document.addEventListener('visibilitychange', pollStatus);
+  document.addEventListener('larql-session', pollStatus);
   setInterval(pollStatus, POLL_MS);
   pollStatus().then(applyLink);
 }

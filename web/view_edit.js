@@ -12,6 +12,7 @@ export function setSession(id, { quiet = false } = {}) {
   if (id) sessionStorage.setItem(SESSION_STORE, id);
   else sessionStorage.removeItem(SESSION_STORE);
   $('session').value = id;
+  document.dispatchEvent(new Event('larql-session')); // the status line names it
   if (!quiet) {
     setLink('edit', true);
     loadPatches();

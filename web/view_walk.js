@@ -28,11 +28,15 @@ function drawHeat(m) {
     const items = [label];
     row.cells.forEach((c, i) => {
       const x = LABEL_W + i * CELL_W;
-      const show = () => { $('walk-hover').textContent = hoverText(row.layer, c); };
+      const show = (ev) => {
+        $('walk-hover').textContent = hoverText(row.layer, c);
+        for (const o of $('walk-out').querySelectorAll('rect.cur')) o.classList.remove('cur');
+        if (ev && ev.currentTarget) ev.currentTarget.classList.add('cur');
+      };
       const rect = s('rect', {
         class: 'cell', x, y, width: CELL_W - 2, height: CELL_H - 2, fill: heatColor(c.gate_score, m.maxAbs),
         role: 'button', 'aria-label': hoverText(row.layer, c),
-        on: { mouseenter: show, focus: show, click: () => { show(); open(); } },
+        on: { mouseenter: show, focus: show, click: (ev) => { show(ev); open(); } },
       }, s('title', {}, hoverText(row.layer, c)));
       g.appendChild(rect);
       items.push(rect);
@@ -65,7 +69,7 @@ async function showLayer(layer, row, g) {
         [...mine, ...rest].map((e) => h('tr', {},
           h('td', { class: 'num' }, e.feature),
           h('td', { class: 'tok' }, showToken(e.target)),
-          h('td', { class: 'num' }, num(e.c_score, 2)),
+          h('td', { class: 'num' + (Number.isFinite(e.c_score) ? '' : ' muted') }, Number.isFinite(e.c_score) ? num(e.c_score, 2) : 'not in the top 30'),
           h('td', {}, e.relation ?? ''),
           h('td', { class: 'num' }, fired.has(e.feature) ? 'gate ' + num(fired.get(e.feature).gate_score, 2) : ''))))));
   } catch (e) {
@@ -76,10 +80,13 @@ async function showLayer(layer, row, g) {
 export async function runWalk() {
   const prompt = $('walk-prompt').value;
   if (!prompt.trim()) return;
-  let top = parseInt($('walk-top').value, 10);
-  if (!(top >= 1 && top <= 64)) {
-    top = Math.min(64, Math.max(1, top || 8));
+  let top = Number($('walk-top').value);
+  let note = null;
+  if (!(Number.isInteger(top) && top >= 1 && top <= 64)) {
+    const was = $('walk-top').value;
+    top = Number.isFinite(top) ? Math.min(64, Math.max(1, Math.round(top))) : 8;
     $('walk-top').value = top;
+    note = h('p', { class: 'note' }, `Top per layer “${was}” is out of range (1 to 64): using ${top}.`);
   }
   setLink('walk');
   const out = $('walk-out');
@@ -88,7 +95,7 @@ export async function runWalk() {
   try {
     const j = await client.walk(prompt, top);
     const m = heatModel(j.hits, model.layers);
-    put(out,
+    put(out, note,
       h('div', { class: 'row' }, h('p', { class: 'muted' }, `${m.rows.length} layers × top ${top} features of the last token by |gate score| (${num(j.latency_ms, 1)} ms); red fires positive, blue negative, scaled to the strongest (${num(m.maxAbs, 2)}).`),
         exportBar('walk', j, prompt)),
       scrollBox('heat map', drawHeat(m)),

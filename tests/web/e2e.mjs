@@ -158,6 +158,11 @@ test('/?walk=...: a heat map with one row per layer; hover and click a layer', a
   assert.ok(rowsOf(table).some((tr) => cells(tr)[1] === 'Germany' || cells(tr)[1] === 'Paris'), 'planted features listed');
   assert.ok(rows[2].classList.contains('sel'));
   snapshot('walk-heatmap', p);
+  // a top out of range (past the form's own check) is clamped, and the page says so
+  p.$('walk-top').value = '500';
+  p.submit('walk-form');
+  await waitFor('the clamped walk', () => /Top per layer “500” is out of range \(1 to 64\): using 64\./.test(p.text('walk-out')) && p.$('walk-out').querySelector('svg'));
+  assert.equal(p.loc.search, '?walk=The%20capital%20of%20France%20is&top=64');
 });
 
 test('/?infer=...: walk and dense side by side (compare)', async () => {

@@ -432,6 +432,14 @@ test('the URL follows the tabs; a reload restores the view and its query', () =>
   await page.waitForSelector('#walk-out svg g.row rect', WAIT);
   assert.equal(await page.$eval('#walk-prompt', (el) => el.value), PROMPT);
   assert.equal(await page.$eval('#walk-top', (el) => el.value), '3');
+  // an out-of-range top is refused by the form, with the browser's message, and not sent
+  await page.$eval('#walk-top', (el) => { el.value = '500'; });
+  const asked = page.seen.requests.length;
+  await page.click('#walk-form button[type=submit]');
+  assert.match(await page.$eval('#walk-top', (el) => el.validationMessage), /64/);
+  assert.equal(page.seen.requests.filter((q) => q.url.includes('/v1/walk')).length, page.seen.requests.slice(0, asked).filter((q) => q.url.includes('/v1/walk')).length);
+  assert.equal(await page.evaluate(() => location.search), '?walk=The%20capital%20of%20France%20is&top=3');
+  await page.$eval('#walk-top', (el) => { el.value = '3'; });
   const cells = await page.$$eval('#walk-out svg g.row', (gs) => gs.map((g) => g.querySelectorAll('rect').length));
   assert.ok(cells.every((n) => n <= 3), cells.join(' '));
   // the describe tab comes back with its last query, and Back returns to the walk
@@ -744,6 +752,7 @@ test('phone with touch: tapping a heat-map cell shows its feature and opens its 
   await page.waitForSelector('#walk-out svg g.row rect', WAIT);
   await page.tap('#walk-out svg g.row[data-layer="1"] rect');
   assert.match(await text(page, '#walk-hover'), /^layer 1 · feature \d+ · gate /);
+  assert.equal(await page.$$eval('#walk-out svg rect.cur', (l) => l.map((r) => r.parentNode.dataset.layer).join()), '1');
   await page.waitForFunction(() => /^Layer 1/.test(document.getElementById('walk-layer').textContent), WAIT);
   const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, innerWidth]);
   assert.ok(sw <= iw, `the page is ${sw} px wide on a ${iw} px phone`);
