@@ -224,7 +224,7 @@ test('a hostile entity name renders as text, and its onerror never runs', () => 
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
 }));
 
-test('chat: Enter streams a reply; Stop closes the stream and the server cancels it', () => withPage('chat-stopped', async (page) => {
+test('chat: Enter streams a reply; Enter or Escape closes the stream and the server cancels it', () => withPage('chat-stopped', async (page) => {
   // a prompt whose greedy reply is long with this model (a random model stops at its end
   // token after anything from a few tokens to a thousand), so the stream is surely still
   // running when Stop is pressed, a few tokens in (150 tokens take over a second here)
@@ -257,7 +257,9 @@ test('chat: Enter streams a reply; Stop closes the stream and the server cancels
   await page.waitForFunction((n) => document.querySelector('#messages div.assistant .body').textContent.length > n, WAIT, first);
   assert.equal(await text(page, '#send'), 'Stop', 'still streaming after two steps');
   assert.equal((await stats(SLOW)).active_streams, 1);
-  await page.click('#send');
+  // Enter in the message box while the reply streams stops it, as Stop does
+  await page.focus('#prompt');
+  await page.keyboard.press('Enter');
   await page.waitForFunction(() => document.getElementById('send').textContent === 'Send', WAIT);
   const meta = await text(page, '#messages div.assistant span.meta');
   assert.match(meta, /^\d+ tokens( · [\d.]+ tok\/s)?( · first token \d+ ms)? · stopped$/);
@@ -272,6 +274,21 @@ test('chat: Enter streams a reply; Stop closes the stream and the server cancels
   }
   assert.equal(st.streams_canceled, before.streams_canceled + 1);
   assert.equal(st.active_streams, 0);
+  // and Escape, wherever the focus is
+  await page.click('#conv-new');
+  await page.type('#prompt', prompt);
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => (document.querySelector('#messages div.assistant .body')?.textContent.length ?? 0) > 0, WAIT);
+  await page.focus('#tab-chat');
+  await page.keyboard.press('Escape');
+  await page.waitForFunction(() => document.getElementById('send').textContent === 'Send', WAIT);
+  assert.match(await text(page, '#messages div.assistant span.meta'), / · stopped$/);
+  for (let i = 0; i < 200; i++) {
+    st = await stats(SLOW);
+    if (st.streams_canceled > before.streams_canceled + 1 && st.active_streams === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(st.streams_canceled, before.streams_canceled + 2);
 }));
 
 // ---- round 2 (issue 30) ----
