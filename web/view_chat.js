@@ -105,7 +105,8 @@ function messageNode(m, i, msgs) {
     if (last) acts.push(h('button', { type: 'button', class: 'regen', on: { click: regenerate } }, 'Regenerate'));
   }
   let body;
-  if (m.role === 'assistant' && tokenView.has(m) && m.lp && m.lp.length) body = tokensBody(m);
+  if (m.role === 'assistant' && tokenView.has(m) && m.lp && m.lp.length)
+    body = [tokensBody(m), h('span', { class: 'meta' }, 'Tokens as the model chose them, shaded under 50% (light) and 10% (strong): point at, tap or focus one for its probability and the alternatives.')];
   else if (m.role === 'assistant') body = h('div', { class: 'body md' }, toDom(parseMarkdown(m.content), h));
   else body = h('div', { class: 'body' }, m.content);
   return h('div', { class: 'msg ' + m.role },
