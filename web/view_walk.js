@@ -64,12 +64,12 @@ async function showLayer(layer, row, g) {
     const mine = row.cells.map((c) => ({ ...(edges.find((e) => e.feature === c.feature) || { feature: c.feature, target: c.target, relation: c.relation }) }));
     const rest = edges.filter((e) => !fired.has(e.feature));
     put(out, h('h3', {}, `Layer ${layer}`),
-      h('p', { class: 'muted' }, `The ${row.cells.length} features this prompt fired here first, then the layer's strongest features by confidence (${edges.length} of ${j.total ?? '?'} asked for):`),
+      h('p', { class: 'muted' }, `The ${row.cells.length} features this prompt fired here first, then the layer's strongest features by confidence (${edges.length} of ${j.total ?? '?'} asked for; “–”: a fired feature not among them):`),
       scrollBox('the layer’s features', h('table', {}, h('tr', {}, ['feature', 'top token', 'confidence', 'relation', 'this prompt'].map((c) => h('th', { scope: 'col' }, c))),
         [...mine, ...rest].map((e) => h('tr', {},
           h('td', { class: 'num' }, e.feature),
           h('td', { class: 'tok' }, showToken(e.target)),
-          h('td', { class: 'num' + (Number.isFinite(e.c_score) ? '' : ' muted') }, Number.isFinite(e.c_score) ? num(e.c_score, 2) : 'not in the top 30'),
+          h('td', { class: 'num' }, num(e.c_score, 2)),
           h('td', {}, e.relation ?? ''),
           h('td', { class: 'num' }, fired.has(e.feature) ? 'gate ' + num(fired.get(e.feature).gate_score, 2) : ''))))));
   } catch (e) {
@@ -99,6 +99,8 @@ export async function runWalk() {
       h('div', { class: 'row' }, h('p', { class: 'muted' }, `${m.rows.length} layers × top ${top} features of the last token by |gate score| (${num(j.latency_ms, 1)} ms); red fires positive, blue negative, scaled to the strongest (${num(m.maxAbs, 2)}).`),
         exportBar('walk', j, prompt)),
       scrollBox('heat map', drawHeat(m)),
+      h('p', { class: 'legend row' }, h('span', {}, '−' + num(m.maxAbs, 1)), h('span', { class: 'heatlegend', role: 'img', 'aria-label': 'colour scale: blue negative, white zero, red positive' }),
+        h('span', {}, '+' + num(m.maxAbs, 1)), h('span', { class: 'muted' }, 'gate score: blue fires negative, red positive, white near zero')),
       h('p', { class: 'muted small legend' }, TOKEN_LEGEND));
   } catch (e) {
     showError(out, e);

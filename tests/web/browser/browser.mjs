@@ -661,7 +661,8 @@ test('walk and glyphs: the page says the map is the last token; bytes and spaces
   assert.match(await text(page, '#view-walk'), /features fired by the prompt's last token only/);
   const all = await page.evaluate(() => document.body.textContent);
   assert.ok(!all.includes('\ufffd'), 'no replacement character on the page');
-  assert.match(await text(page, '#walk-out .legend'), /␣ = a space at the start or end of a token/);
+  assert.match(await text(page, '#walk-out'), /␣ = a space at the start or end of a token/);
+  assert.match(await text(page, '#walk-out p.legend.row'), /^−([\d.]+)\+\1gate score: blue fires negative, red positive/);
   const labels = await page.$$eval('#walk-out svg rect title', (l) => l.map((t) => t.textContent));
   assert.ok(labels.some((l) => /top token .*<0x/.test(l)), 'a lone byte shown as <0x..>');
 }));
