@@ -72,7 +72,7 @@ function tip(el, e) {
 function tokensBody(m) {
   const spans = m.lp.map((e) => {
     const cls = 't' + (e.p < 0.1 ? ' p2' : e.p < 0.5 ? ' p1' : '');
-    return h('span', { class: cls, 'aria-label': `${showToken(e.t)} ${pct(e.p)}`, on: { mouseenter: (ev) => tip(ev.currentTarget, e), focus: (ev) => tip(ev.currentTarget, e), click: (ev) => tip(ev.currentTarget, e), blur: () => { $('tip').hidden = true; } } }, e.t);
+    return h('span', { class: cls, 'aria-label': `${showToken(e.t)} ${pct(e.p)}`, on: { mouseenter: (ev) => tip(ev.currentTarget, e), focus: (ev) => tip(ev.currentTarget, e), click: (ev) => tip(ev.currentTarget, e), blur: () => { $('tip').hidden = true; }, mouseleave: () => { $('tip').hidden = true; } } }, e.t);
   });
   rove([spans]);
   return h('div', { class: 'body toks', role: 'group', 'aria-label': 'reply tokens: arrow keys move, each shows its probability' }, spans);
