@@ -545,6 +545,7 @@ test('chat: a known reply as Markdown, cut by max tokens, typing indicator, prob
     assert.equal(await page.$eval('#tip', (t) => t.hidden), false);
     assert.equal(await text(page, '#tip'), '“␣is” 5.00%\nalternatives: “␣is” 5.00% · “␣Berlin” 10.0%');
     if (SHOTS) await page.screenshot({ path: `${SHOTS}/chat-probabilities.png` });
+    await axeCheck(page, 'the token view');
     // and by keyboard: the tokens are one tab stop, arrows move, the tooltip follows
     await page.focus('#messages .msg.assistant .toks span.t[tabindex="0"]');
     await page.keyboard.press('ArrowRight');
