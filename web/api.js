@@ -31,6 +31,42 @@ export function errorMessage(status, text) {
 }
 
 const enc = encodeURIComponent;
+const BYTE_BASE = 0x10fe00; // dom.js's mark for a byte that is not text by itself
+
+// The server's answer as text. Token strings in it can be pieces of a UTF-8 character (a
+// byte-level tokenizer splits them); instead of U+FFFD, each such byte becomes
+// U+10FE00 + byte, which dom.js's showToken shows as <0xE2>. Valid UTF-8 is decoded as is.
+export function decodeVisible(buf) {
+  const b = buf instanceof Uint8Array ? buf : new Uint8Array(buf);
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(b);
+  } catch {
+    /* some bytes are not UTF-8: the slow path below */
+  }
+  const dec = new TextDecoder('utf-8', { fatal: true });
+  let out = '';
+  for (let i = 0; i < b.length;) {
+    const c = b[i];
+    const n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    let ch = null;
+    if (n === 1) ch = String.fromCharCode(c);
+    else if (n && i + n <= b.length) {
+      try {
+        ch = dec.decode(b.subarray(i, i + n));
+      } catch {
+        ch = null;
+      }
+    }
+    if (ch === null) {
+      out += String.fromCodePoint(BYTE_BASE + c);
+      i++;
+    } else {
+      out += ch;
+      i += n;
+    }
+  }
+  return out;
+}
 
 export function createClient({ base = '', fetchFn = (...a) => globalThis.fetch(...a), key = () => '', session = () => '' } = {}) {
   function headers(json) {
@@ -62,7 +98,7 @@ export function createClient({ base = '', fetchFn = (...a) => globalThis.fetch(.
     const res = await send(method, path, body, signal);
     let text;
     try {
-      text = await res.text();
+      text = decodeVisible(await res.arrayBuffer());
     } catch (e) {
       if (e && e.name === 'AbortError') throw e;
       throw new ApiError(0, 'the connection broke while reading the answer');

@@ -63,18 +63,38 @@ export function put(el, ...kids) {
   return append(el, kids);
 }
 
-// A token as it should be seen: C0 controls and DEL as their Unicode control pictures,
-// leading/trailing spaces as ␣ (so " Paris" and "Paris" differ on screen), empty as ∅.
+// A byte that is not UTF-8 text by itself (a piece of a character split across tokens), as
+// api.js decodes it: U+10FE00 + the byte, a private-use code point no real text carries.
+export const BYTE_BASE = 0x10fe00;
+
+// A token as it should be seen (never as a blank or a font's empty box): newline ↵, tab ⇥,
+// other controls and a lone byte as <0x11> / <0xE2>, U+FFFD (a byte the server could not
+// send as text, its value lost) as <0x??>, leading/trailing spaces as ␣ (so " Paris" and
+// "Paris" differ on screen), empty as ∅, and characters a font draws as nothing or a box
+// (format and private-use characters, unusual spaces, a combining mark with nothing to combine
+// with) as <U+200B>.
 export function showToken(t) {
   const str = String(t ?? '');
   if (str === '') return '∅';
   let out = '';
+  let first = true;
   for (const ch of str) {
     const c = ch.codePointAt(0);
-    out += c < 0x20 ? String.fromCodePoint(0x2400 + c) : c === 0x7f ? '␡' : ch;
+    if (c === 0x0a) out += '↵';
+    else if (c === 0x09) out += '⇥';
+    else if (c < 0x20 || c === 0x7f) out += '<0x' + c.toString(16).toUpperCase().padStart(2, '0') + '>';
+    else if (c >= BYTE_BASE + 0x80 && c <= BYTE_BASE + 0xff) out += '<0x' + (c - BYTE_BASE).toString(16).toUpperCase() + '>';
+    else if (c === 0xfffd) out += '<0x??>';
+    else if (/[\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\u00a0\u2000-\u200a\u202f\u205f\u3000]/u.test(ch) || (first && /\p{M}/u.test(ch)))
+      out += '<U+' + c.toString(16).toUpperCase().padStart(4, '0') + '>';
+    else out += ch;
+    first = false;
   }
   return out.replace(/^ +| +$/g, (m) => '␣'.repeat(m.length));
 }
+
+// What the marks showToken uses mean, for a legend under token lists.
+export const TOKEN_LEGEND = 'How tokens are shown: ␣ = a space at the start or end of a token (" Paris" and "Paris" are different tokens) · <0xE2> = a single byte, only part of a character (<0x??>: its value was lost on the way) · ↵ ⇥ = newline, tab · <U+200B> = a character with no visible glyph · ∅ = empty';
 
 // A number with at most `digits` decimals, or '–' when it is not a finite number.
 export function num(x, digits = 2) {

@@ -57,8 +57,9 @@ export function createSSEParser(onEvent) {
 }
 
 // One "data:" payload of an OpenAI chat stream: {done} for [DONE], {error} when the server
-// reports one inside the stream, else the text delta, the finish reason and the usage
-// (present on the last chunk with stream_options.include_usage).
+// reports one inside the stream, else the text delta, the finish reason, the delta's
+// per-token log-probabilities (logprobs.content, when asked for) and the usage (present on
+// the last chunk with stream_options.include_usage).
 export function parseChatChunk(data) {
   if (data === '[DONE]') return { done: true };
   let j;
@@ -77,6 +78,7 @@ export function parseChatChunk(data) {
   return {
     content: delta,
     finish: c && typeof c.finish_reason === 'string' ? c.finish_reason : null,
+    logprobs: c && c.logprobs && Array.isArray(c.logprobs.content) ? c.logprobs.content : null,
     usage: j.usage && typeof j.usage === 'object' ? j.usage : null,
   };
 }

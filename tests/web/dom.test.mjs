@@ -51,7 +51,12 @@ test('showToken makes invisible characters visible', () => {
   assert.equal(showToken(' Paris'), '␣Paris');
   assert.equal(showToken('a  '), 'a␣␣');
   assert.equal(showToken('a b'), 'a b');
-  assert.equal(showToken('\n\t\u001e\u007f'), '␊␉␞␡');
+  assert.equal(showToken('\n\t\u001e\u007f'), '↵⇥<0x1E><0x7F>');
+  assert.equal(showToken('\ufffd'), '<0x??>');
+  assert.equal(showToken(String.fromCodePoint(0x10fee2) + 'x'), '<0xE2>x');
+  assert.equal(showToken('a\u200bb'), 'a<U+200B>b');
+  assert.equal(showToken('\u0301a'), '<U+0301>a');
+  assert.equal(showToken('e\u0301'), 'e\u0301');
   assert.equal(showToken(''), '∅');
   assert.equal(showToken(null), '∅');
   assert.equal(showToken('日本'), '日本');

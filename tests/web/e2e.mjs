@@ -60,6 +60,9 @@ async function loadPage(base, search = '', { local = new FakeStorage(), session 
         loc.pathname = u.pathname;
         loc.search = u.search;
       },
+      replaceState(_s, _t, url) {
+        this.pushState(_s, _t, url);
+      },
     },
     localStorage: local,
     sessionStorage: session,
@@ -108,11 +111,13 @@ test('/?describe=France: the describe view, Paris as the first edge', async () =
   assert.equal(first[2], 'Paris', first.join(' | '));
   assert.equal(first[4], '2'); // the planted layer
   snapshot('describe-france', p);
-  // the band selector: a new query with another band keeps the deep link in step
-  p.$('describe-band').value = 'all';
+  // the band selector: this 4-layer model has no layer bands, so it is off and says so, and
+  // the link names no band
+  assert.equal(p.$('describe-band').disabled, true);
+  assert.equal(p.$('band-note').hidden, false);
   p.submit('describe-form');
-  await waitFor('the all-band result', () => p.$('describe-out').querySelector('table') !== table && p.$('describe-out').querySelector('table'));
-  assert.equal(p.loc.search, '?describe=France&band=all');
+  await waitFor('the new result', () => p.$('describe-out').querySelector('table') !== table && p.$('describe-out').querySelector('table'));
+  assert.equal(p.loc.search, '?describe=France');
 });
 
 test('a hostile entity name renders as text everywhere', async () => {
@@ -125,8 +130,8 @@ test('a hostile entity name renders as text everywhere', async () => {
   // in the chat too: the user's message is shown as typed
   p.$('prompt').value = EVIL;
   p.submit('chat-form');
-  await waitFor('the reply', () => p.$('send').textContent === 'Send' && p.$('messages').querySelectorAll('div').length === 2);
-  assert.equal(p.$('messages').querySelectorAll('div')[0].textContent, EVIL);
+  await waitFor('the reply', () => p.$('send').textContent === 'Send' && p.$('messages').querySelectorAll('div.msg').length === 2);
+  assert.equal(p.$('messages').querySelectorAll('div.body')[0].textContent, EVIL);
   assert.equal(p.doc.querySelectorAll('img').length, 0);
   snapshot('hostile-entity', p);
 });
@@ -153,6 +158,11 @@ test('/?walk=...: a heat map with one row per layer; hover and click a layer', a
   assert.ok(rowsOf(table).some((tr) => cells(tr)[1] === 'Germany' || cells(tr)[1] === 'Paris'), 'planted features listed');
   assert.ok(rows[2].classList.contains('sel'));
   snapshot('walk-heatmap', p);
+  // a top out of range (past the form's own check) is clamped, and the page says so
+  p.$('walk-top').value = '500';
+  p.submit('walk-form');
+  await waitFor('the clamped walk', () => /Top per layer “500” is out of range \(1 to 64\): using 64\./.test(p.text('walk-out')) && p.$('walk-out').querySelector('svg'));
+  assert.equal(p.loc.search, '?walk=The%20capital%20of%20France%20is&top=64');
 });
 
 test('/?infer=...: walk and dense side by side (compare)', async () => {
@@ -205,8 +215,11 @@ test('edit: a session, an insert, the KNN override marked in infer, patches list
   p.$('ins-target').value = 'Germany';
   p.$('ins-mode').value = 'compose';
   p.submit('insert-form');
-  await waitFor('the compose insert', () => /Inserted \d+ \(constellation\) Lemuria/.test(p.text('insert-out')));
-  assert.match(p.text('insert-out'), /the target's probability after the canonical prompt: [\d.]+ \(down scaled ×[\d.]+\)\.$/);
+  // (on this small model it does not take: the page says so rather than "Inserted")
+  await waitFor('the compose insert', () => /\d+ \(compose\) Lemuria/.test(p.text('insert-out')));
+  assert.match(p.text('insert-out'), /after the canonical prompt “The capital of Lemuria is” the target has probability [\d.]+ \(down scaled ×[\d.]+\)/);
+  assert.match(p.text('insert-out'), /^The insert did not take: /);
+  assert.ok(!/constellation/.test(p.text('insert-out')));
   // server errors are shown as the server wrote them
   p.$('ins-layer').value = '9999';
   p.submit('insert-form');
@@ -272,30 +285,32 @@ test('chat: Enter streams a reply with its figures, Shift+Enter does not send, t
   p.type('temperature', '0');
   p.$('prompt').value = 'Hello';
   p.$('prompt').dispatchEvent(new FakeEvent('keydown', { key: 'Enter', shiftKey: true }));
-  assert.equal(p.$('messages').querySelectorAll('div').length, 0, 'Shift+Enter is a newline, not a send');
+  assert.equal(p.$('messages').querySelectorAll('div.msg').length, 0, 'Shift+Enter is a newline, not a send');
   const ev = new FakeEvent('keydown', { key: 'Enter' });
   p.$('prompt').dispatchEvent(ev);
   assert.ok(ev.defaultPrevented);
   const meta = await waitFor('the figures under the reply', () => p.$('messages').querySelectorAll('span').find((s) => s.classList.contains('meta')));
-  assert.match(meta.textContent, /^\d+ prompt \+ 8 tokens · [\d.]+ tok\/s · first token \d+ ms$/);
-  const msgs = p.$('messages').querySelectorAll('div');
+  assert.match(meta.textContent, /^\d+ prompt \+ 8 tokens · [\d.]+ tok\/s · first token \d+ ms( · cut by max tokens)?$/);
+  const msgs = p.$('messages').querySelectorAll('div.msg');
   assert.equal(msgs.length, 2);
-  assert.equal(msgs[0].textContent, 'Hello');
-  assert.ok(msgs[1].textContent.length > meta.textContent.length);
+  assert.equal(msgs[0].querySelector('div.body').textContent, 'Hello');
+  assert.equal(msgs[0].querySelector('div.role').textContent, 'YouCopyEdit');
   // the same reply as the API gives for the same request (temperature 0)
   const direct = await (await realFetch(base + '/v1/chat/completions', {
     method: 'POST',
     body: JSON.stringify({ messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 }),
   })).json();
-  assert.equal(msgs[1].textContent, direct.choices[0].message.content + meta.textContent);
+  const stored = JSON.parse(local.getItem('larql.chats.v2'));
+  assert.equal(stored.convs[0].messages[1].content, direct.choices[0].message.content);
+  assert.equal(stored.convs[0].messages[1].finish, direct.choices[0].finish_reason);
   snapshot('chat', p);
   // reload: the conversation and the settings come back from localStorage
   const again = await loadPage(base, '', { local });
-  assert.equal(again.$('messages').querySelectorAll('div').length, 2);
+  assert.equal(again.$('messages').querySelectorAll('div.msg').length, 2);
   assert.equal(again.$('system').value, 'You are terse.');
   assert.equal(again.$('max_tokens').value, '8');
   again.$('clear').click();
-  assert.equal(again.$('messages').querySelectorAll('div').length, 0);
+  assert.equal(again.$('messages').querySelectorAll('div.msg').length, 0);
   srv.child.kill('SIGKILL');
 });
 
@@ -320,11 +335,11 @@ test('chat: Stop closes the stream and the server cancels the generation', async
   p.$('prompt').value = prompt;
   p.submit('chat-form');
   assert.equal(p.$('send').textContent, 'Stop');
-  const reply = () => p.$('messages').querySelectorAll('div')[1];
-  await waitFor('the first tokens', () => reply() && reply().textContent.length > 0);
+  const reply = () => p.$('messages').querySelectorAll('div.msg')[1];
+  await waitFor('the first tokens', () => reply() && reply().querySelector('div.body').textContent.length > 0);
   p.submit('chat-form'); // the button says Stop
   await waitFor('the stream closed', () => p.$('send').textContent === 'Send');
-  const meta = reply().querySelector('span');
+  const meta = reply().querySelector('span.meta');
   assert.match(meta.textContent, /^\d+ tokens( · [\d.]+ tok\/s)?( · first token \d+ ms)? · stopped$/);
   const n = Number(/^(\d+)/.exec(meta.textContent)[1]);
   assert.ok(n < full, `${n} tokens shown of the ${full} the uninterrupted reply has`);

@@ -206,6 +206,10 @@ export class FakeDocument {
     if (!this.listeners.has(type)) this.listeners.set(type, []);
     this.listeners.get(type).push(fn);
   }
+  dispatchEvent(ev) {
+    for (const fn of [...(this.listeners.get(ev.type) || [])]) fn.call(this, ev);
+    return !ev.defaultPrevented;
+  }
   // Every element and text node under root in document order, for checks over the page.
   all() {
     return [...this.documentElement.walk()];

@@ -43,12 +43,15 @@ test('an event cut off by the end of the stream is dropped', () => {
 
 test('parseChatChunk: deltas, finish, usage, [DONE], errors, junk', () => {
   assert.deepEqual(parseChatChunk('[DONE]'), { done: true });
-  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}'), { content: 'Hi', finish: null, usage: null });
-  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{},"finish_reason":"length"}]}'), { content: '', finish: 'length', usage: null });
+  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}'), { content: 'Hi', finish: null, logprobs: null, usage: null });
+  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{},"finish_reason":"length"}]}'), { content: '', finish: 'length', logprobs: null, usage: null });
   assert.deepEqual(parseChatChunk('{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}').usage, { prompt_tokens: 3, completion_tokens: 2 });
   assert.equal(parseChatChunk('{"error":{"message":"boom","type":"server_error"}}').error, 'boom');
   assert.equal(parseChatChunk('{"error":"plain"}').error, 'plain');
   assert.match(parseChatChunk('not json').error, /not JSON/);
   assert.match(parseChatChunk('42').error, /42/);
-  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{"content":7}}]}'), { content: '', finish: null, usage: null });
+  assert.deepEqual(parseChatChunk('{"choices":[{"delta":{"content":7}}]}'), { content: '', finish: null, logprobs: null, usage: null });
+  const lp = [{ token: 'Hi', logprob: -0.1, bytes: [72, 105], top_logprobs: [] }];
+  assert.deepEqual(parseChatChunk(JSON.stringify({ choices: [{ delta: { content: 'Hi' }, logprobs: { content: lp } }] })).logprobs, lp);
+  assert.equal(parseChatChunk('{"choices":[{"delta":{"content":"x"},"logprobs":{"content":"junk"}}]}').logprobs, null);
 });
