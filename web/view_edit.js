@@ -55,7 +55,7 @@ export async function loadPatches() {
       ? scrollBox('patches', h('table', { class: 'patches' }, h('tr', {}, ['patch', 'operations', 'base model', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
         list.map((p) => h('tr', {},
           h('td', {}, p.name), h('td', { class: 'num' }, p.operations), h('td', {}, p.base_model ?? ''),
-          h('td', {}, h('button', { type: 'button', 'aria-label': `remove patch ${p.name}`, on: { click: () => removePatch(p.name) } }, edits.length ? 'Remove all' : 'Remove'))))))
+          h('td', {}, h('button', { type: 'button', 'aria-label': `${edits.length ? 'Remove all' : 'Remove'}: patch ${p.name}`, on: { click: () => removePatch(p.name) } }, edits.length ? 'Remove all' : 'Remove'))))))
       : null;
     put(out, h('p', { class: 'muted' }, who),
       editTable ? [h('h3', {}, 'Each edit'), editTable] : null,

@@ -571,8 +571,10 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
     json_t *c = chunk_base(jb, s), *ch;
     json_t *lp = json_null();
     if (jb->want_lp && jb->chat && json_array_size(jb->lp_pending)) {
-        lp = json_pack("{s:O}", "content", jb->lp_pending);
-        json_array_clear(jb->lp_pending);
+        /* the chunk takes the entries; the next ones start a fresh array (clearing a shared
+         * array would empty the chunk before it is sent) */
+        lp = json_pack("{s:o}", "content", jb->lp_pending);
+        jb->lp_pending = json_array();
     } else if (jb->want_lp && !jb->chat && json_array_size(jb->c_tokens)) {
         json_decref(lp);
         lp = take_completion_logprobs(jb);
