@@ -210,13 +210,14 @@ static int add_dense(hf_ctx *x, const lq_st_tensor *t, const char *gg, uint64_t 
     int type = t->dtype == LQ_ST_F32 || t->dtype == LQ_ST_F64 ? LQ_GGML_F32 : LQ_GGML_F16;
     uint64_t es = type == LQ_GGML_F32 ? 4 : 2, n = rows * cols, ne[2] = {cols, rows};
     const void *data = t->data;
-    if (permute_heads || (uint32_t)es != lq_st_dtype_size(t->dtype)) {
+    int same = (t->dtype == LQ_ST_F32 && type == LQ_GGML_F32) || (t->dtype == LQ_ST_F16 && type == LQ_GGML_F16);
+    if (permute_heads || !same) {
         uint8_t *out = keep(x, n * es);
         if (!out)
             return lq_err_set(x->err, LQ_ENOMEM, "%s: out of memory for %llu elements", t->name, (unsigned long long)n);
         for (uint64_t r = 0; r < rows; r++) {
             uint64_t sr = src_row(r, permute_heads, rows, permute_heads > 0);
-            if (t->dtype == LQ_ST_F32 || t->dtype == LQ_ST_F16) { /* same type: move the row's bytes */
+            if (same) { /* move the row's bytes */
                 memcpy(out + r * cols * es, t->data + sr * cols * es, cols * es);
                 continue;
             }
