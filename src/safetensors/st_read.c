@@ -304,13 +304,15 @@ static int open_one(lq_safetensors *s, const char *path, const char *label, lq_e
     return parse_file(s, f, err);
 }
 
-int lq_st_open(const char *path, lq_safetensors **out, lq_err *err)
+/* label: the name messages use (a folder's file is named without the folder, which the
+ * converter's messages already give) */
+static int open_file(const char *path, const char *label, lq_safetensors **out, lq_err *err)
 {
     *out = NULL;
     lq_safetensors *s = st_new(1);
     if (!s)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    int rc = open_one(s, path, path, err);
+    int rc = open_one(s, path, label, err);
     if (!rc)
         rc = build_index(s, err);
     if (rc) {
@@ -320,6 +322,8 @@ int lq_st_open(const char *path, lq_safetensors **out, lq_err *err)
     *out = s;
     return LQ_OK;
 }
+
+int lq_st_open(const char *path, lq_safetensors **out, lq_err *err) { return open_file(path, path, out, err); }
 
 int lq_st_open_buffer(const void *buf, size_t len, lq_safetensors **out, lq_err *err)
 {
@@ -480,7 +484,7 @@ int lq_st_open_dir(const char *dir, lq_safetensors **out, lq_err *err)
     else if (stat(ip, &st) == 0)
         rc = open_index(dir, ip, out, err);
     else if (stat(sp, &st) == 0)
-        rc = lq_st_open(sp, out, err);
+        rc = open_file(sp, "model.safetensors", out, err);
     else
         rc = lq_err_set(err, LQ_ENOTFOUND, "%s: neither model.safetensors.index.json nor model.safetensors", dir);
     free(ip);

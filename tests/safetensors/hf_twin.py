@@ -19,7 +19,7 @@ tests/cli/safetensors.sh.
         except tokenizer.ggml.scores (unused by byte-level BPE; llama.cpp does not write it);
         OUT may add tokenizer.chat_template only.
     hf_twin.py mutate KIND HF_DIR
-        Breaks a folder in place for the bad-input tests (see MUTATIONS)."""
+        Breaks a folder in place for one bad-input test of tests/cli/safetensors.sh (see mutate())."""
 import json
 import math
 import os
@@ -429,6 +429,18 @@ def mutate(kind, d):
             b = h[k]['data_offsets'][0]
             data = data[:b] + b'\xff' + data[b + 1:]
         st_write_raw(st, h, data, hl=(1 << 40) if kind == 'header-len' else None)
+    elif kind == 'extra-tensor':  # a weight the converter does not know must not be dropped silently
+        h, data = st_read(st)
+        h['model.layers.0.mlp.gate_proj.bias'] = {'dtype': 'F32', 'shape': [2], 'data_offsets': [len(data), len(data) + 8]}
+        st_write_raw(st, h, data + bytes(8))
+    elif kind == 'untied':
+        c = json.load(open(cfgp))
+        c['tie_word_embeddings'] = False
+        json.dump(c, open(cfgp, 'w'))
+    elif kind == 'arch':
+        c = json.load(open(cfgp))
+        c['architectures'] = ['GPT2LMHeadModel']
+        json.dump(c, open(cfgp, 'w'))
     elif kind == 'shard-missing':
         os.remove(os.path.join(d, sorted(f for f in os.listdir(d) if f.startswith('model-'))[-1]))
     elif kind == 'shard-unlisted':
