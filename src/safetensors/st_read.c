@@ -290,29 +290,37 @@ void lq_st_close(lq_safetensors *s)
     free(s);
 }
 
-static int open_one(lq_safetensors *s, const char *path, const char *label, lq_err *err)
+/* A file (path) or a caller's buffer (path NULL) as the next file of s; label names it in
+ * messages. */
+static int open_one(lq_safetensors *s, const char *path, const void *buf, size_t len, const char *label,
+                    lq_err *err)
 {
     st_file *f = &s->files[s->n_files++];
     f->name = strdup(label);
     if (!f->name)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    int rc = lq_mapfile_open(&f->map, path, err);
-    if (rc)
-        return rc;
-    f->buf = f->map.data;
-    f->size = f->map.size;
+    if (path) {
+        int rc = lq_mapfile_open(&f->map, path, err);
+        if (rc)
+            return rc;
+        buf = f->map.data;
+        len = f->map.size;
+    }
+    f->buf = buf;
+    f->size = len;
     return parse_file(s, f, err);
 }
 
 /* label: the name messages use (a folder's file is named without the folder, which the
  * converter's messages already give) */
-static int open_file(const char *path, const char *label, lq_safetensors **out, lq_err *err)
+static int open_file(const char *path, const void *buf, size_t len, const char *label, lq_safetensors **out,
+                     lq_err *err)
 {
     *out = NULL;
     lq_safetensors *s = st_new(1);
     if (!s)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    int rc = open_one(s, path, label, err);
+    int rc = open_one(s, path, buf, len, label, err);
     if (!rc)
         rc = build_index(s, err);
     if (rc) {
@@ -323,26 +331,14 @@ static int open_file(const char *path, const char *label, lq_safetensors **out, 
     return LQ_OK;
 }
 
-int lq_st_open(const char *path, lq_safetensors **out, lq_err *err) { return open_file(path, path, out, err); }
+int lq_st_open(const char *path, lq_safetensors **out, lq_err *err)
+{
+    return open_file(path, NULL, 0, path, out, err);
+}
 
 int lq_st_open_buffer(const void *buf, size_t len, lq_safetensors **out, lq_err *err)
 {
-    *out = NULL;
-    lq_safetensors *s = st_new(1);
-    if (!s)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    st_file *f = &s->files[s->n_files++];
-    f->buf = buf;
-    f->size = len;
-    int rc = (f->name = strdup("(buffer)")) ? parse_file(s, f, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
-    if (!rc)
-        rc = build_index(s, err);
-    if (rc) {
-        lq_st_close(s);
-        return rc;
-    }
-    *out = s;
-    return LQ_OK;
+    return open_file(NULL, buf, len, "(buffer)", out, err);
 }
 
 /* ---- a folder ---- */
@@ -441,7 +437,7 @@ static int open_index(const char *dir, const char *ipath, lq_safetensors **out, 
             rc = lq_err_set(err, LQ_ENOTFOUND, "%s: shard '%s' named by model.safetensors.index.json: %s", dir,
                             names[i], strerror(errno));
         else
-            rc = open_one(s, p, names[i], err);
+            rc = open_one(s, p, NULL, 0, names[i], err);
         free(p);
     }
     if (!rc)
@@ -484,7 +480,7 @@ int lq_st_open_dir(const char *dir, lq_safetensors **out, lq_err *err)
     else if (stat(ip, &st) == 0)
         rc = open_index(dir, ip, out, err);
     else if (stat(sp, &st) == 0)
-        rc = open_file(sp, "model.safetensors", out, err);
+        rc = open_file(sp, NULL, 0, "model.safetensors", out, err);
     else
         rc = lq_err_set(err, LQ_ENOTFOUND, "%s: neither model.safetensors.index.json nor model.safetensors", dir);
     free(ip);
