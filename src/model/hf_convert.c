@@ -107,6 +107,15 @@ static int read_config(const json_t *j, hf_cfg *c, lq_err *err)
                           "num_key_value_heads %d", c->H, c->KV);
     if (c->hd <= 0 || c->hd % 2)
         return lq_err_set(err, LQ_EFORMAT, "config.json: head dimension %d must be even", c->hd);
+    /* scaled RoPE (Llama 3.1's "llama3", yarn, linear ...) changes the rotation the engine
+     * computes: refused rather than converted into a model that drifts at long context */
+    const json_t *rs = json_object_get(j, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        const char *ty = json_string_value(json_object_get(rs, "rope_type"));
+        if (!ty)
+            ty = json_string_value(json_object_get(rs, "type"));
+        return lq_err_set(err, LQ_EUNSUPPORTED, "config.json: rope_scaling '%s' is not supported", ty ? ty : "?");
+    }
     const json_t *t = json_object_get(j, "tie_word_embeddings");
     c->tied = json_is_boolean(t) ? json_is_true(t) : -1;
     return LQ_OK;

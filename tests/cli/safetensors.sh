@@ -93,6 +93,7 @@ bad "packed code 3" packed "" code3 "code 3"
 bad "unknown tensor" packed "" extra-tensor "gate_proj.bias' (model.safetensors) is not part of"
 bad "untied without lm_head" packed "" untied "lm_head.weight is missing"
 bad "unsupported architecture" f16 "" arch "GPT2LMHeadModel"
+bad "scaled RoPE refused" f16 "" rope-scaling "rope_scaling 'llama3' is not supported"
 check_fails "no config.json" "config.json is missing" "$LARQL" convert safetensors-to-gguf "$T_TMP" --output "$T_TMP/bad.gguf"
 check_fails "safetensors-to-vindex error" "weight_scale nan" "$LARQL" convert safetensors-to-vindex "$T_TMP/bad/scale-nan/larql-fixture" --output "$T_TMP/badv"
 if [ ! -e "$T_TMP/badv" ] && ! ls "$T_TMP/bad/scale-nan" | grep -q convert-; then pass "failed safetensors-to-vindex leaves nothing"; else fail "failed safetensors-to-vindex leaves nothing"; fi

@@ -437,6 +437,10 @@ def mutate(kind, d):
         c = json.load(open(cfgp))
         c['tie_word_embeddings'] = False
         json.dump(c, open(cfgp, 'w'))
+    elif kind == 'rope-scaling':
+        c = json.load(open(cfgp))
+        c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}
+        json.dump(c, open(cfgp, 'w'))
     elif kind == 'arch':
         c = json.load(open(cfgp))
         c['architectures'] = ['GPT2LMHeadModel']
