@@ -70,7 +70,8 @@ static int set_level(lq_vindex_build_opts *o, const char *cmd, const char *level
 
 static int build_vindex(const char *cmd, const char *gguf, const char *out, lq_vindex_build_opts *o)
 {
-    prog p = {.tty = isatty(2)};
+    static prog p; /* one build per process; static so the options may point at it */
+    p.tty = isatty(2);
     o->progress = progress_cb;
     o->progress_ctx = &p;
     lq_err err = {0};
