@@ -151,9 +151,9 @@ int lq_cli_convert(int argc, char **argv)
     return kind == 2 ? hf_to_vindex(C, pos[1], out, &o) : build_vindex(C, pos[1], out, &o);
 }
 
-/* LARQL's `extract-index MODEL -o DIR`: a Hugging Face folder (or a GGUF file) to a vindex.
- * Its default level is inference; --include-weights is its old spelling of --level all;
- * --f32 is its opt-out of f16 side files, which is our default (--f16 opts in). */
+/* LARQL's `extract-index MODEL -o DIR`: a Hugging Face folder (or a GGUF file) to a vindex,
+ * with LARQL's defaults: level inference, f16 float files (--f32 opts out); --include-weights
+ * is its old spelling of --level all. */
 int lq_cli_extract_index(int argc, char **argv)
 {
     const char *C = "extract-index", *out = NULL, *level = "inference", *pos[1] = {0};
@@ -174,6 +174,7 @@ int lq_cli_extract_index(int argc, char **argv)
         return lq_cli_usage(C, USAGE_EXTRACT, "-o DIR is required");
     if (f32 && o.f16)
         return lq_cli_usage(C, USAGE_EXTRACT, "--f16 and --f32 contradict each other");
+    o.f16 = !f32;
     if (!strcmp(level, "attention") || !strcmp(level, "attn")) {
         fprintf(stderr, "larql extract-index: level 'attention' is built as inference (a superset)\n");
         level = "inference";

@@ -54,7 +54,8 @@ D="$T_TMP/master/larql-fixture" G="$T_TMP/g"
 mkdir -p "$G" && cp "$T_TMP/master.ref.gguf" "$G/model.gguf" && cp "$D"/tokenizer*.json "$G/"
 check "gguf-to-vindex of the twin" "$LARQL" convert gguf-to-vindex "$G/model.gguf" --output "$T_TMP/v1" --level all --keep-quant
 check "safetensors-to-vindex" "$LARQL" convert safetensors-to-vindex "$D" --output "$T_TMP/v2" --level all --keep-quant
-check "extract-index (LARQL's name)" "$LARQL" extract-index "$D" -o "$T_TMP/v3" --include-weights --keep-quant
+"$LARQL" extract-index "$D" -o "$T_TMP/v4" >/dev/null 2>&1
+check "extract-index (LARQL's name)" "$LARQL" extract-index "$D" -o "$T_TMP/v3" --include-weights --keep-quant --f32
 for v in v2 v3; do
     grep -v extracted_at "$T_TMP/v1/index.json" >"$T_TMP/i1"; grep -v extracted_at "$T_TMP/$v/index.json" >"$T_TMP/i2"
     if diff -r -x index.json "$T_TMP/v1" "$T_TMP/$v" >"$T_TMP/d" 2>&1 && cmp -s "$T_TMP/i1" "$T_TMP/i2"; then
@@ -63,6 +64,7 @@ for v in v2 v3; do
         fail "$v: the same vindex" "$(head -c 300 "$T_TMP/d")"
     fi
 done
+check "extract-index defaults to f16 files" grep -q '"dtype": "f16"' "$T_TMP/v4/index.json"
 if ls "$T_TMP" | grep -q convert-; then fail "no temporary GGUF left"; else pass "no temporary GGUF left"; fi
 check "infer on the converted vindex" "$LARQL" infer "$T_TMP/v2" "The capital of France is" --top 3
 
