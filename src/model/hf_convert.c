@@ -503,7 +503,7 @@ int lq_hf_to_gguf(const char *hf_dir, const char *out_path, const lq_hf_convert_
     hf_ctx x = {.dir = hf_dir, .err = err};
     json_t *config = NULL;
     char base[256];
-    int rc = hf_load_json(hf_dir, "config.json", &config, err);
+    int rc = hf_load_json(hf_dir, "config.json", 0, &config, err);
     if (!rc && !config)
         rc = lq_err_set(err, LQ_ENOTFOUND, "%s: config.json is missing", hf_dir);
     if (!rc)

@@ -7,8 +7,10 @@
 #include "larql/gguf.h"
 #include "larql/status.h"
 
-/* <dir>/<name> loaded as JSON; *out NULL (and LQ_OK) when the file does not exist. */
-int hf_load_json(const char *dir, const char *name, json_t **out, lq_err *err);
+/* <dir>/<name> loaded as JSON (jansson flags: JSON_DECODE_INT_AS_REAL for files that carry
+ * integers past 2^63, as Llama 3's tokenizer_config.json model_max_length); *out NULL (and
+ * LQ_OK) when the file does not exist. */
+int hf_load_json(const char *dir, const char *name, size_t flags, json_t **out, lq_err *err);
 
 /* Adds the tokenizer.* keys from dir's tokenizer.json, tokenizer_config.json (bos, eos,
  * add_bos_token, chat_template) or chat_template.jinja; config (config.json) supplies

@@ -14,7 +14,7 @@
 #include "core/mapfile.h"
 #include "model/hf_internal.h"
 
-int hf_load_json(const char *dir, const char *name, json_t **out, lq_err *err)
+int hf_load_json(const char *dir, const char *name, size_t flags, json_t **out, lq_err *err)
 {
     *out = NULL;
     char path[4096];
@@ -24,7 +24,7 @@ int hf_load_json(const char *dir, const char *name, json_t **out, lq_err *err)
     if (stat(path, &st) != 0)
         return errno == ENOENT ? LQ_OK : lq_err_set(err, LQ_EIO, "%s: %s", path, strerror(errno));
     json_error_t je;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    *out = json_load_file(path, JSON_REJECT_DUPLICATES | flags, &je);
     if (!*out)
         return lq_err_set(err, LQ_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
     return LQ_OK;
@@ -231,10 +231,10 @@ int hf_tokenizer_to_gguf(lq_gguf_writer *w, const char *dir, const json_t *confi
     vocab v = {0};
     char **merges = NULL, *tmpl = NULL;
     size_t nm = 0;
-    int rc = hf_load_json(dir, "tokenizer.json", &root, err);
+    int rc = hf_load_json(dir, "tokenizer.json", 0, &root, err);
     if (rc || !root)
         return rc;
-    if ((rc = hf_load_json(dir, "tokenizer_config.json", &tc, err)))
+    if ((rc = hf_load_json(dir, "tokenizer_config.json", JSON_DECODE_INT_AS_REAL, &tc, err)))
         goto out;
     const json_t *model = json_object_get(root, "model");
     const char *mtype = json_string_value(json_object_get(model, "type"));

@@ -68,6 +68,30 @@ check "extract-index defaults to f16 files" grep -q '"dtype": "f16"' "$T_TMP/v4/
 if ls "$T_TMP" | grep -q convert-; then fail "no temporary GGUF left"; else pass "no temporary GGUF left"; fi
 check "infer on the converted vindex" "$LARQL" infer "$T_TMP/v2" "The capital of France is" --top 3
 
+# the real Llama 3 tokenizer files (2B-4T's) convert to the vocabulary llama3-vocab.gguf holds
+conf=$(conformance_dir)
+if [ -n "$conf" ]; then
+    D="$T_TMP/l3/llama3-blank"
+    $TWIN blank "$D" 128256 "$conf/tokenizer/llama3-tokenizer.json" "$conf/tokenizer/llama3-tokenizer_config.json" &&
+        check "llama3 tokenizer folder converts" "$LARQL" convert safetensors-to-gguf "$D" --output "$T_TMP/l3.gguf"
+    if python3 -c "
+import sys; sys.path.insert(0, '$(dirname "$0")/../safetensors')
+from hf_twin import Gguf
+a, b = Gguf('$conf/tokenizer/llama3-vocab.gguf').kv, Gguf('$T_TMP/l3.gguf').kv
+for k in ('tokenizer.ggml.model', 'tokenizer.ggml.pre', 'tokenizer.ggml.tokens', 'tokenizer.ggml.token_type',
+          'tokenizer.ggml.merges', 'tokenizer.ggml.bos_token_id', 'tokenizer.ggml.eos_token_id',
+          'tokenizer.ggml.add_bos_token'):
+    assert a[k][1] == b[k][1], k
+assert b['tokenizer.ggml.eot_token_id'][1] == 128009
+assert b['tokenizer.chat_template'][1].startswith('{% set loop_messages')
+"; then pass "llama3 tokenizer: the reference vocabulary, merges, types and ids"; else fail "llama3 tokenizer: the reference vocabulary, merges, types and ids"; fi
+    "$LARQL" tokenize "$T_TMP/l3.gguf" "Hello world! 12345 <|eot_id|>" --special >"$T_TMP/t1" 2>&1
+    "$LARQL" tokenize "$conf/tokenizer/llama3-vocab.gguf" "Hello world! 12345 <|eot_id|>" --special >"$T_TMP/t2" 2>&1
+    cmp -s "$T_TMP/t1" "$T_TMP/t2" && pass "llama3 tokenizer: same tokens" || fail "llama3 tokenizer: same tokens" "$(cat "$T_TMP/t1")"
+else
+    skip "llama3 tokenizer conversion" "no conformance data"
+fi
+
 # ---- bad input: one mutation of a good folder each ----
 bad() { # NAME FORM SHARDS MUTATION PATTERN
     n=$1 form=$2 sh=$3 mut=$4 pat=$5

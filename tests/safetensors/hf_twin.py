@@ -14,6 +14,9 @@ tests/cli/safetensors.sh.
                    trit is 0), quantised by absmean at conversion; REF scale = mean|W|
           f16      a llama-family F16 model (IN made with --arch llama --proj-type f16
                    --emb-type f16): F16 everything, q/k rows in HF's rotate_half order
+    hf_twin.py blank HF_DIR VOCAB TOKENIZER.json TOKENIZER_CONFIG.json
+        A one-layer llama F16 folder of zero weights with VOCAB rows and the given tokenizer
+        files (the real Llama 3 ones in the conformance check).
     hf_twin.py compare REF.gguf OUT.gguf
         Every tensor: same name, type, shape and bytes; every metadata key of REF equal in OUT
         except tokenizer.ggml.scores (unused by byte-level BPE; llama.cpp does not write it);
@@ -464,7 +467,30 @@ def mutate(kind, d):
         raise SystemExit('unknown mutation ' + kind)
 
 
+def blank(d, vocab, tok, tok_cfg):
+    D, F = 128, 128
+    ts = [('model.embed_tokens.weight', 'F16', [vocab, D], bytes(vocab * D * 2)),
+          ('model.norm.weight', 'F16', [D], struct.pack('<e', 1.0) * D)]
+    p = 'model.layers.0.'
+    ts += [(p + n + '.weight', 'F16', [D], struct.pack('<e', 1.0) * D)
+           for n in ('input_layernorm', 'post_attention_layernorm')]
+    ts += [(p + n + '.weight', 'F16', [r, c], bytes(r * c * 2))
+           for n, r, c in (('self_attn.q_proj', D, D), ('self_attn.k_proj', D, D), ('self_attn.v_proj', D, D),
+                           ('self_attn.o_proj', D, D), ('mlp.gate_proj', F, D), ('mlp.up_proj', F, D),
+                           ('mlp.down_proj', D, F))]
+    write_folder(d, ts, 1)
+    json.dump({'architectures': ['LlamaForCausalLM'], 'hidden_size': D, 'intermediate_size': F,
+               'num_hidden_layers': 1, 'num_attention_heads': 1, 'vocab_size': vocab, 'rms_norm_eps': 1e-5,
+               'rope_theta': 500000.0, 'tie_word_embeddings': True, 'hidden_act': 'silu'},
+              open(os.path.join(d, 'config.json'), 'w'))
+    open(os.path.join(d, 'tokenizer.json'), 'wb').write(open(tok, 'rb').read())
+    open(os.path.join(d, 'tokenizer_config.json'), 'wb').write(open(tok_cfg, 'rb').read())
+
+
 def main(argv):
+    if len(argv) == 6 and argv[1] == 'blank':
+        blank(argv[2], int(argv[3]), argv[4], argv[5])
+        return 0
     if len(argv) >= 6 and argv[1] == 'twin':
         shards = int(argv[7]) if len(argv) > 7 and argv[6] == '--shards' else 1
         twin(argv[2], argv[3], argv[4], argv[5], shards)
