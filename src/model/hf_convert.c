@@ -393,7 +393,7 @@ static int add_layer(hf_ctx *x, int l)
     return LQ_OK;
 }
 
-static int add_config_kv(hf_ctx *x, const char *name, int n_tok)
+static int add_config_kv(hf_ctx *x, const char *name, int n_vocab)
 {
     const hf_cfg *c = &x->c;
     lq_gguf_writer *w = x->w;
@@ -404,7 +404,7 @@ static int add_config_kv(hf_ctx *x, const char *name, int n_tok)
     bad |= lq_gguf_writer_add_str(w, "general.name", name);
     /* llama.cpp's file types: 40 MOSTLY_I2_S, 1 MOSTLY_F16, 0 ALL_F32 */
     bad |= lq_gguf_writer_add_u32(w, "general.file_type", c->bitnet ? 40 : x->any_f16 ? 1 : 0);
-    bad |= lq_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_tok);
+    bad |= lq_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
     bad |= lq_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)c->ctx);
     bad |= lq_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)c->D);
     bad |= lq_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)c->L);
@@ -452,30 +452,9 @@ static int convert(hf_ctx *x, const json_t *config, const char *name)
         if (!c->bitnet && lq_st_tensor_at(x->st, i)->n_dims == 2 && (dt == LQ_ST_F16 || dt == LQ_ST_BF16))
             x->any_f16 = 1;
     }
-    lq_gguf_writer *tokw = lq_gguf_writer_create();
-    if (!tokw)
-        return lq_err_set(x->err, LQ_ENOMEM, "out of memory");
+    /* the vocabulary is padded to the embedding's rows, so <arch>.vocab_size is V either way */
     int n_tok = 0;
-    /* the tokenizer is read first (its size goes into <arch>.vocab_size) into a scratch
-     * writer, then its keys are copied after the model's own */
-    rc = hf_tokenizer_to_gguf(tokw, x->dir, config, V, &n_tok, x->err);
-    if (!rc)
-        rc = add_config_kv(x, name, n_tok ? n_tok : V);
-    if (!rc && n_tok) {
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        lq_gguf *g = NULL;
-        rc = lq_gguf_writer_write_buffer(tokw, &buf, &len, x->err);
-        if (!rc)
-            rc = lq_gguf_open_buffer(buf, len, &g, x->err);
-        for (int64_t i = 0; !rc && i < lq_gguf_n_kv(g); i++)
-            if (lq_gguf_writer_copy_kv(x->w, g, i))
-                rc = lq_err_set(x->err, LQ_ENOMEM, "out of memory");
-        lq_gguf_close(g);
-        free(buf);
-    }
-    lq_gguf_writer_free(tokw);
-    if (rc)
+    if ((rc = add_config_kv(x, name, V)) || (rc = hf_tokenizer_to_gguf(x->w, x->dir, config, V, &n_tok, x->err)))
         return rc;
 
     if ((rc = add_dense(x, emb, "token_embd.weight", (uint64_t)V, (uint64_t)c->D, 0)) ||
