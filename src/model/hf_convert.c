@@ -272,23 +272,34 @@ static int packed_scale(hf_ctx *x, const char *hf_weight, float *i2s_scale)
     return LQ_OK;
 }
 
-/* transformers' packing: uint8 [rows/4, cols]; bits 2i..2i+1 of packed row r hold output
- * row i*(rows/4) + r as code = trit + 1. */
-static int unpack_trits(hf_ctx *x, const lq_st_tensor *t, uint64_t rows, uint64_t cols, int8_t *trits)
+/* transformers' packing, uint8 [rows/4, cols]: bits 2i..2i+1 of packed row r hold output row
+ * i*(rows/4) + r as code = trit + 1, the same code I2_S stores; so each I2_S block (128
+ * elements of one row: element j in byte j%32 at shift 6-2*(j/32)) is gathered directly. */
+static int packed_to_i2s(hf_ctx *x, const lq_st_tensor *t, uint64_t rows, uint64_t cols, float scale, uint8_t *out)
 {
-    uint64_t P = rows / 4;
-    for (uint64_t o = 0; o < rows; o++) {
-        uint64_t i = o / P, r = o % P;
-        const uint8_t *src = t->data + r * cols;
-        for (uint64_t c = 0; c < cols; c++) {
-            int code = (src[c] >> (2 * i)) & 3;
-            if (code == 3)
-                return lq_err_set(x->err, LQ_EFORMAT, "%s: code 3 (not a trit) at packed [%llu, %llu], bits %d-%d",
-                                  t->name, (unsigned long long)r, (unsigned long long)c, (int)(2 * i),
-                                  (int)(2 * i + 1));
-            trits[o * cols + c] = (int8_t)(code - 1);
+    uint64_t P = rows / 4, n = rows * cols;
+    for (uint64_t k = 0; k < P * cols; k++) {
+        uint8_t b = t->data[k];
+        if (b & (b >> 1) & 0x55) { /* a 2-bit field holding 3: not a trit */
+            int i = 0;
+            while (((b >> (2 * i)) & 3) != 3)
+                i++;
+            return lq_err_set(x->err, LQ_EFORMAT, "%s: code 3 (not a trit) at packed [%llu, %llu], bits %d-%d",
+                              t->name, (unsigned long long)(k / cols), (unsigned long long)(k % cols), 2 * i,
+                              2 * i + 1);
         }
     }
+    for (uint64_t o = 0; o < rows; o++) {
+        unsigned sh = 2 * (unsigned)(o / P);
+        const uint8_t *src = t->data + (o % P) * cols;
+        uint8_t *dst = out + o * (cols / 4);
+        for (uint64_t c0 = 0; c0 < cols; c0 += 128, dst += 32, src += 128)
+            for (int k = 0; k < 32; k++)
+                dst[k] = (uint8_t)(((src[k] >> sh) & 3) << 6 | ((src[32 + k] >> sh) & 3) << 4 |
+                                   ((src[64 + k] >> sh) & 3) << 2 | ((src[96 + k] >> sh) & 3));
+    }
+    memcpy(out + n / 4, &scale, 4); /* then microsoft's 28 zero bytes */
+    memset(out + n / 4 + 4, 0, 28);
     return LQ_OK;
 }
 
@@ -322,37 +333,34 @@ static int add_bitnet(hf_ctx *x, const lq_st_tensor *t, const char *gg, uint64_t
         return lq_err_set(x->err, LQ_EFORMAT, "%s: row length %llu is not a multiple of 128 (I2_S blocks)", t->name,
                           (unsigned long long)cols);
     uint64_t n = rows * cols, ne[2] = {cols, rows};
-    int8_t *trits = malloc((size_t)n);
     uint8_t *out = keep(x, n / 4 + 32);
-    if (!trits || !out) {
-        free(trits);
+    if (!out)
         return lq_err_set(x->err, LQ_ENOMEM, "%s: out of memory", t->name);
-    }
     float scale = 0;
     if (t->dtype == LQ_ST_U8) {
-        if (rows % 4 || t->n_dims != 2 || t->shape[0] != rows / 4 || t->shape[1] != cols) {
-            free(trits);
+        if (rows % 4 || t->n_dims != 2 || t->shape[0] != rows / 4 || t->shape[1] != cols)
             return lq_err_set(x->err, LQ_EFORMAT, "%s: packed shape [%llu, %llu], but config.json gives [%llu/4, %llu]",
                               t->name, (unsigned long long)t->shape[0],
                               (unsigned long long)(t->n_dims > 1 ? t->shape[1] : 0), (unsigned long long)rows,
                               (unsigned long long)cols);
-        }
-        rc = packed_scale(x, t->name, &scale);
-        if (!rc)
-            rc = unpack_trits(x, t, rows, cols, trits);
+        if ((rc = packed_scale(x, t->name, &scale)) || (rc = packed_to_i2s(x, t, rows, cols, scale, out)))
+            return rc;
     } else if (is_float(t->dtype)) {
+        int8_t *trits = malloc((size_t)n);
+        if (!trits)
+            return lq_err_set(x->err, LQ_ENOMEM, "%s: out of memory", t->name);
         rc = check_shape(x, t, rows, cols);
         if (!rc)
             rc = absmean_trits(x, t, n, trits, &scale);
+        if (!rc)
+            lq_i2s_pack(trits, n, scale, out);
+        free(trits);
+        if (rc)
+            return rc;
     } else {
-        rc = lq_err_set(x->err, LQ_EUNSUPPORTED, "%s: dtype %s (BitNet weights are packed U8 or float)", t->name,
-                        lq_st_dtype_name(t->dtype));
+        return lq_err_set(x->err, LQ_EUNSUPPORTED, "%s: dtype %s (BitNet weights are packed U8 or float)", t->name,
+                          lq_st_dtype_name(t->dtype));
     }
-    if (!rc)
-        lq_i2s_pack(trits, n, scale, out);
-    free(trits);
-    if (rc)
-        return rc;
     return lq_gguf_writer_add_tensor(x->w, gg, 2, ne, LQ_GGML_I2_S, out, n / 4 + 32) ? lq_err_set(x->err, LQ_ENOMEM, "out of memory") : LQ_OK;
 }
 
