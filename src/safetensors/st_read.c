@@ -213,7 +213,8 @@ static int parse_file(lq_safetensors *s, st_file *f, lq_err *err)
     }
     /* the ranges must tile the data section: sorted by begin, each starts where the last ended */
     int64_t nt = s->n - first;
-    qsort(s->t + first, (size_t)nt, sizeof *s->t, cmp_begin);
+    if (nt > 1) /* (s->t is NULL while no tensor has been seen) */
+        qsort(s->t + first, (size_t)nt, sizeof *s->t, cmp_begin);
     uint64_t at = 0;
     for (int64_t i = first; i < s->n; i++) {
         uint64_t b = (uint64_t)(uintptr_t)s->t[i].data;
