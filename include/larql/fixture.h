@@ -22,6 +22,7 @@ typedef struct lq_fixture_opts {
     uint64_t seed;
     double wscale;      /* I2_S scale = wscale * U(1,1.5) / sqrt(fan_in) */
     const char *corpus; /* BPE training text; NULL = built-in */
+    int proj_type;      /* llama projections: 0 or LQ_GGML_F32 (default), LQ_GGML_F16 */
 } lq_fixture_opts;
 
 /* preset: "tiny" (dim 128, 2 layers, vocab 320), "demo" (dim 256, 4 layers, vocab 512),

@@ -370,7 +370,10 @@ typedef struct lq_vindex_build_opts {
     int no_clusters;        /* 1: skip relation_clusters.json / feature_clusters.jsonl (LARQL
                                writes them for models with a knowledge band, >= 8 layers; the
                                k-means over the band's features is the slowest stage there) */
-    const char *tokenizer_json; /* NULL = <gguf dir>/tokenizer.json if present, else from GGUF */
+    const char *tokenizer_json; /* NULL = <side dir>/tokenizer.json if present, else from GGUF */
+    const char *side_dir;   /* where tokenizer.json, tokenizer_config.json ... are looked for;
+                               NULL = the GGUF's directory (a converted Hugging Face folder
+                               passes the folder) */
     lq_vindex_progress_fn progress;
     void *progress_ctx;
     const char *extracted_at;   /* NULL = now (ISO 8601 UTC); tests pass a fixed value */

@@ -19,7 +19,8 @@ int lq_cli_tokenize(int argc, char **argv);
 int lq_cli_detokenize(int argc, char **argv);
 int lq_cli_make_model(int argc, char **argv);
 /* vindex commands (src/cli/cmd_vindex*.c) */
-int lq_cli_convert(int argc, char **argv);   /* convert gguf-to-vindex IN --output DIR ... */
+int lq_cli_convert(int argc, char **argv);   /* convert gguf-to-vindex IN --output DIR ... (cmd_convert.c) */
+int lq_cli_extract_index(int argc, char **argv); /* LARQL's extract-index HF_DIR -o DIR */
 int lq_cli_describe(int argc, char **argv);
 int lq_cli_walk(int argc, char **argv);
 int lq_cli_select(int argc, char **argv);

@@ -11,7 +11,7 @@
 static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
-    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--seed N] [--wscale X] [--corpus-file F]\n"
+    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama)] [--seed N] [--wscale X] [--corpus-file F]\n"
     "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)\n"
     "       [--plant-relation 'Entity>Target@layer:feature']... (facts of one relation: their targets\n"
     "       share an embedding offset from the entities, so relation clustering groups them)";
@@ -69,6 +69,10 @@ int lq_cli_make_model(int argc, char **argv)
             if (!strcmp(v, "f32")) o.emb_type = LQ_GGML_F32;
             else if (!strcmp(v, "f16")) o.emb_type = LQ_GGML_F16;
             else { rc = lq_cli_usage(C, USAGE, "--emb-type: '%s' (expected f32 or f16)", v); break; }
+        } else if (!strcmp(a, "--proj-type")) {
+            if (!strcmp(v, "f32")) o.proj_type = LQ_GGML_F32;
+            else if (!strcmp(v, "f16")) o.proj_type = LQ_GGML_F16;
+            else { rc = lq_cli_usage(C, USAGE, "--proj-type: '%s' (expected f32 or f16)", v); break; }
         } else if (!strcmp(a, "--corpus-file")) {
             size_t len;
             free(corpus);

@@ -131,6 +131,9 @@ int lq_fixture_check(const lq_fixture_opts *o, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "ctx %d: must be in [1, 1048576]", o->ctx);
     if (o->emb_type != LQ_GGML_F32 && o->emb_type != LQ_GGML_F16)
         return lq_err_set(err, LQ_EINVAL, "embedding type %d: must be F32 or F16", o->emb_type);
+    if (o->proj_type && o->proj_type != LQ_GGML_F32 && (o->proj_type != LQ_GGML_F16 || is_bitnet(o->arch)))
+        return lq_err_set(err, LQ_EINVAL, "projection type %d: llama takes F32 or F16 (BitNet's are I2_S)",
+                          o->proj_type);
     if (!(o->rope_theta > 0) || !(o->eps > 0) || !(o->wscale > 0))
         return lq_err_set(err, LQ_EINVAL, "rope_theta, eps and wscale must be positive");
     return LQ_OK;
@@ -407,7 +410,8 @@ static int add_kv(fixture_ctx *c, const lq_fixture_opts *o, const strvec *tokens
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", A, suffix), key)
     rc |= lq_gguf_writer_add_str(w, "general.architecture", A);
     rc |= lq_gguf_writer_add_str(w, "general.name", o->name ? o->name : "larql-fixture");
-    rc |= lq_gguf_writer_add_u32(w, "general.file_type", is_bitnet(A) ? 40 : 0);
+    /* llama.cpp's file types: 40 MOSTLY_I2_S, 1 MOSTLY_F16, 0 ALL_F32 */
+    rc |= lq_gguf_writer_add_u32(w, "general.file_type", is_bitnet(A) ? 40 : o->proj_type == LQ_GGML_F16 ? 1 : 0);
     rc |= lq_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)tokens->n);
     rc |= lq_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)o->ctx);
     rc |= lq_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)o->dim);
@@ -517,14 +521,15 @@ int lq_fixture_write(const lq_fixture_opts *o, const char *path, lq_err *err)
             if (!rc) rc = add_i2s(&c, NAME("ffn_down.weight"), D, F, o->wscale);
         } else {
             float sd = (float)(1.0 / sqrt((double)D)), sf = (float)(1.0 / sqrt((double)F));
-            if (!rc) rc = add_dense(&c, NAME("attn_q.weight"), D, D, LQ_GGML_F32, sd);
-            if (!rc) rc = add_dense(&c, NAME("attn_k.weight"), kvd, D, LQ_GGML_F32, sd);
-            if (!rc) rc = add_dense(&c, NAME("attn_v.weight"), kvd, D, LQ_GGML_F32, sd);
-            if (!rc) rc = add_dense(&c, NAME("attn_output.weight"), D, D, LQ_GGML_F32, sd);
+            int pt = o->proj_type ? o->proj_type : LQ_GGML_F32;
+            if (!rc) rc = add_dense(&c, NAME("attn_q.weight"), D, D, pt, sd);
+            if (!rc) rc = add_dense(&c, NAME("attn_k.weight"), kvd, D, pt, sd);
+            if (!rc) rc = add_dense(&c, NAME("attn_v.weight"), kvd, D, pt, sd);
+            if (!rc) rc = add_dense(&c, NAME("attn_output.weight"), D, D, pt, sd);
             if (!rc) rc = add_norm(&c, NAME("ffn_norm.weight"), D);
-            if (!rc) rc = add_dense(&c, NAME("ffn_gate.weight"), F, D, LQ_GGML_F32, sd);
-            if (!rc) rc = add_dense(&c, NAME("ffn_up.weight"), F, D, LQ_GGML_F32, sd);
-            if (!rc) rc = add_dense(&c, NAME("ffn_down.weight"), D, F, LQ_GGML_F32, sf);
+            if (!rc) rc = add_dense(&c, NAME("ffn_gate.weight"), F, D, pt, sd);
+            if (!rc) rc = add_dense(&c, NAME("ffn_up.weight"), F, D, pt, sd);
+            if (!rc) rc = add_dense(&c, NAME("ffn_down.weight"), D, F, pt, sf);
         }
 #undef NAME
     }

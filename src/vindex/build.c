@@ -811,7 +811,8 @@ static int write_tokenizer(bctx *c, const char *gguf_path, lq_tokenizer **tok)
     char *dirc = strdup(gguf_path);
     if (!dirc)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
-    char *side = c->o->tokenizer_json ? strdup(c->o->tokenizer_json) : lq_vx_join(dirname(dirc), "tokenizer.json");
+    char *side = c->o->tokenizer_json ? strdup(c->o->tokenizer_json)
+                                      : lq_vx_join(c->o->side_dir ? c->o->side_dir : dirname(dirc), "tokenizer.json");
     free(dirc);
     if (!side)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
@@ -887,7 +888,7 @@ static int copy_side_file(bctx *c, const char *gguf_path, const char *name)
     char *d = strdup(gguf_path);
     if (!d)
         return LQ_OK;
-    char *src = lq_vx_join(dirname(d), name);
+    char *src = lq_vx_join(c->o->side_dir ? c->o->side_dir : dirname(d), name);
     free(d);
     lq_mapfile m = {0};
     struct stat st;

@@ -17,7 +17,7 @@ check_fails "convert refuses existing output" "already exists" "$LARQL" convert 
 check_fails "keep-quant + browse refused" "requires --level inference" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/kq" --keep-quant
 check_fails "dense-only without keep-quant refused" "only valid with --keep-quant" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/do" --dense-only
 check_fails "convert needs --output" "--output" "$LARQL" convert gguf-to-vindex "$M"
-check_fails "convert unknown conversion" "unknown conversion" "$LARQL" convert safetensors-to-vindex "$M" --output "$T_TMP/x"
+check_fails "convert unknown conversion" "unknown conversion" "$LARQL" convert onnx-to-vindex "$M" --output "$T_TMP/x"
 check_fails "convert missing gguf" "nope.gguf" "$LARQL" convert gguf-to-vindex "$T_TMP/nope.gguf" --output "$T_TMP/x"
 if [ ! -e "$T_TMP/x" ]; then pass "failed convert leaves no output"; else fail "failed convert leaves no output"; fi
 

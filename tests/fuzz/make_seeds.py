@@ -150,7 +150,26 @@ for k, v in WS.items():
 put('fuzz_ws', 'split_describe', bytes([0]) + WS['describe'])
 
 
-# ---- fixture-based: tokenizer sources, packed vindexes ----
+# ---- safetensors: small headers by hand (one file each) ----
+def st(header, data=b''):
+    h = json.dumps(header).encode()
+    return struct.pack('<Q', len(h)) + h + data
+
+
+put('fuzz_safetensors', 'empty', st({}))
+put('fuzz_safetensors', 'two_f32', st({'__metadata__': {'format': 'pt'},
+                                       'a': {'dtype': 'F32', 'shape': [2], 'data_offsets': [0, 8]},
+                                       'b': {'dtype': 'BF16', 'shape': [2, 2], 'data_offsets': [8, 16]}},
+                                      struct.pack('<2f', 1.5, -2) + bytes(8)))
+put('fuzz_safetensors', 'scalar_zero_size', st({'s': {'dtype': 'F16', 'shape': [], 'data_offsets': [0, 2]},
+                                                'z': {'dtype': 'U8', 'shape': [0, 4], 'data_offsets': [2, 2]}},
+                                               b'\x00\x3c'))
+put('fuzz_safetensors', 'overlap', st({'a': {'dtype': 'U8', 'shape': [4], 'data_offsets': [0, 4]},
+                                       'b': {'dtype': 'U8', 'shape': [4], 'data_offsets': [2, 6]}}, bytes(6)))
+put('fuzz_safetensors', 'past_end', st({'a': {'dtype': 'I32', 'shape': [4], 'data_offsets': [0, 16]}}, bytes(8)))
+
+
+# ---- fixture-based: tokenizer sources, packed vindexes, safetensors models ----
 def tok_seed(mode, src, text):
     return bytes([mode]) + struct.pack('<I', len(src)) + src + text.encode()
 
@@ -177,5 +196,15 @@ if len(sys.argv) > 1:
         for name, d in (('browse.vx', 'v'), ('inference.vx', 'vi')):
             subprocess.run([sys.executable, pack, os.path.join(tmp, d),
                             os.path.join(HERE, 'corpus', 'fuzz_vindex', name)], check=True)
+        # the three Hugging Face forms of a 1-layer tiny fixture (fuzz_safetensors' config shape)
+        twin = os.path.join(HERE, '..', 'safetensors', 'hf_twin.py')
+        for form, extra in (('packed', ['--emb-type', 'f16']), ('master', ['--emb-type', 'f16']),
+                            ('f16', ['--arch', 'llama', '--proj-type', 'f16', '--emb-type', 'f16'])):
+            src = os.path.join(tmp, form + '.gguf')
+            run('make-model', '--out', src, '--preset', 'tiny', '--layers', '1', '--ffn', '128', '--heads', '2',
+                '--kv-heads', '1', '--vocab', '270', *extra)
+            subprocess.run([sys.executable, twin, 'twin', form, src, os.path.join(tmp, form),
+                            os.path.join(tmp, form + '.ref.gguf')], check=True)
+            put('fuzz_safetensors', 'model_' + form, open(os.path.join(tmp, form, 'model.safetensors'), 'rb').read())
     finally:
         shutil.rmtree(tmp)
