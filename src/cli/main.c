@@ -28,7 +28,8 @@ static const struct {
     {"stats", lq_cli_stats, "DIR                        vindex statistics"},
     {"show", lq_cli_show, "DIR layers|features         vindex layout"},
     {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
-    {"lql", lq_cli_lql, "[DIR] [-c STMTS | -f FILE]   LQL: interactive shell or a batch of statements"},
+    {"lql", lq_cli_lql, "[DIR] ['STMTS' | -c STMTS | -f FILE] LQL: a batch of statements or the shell"},
+    {"repl", lq_cli_repl, "[DIR]                     the LQL shell"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
 };
 

@@ -206,4 +206,18 @@ lql_ok "COMPILE CURRENT INTO VINDEX" "$INS COMPILE CURRENT INTO VINDEX \"$C2\";"
 if "$LARQL" lql -c "USE \"$C2\"; $Q" >"$T_TMP/out" 2>&1 && grep -q '^  KNN store: 1 entries (knn_store.bin)$' "$T_TMP/out" &&
    grep -q '^   1\. Paris ' "$T_TMP/out" && grep -q 'source=knn_override' "$T_TMP/out"; then
     pass "the compiled vindex answers with the edit"; else fail "the compiled vindex answers with the edit" "$(head -c 400 "$T_TMP/out")"; fi
+# LARQL's command forms: larql lql 'STATEMENTS' (a positional that is not a directory),
+# larql lql DIR 'STATEMENTS', larql repl; --continue-on-error = LARQL's batch (errors on stdout, exit 0)
+if "$LARQL" lql "USE \"$V\"; STATS;" >"$T_TMP/out" 2>"$T_TMP/err" && grep -q '^Model: *larql-demo$' "$T_TMP/out"; then
+    pass "lql 'USE ...; STATS;' (positional statements)"; else fail "lql 'USE ...; STATS;' (positional statements)" "$(head -c 300 "$T_TMP/err")"; fi
+lql_pos() { "$LARQL" lql "$V" 'SHOW LAYERS;' >"$T_TMP/out" 2>"$T_TMP/err" && grep -q '^L3 ' "$T_TMP/out"; }
+if lql_pos; then pass "lql DIR 'STATEMENTS'"; else fail "lql DIR 'STATEMENTS'" "$(head -c 300 "$T_TMP/err")"; fi
+check_fails "lql DIR 'STATEMENTS' -c STATEMENTS" "given twice" "$LARQL" lql "$V" 'STATS;' -c 'STATS;'
+check_fails "lql 'bad statement' fails" "Parse error" "$LARQL" lql 'FOO;'
+if "$LARQL" lql --continue-on-error 'FOO; SHOW MODELS;' >"$T_TMP/out" 2>"$T_TMP/err" && grep -q '^Error: Parse error' "$T_TMP/out" &&
+   grep -q '^Model ' "$T_TMP/out" && [ ! -s "$T_TMP/err" ]; then
+    pass "--continue-on-error: errors on stdout, the run goes on, exit 0"; else fail "--continue-on-error: errors on stdout, the run goes on, exit 0" "$(head -c 300 "$T_TMP/out")"; fi
+if printf 'SHOW LAYERS;\n' | "$LARQL" repl "$V" >"$T_TMP/out" 2>"$T_TMP/err" && grep -q '^L3 ' "$T_TMP/out"; then
+    pass "repl DIR (the shell from a pipe)"; else fail "repl DIR (the shell from a pipe)" "$(head -c 300 "$T_TMP/err")"; fi
+check_fails "repl with two positionals" "usage\\|too many" "$LARQL" repl "$V" 'STATS;'
 done_tests
