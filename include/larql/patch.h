@@ -208,10 +208,15 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
  * feature whose target (override or base top token) or provenance entity contains it
  * (case-insensitive); relation needs a probe label or an insert's relation (substring, case
  * insensitive). With neither layer nor feature nor entity nor relation -> LQ_EINVAL (no
- * unbounded DELETE). KNN entries match on entity (and relation). */
+ * unbounded DELETE). KNN entries match on entity (and relation). feature without layer is
+ * that feature at every layer that has it. match (optional): a further test on each feature
+ * that passed the fields (token = its target text, relation = its label or NULL), for the
+ * operators the fields cannot say (ranges, !=, IN); it counts as a condition. */
 typedef struct lq_edit_where {
     const char *entity, *relation;
     int layer, feature;
+    int (*match)(void *ctx, int layer, int feature, const char *token, const char *relation);
+    void *match_ctx;
 } lq_edit_where;
 void lq_edit_where_init(lq_edit_where *w);
 

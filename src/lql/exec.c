@@ -770,13 +770,6 @@ const char *lq_lql_like_core(const char *s, char *buf, size_t cap)
     return buf;
 }
 
-/* Feature filters SELECT applies itself after the library's scan. */
-typedef struct post_filter {
-    int feature;            /* -1 any */
-    double max_conf;        /* NaN none; c_score must be <= (or < when strict) */
-    int max_strict;
-} post_filter;
-
 static int also_list(const lq_vindex *v, int layer, int feature, int from, int to, lq_sb *b)
 {
     lq_feature_meta m = {0};
@@ -846,50 +839,44 @@ static int select_nearest(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
     return 0;
 }
 
+/* WHERE: = / LIKE on entity and relation, = on layer and > / >= on the score go to the
+ * library's scan; every other condition (ranges, !=, IN, feature, score equality) filters
+ * its rows here. A field edges do not have is ignored with a note, as LARQL ignores it. */
 static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_select_params p;
     lq_select_params_init(&p);
-    post_filter pf = {-1, NAN, 0};
     char ebuf[256], rbuf[256];
+    const lq_lql_cond **post = calloc(s->n_where + 1, sizeof *post);
+    if (!post)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    size_t n_post = 0;
+    int has_feature = 0;
+    lq_sb ignored = {0};
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
-        const char *f = c->field;
-        double x = 0;
-        if (c->op == LQ_LO_IN || c->op == LQ_LO_NEQ)
-            return lq_err_set(err, LQ_EINVAL, "WHERE %s: only =, LIKE and comparisons are supported in SELECT", f);
-        if (!strcmp(f, "entity") || !strcmp(f, "token") || !strcmp(f, "target")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
+        int k = lq_lql_field_kind(c->field), str = c->v.kind == LQ_LV_STRING;
+        int eq = c->op == LQ_LO_EQ || c->op == LQ_LO_LIKE;
+        if (k < 0) {
+            lq_sb_printf(&ignored, "%s'%s'", ignored.n ? ", " : "", c->field);
+        } else if (k == LQ_LQL_FSTR_TOKEN && eq && str && !p.entity) {
             p.entity = lq_lql_like_core(c->v.s, ebuf, sizeof ebuf);
-        } else if (!strcmp(f, "relation")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE relation needs = or LIKE with a string");
+        } else if (k == LQ_LQL_FSTR_RELATION && eq && str && !p.relation) {
             p.relation = lq_lql_like_core(c->v.s, rbuf, sizeof rbuf);
-        } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
-            if (cond_num(c, &x, err))
-                return LQ_EINVAL;
-            if (c->op != LQ_LO_EQ || x < 0 || x > 1e9)
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = with a non-negative integer", f);
-            if (f[0] == 'l') {
-                if (check_layer(q, (int)x, err))
-                    return LQ_ERANGE;
-                p.layer = (int)x;
-            } else {
-                pf.feature = (int)x;
+        } else if (k == LQ_LQL_FNUM_LAYER && c->op == LQ_LO_EQ && c->v.kind == LQ_LV_INT && p.layer < 0 &&
+                   c->v.num >= 0) {
+            if (check_layer(q, (int)c->v.num, err)) {
+                free(post);
+                lq_sb_free(&ignored);
+                return LQ_ERANGE;
             }
-        } else if (!strcmp(f, "confidence") || !strcmp(f, "c_score") || !strcmp(f, "score")) {
-            if (cond_num(c, &x, err))
-                return LQ_EINVAL;
-            if (c->op == LQ_LO_GT || c->op == LQ_LO_GTE)
-                p.min_confidence = c->op == LQ_LO_GT ? nextafter(x, INFINITY) : x;
-            else if (c->op == LQ_LO_LT || c->op == LQ_LO_LTE)
-                pf.max_conf = x, pf.max_strict = c->op == LQ_LO_LT;
-            else
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs a comparison (> >= < <=)", f);
+            p.layer = (int)c->v.num;
+        } else if (k == LQ_LQL_FNUM_SCORE && !str && (c->op == LQ_LO_GT || c->op == LQ_LO_GTE) &&
+                   isnan(p.min_confidence)) {
+            p.min_confidence = c->op == LQ_LO_GT ? nextafter(c->v.num, INFINITY) : c->v.num;
         } else {
-            return lq_err_set(err, LQ_EINVAL,
-                              "unknown field '%s' in WHERE (entity, relation, layer, feature, confidence)", f);
+            has_feature |= k == LQ_LQL_FNUM_FEATURE && c->op == LQ_LO_EQ;
+            post[n_post++] = c;
         }
     }
     if (s->order_by) {
@@ -898,29 +885,33 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
             p.order_by = "confidence";
         else if (!strcmp(o, "layer"))
             p.order_by = "layer";
-        else
+        else {
+            free(post);
+            lq_sb_free(&ignored);
             return lq_err_set(err, LQ_EINVAL, "ORDER BY %s: expected confidence, c_score or layer", o);
+        }
         p.order = s->order_desc ? "desc" : "asc";
     }
     /* LARQL: LIMIT default 20, or num_layers with a feature filter */
-    int limit = s->limit >= 0 ? s->limit : pf.feature >= 0 ? vinfo(q)->num_layers : 20;
-    int post = pf.feature >= 0 || !isnan(pf.max_conf);
-    p.limit = post ? (int)(vinfo(q)->total_features < (uint64_t)(1 << 24) ? vinfo(q)->total_features : 1 << 24)
-                   : limit;
+    int limit = s->limit >= 0 ? s->limit : has_feature ? vinfo(q)->num_layers : 20;
+    p.limit = n_post ? (int)(vinfo(q)->total_features < (uint64_t)(1 << 24) ? vinfo(q)->total_features : 1 << 24)
+                     : limit;
     lq_select_result r;
     int rc = lq_vindex_select(lq_lql_view(q), &p, &r, err);
-    if (rc)
+    if (rc) {
+        free(post);
+        lq_sb_free(&ignored);
         return rc;
+    }
     const lq_vindex *v = lq_lql_view(q);
     edge_header(out);
-    size_t shown = 0, matched = post ? 0 : r.total;
+    size_t shown = 0, matched = n_post ? 0 : r.total;
     for (size_t i = 0; i < r.n_edges; i++) {
         const lq_select_edge *e = &r.edges[i];
-        if (pf.feature >= 0 && e->feature != pf.feature)
+        lq_lql_row row = {e->target, e->relation, e->layer, e->feature, (double)e->c_score};
+        if (n_post && !lq_lql_rows_match(post, n_post, &row))
             continue;
-        if (!isnan(pf.max_conf) && (pf.max_strict ? !(e->c_score < pf.max_conf) : !(e->c_score <= pf.max_conf)))
-            continue;
-        if (post)
+        if (n_post)
             matched++;
         if (shown >= (size_t)limit)
             continue;
@@ -931,7 +922,11 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
         lq_sb_free(&also);
     }
     lq_sb_printf(out, "\n%zu rows (%zu matched)\n", shown, matched);
+    if (ignored.n)
+        lq_sb_printf(out, "(ignored: EDGES have no field %s)\n", ignored.s);
     lq_select_result_free(&r);
+    lq_sb_free(&ignored);
+    free(post);
     return 0;
 }
 

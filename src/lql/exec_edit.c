@@ -109,31 +109,55 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     return 0;
 }
 
-/* ebuf, rbuf: 256 bytes each, hold the entity / relation patterns */
-static int where_of(const lq_lql_stmt *s, lq_edit_where *w, char *ebuf, char *rbuf, lq_err *err)
+/* The conditions the library's fields cannot say, tested per feature. */
+typedef struct where_ctx {
+    const lq_lql_cond **c;
+    size_t n;
+} where_ctx;
+
+static int where_cb(void *ctx, int layer, int feature, const char *token, const char *relation)
+{
+    const where_ctx *w = ctx;
+    lq_lql_row r = {token, relation, layer, feature, NAN};
+    for (size_t i = 0; i < w->n; i++) /* a KNN entry (feature -1) has no feature to compare */
+        if (!(feature < 0 && lq_lql_field_kind(w->c[i]->field) == LQ_LQL_FNUM_FEATURE) &&
+            !lq_lql_row_match(w->c[i], &r))
+            return 0;
+    return 1;
+}
+
+/* ebuf, rbuf: 256 bytes each, hold the entity / relation patterns; wc->c: s->n_where slots.
+ * = / LIKE on entity and relation and = on layer and feature are the library's fields; the
+ * other operators (ranges, !=, IN) go to the per-feature test. Unknown fields are an error
+ * here (LARQL ignores them, which would widen a DELETE). */
+static int where_of(const lq_lql_stmt *s, lq_edit_where *w, where_ctx *wc, char *ebuf, char *rbuf, lq_err *err)
 {
     lq_edit_where_init(w);
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
         const char *f = c->field;
-        if (!strcmp(f, "entity") || !strcmp(f, "relation")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
+        int k = lq_lql_field_kind(f), eq = c->op == LQ_LO_EQ || c->op == LQ_LO_LIKE;
+        if (k < 0 || k == LQ_LQL_FNUM_SCORE)
+            return lq_err_set(err, LQ_EINVAL, "unknown field '%s' in WHERE (entity, relation, layer, feature)", f);
+        if (k == LQ_LQL_FSTR_TOKEN && eq && c->v.kind == LQ_LV_STRING && !w->entity) {
             /* LIKE "%x%" and = both match substrings here (LARQL's = is a two-way substring) */
-            if (f[0] == 'e')
-                w->entity = lq_lql_like_core(c->v.s, ebuf, 256);
-            else
-                w->relation = lq_lql_like_core(c->v.s, rbuf, 256);
-        } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
-            if (c->v.kind != LQ_LV_INT || c->op != LQ_LO_EQ || c->v.num < 0 || c->v.num > 1e9)
+            w->entity = lq_lql_like_core(c->v.s, ebuf, 256);
+        } else if (k == LQ_LQL_FSTR_RELATION && eq && c->v.kind == LQ_LV_STRING && !w->relation) {
+            w->relation = lq_lql_like_core(c->v.s, rbuf, 256);
+        } else if ((k == LQ_LQL_FNUM_LAYER || k == LQ_LQL_FNUM_FEATURE) && c->op == LQ_LO_EQ) {
+            if (c->v.kind != LQ_LV_INT || c->v.num < 0 || c->v.num > 1e9)
                 return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = with a non-negative integer", f);
-            if (f[0] == 'l')
+            if (k == LQ_LQL_FNUM_LAYER)
                 w->layer = (int)c->v.num;
             else
                 w->feature = (int)c->v.num;
         } else {
-            return lq_err_set(err, LQ_EINVAL, "unknown field '%s' in WHERE (entity, relation, layer, feature)", f);
+            wc->c[wc->n++] = c;
         }
+    }
+    if (wc->n) {
+        w->match = where_cb;
+        w->match_ctx = wc;
     }
     return 0;
 }
@@ -142,7 +166,11 @@ static int exec_delete_update(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
 {
     lq_edit_where w;
     char ebuf[256], rbuf[256];
-    if (where_of(s, &w, ebuf, rbuf, err))
+    const lq_lql_cond *cs[64];
+    where_ctx wc = {cs, 0};
+    if (s->n_where > 64)
+        return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+    if (where_of(s, &w, &wc, ebuf, rbuf, err))
         return LQ_EINVAL;
     const char *target = NULL;
     float conf = NAN;

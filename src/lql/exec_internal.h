@@ -38,6 +38,20 @@ const char *lq_lql_like_core(const char *s, char *buf, size_t cap);
 /* LARQL's format_number: 1234 -> "1.2K", 3480000 -> "3.48M". */
 void lq_lql_fmt_count(char *buf, size_t cap, uint64_t n);
 
+/* ---- WHERE on rows (exec_where.c) ---- */
+enum { LQ_LQL_FSTR_TOKEN = 0, LQ_LQL_FSTR_RELATION, LQ_LQL_FNUM_LAYER, LQ_LQL_FNUM_FEATURE, LQ_LQL_FNUM_SCORE };
+typedef struct lq_lql_row {
+    const char *token, *relation; /* NULL = none */
+    int layer, feature;
+    double score;                 /* NaN = unknown */
+} lq_lql_row;
+/* The field's kind (entity/token/target, relation, layer, feature, confidence/score), -1 if
+ * rows have no such field. */
+int lq_lql_field_kind(const char *field);
+/* 1 if the row satisfies c (any operator, IN lists; IN () matches nothing). */
+int lq_lql_row_match(const lq_lql_cond *c, const lq_lql_row *r);
+int lq_lql_rows_match(const lq_lql_cond *const *cs, size_t n, const lq_lql_row *r);
+
 /* ---- statements (exec_edit.c) ---- */
 int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
 /* Creates the overlay for a freshly USE'd vindex. */

@@ -957,15 +957,20 @@ static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *
     }
     if (w->relation && !icontains(lq_vindex_probe_label(&o->view, l, f), w->relation))
         return 0;
+    if (w->match) {
+        lq_feature_meta m;
+        int has = lq_vindex_feature_meta(&o->view, l, f, &m);
+        const char *t = has ? lq_vx_meta_text(&o->view, &m) : NULL;
+        if (!w->match(w->match_ctx, l, f, t ? t : "", lq_vindex_probe_label(&o->view, l, f)))
+            return 0;
+    }
     return 1;
 }
 
 static int where_ok(const lq_edit_where *w, lq_err *err)
 {
-    if (!w || (!w->entity && !w->relation && w->layer < 0 && w->feature < 0))
+    if (!w || (!w->entity && !w->relation && w->layer < 0 && w->feature < 0 && !w->match))
         return lq_err_set(err, LQ_EINVAL, "a WHERE condition on entity, relation, layer or feature is required");
-    if (w->feature >= 0 && w->layer < 0)
-        return lq_err_set(err, LQ_EINVAL, "WHERE feature needs a layer too");
     return LQ_OK;
 }
 
@@ -981,8 +986,11 @@ static int collect(const lq_overlay *o, const lq_edit_where *w, int **out, size_
     for (int l = lo; l <= hi; l++) {
         int nf = o->base->layers[l].present ? o->base->layers[l].num_features : 0;
         int f0 = w->feature >= 0 ? w->feature : 0, f1 = w->feature >= 0 ? w->feature + 1 : nf;
-        if (w->feature >= nf && w->feature >= 0)
+        if (w->feature >= nf && w->feature >= 0) {
+            if (w->layer < 0) /* feature at every layer: layers without it have nothing to match */
+                continue;
             return lq_err_set(err, LQ_ERANGE, "feature %d outside layer %d's %d features", w->feature, l, nf);
+        }
         for (int f = f0; f < f1; f++) {
             if (!feat_matches(o, l, f, w))
                 continue;
@@ -1020,7 +1028,8 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     for (size_t i = 0; !rc && w->entity && w->feature < 0 && i < o->knn->n; i++) {
         const lq_vx_knn_entry *e = &o->knn->e[i];
         if (icontains(e->entity, w->entity) && (w->layer < 0 || e->layer == w->layer) &&
-            (!w->relation || icontains(e->relation, w->relation)))
+            (!w->relation || icontains(e->relation, w->relation)) &&
+            (!w->match || w->match(w->match_ctx, e->layer, -1, e->entity, e->relation)))
             nk++;
     }
     lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);
