@@ -323,6 +323,8 @@ int lq_vindex_select_json(const lq_vindex *v, const lq_select_params *p, char **
  * {"relations":[{"name","count","max_score","min_layer","max_layer","examples"}],
  *  "probe_relations":[{"name","count"}],"probe_count","total","latency_ms"} */
 int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err);
+/* The same over one layer (LQL's SHOW RELATIONS AT LAYER n). */
+int lq_vindex_relations_layer_json(const lq_vindex *v, int layer, char **json_out, lq_err *err);
 
 /* Nearest features of an entity at one layer (pg_infer nearest_to): gate_knn(layer, q, top),
  * hits without metadata skipped. top default 20.
@@ -384,6 +386,10 @@ void lq_vindex_build_opts_init(lq_vindex_build_opts *o);
  * exist (or be an empty directory). Memory is bounded by one layer's tensors. */
 int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_opts *opts,
                     lq_err *err);
+
+/* Removes a vindex directory (its files, bitnet/, then the directory); what is not a
+ * vindex's layout stays. */
+void lq_vindex_remove_dir(const char *dir);
 
 /* ---- planted facts (fixtures) ---- */
 
@@ -510,6 +516,32 @@ int lq_infer(struct lq_model *m, const lq_infer_params *p, lq_infer_result *r, l
 const lq_knn_store *lq_vindex_knn_store(const lq_vindex *v);
 /* That store of the vindex the model was opened from, or NULL (none, or a GGUF model). */
 const lq_knn_store *lq_knn_store_of_model(const struct lq_model *m);
+/* TRACE: the last position's residual through the layers (LARQL's trace): per layer (-1 =
+ * the embedding) the top-1 token of the residual through the output head with its
+ * probability, the residual's norm, and the norms of the layer's attention and FFN
+ * contributions; with answer (its token = the last of " answer"), that token's rank and
+ * probability and the logit each contribution gives it. edits (may be NULL): composed
+ * features act in the pass, as in INFER. */
+typedef struct lq_trace_layer {
+    int layer;
+    int32_t top1_id;
+    double top1_prob, resid_norm, attn_norm, ffn_norm;
+    int rank;                    /* with an answer */
+    double prob, attn_logit, ffn_logit;
+} lq_trace_layer;
+typedef struct lq_trace_result {
+    size_t n_tokens;
+    int n_layers;
+    int32_t answer_id;           /* -1 without an answer */
+    lq_trace_layer *layers;      /* n = n_layers + 1, layer -1 first */
+    size_t n;
+    double ms;
+} lq_trace_result;
+struct lq_edit_set;
+int lq_infer_trace(struct lq_model *m, const char *prompt, const char *answer, struct lq_edit_set *edits,
+                   lq_trace_result *r, lq_err *err);
+void lq_trace_result_free(lq_trace_result *r);
+
 /* The last position's residual after every layer for prompt (encoded as lq_infer does):
  * resid [n_layer, n_embd]. The key an INSERT ... MODE KNN stores. */
 int lq_infer_residuals(struct lq_model *m, const char *prompt, float *resid, lq_err *err);

@@ -120,7 +120,7 @@ int lq_lql_create(const lq_lql_opts *opts, lq_lql **out, lq_err *err)
     return 0;
 }
 
-static void close_backend(lq_lql *q)
+void lq_lql_close_backend(lq_lql *q)
 {
     lq_overlay_free(q->o);
     q->o = NULL;
@@ -134,13 +134,17 @@ static void close_backend(lq_lql *q)
     q->patch_name = NULL;
     q->recording = 0;
     q->patch_mark = 0;
+    if (q->model_tmp) /* USE MODEL's vindex lives as long as it is in use */
+        lq_vindex_remove_dir(q->model_tmp);
+    free(q->model_tmp);
+    q->model_tmp = NULL;
 }
 
 void lq_lql_free(lq_lql *q)
 {
     if (!q)
         return;
-    close_backend(q);
+    lq_lql_close_backend(q);
     free(q);
 }
 
@@ -203,7 +207,7 @@ static int check_layer(const lq_lql *q, int layer, lq_err *err)
 
 /* ---- USE / STATS ---- */
 
-static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
+int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
 {
     lq_vindex *v = NULL;
     lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
@@ -216,7 +220,7 @@ static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
         lq_vindex_close(v);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    close_backend(q);
+    lq_lql_close_backend(q);
     q->v = v;
     q->path = p;
     if ((rc = lq_lql_edit_open(q, err)))
@@ -401,8 +405,10 @@ static int exec_describe(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *er
         p.band = "all";
         p.per_layer = 1;
     }
-    if (!*s->str)
-        return lq_err_set(err, LQ_EINVAL, "empty entity");
+    if (!*s->str) { /* LARQL: an entity that encodes to nothing is not found */
+        lq_sb_puts(out, "\n  (not found)\n");
+        return 0;
+    }
     lq_describe_result r;
     int rc = lq_vindex_describe(lq_lql_view(q), &p, &r, err);
     if (rc)
@@ -1182,11 +1188,9 @@ static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 
 static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (s->layer >= 0)
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "SHOW RELATIONS AT LAYER is not supported: relations are aggregated over the knowledge band");
     char *js = NULL;
-    int rc = lq_vindex_relations_json(lq_lql_view(q), &js, err);
+    int rc = s->layer >= 0 ? lq_vindex_relations_layer_json(lq_lql_view(q), s->layer, &js, err)
+                           : lq_vindex_relations_json(lq_lql_view(q), &js, err);
     if (rc)
         return rc;
     json_t *j = json_loads(js, 0, NULL);
@@ -1212,7 +1216,10 @@ static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_e
         const lq_vindex_info *vi = vinfo(q);
         if (np)
             lq_sb_puts(out, "\n");
-        lq_sb_printf(out, "Top output tokens (L%d-%d):\n", vi->bands[1].start, vi->bands[1].end);
+        if (s->layer >= 0)
+            lq_sb_printf(out, "Top output tokens (L%d):\n", s->layer);
+        else
+            lq_sb_printf(out, "Top output tokens (L%d-%d):\n", vi->bands[1].start, vi->bands[1].end);
         lq_sb_printf(out, "%-25s %8s %8s %10s\n", "Token", "Count", "Score", "Layers");
         dashes(out, 55);
         size_t lim = s->dmode == LQ_LD_VERBOSE ? 50 : 30;
@@ -1320,10 +1327,12 @@ static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     /* everything but USE, STATS "path" and SHOW MODELS acts on the USE'd vindex */
     if (s->kind != LQ_LS_USE && s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str) &&
-        lq_lql_need_vindex(q, err))
+        s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_USE_REMOTE && s->kind != LQ_LS_EXTRACT &&
+        !(s->kind == LQ_LS_DIFF && !s->current_a && !s->current_b) &&
+        !(s->kind == LQ_LS_COMPILE && !s->compile_current) && lq_lql_need_vindex(q, err))
         return LQ_EINVAL;
     switch (s->kind) {
-    case LQ_LS_USE: return exec_use(q, s->str, out, err);
+    case LQ_LS_USE: return lq_lql_use(q, s->str, out, err);
     case LQ_LS_STATS: return exec_stats(q, s, out, err);
     case LQ_LS_DESCRIBE: return exec_describe(q, s, out, err);
     case LQ_LS_WALK: return exec_walk(q, s, 0, out, err);
@@ -1336,6 +1345,16 @@ static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_SHOW_FEATURES: return exec_show_features(q, s, out, err);
     case LQ_LS_SHOW_ENTITIES: return exec_entities(q, s->layer, s->limit, out, err);
     case LQ_LS_SHOW_MODELS: return exec_show_models(q, out);
+    case LQ_LS_TRACE:
+    case LQ_LS_EXTRACT:
+    case LQ_LS_USE_MODEL:
+    case LQ_LS_USE_REMOTE:
+    case LQ_LS_DIFF:
+    case LQ_LS_MERGE:
+    case LQ_LS_COMPACT:
+    case LQ_LS_SHOW_COMPACT_STATUS:
+    case LQ_LS_REBALANCE:
+    case LQ_LS_COMPILE: return lq_lql_exec_life(q, s, out, err);
     default: return lq_lql_exec_edit(q, s, out, err);
     }
 }

@@ -305,18 +305,6 @@ int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
         return rc;
     }
     case LQ_LS_SHOW_PATCHES: return exec_show_patches(q, out);
-    case LQ_LS_COMPILE: {
-        if (!s->compile_current && (!s->str_src || strcmp(s->str_src, q->path)))
-            return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE \"path\" compiles the vindex in use only: "
-                                                    "COMPILE CURRENT INTO VINDEX \"dir\"");
-        int rc = lq_overlay_compile(q->o, s->str, err);
-        if (!rc) {
-            const lq_knn_store *ks = lq_overlay_knn(q->o);
-            lq_sb_printf(out, "Compiled: %s (%zu patched features, %zu KNN entries)\n", s->str,
-                         lq_overlay_n_features(q->o), ks ? lq_knn_store_count(ks) : 0);
-        }
-        return rc;
-    }
     default: return lq_err_set(err, LQ_EINVAL, "statement kind %d cannot be executed", s->kind);
     }
 }

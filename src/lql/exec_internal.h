@@ -18,7 +18,17 @@ struct lq_lql {
     int recording;
     char *patch_name;        /* BEGIN PATCH file, NULL = anonymous */
     size_t patch_mark;
+    char *model_tmp;         /* USE MODEL: the temporary vindex built from the model file */
+    unsigned epoch;          /* COMPACTs run on this session */
 };
+
+/* USE "dir" (exec.c): opens it, replacing the session's vindex. */
+int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err);
+/* Closes the session's vindex, model and overlay (exec.c). */
+void lq_lql_close_backend(lq_lql *q);
+/* Lifecycle statements (exec_life.c): TRACE, EXTRACT, USE MODEL / REMOTE, DIFF, MERGE,
+ * COMPACT, SHOW COMPACT STATUS, REBALANCE, COMPILE. */
+int lq_lql_exec_life(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
 
 /* The vindex every read statement runs on: the patched view. */
 const lq_vindex *lq_lql_view(const lq_lql *q);

@@ -135,8 +135,8 @@ static int predictions(const lq_model *m, const float *lg, int k, lq_prediction 
 
 /* Encodes a prompt as /v1/infer does (special tokens parsed, BOS as the tokenizer says) and
  * checks it against the vocabulary and a context of n_ctx positions. */
-static int encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
-                         lq_err *err)
+int lq_vx_encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
+                        lq_err *err)
 {
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     const lq_model_info *mi = lq_model_get_info(m);
@@ -246,7 +246,7 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     int32_t *ids = NULL;
     size_t n = 0;
     int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
-    int rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, p->prompt, n_ctx, &ids, &n, err);
     if (rc)
         return rc;
     size_t V = (size_t)mi->n_vocab, D = (size_t)mi->n_embd;
@@ -295,7 +295,7 @@ int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *er
     const lq_model_info *mi = lq_model_get_info(m);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
     if (rc)
         return rc;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
@@ -445,7 +445,7 @@ int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_o
     int32_t *ids = NULL;
     size_t n = 0;
     int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
-    if ((rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err)))
+    if ((rc = lq_vx_encode_prompt(m, p->prompt, n_ctx, &ids, &n, err)))
         return rc;
     size_t D = (size_t)mi->n_embd, L = (size_t)mi->n_layer;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
@@ -518,7 +518,7 @@ int lq_vx_prompt_logits(lq_model *m, const char *prompt, const lq_resid_hook *ho
     const lq_model_info *mi = lq_model_get_info(m);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
     if (!rc)
         rc = forward(m, NULL, hook, ids, n, logits, NULL, err);
     free(ids);

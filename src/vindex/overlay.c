@@ -1257,3 +1257,119 @@ int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "compile: overlay and output directory are required");
     return lq_vx_compile(o->base, &o->view, o->knn, out_dir, err);
 }
+
+/* ---- REBALANCE (LARQL's executor/mutation/rebalance.rs) ----
+ * Every compose-mode fact of the overlay (slots with gate and down vectors, grouped by
+ * entity, relation and target) is run through its canonical prompt with all the edits; a
+ * fact whose target probability is below the floor gets its down vectors scaled by 1.6, one
+ * above the ceiling by 0.7 (recorded as UPDATE operations in the live edits), until all are
+ * in the band or max_iters passes ran. */
+
+void lq_rebalance_params_init(lq_rebalance_params *p)
+{
+    p->max_iters = 16;
+    p->floor = 0.30f;
+    p->ceiling = 0.95f;
+}
+
+typedef struct rb_fact {
+    size_t first;     /* index in o->f of its first slot */
+    float step;
+} rb_fact;
+
+static int same_fact(const ov_feat *a, const ov_feat *b)
+{
+    return a->target_id == b->target_id && !strcmp(a->entity, b->entity) && !strcmp(a->relation, b->relation);
+}
+
+static int is_compose(const ov_feat *e)
+{
+    return !e->deleted && e->gate && e->down && e->entity && e->relation && e->target_id >= 0;
+}
+
+int lq_overlay_rebalance(lq_overlay *o, struct lq_model *m, const lq_rebalance_params *p, lq_rebalance_result *r,
+                         lq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!o || !p)
+        return lq_err_set(err, LQ_EINVAL, "rebalance: overlay and parameters are required");
+    rb_fact *fs = calloc(o->nf + 1, sizeof *fs);
+    if (!fs)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < o->nf; i++) {
+        if (!is_compose(&o->f[i]))
+            continue;
+        size_t k = 0;
+        while (k < r->n_facts && !same_fact(&o->f[fs[k].first], &o->f[i]))
+            k++;
+        if (k == r->n_facts)
+            fs[r->n_facts++].first = i;
+    }
+    int rc = LQ_OK;
+    if (r->n_facts && !m)
+        rc = lq_err_set(err, LQ_EUNSUPPORTED, "REBALANCE needs the model's weights (a vindex built with --level inference)");
+    const lq_model_info *mi = m ? lq_model_get_info(m) : NULL;
+    float *lg = r->n_facts && !rc ? malloc((size_t)mi->n_vocab * sizeof *lg) : NULL;
+    float *vecs = r->n_facts && !rc ? malloc(o->nf * (size_t)o->hidden * sizeof *vecs) : NULL;
+    lq_patch_op *ops = r->n_facts && !rc ? calloc(o->nf, sizeof *ops) : NULL;
+    if (r->n_facts && !rc && (!lg || !vecs || !ops))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int it = 0; !rc && r->n_facts && it < p->max_iters; it++) {
+        r->iters = it + 1;
+        lq_edit_set *s = build_edit_set(o, err);
+        lq_resid_hook *h = NULL;
+        rc = s ? lq_edit_set_hook(s, LQ_EDITS_COMPOSE, &h, err) : LQ_ENOMEM;
+        r->in_band = r->below = r->above = 0;
+        for (size_t k = 0; !rc && k < r->n_facts; k++) {
+            const ov_feat *e = &o->f[fs[k].first];
+            char *prompt = lq_vx_canonical_prompt(e->entity, e->relation);
+            rc = prompt ? lq_vx_prompt_logits(m, prompt, h, lg, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+            free(prompt);
+            if (rc)
+                break;
+            double mx, z = lq_softmax_denominator(lg, (size_t)mi->n_vocab, &mx);
+            double prob = exp((double)lg[e->target_id] - mx) / z;
+            fs[k].step = prob < p->floor ? 1.6f : prob > p->ceiling ? 0.7f : 1.0f;
+            r->below += prob < p->floor;
+            r->above += prob > p->ceiling;
+            r->in_band += fs[k].step == 1.0f;
+        }
+        lq_edit_hook_free(h);
+        lq_edit_set_unref(s);
+        if (rc || (!r->below && !r->above) || it + 1 == p->max_iters)
+            break;
+        size_t n = 0; /* the out-of-band facts' slots, their down vectors scaled */
+        for (size_t k = 0; k < r->n_facts; k++) {
+            if (fs[k].step == 1.0f)
+                continue;
+            for (size_t i = 0; i < o->nf; i++) {
+                const ov_feat *e = &o->f[i];
+                if (!is_compose(e) || !same_fact(e, &o->f[fs[k].first]))
+                    continue;
+                float *d = vecs + n * (size_t)o->hidden;
+                for (int j = 0; j < o->hidden; j++)
+                    d[j] = e->down[j] * fs[k].step;
+                lq_patch_op_init(&ops[n], LQ_OP_UPDATE);
+                ops[n].layer = e->layer;
+                ops[n].feature = e->feature;
+                ops[n].down = d;
+                n++;
+            }
+        }
+        if (n)
+            rc = edit(o, ops, n, err);
+    }
+    free(lg);
+    free(vecs);
+    free(ops);
+    free(fs);
+    return rc;
+}
+
+size_t lq_overlay_n_composed(const lq_overlay *o)
+{
+    size_t n = 0;
+    for (size_t i = 0; o && i < o->nf; i++)
+        n += !o->f[i].deleted && o->f[i].down != NULL;
+    return n;
+}
