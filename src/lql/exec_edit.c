@@ -227,13 +227,20 @@ static int exec_begin(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     return 0;
 }
 
-static int exec_save(lq_lql *q, lq_sb *out, lq_err *err)
+static int exec_save(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     if (!q->recording)
         return lq_err_set(err, LQ_EINVAL, "no patch is being recorded (BEGIN PATCH \"file.vlp\" first)");
+    if (s->str) { /* SAVE PATCH "file": names (or renames) the recording */
+        char *nm = strdup(s->str);
+        if (!nm)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(q->patch_name);
+        q->patch_name = nm;
+    }
     if (!q->patch_name)
         return lq_err_set(err, LQ_EINVAL, "the auto-patch has no file: name it with BEGIN PATCH \"file.vlp\", "
-                                          "then SAVE PATCH");
+                                          "then SAVE PATCH (or SAVE PATCH \"file.vlp\")");
     const lq_vindex_info *vi = lq_vindex_get_info(q->v);
     lq_patch *p = NULL;
     int rc = copy_ops(lq_overlay_edits(q->o), q->patch_mark, q->patch_name, vi->model, vi->hidden_size, &p, err);
@@ -296,7 +303,7 @@ int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_DELETE:
     case LQ_LS_UPDATE: return exec_delete_update(q, s, out, err);
     case LQ_LS_BEGIN_PATCH: return exec_begin(q, s, out, err);
-    case LQ_LS_SAVE_PATCH: return exec_save(q, out, err);
+    case LQ_LS_SAVE_PATCH: return exec_save(q, s, out, err);
     case LQ_LS_APPLY_PATCH: return exec_apply(q, s->str, out, err);
     case LQ_LS_REMOVE_PATCH: {
         int rc = lq_overlay_remove(q->o, s->str, err);

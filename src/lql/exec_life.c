@@ -159,8 +159,8 @@ static int build(const char *model, const char *outdir, int level, lq_err *err)
     o.keep_quant = 1; /* BitNet: the packed ternary weights (ignored for other GGUFs) */
     struct stat st;
     if (stat(model, &st) != 0)
-        return lq_err_set(err, LQ_ENOTFOUND, "model file not found: %s (EXTRACT and USE MODEL read a local "
-                                             "GGUF; hub downloads are not supported)", model);
+        return lq_err_set(err, LQ_ENOTFOUND, "model file not found: %s (EXTRACT and USE MODEL read a local GGUF "
+                                             "file, not a hub id)", model);
     return lq_vindex_build(model, outdir, &o, err);
 }
 
@@ -309,10 +309,14 @@ static int same_dir(const char *a, const char *b)
 
 static int exec_merge(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (s->str2 && !same_dir(s->str2, q->path))
+    struct stat st;
+    if (stat(s->str, &st) != 0)
+        return lq_err_set(err, LQ_ENOTFOUND, "source vindex not found: %s", s->str);
+    if (s->str2 && stat(s->str2, &st) != 0)
+        return lq_err_set(err, LQ_ENOTFOUND, "target vindex not found: %s", s->str2);
+    if (s->str2 && !same_dir(s->str2, q->path)) /* LARQL merges into the session whatever it names */
         return lq_err_set(err, LQ_EUNSUPPORTED, "MERGE INTO \"%s\": merges go into the vindex in use (%s); USE it first",
                           s->str2, q->path);
-    struct stat st;
     if (stat(s->str, &st) != 0)
         return lq_err_set(err, LQ_ENOTFOUND, "source vindex not found: %s", s->str);
     int strategy = s->conflict == LQ_LC_KEEP_TARGET ? LQ_MERGE_KEEP_TARGET

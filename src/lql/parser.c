@@ -748,8 +748,13 @@ static int parse_extract(parser *p, lq_lql_stmt *s)
 static int parse_diff(parser *p, lq_lql_stmt *s)
 {
     s->kind = LQ_LS_DIFF;
-    if (parse_vref(p, &s->current_a, &s->str) || parse_vref(p, &s->current_b, &s->str2))
+    if (accept_kw(p, "WITH")) { /* LARQL's docs: stmt |> DIFF WITH "b" = DIFF CURRENT "b" */
+        s->current_a = 1;
+        if (parse_vref(p, &s->current_b, &s->str2))
+            return LQ_EINVAL;
+    } else if (parse_vref(p, &s->current_a, &s->str) || parse_vref(p, &s->current_b, &s->str2)) {
         return LQ_EINVAL;
+    }
     while (!at_end(p)) {
         if (accept_kw(p, "LAYER")) {
             if (expect_uint(p, "layer", &s->layer))
@@ -955,7 +960,10 @@ static int parse_head(parser *p, lq_lql_stmt *s)
     }
     if (!strcmp(w, "SAVE")) {
         s->kind = LQ_LS_SAVE_PATCH;
-        return expect_kw(p, "PATCH");
+        if (expect_kw(p, "PATCH"))
+            return LQ_EINVAL;
+        /* SAVE PATCH "file" (LARQL's docs): the recording goes to that file */
+        return peek(p)->kind == LQ_LT_STRING ? expect_string(p, "the patch file", &s->str) : 0;
     }
     if (!strcmp(w, "APPLY") || !strcmp(w, "REMOVE")) {
         s->kind = !strcmp(w, "APPLY") ? LQ_LS_APPLY_PATCH : LQ_LS_REMOVE_PATCH;
@@ -1007,6 +1015,10 @@ static int parse_one(parser *p, lq_lql_stmt **out)
     if (!rc && peek(p)->kind == LQ_LT_PIPE) {
         next(p);
         rc = parse_one(p, &s->next);
+        /* DESCRIBE "e" |> DIFF ...: the diff of that entity's features */
+        if (!rc && s->kind == LQ_LS_DESCRIBE && s->next->kind == LQ_LS_DIFF && !s->next->entity &&
+            !(s->next->entity = strdup(s->str)))
+            rc = lq_err_set(p->err, LQ_ENOMEM, "out of memory");
     }
     if (rc) {
         lq_lql_stmt_free(s);
