@@ -51,6 +51,7 @@ typedef struct lq_lql lq_lql;
 
 typedef struct lq_lql_opts {
     int n_threads;          /* gate scans and the model; 0 = all cores */
+    const char *author;     /* the "author" of the .vlp patches SAVE PATCH writes (NULL = none) */
 } lq_lql_opts;
 
 /* opts may be NULL. The session starts without a vindex (statements other than USE and

@@ -76,6 +76,14 @@ void lq_patch_op_init(lq_patch_op *op, int kind); /* zeroes, confidence NaN, tar
 int lq_patch_create(const char *name, const char *base_model, int hidden, lq_patch **out,
                     lq_err *err);
 void lq_patch_free(lq_patch *p); /* NULL-safe */
+/* The header fields LARQL's .vlp carries: created_at (NULL = now, RFC 3339 UTC),
+ * base_checksum (the vindex's gate_vectors.bin sha256, lq_vindex_base_checksum; checked on
+ * apply; NULL/"" = none) and author (NULL/"" = none). */
+int lq_patch_set_info(lq_patch *p, const char *created_at, const char *base_checksum, const char *author,
+                      lq_err *err);
+const char *lq_patch_base_checksum(const lq_patch *p); /* NULL when absent */
+const char *lq_patch_created_at(const lq_patch *p);    /* "" when absent */
+const char *lq_patch_author(const lq_patch *p);        /* NULL when absent */
 /* Appends a copy of op. Vector widths are the patch's hidden. */
 int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err);
 size_t lq_patch_n_ops(const lq_patch *p);

@@ -111,6 +111,8 @@ typedef struct lq_vindex_open_opts {
 int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex **out, lq_err *err);
 void lq_vindex_close(lq_vindex *v); /* NULL-safe */
 const lq_vindex_info *lq_vindex_get_info(const lq_vindex *v);
+/* The sha256 index.json records for gate_vectors.bin (a patch's base_checksum), or NULL. */
+const char *lq_vindex_base_checksum(const lq_vindex *v);
 const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v);
 
 /* Recomputes the sha256 of every file listed in index.json "checksums" and compares. */

@@ -273,7 +273,10 @@ static int lql_main(int argc, char **argv, int repl)
     size_t len = 0;
     if (file && lq_read_file(file, &text, &len))
         return lq_cli_error(C, "cannot read '%s'", file);
-    lq_lql_opts o = {.n_threads = threads};
+    const char *author = getenv("USER"); /* the patches' author */
+    if (!author || !*author)
+        author = getenv("LOGNAME");
+    lq_lql_opts o = {.n_threads = threads, .author = author};
     lq_lql *q = NULL;
     lq_err err = {0};
     if (lq_lql_create(&o, &q, &err)) {

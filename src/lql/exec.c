@@ -116,6 +116,12 @@ int lq_lql_create(const lq_lql_opts *opts, lq_lql **out, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     if (opts)
         q->opts = *opts;
+    q->opts.author = NULL;
+    if (opts && opts->author && !(q->author = strdup(opts->author))) {
+        free(q);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    q->opts.author = q->author; /* the session's own copy */
     *out = q;
     return 0;
 }
@@ -145,6 +151,7 @@ void lq_lql_free(lq_lql *q)
     if (!q)
         return;
     lq_lql_close_backend(q);
+    free(q->author);
     free(q);
 }
 

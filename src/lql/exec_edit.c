@@ -244,6 +244,8 @@ static int exec_save(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     const lq_vindex_info *vi = lq_vindex_get_info(q->v);
     lq_patch *p = NULL;
     int rc = copy_ops(lq_overlay_edits(q->o), q->patch_mark, q->patch_name, vi->model, vi->hidden_size, &p, err);
+    if (!rc) /* created now, for this vindex (checked when applied), by the session's author */
+        rc = lq_patch_set_info(p, NULL, lq_vindex_base_checksum(q->v), q->opts.author, err);
     if (!rc)
         rc = lq_patch_write(p, q->patch_name, err);
     if (!rc) {
@@ -267,6 +269,8 @@ static int exec_apply(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
     /* listed under the path it was applied from, so REMOVE PATCH "path" finds it */
     if (!rc)
         rc = copy_ops(f, 0, path, lq_patch_base_model(f), vi->hidden_size, &p, err);
+    if (!rc) /* the header too: the overlay checks base_checksum against this vindex */
+        rc = lq_patch_set_info(p, lq_patch_created_at(f), lq_patch_base_checksum(f), lq_patch_author(f), err);
     if (!rc)
         rc = lq_overlay_apply(q->o, p, err);
     if (!rc)

@@ -20,6 +20,7 @@ struct lq_lql {
     size_t patch_mark;
     char *model_tmp;         /* USE MODEL: the temporary vindex built from the model file */
     unsigned epoch;          /* COMPACTs run on this session */
+    char *author;            /* opts.author, owned */
 };
 
 /* USE "dir" (exec.c): opens it, replacing the session's vindex. */

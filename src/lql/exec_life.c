@@ -272,6 +272,8 @@ static int exec_diff(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
         snprintf(name, sizeof name, "Diff: %s vs %s", s->current_a ? "CURRENT" : s->str,
                  s->current_b ? "CURRENT" : s->str2);
         rc = lq_vindex_diff_patch(a, b, &p, name, &pt, err);
+        if (!rc) /* it takes a to b: a's checksum */
+            rc = lq_patch_set_info(pt, NULL, lq_vindex_base_checksum(a), q->opts.author, err);
         if (!rc)
             rc = lq_patch_write(pt, s->into_patch, err);
         if (!rc) {

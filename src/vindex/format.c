@@ -718,6 +718,12 @@ void lq_vindex_close(lq_vindex *v)
 }
 
 const lq_vindex_info *lq_vindex_get_info(const lq_vindex *v) { return &v->info; }
+
+const char *lq_vindex_base_checksum(const lq_vindex *v)
+{
+    return v && v->index ? json_string_value(json_object_get(json_object_get(v->index, "checksums"), "gate_vectors.bin"))
+                         : NULL;
+}
 const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v) { return v->tok; }
 
 int lq_vindex_gate_layer(const lq_vindex *v, int layer, const void **rows, int *nf, lq_err *err)

@@ -62,7 +62,6 @@ struct lq_overlay {
 
 /* patch.c */
 int lq_vx_patch_hidden(const lq_patch *p);
-const char *lq_vx_patch_checksum(const lq_patch *p);
 int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
 
 /* ---- the feature table ---- */
@@ -351,7 +350,7 @@ static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
     if (ph && ph != o->hidden)
         return lq_err_set(err, LQ_EINVAL, "patch '%s' has vectors of %d values; the model's hidden size is %d", name,
                           ph, o->hidden);
-    const char *ck = lq_vx_patch_checksum(p);
+    const char *ck = lq_patch_base_checksum(p);
     if (ck && *ck) {
         /* base_checksum: the sha256 index.json records for gate_vectors.bin */
         json_t *c = json_object_get(json_object_get(o->base->index, "checksums"), "gate_vectors.bin");
@@ -890,6 +889,10 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
             op->down = down;
             op->target_id = tids[0];
             op->confidence = isnan(p->confidence) ? 0.9f : p->confidence;
+            op->has_down_meta = 1; /* LARQL's insert carries the slot's down_meta */
+            op->dm_token = p->target;
+            op->dm_id = tids[0];
+            op->dm_c = op->confidence;
             r->features[n] = f;
         }
         op->layer = l;
