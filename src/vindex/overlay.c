@@ -1057,6 +1057,30 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     return rc;
 }
 
+/* The vocabulary id of a target text: one token as written, or after a leading space (the
+ * way a continuation spells it); -1 when it is neither. A compiled down_meta.bin keeps ids
+ * only, so an UPDATE's target needs one to survive COMPILE / COMPACT. */
+static int32_t single_token(const lq_tokenizer *tok, const char *text)
+{
+    int32_t id = -1;
+    size_t tl = strlen(text);
+    char *sp = tok && tl ? malloc(tl + 2) : NULL;
+    if (!sp)
+        return -1;
+    sp[0] = ' ';
+    memcpy(sp + 1, text, tl + 1);
+    for (int k = 0; k < 2 && id < 0; k++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        lq_err e = {0};
+        if (!lq_tokenizer_encode(tok, k ? sp : text, k ? tl + 1 : tl, 0, &ids, &n, &e) && n == 1)
+            id = ids[0];
+        free(ids);
+    }
+    free(sp);
+    return id;
+}
+
 int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_conf, size_t *n_out,
                       lq_err *err)
 {
@@ -1083,7 +1107,7 @@ int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_tar
         ops[i].feature = f;
         ops[i].has_down_meta = 1;
         ops[i].dm_token = set_target ? set_target : has ? lq_vx_meta_text(&o->view, &m) : "";
-        ops[i].dm_id = set_target ? -1 : has ? m.top_token_id : -1;
+        ops[i].dm_id = set_target ? single_token(o->base->tok, set_target) : has ? m.top_token_id : -1;
         ops[i].dm_c = !isnan(set_conf) ? set_conf : has ? m.c_score : 0.0f;
     }
     /* the texts point into the overlay's tables, which the edit replaces: copy them first */

@@ -551,9 +551,11 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
     for (int i = 0; i < 4; i++)
         if (vs[i])
             json_object_set_new(o, ks[i], vec_b64(vs[i], p->hidden));
+    /* "i" is a u32 in LARQL (and our reader): a target that is not one vocabulary token
+     * (id -1) is written as 0; the text "t" is what names it */
     if (op->has_down_meta)
         json_object_set_new(o, "down_meta", json_pack("{s:s,s:i,s:f}", "t", op->dm_token ? op->dm_token : "", "i",
-                                                      (int)op->dm_id, "c", (double)op->dm_c));
+                                                      op->dm_id < 0 ? 0 : (int)op->dm_id, "c", (double)op->dm_c));
     return o;
 }
 
