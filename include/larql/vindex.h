@@ -492,7 +492,16 @@ typedef struct lq_infer_params {
     struct lq_session *session; /* NULL = a session of the prompt's length per pass; else this
                                    one (reset before and after each pass; its n_ctx bounds the
                                    prompt): the server's bounded pool */
+    int route;                  /* walk mode's KNN override (LARQL's KnnRouteMode, LQL's INFER
+                                   ... ROUTE): LQ_ROUTE_LEGACY (default: the first layer whose
+                                   best entry has cosine > 0.75), LQ_ROUTE_VERIFY (layers that
+                                   hold entries highest first; of each layer's route_topk best
+                                   entries above 0.75 the first whose entity the prompt names,
+                                   case-insensitively; else none), LQ_ROUTE_FALLBACK (VERIFY,
+                                   else the best entry above 0.75 at the highest layer) */
+    int route_topk;             /* default 5 */
 } lq_infer_params;
+enum { LQ_ROUTE_LEGACY = 0, LQ_ROUTE_VERIFY = 1, LQ_ROUTE_FALLBACK = 2 };
 void lq_infer_params_init(lq_infer_params *p);
 
 typedef struct lq_prediction {

@@ -647,8 +647,8 @@ static void prediction_rows(lq_sb *out, const lq_infer_result *r, const lq_predi
     }
 }
 
-static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_infer_result *r,
-                     lq_err *err)
+static int run_infer(lq_lql *q, const char *prompt, int top, int compare, const lq_lql_stmt *route,
+                     lq_infer_result *r, lq_err *err)
 {
     if (lq_lql_need_model(q, err))
         return err->code ? err->code : LQ_EINVAL;
@@ -660,6 +660,10 @@ static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_inf
     p.top = top;
     p.mode = compare ? "compare" : "walk";
     p.knn = session_knn(q);
+    if (route && route->route) { /* ROUTE VERIFY [FALLBACK] [TOPK n]; EXIT changes no answer */
+        p.route = route->route_fallback ? LQ_ROUTE_FALLBACK : LQ_ROUTE_VERIFY;
+        p.route_topk = route->route_topk;
+    }
     lq_knn_store *empty = NULL;
     if (!p.knn) { /* NULL would mean the model's own store; the session's is authoritative */
         int rc = lq_knn_store_create(vinfo(q)->hidden_size, &empty, err);
@@ -699,7 +703,7 @@ static void infer_output(lq_sb *out, const lq_infer_result *r)
 static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, &r, err);
+    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, s, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);
@@ -713,7 +717,7 @@ static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 static int exec_explain_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, &r, err);
+    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, NULL, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/clock.h"
 #include "core/softmax.h"
@@ -166,6 +167,83 @@ int lq_vx_encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_
     return rc;
 }
 
+/* The KNN store a request routes over: its own, else the model's. */
+static const lq_knn_store *knn_of(const lq_model *m, const lq_infer_params *p)
+{
+    return p->knn ? p->knn : lq_knn_store_of_model(m);
+}
+
+static int icontains_lc(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (!n)
+        return 0;
+    for (; *hay; hay++)
+        if (!strncasecmp(hay, needle, n))
+            return 1;
+    return 0;
+}
+
+/* LARQL's verified / two-tier KNN router (infer_patched.rs verified_route, fallback_route)
+ * over the residuals after every layer: 1 and *mt when it fires. */
+static int route_match(const lq_infer_params *p, const lq_knn_store *ks, const float *resid, int L, int D,
+                       lq_edit_match *mt)
+{
+    const float thr = 0.75f;
+    size_t ne = ks ? lq_knn_store_count(ks) : 0;
+    int k = p->route_topk > 0 ? p->route_topk : 5;
+    if (!ne)
+        return 0;
+    float *cos = malloc(ne * sizeof *cos);
+    size_t *ord = malloc(ne * sizeof *ord);
+    int fired = 0;
+    for (int pass = 0; pass < (p->route == LQ_ROUTE_FALLBACK ? 2 : 1) && !fired && cos && ord; pass++) {
+        for (int l = L - 1; l >= 0 && !fired; l--) { /* resolved layer first: highest */
+            const float *x = resid + (size_t)l * D;
+            double xx = 0;
+            for (int d = 0; d < D; d++)
+                xx += (double)x[d] * x[d];
+            size_t m = 0;
+            lq_knn_entry e;
+            for (size_t i = 0; i < ne; i++) {
+                if (!lq_knn_store_get(ks, i, &e) || e.layer != l)
+                    continue;
+                double dot = 0;
+                for (int d = 0; d < D; d++)
+                    dot += (double)x[d] * e.key[d];
+                cos[m] = xx > 0 ? (float)(dot / sqrt(xx)) : 0.0f;
+                ord[m++] = i;
+            }
+            for (size_t a = 0; a < m; a++) /* by cosine, descending (few entries per layer) */
+                for (size_t b = a + 1; b < m; b++)
+                    if (cos[b] > cos[a]) {
+                        float tc = cos[a];
+                        size_t to = ord[a];
+                        cos[a] = cos[b], ord[a] = ord[b];
+                        cos[b] = tc, ord[b] = to;
+                    }
+            for (size_t a = 0; a < m && (int)a < (pass ? 1 : k) && cos[a] > thr; a++) {
+                lq_knn_store_get(ks, ord[a], &e);
+                if (pass == 0 && !(e.entity && icontains_lc(p->prompt, e.entity)))
+                    continue; /* verify: the prompt must name the entity */
+                mt->layer = l;
+                mt->cosine = cos[a];
+                mt->target_id = e.target_id;
+                mt->target = e.target_token ? e.target_token : "";
+                mt->entity = e.entity;
+                mt->relation = e.relation;
+                fired = 1;
+                break;
+            }
+            if (pass == 1 && m) /* the fallback looks at the highest stored layer only */
+                break;
+        }
+    }
+    free(cos);
+    free(ord);
+    return fired;
+}
+
 /* Puts the override's token first with probability 1.0, followed by the model's top-(top-1). */
 static int apply_override(lq_infer_result *r, const lq_edit_match *mt, int top, lq_err *err)
 {
@@ -265,7 +343,9 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
             (rc = predictions(m, lg, p->top, &r->walk, &r->n_walk, err)))
             goto out;
         r->has_walk = 1;
-        if (lq_edit_hook_match(hook, (int)n - 1, &mt) && (rc = apply_override(r, &mt, p->top, err)))
+        int fired = p->route ? route_match(p, knn_of(m, p), resid, mi->n_layer, (int)D, &mt)
+                             : lq_edit_hook_match(hook, (int)n - 1, &mt);
+        if (fired && (rc = apply_override(r, &mt, p->top, err)))
             goto out;
         r->walk_ms = lq_now_ms() - t1;
     }

@@ -135,7 +135,19 @@ if TMPDIR="$T_TMP/mt" "$LARQL" lql -c "USE MODEL \"$M\"; INFER \" France\" TOP 1
    [ -z "$(ls -A "$T_TMP/mt")" ]; then pass "USE MODEL: INFER on the model file; its temporary vindex is gone after"
 else fail "USE MODEL: INFER on the model file; its temporary vindex is gone after" "$(head -c 300 "$T_TMP/out"; ls "$T_TMP/mt")"; fi
 check_fails "USE REMOTE is refused clearly" "USE REMOTE .* not supported" "$LARQL" lql -c 'USE REMOTE "http://127.0.0.1:1";'
-lq "INFER ROUTE VERIFY ... runs" 'INFER " France" ROUTE VERIFY FALLBACK TOPK 3 TOP 2;' '^Predictions'
+# ROUTE: an entry keyed on "The capital of Atlantis is" but named Lemuria (a patch edited by
+# hand): the legacy router fires on the key, VERIFY abstains (the prompt does not name
+# Lemuria), FALLBACK fires again; an entry the prompt names fires under VERIFY
+fresh
+"$LARQL" lql "$V" -c 'BEGIN PATCH "k.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Paris"); SAVE PATCH;' >/dev/null 2>&1
+python3 -c "
+import json; d = json.load(open('k.vlp')); d['operations'][0]['entity'] = 'Lemuria'; json.dump(d, open('lem.vlp', 'w'))"
+Q='INFER "The capital of Atlantis is" TOP 1'
+lq "ROUTE VERIFY fires on an entity the prompt names" "APPLY PATCH \"k.vlp\"; $Q ROUTE VERIFY;" '^   1\. Paris +\(100\.00%, source=knn_override'
+"$LARQL" lql "$V" -c "APPLY PATCH \"lem.vlp\"; $Q; $Q ROUTE VERIFY TOPK 3; $Q ROUTE VERIFY FALLBACK;" >"$T_TMP/out" 2>&1
+if [ "$(grep -c '^   1\. Paris' "$T_TMP/out")" = 2 ] && [ "$(grep '^   1\.' "$T_TMP/out" | sed -n 2p | grep -c Paris)" = 0 ]; then
+    pass "legacy fires, ROUTE VERIFY abstains on an unnamed entity, FALLBACK fires"
+else fail "legacy fires, ROUTE VERIFY abstains on an unnamed entity, FALLBACK fires" "$(grep '^   1' "$T_TMP/out")"; fi
 
 # ---- .vlp header fields ----
 fresh
