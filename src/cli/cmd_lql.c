@@ -39,7 +39,10 @@ static const char *HELP =
     "  INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\");\n"
     "  DELETE FROM EDGES WHERE entity = \"Atlantis\";   UPDATE EDGES SET target = \"x\" WHERE ...;\n"
     "  BEGIN PATCH \"p.vlp\"; ... SAVE PATCH;   APPLY PATCH \"p.vlp\";   REMOVE PATCH \"p.vlp\";\n"
-    "  SHOW PATCHES;   COMPILE CURRENT INTO VINDEX \"out.vindex\";\n"
+    "  SHOW PATCHES;   COMPILE CURRENT INTO VINDEX \"out.vindex\" [ON CONFLICT FAIL];\n"
+    "  TRACE \"The capital of France is\" [FOR \"Paris\"] [DECOMPOSE];   DIFF \"a.vindex\" CURRENT;\n"
+    "  MERGE \"p.vlp\" ON CONFLICT KEEP_TARGET;   COMPACT MINOR;   SHOW COMPACT STATUS;   REBALANCE;\n"
+    "  EXTRACT MODEL \"m.gguf\" INTO \"m.vindex\" WITH INFERENCE;   USE MODEL \"m.gguf\";\n"
     "Shell: help, exit (or quit, \\q, Ctrl-D).\n";
 
 /* Runs one statement; returns 1 if it failed. */
