@@ -9,16 +9,8 @@
 
 #include "lql/exec_internal.h"
 
-static int icontains(const char *hay, const char *needle)
-{
-    if (!hay)
-        return 0;
-    size_t n = strlen(needle);
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
-            return 1;
-    return !*needle;
-}
+/* case-insensitive substring; an empty needle matches any text, a missing text nothing */
+static int icontains(const char *hay, const char *needle) { return hay && strcasestr(hay, needle); }
 
 int lq_lql_field_kind(const char *f)
 {

@@ -61,6 +61,17 @@ static int accept_kw(parser *p, const char *kw)
     return 1;
 }
 
+/* A word that is not in LARQL's keyword list (STREAM, ENTITY, REPORT, MINOR, ...): an
+ * identifier in any case. */
+static int accept_word(parser *p, const char *word)
+{
+    const lq_ltok *k = peek(p);
+    if (k->kind != LQ_LT_IDENT || strcasecmp(k->text, word))
+        return 0;
+    next(p);
+    return 1;
+}
+
 static int expect_kw(parser *p, const char *kw)
 {
     if (accept_kw(p, kw))
@@ -319,8 +330,7 @@ static int parse_describe(parser *p, lq_lql_stmt *s)
             if (expect_kw(p, "ONLY"))
                 return LQ_EINVAL;
             s->relations_only = 1;
-        } else if (peek(p)->kind == LQ_LT_IDENT && !strcasecmp(peek(p)->text, "STREAM")) {
-            next(p); /* LARQL's docs: rows as they come; here the answer is whole anyway */
+        } else if (accept_word(p, "STREAM")) { /* LARQL's docs: rows as they come; whole here */
             s->stream = 1;
         } else if (accept_kw(p, "LIMIT")) {
             if (expect_uint(p, "LIMIT", &s->limit))
@@ -762,8 +772,7 @@ static int parse_diff(parser *p, lq_lql_stmt *s)
         } else if (accept_kw(p, "RELATION") || accept_kw(p, "RELATIONS")) {
             if (expect_string(p, "the relation", &s->relation))
                 return LQ_EINVAL;
-        } else if (peek(p)->kind == LQ_LT_IDENT && !strcasecmp(peek(p)->text, "ENTITY")) {
-            next(p);
+        } else if (accept_word(p, "ENTITY")) {
             if (expect_string(p, "the entity", &s->entity))
                 return LQ_EINVAL;
         } else if (accept_kw(p, "LIMIT")) {
@@ -773,8 +782,7 @@ static int parse_diff(parser *p, lq_lql_stmt *s)
             if (accept_kw(p, "PATCH")) {
                 if (expect_string(p, "the patch file", &s->into_patch))
                     return LQ_EINVAL;
-            } else if (peek(p)->kind == LQ_LT_IDENT && !strcasecmp(peek(p)->text, "REPORT")) {
-                next(p);
+            } else if (accept_word(p, "REPORT")) {
                 if (expect_string(p, "the report file", &s->into_report))
                     return LQ_EINVAL;
             } else {
@@ -828,8 +836,8 @@ static int parse_trace(parser *p, lq_lql_stmt *s)
         } else if (accept_kw(p, "POSITIONS")) {
             if (accept_kw(p, "ALL"))
                 s->positions_all = 1;
-            else if (peek(p)->kind == LQ_LT_IDENT && !strcasecmp(peek(p)->text, "LAST"))
-                next(p);
+            else
+                accept_word(p, "LAST");
         } else if (accept_kw(p, "SAVE")) {
             if (expect_string(p, "the trace file", &s->str2))
                 return LQ_EINVAL;
@@ -844,21 +852,16 @@ static int parse_trace(parser *p, lq_lql_stmt *s)
 static int parse_compact(parser *p, lq_lql_stmt *s)
 {
     s->kind = LQ_LS_COMPACT;
-    const lq_ltok *k = peek(p);
-    if (k->kind == LQ_LT_IDENT && !strcasecmp(k->text, "MINOR")) {
-        next(p);
+    if (accept_word(p, "MINOR"))
         return 0;
-    }
-    if (k->kind != LQ_LT_IDENT || strcasecmp(k->text, "MAJOR"))
+    if (!accept_word(p, "MAJOR"))
         return fail(p, "expected MINOR or MAJOR after COMPACT");
-    next(p);
     s->compact_major = 1;
-    if (accept_kw(p, "ALL") || (peek(p)->kind == LQ_LT_IDENT && !strcasecmp(peek(p)->text, "FULL") && next(p)))
+    if (accept_kw(p, "ALL") || accept_word(p, "FULL"))
         s->compact_full = 1;
     if (accept_kw(p, "WITH")) {
-        if (peek(p)->kind != LQ_LT_IDENT || strcasecmp(peek(p)->text, "LAMBDA"))
+        if (!accept_word(p, "LAMBDA"))
             return fail(p, "expected LAMBDA after WITH in COMPACT MAJOR");
-        next(p);
         if (expect(p, LQ_LT_EQ, "'=' after LAMBDA") || expect_number(p, "LAMBDA", &s->lambda))
             return LQ_EINVAL;
     }

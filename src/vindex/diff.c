@@ -28,16 +28,8 @@ static const char *meta_text(const lq_vindex *v, const lq_feature_meta *m)
     return m->top_token ? m->top_token : lq_vindex_token_text(v, m->top_token_id);
 }
 
-static int icontains(const char *hay, const char *needle)
-{
-    if (!hay)
-        return 0;
-    size_t n = strlen(needle);
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
-            return 1;
-    return !*needle;
-}
+/* case-insensitive substring; an empty needle matches any text, a missing text nothing */
+static int icontains(const char *hay, const char *needle) { return hay && strcasestr(hay, needle); }
 
 int lq_vindex_diff(const lq_vindex *a, const lq_vindex *b, const lq_diff_params *p, lq_diff_fn fn, void *ctx,
                    lq_err *err)

@@ -173,16 +173,8 @@ static const lq_knn_store *knn_of(const lq_model *m, const lq_infer_params *p)
     return p->knn ? p->knn : lq_knn_store_of_model(m);
 }
 
-static int icontains_lc(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    if (!n)
-        return 0;
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
-            return 1;
-    return 0;
-}
+/* the prompt names the entity: a case-insensitive substring (an empty entity names nothing) */
+static int icontains_lc(const char *hay, const char *needle) { return *needle && strcasestr(hay, needle); }
 
 /* LARQL's verified / two-tier KNN router (infer_patched.rs verified_route, fallback_route)
  * over the residuals after every layer: 1 and *mt when it fires. */
