@@ -117,6 +117,12 @@ const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v);
 
 /* Recomputes the sha256 of every file listed in index.json "checksums" and compares. */
 int lq_vindex_verify_checksums(const lq_vindex *v, lq_err *err);
+/* The same file by file (larql verify): fn gets each listed file, its status and size;
+ * *n_files counts them (0: index.json lists no checksums). A malformed checksums object ->
+ * LQ_EFORMAT. */
+enum { LQ_VERIFY_OK = 0, LQ_VERIFY_MISMATCH = 1, LQ_VERIFY_MISSING = 2 };
+typedef void (*lq_verify_fn)(void *ctx, const char *file, int status, uint64_t size);
+int lq_vindex_verify_each(const lq_vindex *v, lq_verify_fn fn, void *ctx, size_t *n_files, lq_err *err);
 
 /* Writes the vindex again into out_dir (which must not exist): every file re-emitted from
  * the mapping, index.json re-serialised from the parsed object (unknown fields preserved).

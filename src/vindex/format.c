@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -841,6 +842,33 @@ static int hash_file(const char *dir, const char *name, char hex[65], lq_err *er
         return rc;
     lq_sha256_hex(m.data ? (const void *)m.data : "", m.size, hex);
     lq_mapfile_close(&m);
+    return LQ_OK;
+}
+
+int lq_vindex_verify_each(const lq_vindex *v, lq_verify_fn fn, void *ctx, size_t *n_files, lq_err *err)
+{
+    *n_files = 0;
+    json_t *cs = json_object_get(v->index, "checksums");
+    if (!cs || json_is_null(cs))
+        return LQ_OK;
+    if (!json_is_object(cs))
+        return lq_err_set(err, LQ_EFORMAT, "index.json: checksums is not an object");
+    const char *k;
+    json_t *x;
+    json_object_foreach(cs, k, x) {
+        if (!json_is_string(x) || strchr(k, '/') || !strcmp(k, "..") || !strcmp(k, "."))
+            return lq_err_set(err, LQ_EFORMAT, "index.json: checksums.%s is not a file's sha256", k);
+        char hex[65];
+        lq_err e = {0};
+        struct stat st;
+        char *path = lq_vx_join(v->dir, k);
+        int have = path && stat(path, &st) == 0;
+        free(path);
+        int status = !have || hash_file(v->dir, k, hex, &e) ? LQ_VERIFY_MISSING
+                     : !strcasecmp(hex, json_string_value(x)) ? LQ_VERIFY_OK : LQ_VERIFY_MISMATCH;
+        fn(ctx, k, status, have ? (uint64_t)st.st_size : 0);
+        (*n_files)++;
+    }
     return LQ_OK;
 }
 
