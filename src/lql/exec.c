@@ -682,6 +682,11 @@ static int run_infer(lq_lql *q, const char *prompt, int top, int compare, const 
     return rc;
 }
 
+int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err)
+{
+    return run_infer(q, prompt, top, 0, NULL, r, err);
+}
+
 static void infer_output(lq_sb *out, const lq_infer_result *r)
 {
     if (r->has_walk) {

@@ -25,6 +25,8 @@ struct lq_lql {
 
 /* USE "dir" (exec.c): opens it, replacing the session's vindex. */
 int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err);
+/* INFER's walk-mode inference with the session's edits (exec.c). */
+int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err);
 /* Closes the session's vindex, model and overlay (exec.c). */
 void lq_lql_close_backend(lq_lql *q);
 /* Lifecycle statements (exec_life.c): TRACE, EXTRACT, USE MODEL / REMOTE, DIFF, MERGE,

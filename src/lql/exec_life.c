@@ -140,6 +140,18 @@ static int exec_trace(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
             lq_sb_puts(out, num);
         }
     }
+    const lq_knn_store *ks = lq_overlay_knn(q->o);
+    lq_infer_result ir;
+    if (ks && lq_knn_store_count(ks) && lq_lql_infer(q, s->str, 1, &ir, err) == 0) {
+        if (ir.knn_fired) { /* LARQL: what INFER would answer, outside the traced DAG */
+            lq_sb_printf(out, "\nPending retrieval override:\n  %s (source=knn_override/post_logits, cos=%.2f, L%d",
+                         ir.knn_token, (double)ir.knn_cosine, ir.knn_layer);
+            if (ir.model_top1.token)
+                lq_sb_printf(out, ", model_top1=%s (%.2f%%)", ir.model_top1.token, ir.model_top1.probability * 100.0);
+            lq_sb_puts(out, ")\n  note: KNN sidecar is applied after logits; it is not part of this residual/FFN DAG.\n");
+        }
+        lq_infer_result_free(&ir);
+    }
     if (s->str2) {
         rc = save_trace(q, s, &r, err);
         if (!rc)
@@ -412,7 +424,10 @@ static int exec_compact(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
         unsigned ep = q->epoch + 1;
         lq_sb_printf(out, "%s: folded %zu patched features and %zu KNN entries into %s\n", what, nf, nk, dir);
         lq_sb tmp = {0}; /* reopen: the base is the compacted files, the overlay starts empty */
+        char *keep = q->model_tmp; /* USE MODEL's directory is the one reopened: not removed */
+        q->model_tmp = NULL;
         rc = lq_lql_use(q, dir, &tmp, err);
+        q->model_tmp = keep;
         lq_sb_free(&tmp);
         q->epoch = ep;
         if (!rc)

@@ -63,6 +63,8 @@ if grep -q 'L3\|emb' "$T_TMP/out"; then fail "TRACE LAYERS limits the rows"; els
 lq "TRACE SAVE (JSON)" 'TRACE " France" FOR "Paris" SAVE "t.json";' '^Saved the trace \(5 layers, JSON\) to t\.json$'
 if python3 -c "import json; d = json.load(open('t.json')); assert len(d['layers']) == 5 and d['layers'][0]['layer'] == -1 and 'rank' in d['layers'][1]" 2>"$T_TMP/e"
 then pass "the saved trace holds every layer"; else fail "the saved trace holds every layer" "$(cat "$T_TMP/e")"; fi
+lq "TRACE names a KNN override INFER would apply" 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Paris"); TRACE "The capital of Atlantis is";' \
+    '^Pending retrieval override:$' '^  Paris \(source=knn_override/post_logits, cos=1\.00, L[0-9]+' '^  note: KNN sidecar is applied after logits'
 lq_err "TRACE LAYERS beyond the model" 'TRACE "x" LAYERS 2-9;' 'layer 9 is outside the model'
 lq_err "TRACE an empty prompt" 'TRACE "";' 'empty prompt'
 lq_err "TRACE SAVE to an unwritable path" 'TRACE "x" SAVE "/nonexistent/t.json";' 'cannot write'
@@ -134,6 +136,9 @@ mkdir -p "$T_TMP/mt"
 if TMPDIR="$T_TMP/mt" "$LARQL" lql -c "USE MODEL \"$M\"; INFER \" France\" TOP 1;" >"$T_TMP/out" 2>&1 && grep -q '^   1\. ' "$T_TMP/out" &&
    [ -z "$(ls -A "$T_TMP/mt")" ]; then pass "USE MODEL: INFER on the model file; its temporary vindex is gone after"
 else fail "USE MODEL: INFER on the model file; its temporary vindex is gone after" "$(head -c 300 "$T_TMP/out"; ls "$T_TMP/mt")"; fi
+if TMPDIR="$T_TMP/mt" "$LARQL" lql -c "USE MODEL \"$M\"; INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\"); COMPACT MINOR; INFER \"The capital of Atlantis is\" TOP 1;" >"$T_TMP/out" 2>&1 &&
+   grep -q '^   1\. Paris ' "$T_TMP/out" && [ -z "$(ls -A "$T_TMP/mt")" ]; then pass "USE MODEL then COMPACT: the session keeps its vindex, removed after"
+else fail "USE MODEL then COMPACT: the session keeps its vindex, removed after" "$(tail -c 300 "$T_TMP/out")"; fi
 check_fails "USE REMOTE is refused clearly" "USE REMOTE .* not supported" "$LARQL" lql -c 'USE REMOTE "http://127.0.0.1:1";'
 # ROUTE: an entry keyed on "The capital of Atlantis is" but named Lemuria (a patch edited by
 # hand): the legacy router fires on the key, VERIFY abstains (the prompt does not name
