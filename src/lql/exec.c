@@ -1058,18 +1058,54 @@ static int exec_show_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
     return 0;
 }
 
+/* WHERE of SELECT ... FROM FEATURES / ENTITIES: the conditions on fields rows have (into
+ * cs), the names of the others (ignored, as LARQL does) into ignored; a "layer = n" is checked
+ * against the model. */
+static int row_conds(lq_lql *q, const lq_lql_stmt *s, const lq_lql_cond **cs, size_t *n, lq_sb *ignored,
+                     lq_err *err)
+{
+    *n = 0;
+    for (size_t i = 0; i < s->n_where; i++) {
+        const lq_lql_cond *c = &s->where[i];
+        int k = lq_lql_field_kind(c->field);
+        if (k < 0) {
+            lq_sb_printf(ignored, "%s'%s'", ignored->n ? ", " : "", c->field);
+            continue;
+        }
+        if (k == LQ_LQL_FNUM_LAYER && c->op == LQ_LO_EQ && c->v.kind == LQ_LV_INT && c->v.num >= 0 &&
+            check_layer(q, (int)c->v.num, err))
+            return LQ_ERANGE;
+        cs[(*n)++] = c;
+    }
+    return 0;
+}
+
+/* the "layer = n" of a WHERE, or -1 */
+static int layer_eq(const lq_lql_stmt *s)
+{
+    for (size_t i = 0; i < s->n_where; i++)
+        if (lq_lql_field_kind(s->where[i].field) == LQ_LQL_FNUM_LAYER && s->where[i].op == LQ_LO_EQ &&
+            s->where[i].v.kind == LQ_LV_INT && s->where[i].v.num >= 0)
+            return (int)s->where[i].v.num;
+    return -1;
+}
+
 static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    feat_filter ff;
-    char buf[256];
-    int layer = -1;
-    if (parse_feat_where(s, &ff, &layer, buf, sizeof buf, err))
-        return LQ_EINVAL;
-    if (layer >= 0 && check_layer(q, layer, err))
+    const lq_lql_cond *cs[64];
+    size_t nc = 0;
+    lq_sb ignored = {0};
+    if (s->n_where > 64)
+        return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+    if (row_conds(q, s, cs, &nc, &ignored, err)) {
+        lq_sb_free(&ignored);
         return LQ_ERANGE;
+    }
     int *layers = NULL, nl = 0;
-    if (loaded_layers(q, &layers, &nl, err))
+    if (loaded_layers(q, &layers, &nl, err)) {
+        lq_sb_free(&ignored);
         return LQ_ENOMEM;
+    }
     const lq_vindex *v = lq_lql_view(q);
     int limit = s->limit >= 0 ? s->limit : 34, count = 0;
     lq_sb_printf(out, "%-6s ", "Layer");
@@ -1080,15 +1116,15 @@ static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *
     dashes(out, 79);
     for (int i = 0; i < nl && count < limit; i++) {
         int l = layers[i];
-        if (layer >= 0 && l != layer)
-            continue;
         const void *rows;
         int nf = 0;
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         for (int f = 0; f < nf && count < limit; f++) {
             lq_feature_meta m = {0};
-            if ((ff.feature >= 0 && f != ff.feature) || !lq_vindex_feature_meta(v, l, f, &m) ||
-                !feat_match(v, &m, &ff))
+            if (!lq_vindex_feature_meta(v, l, f, &m))
+                continue;
+            lq_lql_row row = {meta_text(v, &m), lq_vindex_probe_label(v, l, f), l, f, (double)m.c_score};
+            if (!lq_lql_rows_match(cs, nc, &row))
                 continue;
             feature_row(v, out, l, f, &m, 1);
             count++;
@@ -1096,6 +1132,9 @@ static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *
     }
     free(layers);
     lq_sb_printf(out, "\n%d rows\n", count);
+    if (ignored.n)
+        lq_sb_printf(out, "(ignored: FEATURES have no field %s)\n", ignored.s);
+    lq_sb_free(&ignored);
     return 0;
 }
 
@@ -1128,7 +1167,9 @@ static int entity_like(const char *t)
     return 1;
 }
 
-static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err *err)
+/* cs: WHERE conditions every counted feature must meet (SELECT ... FROM ENTITIES) */
+static int exec_entities(lq_lql *q, int layer, int limit_in, const lq_lql_cond *const *cs, size_t nc, lq_sb *out,
+                         lq_err *err)
 {
     if (layer >= 0 && check_layer(q, layer, err))
         return LQ_ERANGE;
@@ -1149,7 +1190,9 @@ static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err 
             lq_feature_meta m = {0};
             if (!lq_vindex_feature_meta(v, l, f, &m) || m.top_token_id < 0 || m.top_token_id >= V)
                 continue;
-            if (!entity_like(lq_vindex_token_text(v, m.top_token_id)))
+            const char *tt = lq_vindex_token_text(v, m.top_token_id);
+            lq_lql_row row = {tt, lq_vindex_probe_label(v, l, f), l, f, (double)m.c_score};
+            if (!entity_like(tt) || (nc && !lq_lql_rows_match(cs, nc, &row)))
                 continue;
             ent *x = &e[m.top_token_id];
             x->id = m.top_token_id;
@@ -1188,14 +1231,19 @@ static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     }
     if (s->from == LQ_LF_FEATURES)
         return select_features(q, s, out, err);
-    if (s->from == LQ_LF_ENTITIES) {
-        int layer = -1;
-        for (size_t i = 0; i < s->n_where; i++) {
-            if (strcmp(s->where[i].field, "layer") || s->where[i].v.kind == LQ_LV_STRING)
-                return lq_err_set(err, LQ_EINVAL, "SELECT ... FROM ENTITIES supports WHERE layer = n only");
-            layer = (int)s->where[i].v.num;
-        }
-        return exec_entities(q, layer, s->limit, out, err);
+    if (s->from == LQ_LF_ENTITIES) { /* LARQL: entity / token and layer filters */
+        const lq_lql_cond *cs[64];
+        size_t nc = 0;
+        lq_sb ignored = {0};
+        if (s->n_where > 64)
+            return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+        int rc = row_conds(q, s, cs, &nc, &ignored, err);
+        if (!rc)
+            rc = exec_entities(q, layer_eq(s), s->limit, cs, nc, out, err);
+        if (!rc && ignored.n)
+            lq_sb_printf(out, "(ignored: ENTITIES have no field %s)\n", ignored.s);
+        lq_sb_free(&ignored);
+        return rc;
     }
     return select_edges(q, s, out, err);
 }
@@ -1359,7 +1407,7 @@ static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_SHOW_RELATIONS: return exec_show_relations(q, s, out, err);
     case LQ_LS_SHOW_LAYERS: return exec_show_layers(q, s, out, err);
     case LQ_LS_SHOW_FEATURES: return exec_show_features(q, s, out, err);
-    case LQ_LS_SHOW_ENTITIES: return exec_entities(q, s->layer, s->limit, out, err);
+    case LQ_LS_SHOW_ENTITIES: return exec_entities(q, s->layer, s->limit, NULL, 0, out, err);
     case LQ_LS_SHOW_MODELS: return exec_show_models(q, out);
     case LQ_LS_TRACE:
     case LQ_LS_EXTRACT:

@@ -40,6 +40,10 @@ lq "SELECT: !=" 'SELECT * FROM EDGES WHERE layer = 1 AND feature = 5 AND entity 
 lq "SELECT: IN () matches nothing" 'SELECT * FROM EDGES WHERE relation IN ();' '^0 rows \(0 matched\)$'
 lq "SELECT entity, * (every column)" 'SELECT entity, * FROM EDGES WHERE layer = 1 AND feature = 5;' '^L1 +F5 +Paris '
 lq "SELECT: an unknown field is ignored with a note" 'SELECT * FROM EDGES WHERE a = 1 LIMIT 1;' "^\(ignored: EDGES have no field 'a'\)$"
+lq "SELECT FROM ENTITIES WHERE entity = (LARQL's entity filter)" 'SELECT * FROM ENTITIES WHERE entity = "Berlin";' '^Berlin +[0-9]+ +[0-9.]+$'
+if grep -q '^Paris ' "$T_TMP/out"; then fail "the entity filter leaves other entities out"; else pass "the entity filter leaves other entities out"; fi
+lq "SELECT FROM ENTITIES WHERE layer >= n (L1's planted Paris left out)" 'SELECT * FROM ENTITIES WHERE layer >= 2 AND entity = "Paris";' '^Paris +2 +3\.[0-9]{4}$'
+lq "SELECT FROM FEATURES with ranges" 'SELECT * FROM FEATURES WHERE layer >= 1 AND layer < 2 AND feature <= 5 AND feature > 4;' '^L1 +F5 +Paris ' '^1 rows$'
 lq "DELETE WHERE feature = n without a layer" 'DELETE FROM EDGES WHERE feature = 5 AND entity = "Paris";' '^Deleted 1 features \(patch overlay\)$'
 lq "DELETE with a range and !=" 'DELETE FROM EDGES WHERE layer >= 1 AND layer <= 2 AND entity != "zzzz" AND feature = 100; SELECT * FROM EDGES WHERE layer = 2 AND feature = 100;' \
     '^Deleted [0-9]+ features' '^0 rows \(0 matched\)$'
