@@ -266,6 +266,8 @@ static int lql_main(int argc, char **argv, int repl)
     } else if (np == 1) {
         if (repl || is_dir(pos[0]) || cmd || file)
             dir = pos[0];
+        else if (!strpbrk(pos[0], "; \t\n\"'")) /* one word: a mistyped vindex, not LQL */
+            return lq_cli_error(C, "%s: no such vindex directory (statements end with ';')", pos[0]);
         else
             cmd = pos[0];
     }

@@ -214,6 +214,7 @@ lql_pos() { "$LARQL" lql "$V" 'SHOW LAYERS;' >"$T_TMP/out" 2>"$T_TMP/err" && gre
 if lql_pos; then pass "lql DIR 'STATEMENTS'"; else fail "lql DIR 'STATEMENTS'" "$(head -c 300 "$T_TMP/err")"; fi
 check_fails "lql DIR 'STATEMENTS' -c STATEMENTS" "given twice" "$LARQL" lql "$V" 'STATS;' -c 'STATS;'
 check_fails "lql 'bad statement' fails" "Parse error" "$LARQL" lql 'FOO;'
+check_fails "lql with a mistyped vindex" "nope.vindex: no such vindex directory" "$LARQL" lql nope.vindex
 if "$LARQL" lql --continue-on-error 'FOO; SHOW MODELS;' >"$T_TMP/out" 2>"$T_TMP/err" && grep -q '^Error: Parse error' "$T_TMP/out" &&
    grep -q '^Model ' "$T_TMP/out" && [ ! -s "$T_TMP/err" ]; then
     pass "--continue-on-error: errors on stdout, the run goes on, exit 0"; else fail "--continue-on-error: errors on stdout, the run goes on, exit 0" "$(head -c 300 "$T_TMP/out")"; fi
