@@ -35,7 +35,7 @@
  *        [INTO PATCH "p.vlp" | INTO REPORT "f"];   MERGE "src.vindex|p.vlp" [INTO "dir"]
  *        [ON CONFLICT KEEP_SOURCE|KEEP_TARGET|HIGHEST_CONFIDENCE];
  *   EXTRACT MODEL "m.gguf" INTO "dir" [COMPONENTS ...] [LAYERS a-b] [WITH INFERENCE|ALL];
- *   USE MODEL "m.gguf"; COMPACT MINOR | MAJOR [FULL] [WITH LAMBDA = x]; SHOW COMPACT STATUS;
+ *   USE MODEL "m.gguf"; USE REMOTE "http://host:port"; COMPACT MINOR | MAJOR [FULL] [WITH LAMBDA = x]; SHOW COMPACT STATUS;
  *   REBALANCE [UNTIL CONVERGED] [MAX n] [FLOOR x] [CEILING x];
  *   INFER "p" ROUTE VERIFY [FALLBACK] [TOPK n] [EXIT];
  *   COMPILE CURRENT|"dir" INTO VINDEX "out" [ON CONFLICT LAST_WINS|HIGHEST_CONFIDENCE|FAIL].
@@ -47,8 +47,10 @@
  * vindex's own layer bands (LARQL hard-codes Gemma's L14-27). EXPLAIN INFER's trace is each
  * layer's gate KNN of that layer's input residual (captured by the library), not the walk
  * FFN's own trace. COMPACT folds the overlay into the USE'd directory (crash-safe) instead
- * of LARQL's KNN -> arch-A / MEMIT passes; EXTRACT and USE MODEL read a local GGUF. COMPILE
- * ... INTO MODEL and USE REMOTE parse and answer LQ_EUNSUPPORTED. */
+ * of LARQL's KNN -> arch-A / MEMIT passes; EXTRACT and USE MODEL read a local GGUF. USE
+ * REMOTE "http://host:port" sends STATS, DESCRIBE, WALK, INFER, SELECT ... FROM EDGES, SHOW
+ * RELATIONS / PATCHES and INSERT to a larql serve (plain HTTP; other statements need a local
+ * vindex). COMPILE ... INTO MODEL parses and answers LQ_EUNSUPPORTED. */
 #ifndef LARQL_LQL_H
 #define LARQL_LQL_H
 

@@ -151,6 +151,7 @@ void lq_lql_free(lq_lql *q)
     if (!q)
         return;
     lq_lql_close_backend(q);
+    free(q->remote);
     free(q->author);
     free(q);
 }
@@ -228,6 +229,8 @@ int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
     lq_lql_close_backend(q);
+    free(q->remote); /* a local vindex ends a remote session */
+    q->remote = NULL;
     q->v = v;
     q->path = p;
     if ((rc = lq_lql_edit_open(q, err)))
@@ -1389,9 +1392,15 @@ static int exec_show_models(lq_lql *q, lq_sb *out)
 
 static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
+    /* a remote session sends its statements to the server, but for the ones that switch
+       away from it or name local files */
+    if (s->kind == LQ_LS_USE_REMOTE ||
+        (q->remote && s->kind != LQ_LS_USE && s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_EXTRACT &&
+         s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str)))
+        return lq_lql_exec_remote(q, s, out, err);
     /* everything but USE, STATS "path" and SHOW MODELS acts on the USE'd vindex */
     if (s->kind != LQ_LS_USE && s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str) &&
-        s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_USE_REMOTE && s->kind != LQ_LS_EXTRACT &&
+        s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_EXTRACT &&
         !(s->kind == LQ_LS_DIFF && !s->current_a && !s->current_b) &&
         !(s->kind == LQ_LS_COMPILE && !s->compile_current) && lq_lql_need_vindex(q, err))
         return LQ_EINVAL;
@@ -1412,7 +1421,6 @@ static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_TRACE:
     case LQ_LS_EXTRACT:
     case LQ_LS_USE_MODEL:
-    case LQ_LS_USE_REMOTE:
     case LQ_LS_DIFF:
     case LQ_LS_MERGE:
     case LQ_LS_COMPACT:

@@ -21,10 +21,13 @@ struct lq_lql {
     char *model_tmp;         /* USE MODEL: the temporary vindex built from the model file */
     unsigned epoch;          /* COMPACTs run on this session */
     char *author;            /* opts.author, owned */
+    char *remote;            /* USE REMOTE: the server's URL; statements go there */
 };
 
 /* USE "dir" (exec.c): opens it, replacing the session's vindex. */
 int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err);
+/* USE REMOTE and the statements a remote session sends to the server (remote.c). */
+int lq_lql_exec_remote(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
 /* INFER's walk-mode inference with the session's edits (exec.c). */
 int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err);
 /* Closes the session's vindex, model and overlay (exec.c). */

@@ -517,9 +517,6 @@ int lq_lql_exec_life(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_TRACE: return exec_trace(q, s, out, err);
     case LQ_LS_EXTRACT: return exec_extract(q, s, out, err);
     case LQ_LS_USE_MODEL: return exec_use_model(q, s, out, err);
-    case LQ_LS_USE_REMOTE:
-        return lq_err_set(err, LQ_EUNSUPPORTED, "USE REMOTE \"%s\": LQL over HTTP is not supported yet; run larql lql "
-                                                "on the server's vindex, or use its HTTP API", s->str);
     case LQ_LS_DIFF: return exec_diff(q, s, out, err);
     case LQ_LS_MERGE: return exec_merge(q, s, out, err);
     case LQ_LS_COMPACT: return exec_compact(q, s, out, err);

@@ -143,7 +143,6 @@ else fail "USE MODEL: INFER on the model file; its temporary vindex is gone afte
 if TMPDIR="$T_TMP/mt" "$LARQL" lql -c "USE MODEL \"$M\"; INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\"); COMPACT MINOR; INFER \"The capital of Atlantis is\" TOP 1;" >"$T_TMP/out" 2>&1 &&
    grep -q '^   1\. Paris ' "$T_TMP/out" && [ -z "$(ls -A "$T_TMP/mt")" ]; then pass "USE MODEL then COMPACT: the session keeps its vindex, removed after"
 else fail "USE MODEL then COMPACT: the session keeps its vindex, removed after" "$(tail -c 300 "$T_TMP/out")"; fi
-check_fails "USE REMOTE is refused clearly" "USE REMOTE .* not supported" "$LARQL" lql -c 'USE REMOTE "http://127.0.0.1:1";'
 # ROUTE: an entry keyed on "The capital of Atlantis is" but named Lemuria (a patch edited by
 # hand): the legacy router fires on the key, VERIFY abstains (the prompt does not name
 # Lemuria), FALLBACK fires again; an entry the prompt names fires under VERIFY
