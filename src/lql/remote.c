@@ -119,28 +119,21 @@ static int http(const char *url, const char *method, const char *path, const cha
     }
     int sent = !q.oom && off == q.n;
     lq_sb_free(&q);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = sent ? malloc(cap + 1) : NULL;
-    while (buf) {
-        if (n == cap) {
-            char *nb = cap < MAX_BODY ? realloc(buf, cap * 2 + 1) : NULL;
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = recv(fd, buf + n, cap - n, 0);
-        if (r < 0) {
-            free(buf);
-            buf = NULL;
-        }
-        if (r <= 0)
+    lq_sb in = {0};
+    char chunk[1 << 14];
+    int ok = sent;
+    while (ok && !in.oom && in.n <= MAX_BODY) {
+        ssize_t r = recv(fd, chunk, sizeof chunk, 0);
+        if (r <= 0) {
+            ok = r == 0;
             break;
-        n += (size_t)r;
+        }
+        lq_sb_put(&in, chunk, (size_t)r);
     }
+    char *buf = ok && !in.oom && in.n <= MAX_BODY && in.s ? in.s : NULL;
+    size_t n = buf ? in.n : 0;
+    if (!buf)
+        lq_sb_free(&in);
     close(fd);
     if (!buf)
         return lq_err_set(err, LQ_EIO, "USE REMOTE: no answer from %s:%s", host, port);
