@@ -29,13 +29,28 @@
  *                ^
  * A session is used by one thread at a time.
  *
+ * Beyond the query core (LARQL's lifecycle statements, on the library's builders):
+ *   TRACE "p" [FOR "tok"] [DECOMPOSE] [LAYERS a-b] [POSITIONS ALL|LAST] [SAVE "f.json"];
+ *   DIFF a|CURRENT b|CURRENT [LAYER n] [RELATION "r"] [ENTITY "e"] [LIMIT n]
+ *        [INTO PATCH "p.vlp" | INTO REPORT "f"];   MERGE "src.vindex|p.vlp" [INTO "dir"]
+ *        [ON CONFLICT KEEP_SOURCE|KEEP_TARGET|HIGHEST_CONFIDENCE];
+ *   EXTRACT MODEL "m.gguf" INTO "dir" [COMPONENTS ...] [LAYERS a-b] [WITH INFERENCE|ALL];
+ *   USE MODEL "m.gguf"; USE REMOTE "http://host:port"; COMPACT MINOR | MAJOR [FULL] [WITH LAMBDA = x]; SHOW COMPACT STATUS;
+ *   REBALANCE [UNTIL CONVERGED] [MAX n] [FLOOR x] [CEILING x];
+ *   INFER "p" ROUTE VERIFY [FALLBACK] [TOPK n] [EXIT];
+ *   COMPILE CURRENT|"dir" INTO VINDEX "out" [ON CONFLICT LAST_WINS|HIGHEST_CONFIDENCE|FAIL].
+ * WHERE takes = != < <= > >= LIKE IN (...) on entity, relation, layer, feature, confidence.
+ *
  * Where this differs from LARQL's executor: DESCRIBE runs the library's describe (the
  * server's filters: signed gate >= 5, K = 20 per layer) and prints LARQL's LQL layout; its
  * content-token and coherence filters are not applied. STATS and SHOW RELATIONS use the
- * vindex's own layer bands (LARQL hard-codes Gemma's L14-27); SHOW RELATIONS AT LAYER is
- * refused. EXPLAIN INFER's trace is each layer's gate KNN of that layer's input residual
- * (captured by the library), not the walk FFN's own trace. USE MODEL / USE REMOTE,
- * EXTRACT, DIFF, MERGE, REBALANCE, COMPACT and TRACE are parse errors that say so. */
+ * vindex's own layer bands (LARQL hard-codes Gemma's L14-27). EXPLAIN INFER's trace is each
+ * layer's gate KNN of that layer's input residual (captured by the library), not the walk
+ * FFN's own trace. COMPACT folds the overlay into the USE'd directory (crash-safe) instead
+ * of LARQL's KNN -> arch-A / MEMIT passes; EXTRACT and USE MODEL read a local GGUF. USE
+ * REMOTE "http://host:port" sends STATS, DESCRIBE, WALK, INFER, SELECT ... FROM EDGES, SHOW
+ * RELATIONS / PATCHES and INSERT to a larql serve (plain HTTP; other statements need a local
+ * vindex). COMPILE ... INTO MODEL parses and answers LQ_EUNSUPPORTED. */
 #ifndef LARQL_LQL_H
 #define LARQL_LQL_H
 
@@ -51,6 +66,7 @@ typedef struct lq_lql lq_lql;
 
 typedef struct lq_lql_opts {
     int n_threads;          /* gate scans and the model; 0 = all cores */
+    const char *author;     /* the "author" of the .vlp patches SAVE PATCH writes (NULL = none) */
 } lq_lql_opts;
 
 /* opts may be NULL. The session starts without a vindex (statements other than USE and

@@ -170,6 +170,12 @@ int lq_session_eval(lq_session *s, const int32_t *ids, size_t n, float *logits,
 int lq_session_eval_capture(lq_session *s, const int32_t *ids, size_t n, float *logits,
                             float *resid, lq_err *err);
 
+/* lq_session_eval_capture that also captures the last position's residual after each
+ * layer's attention add: resid_attn [n_layer, n_embd]. With the embedding row, the two give
+ * each layer's attention and FFN contributions (LQL's TRACE). */
+int lq_session_eval_trace(lq_session *s, const int32_t *ids, size_t n, float *logits, float *resid_attn,
+                          float *resid, lq_err *err);
+
 /* One decode step (n = 1): the same as lq_session_eval(s, &id, 1, logits, NULL, err). */
 int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err);
 

@@ -90,6 +90,14 @@ void lq_patch_op_init(lq_patch_op *op, int kind); /* zeroes, confidence NaN, tar
 int lq_patch_create(const char *name, const char *base_model, int hidden, lq_patch **out,
                     lq_err *err);
 void lq_patch_free(lq_patch *p); /* NULL-safe */
+/* The header fields LARQL's .vlp carries: created_at (NULL = now, RFC 3339 UTC),
+ * base_checksum (the vindex's gate_vectors.bin sha256, lq_vindex_base_checksum; checked on
+ * apply; NULL/"" = none) and author (NULL/"" = none). */
+int lq_patch_set_info(lq_patch *p, const char *created_at, const char *base_checksum, const char *author,
+                      lq_err *err);
+const char *lq_patch_base_checksum(const lq_patch *p); /* NULL when absent */
+const char *lq_patch_created_at(const lq_patch *p);    /* "" when absent */
+const char *lq_patch_author(const lq_patch *p);        /* NULL when absent */
 /* Appends a copy of op. Vector widths are the patch's hidden. */
 int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err);
 size_t lq_patch_n_ops(const lq_patch *p);
@@ -234,10 +242,15 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
  * feature whose target (override or base top token) or provenance entity contains it
  * (case-insensitive); relation needs a probe label or an insert's relation (substring, case
  * insensitive). With neither layer nor feature nor entity nor relation -> LQ_EINVAL (no
- * unbounded DELETE). KNN entries match on entity (and relation). */
+ * unbounded DELETE). KNN entries match on entity (and relation). feature without layer is
+ * that feature at every layer that has it. match (optional): a further test on each feature
+ * that passed the fields (token = its target text, relation = its label or NULL), for the
+ * operators the fields cannot say (ranges, !=, IN); it counts as a condition. */
 typedef struct lq_edit_where {
     const char *entity, *relation;
     int layer, feature;
+    int (*match)(void *ctx, int layer, int feature, const char *token, const char *relation);
+    void *match_ctx;
 } lq_edit_where;
 void lq_edit_where_init(lq_edit_where *w);
 
@@ -320,6 +333,80 @@ int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
 /* Removes one edit (all its ops) by id, recorded as a delete_edit op in the live patch (a
  * journal replays it). Unknown id -> LQ_ENOTFOUND. */
 int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err);
+
+/* REBALANCE (LARQL's global pass over compose-mode installs): each fact's canonical prompt
+ * ("The {relation} of {entity} is") runs with every edit; facts whose target probability is
+ * below floor get their down vectors x1.6, above ceiling x0.7 (UPDATE operations in the live
+ * edits), until all are in [floor, ceiling] or max_iters passes. m may be NULL only when
+ * there is no compose fact (r->n_facts 0). */
+typedef struct lq_rebalance_params {
+    int max_iters;      /* default 16 */
+    float floor, ceiling; /* default 0.30, 0.95 (LARQL's balance band) */
+} lq_rebalance_params;
+void lq_rebalance_params_init(lq_rebalance_params *p);
+typedef struct lq_rebalance_result {
+    size_t n_facts;     /* compose facts found */
+    int iters;          /* passes run */
+    size_t in_band, below, above; /* at the last pass */
+} lq_rebalance_result;
+int lq_overlay_rebalance(lq_overlay *o, struct lq_model *m, const lq_rebalance_params *p, lq_rebalance_result *r,
+                         lq_err *err);
+
+/* ---- DIFF and MERGE (src/vindex/diff.c) ---- */
+
+typedef enum lq_diff_status { LQ_DIFF_MODIFIED = 0, LQ_DIFF_REMOVED, LQ_DIFF_ADDED } lq_diff_status;
+typedef struct lq_diff_row {
+    int layer, feature, status;     /* lq_diff_status */
+    int has_a, has_b;
+    lq_feature_meta a, b;           /* valid when has_a / has_b */
+    const char *tok_a, *tok_b;      /* their top tokens' text, NULL when absent */
+} lq_diff_row;
+typedef struct lq_diff_params {
+    int layer;                      /* -1 = every layer */
+    const char *relation, *entity;  /* NULL, or a substring of a side's probe label / top token */
+} lq_diff_params;
+/* Returns nonzero to stop the scan. */
+typedef int (*lq_diff_fn)(void *ctx, const lq_diff_row *r);
+/* LARQL's DIFF: a feature differs when its top token differs or its c_score moved by more
+ * than 0.01 (modified), or only one side has metadata (removed / added). Layers and
+ * features in order. a and b may be overlay views (lq_overlay_vindex). p may be NULL. */
+int lq_vindex_diff(const lq_vindex *a, const lq_vindex *b, const lq_diff_params *p, lq_diff_fn fn, void *ctx,
+                   lq_err *err);
+/* DIFF ... INTO PATCH: the patch that takes a to b (every difference, no limit): removed ->
+ * DELETE, modified / added -> UPDATE of the slot's down_meta to b's. */
+int lq_vindex_diff_patch(const lq_vindex *a, const lq_vindex *b, const lq_diff_params *p, const char *name,
+                         lq_patch **out, lq_err *err);
+
+/* MERGE conflict rules (LARQL's ConflictStrategy): a slot the target already has metadata
+ * for takes the source's (KEEP_SOURCE, the default), keeps its own (KEEP_TARGET), or takes
+ * the one with the higher confidence (HIGHEST_CONFIDENCE). */
+typedef enum lq_merge_strategy { LQ_MERGE_KEEP_SOURCE = 0, LQ_MERGE_KEEP_TARGET, LQ_MERGE_HIGHEST_CONFIDENCE } lq_merge_strategy;
+/* Every feature of src with metadata written into o's metadata (recorded in the live
+ * edits; features already equal are counted but not recorded). src must have o's shape. */
+int lq_overlay_merge_vindex(lq_overlay *o, const lq_vindex *src, int strategy, size_t *merged, size_t *skipped,
+                            lq_err *err);
+/* The operations of a patch merged into o's live edits: slot operations under the rule
+ * (confidence: the op's, else its down_meta's), KNN operations always. */
+int lq_overlay_merge_patch(lq_overlay *o, const lq_patch *src, int strategy, size_t *merged, size_t *skipped,
+                           lq_err *err);
+
+/* COMPILE ... ON CONFLICT (LARQL's CompileConflict) when several patches (the applied ones
+ * and the live edits) write the same slot: LAST_WINS is the overlay's own order (*out =
+ * NULL: compile o itself); FAIL -> LQ_EINVAL naming the slot and two of the patches;
+ * HIGHEST_CONFIDENCE -> *out = a clone of o where each contested slot holds the write with
+ * the highest confidence (NULL when nothing is contested). */
+typedef enum lq_conflict_rule { LQ_CONFLICT_LAST_WINS = 0, LQ_CONFLICT_HIGHEST_CONFIDENCE, LQ_CONFLICT_FAIL } lq_conflict_rule;
+int lq_overlay_resolve(const lq_overlay *o, int rule, lq_overlay **out, lq_err *err);
+
+/* COMPACT: the overlay folded into the vindex directory it is over (dir): compiled into
+ * "dir.compact-new" (every file fsync'd), then dir renamed to "dir.compact-old", the new one
+ * to dir, the parent directory fsync'd, and the old tree removed. An interruption leaves
+ * either the old directory in place or both complete trees (dir.compact-old holds the old
+ * one). The caller reopens dir. */
+int lq_overlay_compact(const lq_overlay *o, const char *dir, lq_err *err);
+/* Slots holding a down vector (composed features): the forward pass runs them from the
+ * overlay; a compiled vindex keeps their gate rows and metadata, not their down vectors. */
+size_t lq_overlay_n_composed(const lq_overlay *o);
 
 /* COMPILE CURRENT INTO VINDEX "out_dir": the base vindex rewritten with the overlay baked in
  * (gate rows and down_meta records of patched features, tombstones as zero rows / empty

@@ -111,10 +111,18 @@ typedef struct lq_vindex_open_opts {
 int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex **out, lq_err *err);
 void lq_vindex_close(lq_vindex *v); /* NULL-safe */
 const lq_vindex_info *lq_vindex_get_info(const lq_vindex *v);
+/* The sha256 index.json records for gate_vectors.bin (a patch's base_checksum), or NULL. */
+const char *lq_vindex_base_checksum(const lq_vindex *v);
 const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v);
 
 /* Recomputes the sha256 of every file listed in index.json "checksums" and compares. */
 int lq_vindex_verify_checksums(const lq_vindex *v, lq_err *err);
+/* The same file by file (larql verify): fn gets each listed file, its status and size;
+ * *n_files counts them (0: index.json lists no checksums). A malformed checksums object ->
+ * LQ_EFORMAT. */
+enum { LQ_VERIFY_OK = 0, LQ_VERIFY_MISMATCH = 1, LQ_VERIFY_MISSING = 2 };
+typedef void (*lq_verify_fn)(void *ctx, const char *file, int status, uint64_t size);
+int lq_vindex_verify_each(const lq_vindex *v, lq_verify_fn fn, void *ctx, size_t *n_files, lq_err *err);
 
 /* Writes the vindex again into out_dir (which must not exist): every file re-emitted from
  * the mapping, index.json re-serialised from the parsed object (unknown fields preserved).
@@ -323,6 +331,8 @@ int lq_vindex_select_json(const lq_vindex *v, const lq_select_params *p, char **
  * {"relations":[{"name","count","max_score","min_layer","max_layer","examples"}],
  *  "probe_relations":[{"name","count"}],"probe_count","total","latency_ms"} */
 int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err);
+/* The same over one layer (LQL's SHOW RELATIONS AT LAYER n). */
+int lq_vindex_relations_layer_json(const lq_vindex *v, int layer, char **json_out, lq_err *err);
 
 /* Nearest features of an entity at one layer (pg_infer nearest_to): gate_knn(layer, q, top),
  * hits without metadata skipped. top default 20.
@@ -387,6 +397,10 @@ void lq_vindex_build_opts_init(lq_vindex_build_opts *o);
  * exist (or be an empty directory). Memory is bounded by one layer's tensors. */
 int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_opts *opts,
                     lq_err *err);
+
+/* Removes a vindex directory (its files, bitnet/, then the directory); what is not a
+ * vindex's layout stays. */
+void lq_vindex_remove_dir(const char *dir);
 
 /* ---- planted facts (fixtures) ---- */
 
@@ -487,7 +501,16 @@ typedef struct lq_infer_params {
     struct lq_session *session; /* NULL = a session of the prompt's length per pass; else this
                                    one (reset before and after each pass; its n_ctx bounds the
                                    prompt): the server's bounded pool */
+    int route;                  /* walk mode's KNN override (LARQL's KnnRouteMode, LQL's INFER
+                                   ... ROUTE): LQ_ROUTE_LEGACY (default: the first layer whose
+                                   best entry has cosine > 0.75), LQ_ROUTE_VERIFY (layers that
+                                   hold entries highest first; of each layer's route_topk best
+                                   entries above 0.75 the first whose entity the prompt names,
+                                   case-insensitively; else none), LQ_ROUTE_FALLBACK (VERIFY,
+                                   else the best entry above 0.75 at the highest layer) */
+    int route_topk;             /* default 5 */
 } lq_infer_params;
+enum { LQ_ROUTE_LEGACY = 0, LQ_ROUTE_VERIFY = 1, LQ_ROUTE_FALLBACK = 2 };
 void lq_infer_params_init(lq_infer_params *p);
 
 typedef struct lq_prediction {
@@ -513,6 +536,32 @@ int lq_infer(struct lq_model *m, const lq_infer_params *p, lq_infer_result *r, l
 const lq_knn_store *lq_vindex_knn_store(const lq_vindex *v);
 /* That store of the vindex the model was opened from, or NULL (none, or a GGUF model). */
 const lq_knn_store *lq_knn_store_of_model(const struct lq_model *m);
+/* TRACE: the last position's residual through the layers (LARQL's trace): per layer (-1 =
+ * the embedding) the top-1 token of the residual through the output head with its
+ * probability, the residual's norm, and the norms of the layer's attention and FFN
+ * contributions; with answer (its token = the last of " answer"), that token's rank and
+ * probability and the logit each contribution gives it. edits (may be NULL): composed
+ * features act in the pass, as in INFER. */
+typedef struct lq_trace_layer {
+    int layer;
+    int32_t top1_id;
+    double top1_prob, resid_norm, attn_norm, ffn_norm;
+    int rank;                    /* with an answer */
+    double prob, attn_logit, ffn_logit;
+} lq_trace_layer;
+typedef struct lq_trace_result {
+    size_t n_tokens;
+    int n_layers;
+    int32_t answer_id;           /* -1 without an answer */
+    lq_trace_layer *layers;      /* n = n_layers + 1, layer -1 first */
+    size_t n;
+    double ms;
+} lq_trace_result;
+struct lq_edit_set;
+int lq_infer_trace(struct lq_model *m, const char *prompt, const char *answer, struct lq_edit_set *edits,
+                   lq_trace_result *r, lq_err *err);
+void lq_trace_result_free(lq_trace_result *r);
+
 /* The last position's residual after every layer for prompt (encoded as lq_infer does):
  * resid [n_layer, n_embd]. The key an INSERT ... MODE KNN stores. */
 int lq_infer_residuals(struct lq_model *m, const char *prompt, float *resid, lq_err *err);

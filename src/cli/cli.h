@@ -33,6 +33,8 @@ int lq_cli_infer(int argc, char **argv);
 int lq_cli_eval_edits(int argc, char **argv); /* src/cli/cmd_eval_edits.c */
 /* LQL shell and batch runs (src/cli/cmd_lql.c) */
 int lq_cli_lql(int argc, char **argv);
+int lq_cli_repl(int argc, char **argv);
+int lq_cli_verify(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
 

@@ -7,17 +7,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "larql/lql.h"
 
 static const char *USAGE =
-    "larql lql [DIR] [-c STATEMENTS | -f FILE] [--threads N]\n"
-    "  DIR: a vindex to USE first. Without -c/-f an interactive shell (prompt 'larql> ',\n"
-    "  statements end with ';', history in ~/.larql_history). -c / -f run the statements in\n"
-    "  order ('--' comments allowed); an error prints 'Error: ...' and the run goes on; the\n"
-    "  exit status is 1 if any statement failed.";
+    "larql lql [DIR] ['STATEMENTS' | -c STATEMENTS | -f FILE] [--continue-on-error] [--threads N]\n"
+    "  DIR: a vindex to USE first (a positional that is not a directory is the statements:\n"
+    "  larql lql 'USE \"x.vindex\"; STATS;'). Without statements an interactive shell (prompt\n"
+    "  'larql> ', statements end with ';', history in ~/.larql_history; also 'larql repl').\n"
+    "  A batch runs the statements in order ('--' comments allowed); an error prints\n"
+    "  'Error: ...' on stderr and the run goes on; the exit status is 1 if any statement\n"
+    "  failed. --continue-on-error: LARQL's batch behaviour, errors on stdout and exit 0.";
+
+static const char *REPL_USAGE =
+    "larql repl [DIR] [--threads N]\n"
+    "  The LQL shell (as 'larql lql' without statements); DIR: a vindex to USE first.";
+
+/* --continue-on-error: errors go to stdout with the outputs and do not fail the run */
+static int g_errors_to_stdout;
 
 static const char *HELP =
     "Statements end with ';'. Examples:\n"
@@ -29,7 +39,10 @@ static const char *HELP =
     "  INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Paris\");\n"
     "  DELETE FROM EDGES WHERE entity = \"Atlantis\";   UPDATE EDGES SET target = \"x\" WHERE ...;\n"
     "  BEGIN PATCH \"p.vlp\"; ... SAVE PATCH;   APPLY PATCH \"p.vlp\";   REMOVE PATCH \"p.vlp\";\n"
-    "  SHOW PATCHES;   COMPILE CURRENT INTO VINDEX \"out.vindex\";\n"
+    "  SHOW PATCHES;   COMPILE CURRENT INTO VINDEX \"out.vindex\" [ON CONFLICT FAIL];\n"
+    "  TRACE \"The capital of France is\" [FOR \"Paris\"] [DECOMPOSE];   DIFF \"a.vindex\" CURRENT;\n"
+    "  MERGE \"p.vlp\" ON CONFLICT KEEP_TARGET;   COMPACT MINOR;   SHOW COMPACT STATUS;   REBALANCE;\n"
+    "  EXTRACT MODEL \"m.gguf\" INTO \"m.vindex\" WITH INFERENCE;   USE MODEL \"m.gguf\";\n"
     "Shell: help, exit (or quit, \\q, Ctrl-D).\n";
 
 /* Runs one statement; returns 1 if it failed. */
@@ -44,10 +57,11 @@ static int run_one(lq_lql *q, const char *text, size_t len, int line, int col)
     }
     fflush(stdout);
     if (rc) {
-        fprintf(stderr, "Error: %s\n", err.msg);
-        fflush(stderr);
+        FILE *f = g_errors_to_stdout ? stdout : stderr;
+        fprintf(f, "Error: %s\n", err.msg);
+        fflush(f);
     }
-    return rc != 0;
+    return rc != 0 && !g_errors_to_stdout;
 }
 
 /* Every statement of text; returns how many failed. */
@@ -226,22 +240,48 @@ static int shell(lq_lql *q)
     return failed && !tty ? 1 : 0;
 }
 
-int lq_cli_lql(int argc, char **argv)
+/* A positional names a vindex when it is a directory; anything else is statements. */
+static int is_dir(const char *p)
 {
-    const char *C = "lql", *pos[1] = {0}, *cmd = NULL, *file = NULL;
-    int threads = 0, np = 0;
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int lql_main(int argc, char **argv, int repl)
+{
+    const char *C = repl ? "repl" : "lql", *pos[2] = {0}, *cmd = NULL, *file = NULL, *dir = NULL;
+    int threads = 0, np = 0, cont = 0;
     const lq_opt opts[] = {LQ_STR("-c", &cmd), LQ_STR("-f", &file), LQ_INT("--threads", &threads, 1, 256),
-                           LQ_OPT_END};
-    int r = lq_cli_parse(C, USAGE, argc, argv, 1, opts, NULL, pos, 1, &np);
+                           LQ_FLAG("--continue-on-error", &cont), LQ_OPT_END};
+    const lq_opt ropts[] = {LQ_INT("--threads", &threads, 1, 256), LQ_OPT_END};
+    const char *U = repl ? REPL_USAGE : USAGE;
+    int r = lq_cli_parse(C, U, argc, argv, 1, repl ? ropts : opts, NULL, pos, repl ? 1 : 2, &np);
     if (r)
         return r == LQ_CLI_HELP ? 0 : r;
+    if (np == 2) {
+        dir = pos[0];
+        if (cmd || file)
+            return lq_cli_usage(C, U, "statements are given twice (positional and -c/-f)");
+        cmd = pos[1];
+    } else if (np == 1) {
+        if (repl || is_dir(pos[0]) || cmd || file)
+            dir = pos[0];
+        else if (!strpbrk(pos[0], "; \t\n\"'")) /* one word: a mistyped vindex, not LQL */
+            return lq_cli_error(C, "%s: no such vindex directory (statements end with ';')", pos[0]);
+        else
+            cmd = pos[0];
+    }
     if (cmd && file)
-        return lq_cli_usage(C, USAGE, "-c and -f are exclusive");
+        return lq_cli_usage(C, U, "-c and -f are exclusive");
+    g_errors_to_stdout = cont;
     char *text = NULL;
     size_t len = 0;
     if (file && lq_read_file(file, &text, &len))
         return lq_cli_error(C, "cannot read '%s'", file);
-    lq_lql_opts o = {.n_threads = threads};
+    const char *author = getenv("USER"); /* the patches' author */
+    if (!author || !*author)
+        author = getenv("LOGNAME");
+    lq_lql_opts o = {.n_threads = threads, .author = author};
     lq_lql *q = NULL;
     lq_err err = {0};
     if (lq_lql_create(&o, &q, &err)) {
@@ -249,7 +289,7 @@ int lq_cli_lql(int argc, char **argv)
         return lq_cli_error(C, "%s", err.msg);
     }
     int batch = cmd || file, rc = 0;
-    if (np && use_dir(q, pos[0], !batch)) {
+    if (dir && use_dir(q, dir, !batch)) {
         rc = 1;
     } else if (cmd) {
         rc = run_script(q, cmd, strlen(cmd)) ? 1 : 0;
@@ -262,3 +302,7 @@ int lq_cli_lql(int argc, char **argv)
     lq_lql_free(q);
     return rc;
 }
+
+int lq_cli_lql(int argc, char **argv) { return lql_main(argc, argv, 0); }
+
+int lq_cli_repl(int argc, char **argv) { return lql_main(argc, argv, 1); }

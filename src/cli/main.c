@@ -26,11 +26,13 @@ static const struct {
     {"relations", lq_cli_relations, "DIR                        relation labels and counts"},
     {"nearest", lq_cli_nearest, "DIR ENTITY --layer L       nearest gate features of an entity"},
     {"similar", lq_cli_similar, "DIR A B                     similarity of two entities"},
+    {"verify", lq_cli_verify, "DIR                        check a vindex's files against index.json's sha256"},
     {"stats", lq_cli_stats, "DIR                        vindex statistics"},
     {"show", lq_cli_show, "DIR layers|features         vindex layout"},
     {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
     {"eval-edits", lq_cli_eval_edits, "DIR --suite FILE [--together N] how well edits are read back"},
-    {"lql", lq_cli_lql, "[DIR] [-c STMTS | -f FILE]   LQL: interactive shell or a batch of statements"},
+    {"lql", lq_cli_lql, "[DIR] ['STMTS' | -c STMTS | -f FILE] LQL: a batch of statements or the shell"},
+    {"repl", lq_cli_repl, "[DIR]                     the LQL shell"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
 };
 

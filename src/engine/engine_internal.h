@@ -22,6 +22,8 @@ typedef struct lq_scratch {
     float *g;        /* [B, n_ff]   gate, then the FFN activation */
     float *u;        /* [B, n_ff]   up */
     float *tmp;      /* [B, n_embd] projection output added to the residual */
+    float *capture_attn; /* NULL, or [n_layer, n_embd]: with a residual capture, the last row's
+                            residual after each attention add as well (TRACE's deltas) */
     float *xdq;      /* [B, max_in] int8-dequantised activations for non-I2_S BitLinear */
     int8_t *xq;      /* [B, max_in] int8 activations */
     float *xinv;     /* [B] 1/scale of each row's int8 activations */

@@ -532,6 +532,8 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
         }
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += sc->tmp[i];
+        if (capture && sc->capture_attn)
+            memcpy(sc->capture_attn + (size_t)l * D, x + (size_t)(T - 1) * D, (size_t)D * sizeof(float));
 
         /* feed-forward */
         for (int t = 0; t < T; t++)

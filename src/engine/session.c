@@ -174,6 +174,19 @@ int lq_session_eval_capture(lq_session *s, const int32_t *ids, size_t n, float *
     return eval(s, ids, n, logits, NULL, resid, err);
 }
 
+int lq_session_eval_trace(lq_session *s, const int32_t *ids, size_t n, float *logits, float *resid_attn,
+                          float *resid, lq_err *err)
+{
+    if (!resid || !resid_attn)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval_trace: no residual buffers");
+    if (!s)
+        return lq_err_set(err, LQ_EINVAL, "lq_session_eval: session is NULL");
+    s->sc.capture_attn = resid_attn;
+    int rc = eval(s, ids, n, logits, NULL, resid, err);
+    s->sc.capture_attn = NULL;
+    return rc;
+}
+
 int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err)
 {
     return lq_session_eval(s, &id, 1, logits, NULL, err);

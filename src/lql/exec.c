@@ -116,11 +116,17 @@ int lq_lql_create(const lq_lql_opts *opts, lq_lql **out, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     if (opts)
         q->opts = *opts;
+    q->opts.author = NULL;
+    if (opts && opts->author && !(q->author = strdup(opts->author))) {
+        free(q);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    q->opts.author = q->author; /* the session's own copy */
     *out = q;
     return 0;
 }
 
-static void close_backend(lq_lql *q)
+void lq_lql_close_backend(lq_lql *q)
 {
     lq_overlay_free(q->o);
     q->o = NULL;
@@ -134,13 +140,19 @@ static void close_backend(lq_lql *q)
     q->patch_name = NULL;
     q->recording = 0;
     q->patch_mark = 0;
+    if (q->model_tmp) /* USE MODEL's vindex lives as long as it is in use */
+        lq_vindex_remove_dir(q->model_tmp);
+    free(q->model_tmp);
+    q->model_tmp = NULL;
 }
 
 void lq_lql_free(lq_lql *q)
 {
     if (!q)
         return;
-    close_backend(q);
+    lq_lql_close_backend(q);
+    free(q->remote);
+    free(q->author);
     free(q);
 }
 
@@ -203,7 +215,7 @@ static int check_layer(const lq_lql *q, int layer, lq_err *err)
 
 /* ---- USE / STATS ---- */
 
-static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
+int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
 {
     lq_vindex *v = NULL;
     lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
@@ -216,7 +228,9 @@ static int exec_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
         lq_vindex_close(v);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    close_backend(q);
+    lq_lql_close_backend(q);
+    free(q->remote); /* a local vindex ends a remote session */
+    q->remote = NULL;
     q->v = v;
     q->path = p;
     if ((rc = lq_lql_edit_open(q, err)))
@@ -401,8 +415,10 @@ static int exec_describe(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *er
         p.band = "all";
         p.per_layer = 1;
     }
-    if (!*s->str)
-        return lq_err_set(err, LQ_EINVAL, "empty entity");
+    if (!*s->str) { /* LARQL: an entity that encodes to nothing is not found */
+        lq_sb_puts(out, "\n  (not found)\n");
+        return 0;
+    }
     lq_describe_result r;
     int rc = lq_vindex_describe(lq_lql_view(q), &p, &r, err);
     if (rc)
@@ -634,8 +650,8 @@ static void prediction_rows(lq_sb *out, const lq_infer_result *r, const lq_predi
     }
 }
 
-static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_infer_result *r,
-                     lq_err *err)
+static int run_infer(lq_lql *q, const char *prompt, int top, int compare, const lq_lql_stmt *route,
+                     lq_infer_result *r, lq_err *err)
 {
     if (lq_lql_need_model(q, err))
         return err->code ? err->code : LQ_EINVAL;
@@ -647,6 +663,10 @@ static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_inf
     p.top = top;
     p.mode = compare ? "compare" : "walk";
     p.knn = session_knn(q);
+    if (route && route->route) { /* ROUTE VERIFY [FALLBACK] [TOPK n]; EXIT changes no answer */
+        p.route = route->route_fallback ? LQ_ROUTE_FALLBACK : LQ_ROUTE_VERIFY;
+        p.route_topk = route->route_topk;
+    }
     lq_knn_store *empty = NULL;
     if (!p.knn) { /* NULL would mean the model's own store; the session's is authoritative */
         int rc = lq_knn_store_create(vinfo(q)->hidden_size, &empty, err);
@@ -663,6 +683,11 @@ static int run_infer(lq_lql *q, const char *prompt, int top, int compare, lq_inf
     lq_edit_set_unref(p.edits);
     lq_knn_store_free(empty);
     return rc;
+}
+
+int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err)
+{
+    return run_infer(q, prompt, top, 0, NULL, r, err);
 }
 
 static void infer_output(lq_sb *out, const lq_infer_result *r)
@@ -686,7 +711,7 @@ static void infer_output(lq_sb *out, const lq_infer_result *r)
 static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, &r, err);
+    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, s, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);
@@ -700,7 +725,7 @@ static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 static int exec_explain_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, &r, err);
+    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, NULL, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);
@@ -769,13 +794,6 @@ const char *lq_lql_like_core(const char *s, char *buf, size_t cap)
         buf[--l] = 0;
     return buf;
 }
-
-/* Feature filters SELECT applies itself after the library's scan. */
-typedef struct post_filter {
-    int feature;            /* -1 any */
-    double max_conf;        /* NaN none; c_score must be <= (or < when strict) */
-    int max_strict;
-} post_filter;
 
 static int also_list(const lq_vindex *v, int layer, int feature, int from, int to, lq_sb *b)
 {
@@ -846,50 +864,44 @@ static int select_nearest(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
     return 0;
 }
 
+/* WHERE: = / LIKE on entity and relation, = on layer and > / >= on the score go to the
+ * library's scan; every other condition (ranges, !=, IN, feature, score equality) filters
+ * its rows here. A field edges do not have is ignored with a note, as LARQL ignores it. */
 static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_select_params p;
     lq_select_params_init(&p);
-    post_filter pf = {-1, NAN, 0};
     char ebuf[256], rbuf[256];
+    const lq_lql_cond **post = calloc(s->n_where + 1, sizeof *post);
+    if (!post)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    size_t n_post = 0;
+    int has_feature = 0;
+    lq_sb ignored = {0};
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
-        const char *f = c->field;
-        double x = 0;
-        if (c->op == LQ_LO_IN || c->op == LQ_LO_NEQ)
-            return lq_err_set(err, LQ_EINVAL, "WHERE %s: only =, LIKE and comparisons are supported in SELECT", f);
-        if (!strcmp(f, "entity") || !strcmp(f, "token") || !strcmp(f, "target")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
+        int k = lq_lql_field_kind(c->field), str = c->v.kind == LQ_LV_STRING;
+        int eq = c->op == LQ_LO_EQ || c->op == LQ_LO_LIKE;
+        if (k < 0) {
+            lq_sb_printf(&ignored, "%s'%s'", ignored.n ? ", " : "", c->field);
+        } else if (k == LQ_LQL_FSTR_TOKEN && eq && str && !p.entity) {
             p.entity = lq_lql_like_core(c->v.s, ebuf, sizeof ebuf);
-        } else if (!strcmp(f, "relation")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE relation needs = or LIKE with a string");
+        } else if (k == LQ_LQL_FSTR_RELATION && eq && str && !p.relation) {
             p.relation = lq_lql_like_core(c->v.s, rbuf, sizeof rbuf);
-        } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
-            if (cond_num(c, &x, err))
-                return LQ_EINVAL;
-            if (c->op != LQ_LO_EQ || x < 0 || x > 1e9)
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = with a non-negative integer", f);
-            if (f[0] == 'l') {
-                if (check_layer(q, (int)x, err))
-                    return LQ_ERANGE;
-                p.layer = (int)x;
-            } else {
-                pf.feature = (int)x;
+        } else if (k == LQ_LQL_FNUM_LAYER && c->op == LQ_LO_EQ && c->v.kind == LQ_LV_INT && p.layer < 0 &&
+                   c->v.num >= 0) {
+            if (check_layer(q, (int)c->v.num, err)) {
+                free(post);
+                lq_sb_free(&ignored);
+                return LQ_ERANGE;
             }
-        } else if (!strcmp(f, "confidence") || !strcmp(f, "c_score") || !strcmp(f, "score")) {
-            if (cond_num(c, &x, err))
-                return LQ_EINVAL;
-            if (c->op == LQ_LO_GT || c->op == LQ_LO_GTE)
-                p.min_confidence = c->op == LQ_LO_GT ? nextafter(x, INFINITY) : x;
-            else if (c->op == LQ_LO_LT || c->op == LQ_LO_LTE)
-                pf.max_conf = x, pf.max_strict = c->op == LQ_LO_LT;
-            else
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs a comparison (> >= < <=)", f);
+            p.layer = (int)c->v.num;
+        } else if (k == LQ_LQL_FNUM_SCORE && !str && (c->op == LQ_LO_GT || c->op == LQ_LO_GTE) &&
+                   isnan(p.min_confidence)) {
+            p.min_confidence = c->op == LQ_LO_GT ? nextafter(c->v.num, INFINITY) : c->v.num;
         } else {
-            return lq_err_set(err, LQ_EINVAL,
-                              "unknown field '%s' in WHERE (entity, relation, layer, feature, confidence)", f);
+            has_feature |= k == LQ_LQL_FNUM_FEATURE && c->op == LQ_LO_EQ;
+            post[n_post++] = c;
         }
     }
     if (s->order_by) {
@@ -898,29 +910,33 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
             p.order_by = "confidence";
         else if (!strcmp(o, "layer"))
             p.order_by = "layer";
-        else
+        else {
+            free(post);
+            lq_sb_free(&ignored);
             return lq_err_set(err, LQ_EINVAL, "ORDER BY %s: expected confidence, c_score or layer", o);
+        }
         p.order = s->order_desc ? "desc" : "asc";
     }
     /* LARQL: LIMIT default 20, or num_layers with a feature filter */
-    int limit = s->limit >= 0 ? s->limit : pf.feature >= 0 ? vinfo(q)->num_layers : 20;
-    int post = pf.feature >= 0 || !isnan(pf.max_conf);
-    p.limit = post ? (int)(vinfo(q)->total_features < (uint64_t)(1 << 24) ? vinfo(q)->total_features : 1 << 24)
-                   : limit;
+    int limit = s->limit >= 0 ? s->limit : has_feature ? vinfo(q)->num_layers : 20;
+    p.limit = n_post ? (int)(vinfo(q)->total_features < (uint64_t)(1 << 24) ? vinfo(q)->total_features : 1 << 24)
+                     : limit;
     lq_select_result r;
     int rc = lq_vindex_select(lq_lql_view(q), &p, &r, err);
-    if (rc)
+    if (rc) {
+        free(post);
+        lq_sb_free(&ignored);
         return rc;
+    }
     const lq_vindex *v = lq_lql_view(q);
     edge_header(out);
-    size_t shown = 0, matched = post ? 0 : r.total;
+    size_t shown = 0, matched = n_post ? 0 : r.total;
     for (size_t i = 0; i < r.n_edges; i++) {
         const lq_select_edge *e = &r.edges[i];
-        if (pf.feature >= 0 && e->feature != pf.feature)
+        lq_lql_row row = {e->target, e->relation, e->layer, e->feature, (double)e->c_score};
+        if (n_post && !lq_lql_rows_match(post, n_post, &row))
             continue;
-        if (!isnan(pf.max_conf) && (pf.max_strict ? !(e->c_score < pf.max_conf) : !(e->c_score <= pf.max_conf)))
-            continue;
-        if (post)
+        if (n_post)
             matched++;
         if (shown >= (size_t)limit)
             continue;
@@ -931,7 +947,11 @@ static int select_edges(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err
         lq_sb_free(&also);
     }
     lq_sb_printf(out, "\n%zu rows (%zu matched)\n", shown, matched);
+    if (ignored.n)
+        lq_sb_printf(out, "(ignored: EDGES have no field %s)\n", ignored.s);
     lq_select_result_free(&r);
+    lq_sb_free(&ignored);
+    free(post);
     return 0;
 }
 
@@ -1041,18 +1061,54 @@ static int exec_show_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
     return 0;
 }
 
+/* WHERE of SELECT ... FROM FEATURES / ENTITIES: the conditions on fields rows have (into
+ * cs), the names of the others (ignored, as LARQL does) into ignored; a "layer = n" is checked
+ * against the model. */
+static int row_conds(lq_lql *q, const lq_lql_stmt *s, const lq_lql_cond **cs, size_t *n, lq_sb *ignored,
+                     lq_err *err)
+{
+    *n = 0;
+    for (size_t i = 0; i < s->n_where; i++) {
+        const lq_lql_cond *c = &s->where[i];
+        int k = lq_lql_field_kind(c->field);
+        if (k < 0) {
+            lq_sb_printf(ignored, "%s'%s'", ignored->n ? ", " : "", c->field);
+            continue;
+        }
+        if (k == LQ_LQL_FNUM_LAYER && c->op == LQ_LO_EQ && c->v.kind == LQ_LV_INT && c->v.num >= 0 &&
+            check_layer(q, (int)c->v.num, err))
+            return LQ_ERANGE;
+        cs[(*n)++] = c;
+    }
+    return 0;
+}
+
+/* the "layer = n" of a WHERE, or -1 */
+static int layer_eq(const lq_lql_stmt *s)
+{
+    for (size_t i = 0; i < s->n_where; i++)
+        if (lq_lql_field_kind(s->where[i].field) == LQ_LQL_FNUM_LAYER && s->where[i].op == LQ_LO_EQ &&
+            s->where[i].v.kind == LQ_LV_INT && s->where[i].v.num >= 0)
+            return (int)s->where[i].v.num;
+    return -1;
+}
+
 static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    feat_filter ff;
-    char buf[256];
-    int layer = -1;
-    if (parse_feat_where(s, &ff, &layer, buf, sizeof buf, err))
-        return LQ_EINVAL;
-    if (layer >= 0 && check_layer(q, layer, err))
+    const lq_lql_cond *cs[64];
+    size_t nc = 0;
+    lq_sb ignored = {0};
+    if (s->n_where > 64)
+        return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+    if (row_conds(q, s, cs, &nc, &ignored, err)) {
+        lq_sb_free(&ignored);
         return LQ_ERANGE;
+    }
     int *layers = NULL, nl = 0;
-    if (loaded_layers(q, &layers, &nl, err))
+    if (loaded_layers(q, &layers, &nl, err)) {
+        lq_sb_free(&ignored);
         return LQ_ENOMEM;
+    }
     const lq_vindex *v = lq_lql_view(q);
     int limit = s->limit >= 0 ? s->limit : 34, count = 0;
     lq_sb_printf(out, "%-6s ", "Layer");
@@ -1063,15 +1119,15 @@ static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *
     dashes(out, 79);
     for (int i = 0; i < nl && count < limit; i++) {
         int l = layers[i];
-        if (layer >= 0 && l != layer)
-            continue;
         const void *rows;
         int nf = 0;
         lq_vindex_gate_layer(v, l, &rows, &nf, NULL);
         for (int f = 0; f < nf && count < limit; f++) {
             lq_feature_meta m = {0};
-            if ((ff.feature >= 0 && f != ff.feature) || !lq_vindex_feature_meta(v, l, f, &m) ||
-                !feat_match(v, &m, &ff))
+            if (!lq_vindex_feature_meta(v, l, f, &m))
+                continue;
+            lq_lql_row row = {meta_text(v, &m), lq_vindex_probe_label(v, l, f), l, f, (double)m.c_score};
+            if (!lq_lql_rows_match(cs, nc, &row))
                 continue;
             feature_row(v, out, l, f, &m, 1);
             count++;
@@ -1079,6 +1135,9 @@ static int select_features(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *
     }
     free(layers);
     lq_sb_printf(out, "\n%d rows\n", count);
+    if (ignored.n)
+        lq_sb_printf(out, "(ignored: FEATURES have no field %s)\n", ignored.s);
+    lq_sb_free(&ignored);
     return 0;
 }
 
@@ -1111,7 +1170,9 @@ static int entity_like(const char *t)
     return 1;
 }
 
-static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err *err)
+/* cs: WHERE conditions every counted feature must meet (SELECT ... FROM ENTITIES) */
+static int exec_entities(lq_lql *q, int layer, int limit_in, const lq_lql_cond *const *cs, size_t nc, lq_sb *out,
+                         lq_err *err)
 {
     if (layer >= 0 && check_layer(q, layer, err))
         return LQ_ERANGE;
@@ -1132,7 +1193,9 @@ static int exec_entities(lq_lql *q, int layer, int limit_in, lq_sb *out, lq_err 
             lq_feature_meta m = {0};
             if (!lq_vindex_feature_meta(v, l, f, &m) || m.top_token_id < 0 || m.top_token_id >= V)
                 continue;
-            if (!entity_like(lq_vindex_token_text(v, m.top_token_id)))
+            const char *tt = lq_vindex_token_text(v, m.top_token_id);
+            lq_lql_row row = {tt, lq_vindex_probe_label(v, l, f), l, f, (double)m.c_score};
+            if (!entity_like(tt) || (nc && !lq_lql_rows_match(cs, nc, &row)))
                 continue;
             ent *x = &e[m.top_token_id];
             x->id = m.top_token_id;
@@ -1171,14 +1234,19 @@ static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     }
     if (s->from == LQ_LF_FEATURES)
         return select_features(q, s, out, err);
-    if (s->from == LQ_LF_ENTITIES) {
-        int layer = -1;
-        for (size_t i = 0; i < s->n_where; i++) {
-            if (strcmp(s->where[i].field, "layer") || s->where[i].v.kind == LQ_LV_STRING)
-                return lq_err_set(err, LQ_EINVAL, "SELECT ... FROM ENTITIES supports WHERE layer = n only");
-            layer = (int)s->where[i].v.num;
-        }
-        return exec_entities(q, layer, s->limit, out, err);
+    if (s->from == LQ_LF_ENTITIES) { /* LARQL: entity / token and layer filters */
+        const lq_lql_cond *cs[64];
+        size_t nc = 0;
+        lq_sb ignored = {0};
+        if (s->n_where > 64)
+            return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+        int rc = row_conds(q, s, cs, &nc, &ignored, err);
+        if (!rc)
+            rc = exec_entities(q, layer_eq(s), s->limit, cs, nc, out, err);
+        if (!rc && ignored.n)
+            lq_sb_printf(out, "(ignored: ENTITIES have no field %s)\n", ignored.s);
+        lq_sb_free(&ignored);
+        return rc;
     }
     return select_edges(q, s, out, err);
 }
@@ -1187,11 +1255,9 @@ static int exec_select(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 
 static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
-    if (s->layer >= 0)
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "SHOW RELATIONS AT LAYER is not supported: relations are aggregated over the knowledge band");
     char *js = NULL;
-    int rc = lq_vindex_relations_json(lq_lql_view(q), &js, err);
+    int rc = s->layer >= 0 ? lq_vindex_relations_layer_json(lq_lql_view(q), s->layer, &js, err)
+                           : lq_vindex_relations_json(lq_lql_view(q), &js, err);
     if (rc)
         return rc;
     json_t *j = json_loads(js, 0, NULL);
@@ -1217,7 +1283,10 @@ static int exec_show_relations(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_e
         const lq_vindex_info *vi = vinfo(q);
         if (np)
             lq_sb_puts(out, "\n");
-        lq_sb_printf(out, "Top output tokens (L%d-%d):\n", vi->bands[1].start, vi->bands[1].end);
+        if (s->layer >= 0)
+            lq_sb_printf(out, "Top output tokens (L%d):\n", s->layer);
+        else
+            lq_sb_printf(out, "Top output tokens (L%d-%d):\n", vi->bands[1].start, vi->bands[1].end);
         lq_sb_printf(out, "%-25s %8s %8s %10s\n", "Token", "Count", "Score", "Layers");
         dashes(out, 55);
         size_t lim = s->dmode == LQ_LD_VERBOSE ? 50 : 30;
@@ -1323,12 +1392,20 @@ static int exec_show_models(lq_lql *q, lq_sb *out)
 
 static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
+    /* a remote session sends its statements to the server, but for the ones that switch
+       away from it or name local files */
+    if (s->kind == LQ_LS_USE_REMOTE ||
+        (q->remote && s->kind != LQ_LS_USE && s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_EXTRACT &&
+         s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str)))
+        return lq_lql_exec_remote(q, s, out, err);
     /* everything but USE, STATS "path" and SHOW MODELS acts on the USE'd vindex */
     if (s->kind != LQ_LS_USE && s->kind != LQ_LS_SHOW_MODELS && !(s->kind == LQ_LS_STATS && s->str) &&
-        lq_lql_need_vindex(q, err))
+        s->kind != LQ_LS_USE_MODEL && s->kind != LQ_LS_EXTRACT &&
+        !(s->kind == LQ_LS_DIFF && !s->current_a && !s->current_b) &&
+        !(s->kind == LQ_LS_COMPILE && !s->compile_current) && lq_lql_need_vindex(q, err))
         return LQ_EINVAL;
     switch (s->kind) {
-    case LQ_LS_USE: return exec_use(q, s->str, out, err);
+    case LQ_LS_USE: return lq_lql_use(q, s->str, out, err);
     case LQ_LS_STATS: return exec_stats(q, s, out, err);
     case LQ_LS_DESCRIBE: return exec_describe(q, s, out, err);
     case LQ_LS_WALK: return exec_walk(q, s, 0, out, err);
@@ -1339,8 +1416,17 @@ static int exec_stmt(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_SHOW_RELATIONS: return exec_show_relations(q, s, out, err);
     case LQ_LS_SHOW_LAYERS: return exec_show_layers(q, s, out, err);
     case LQ_LS_SHOW_FEATURES: return exec_show_features(q, s, out, err);
-    case LQ_LS_SHOW_ENTITIES: return exec_entities(q, s->layer, s->limit, out, err);
+    case LQ_LS_SHOW_ENTITIES: return exec_entities(q, s->layer, s->limit, NULL, 0, out, err);
     case LQ_LS_SHOW_MODELS: return exec_show_models(q, out);
+    case LQ_LS_TRACE:
+    case LQ_LS_EXTRACT:
+    case LQ_LS_USE_MODEL:
+    case LQ_LS_DIFF:
+    case LQ_LS_MERGE:
+    case LQ_LS_COMPACT:
+    case LQ_LS_SHOW_COMPACT_STATUS:
+    case LQ_LS_REBALANCE:
+    case LQ_LS_COMPILE: return lq_lql_exec_life(q, s, out, err);
     default: return lq_lql_exec_edit(q, s, out, err);
     }
 }

@@ -116,31 +116,55 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     return 0;
 }
 
-/* ebuf, rbuf: 256 bytes each, hold the entity / relation patterns */
-static int where_of(const lq_lql_stmt *s, lq_edit_where *w, char *ebuf, char *rbuf, lq_err *err)
+/* The conditions the library's fields cannot say, tested per feature. */
+typedef struct where_ctx {
+    const lq_lql_cond **c;
+    size_t n;
+} where_ctx;
+
+static int where_cb(void *ctx, int layer, int feature, const char *token, const char *relation)
+{
+    const where_ctx *w = ctx;
+    lq_lql_row r = {token, relation, layer, feature, NAN};
+    for (size_t i = 0; i < w->n; i++) /* a KNN entry (feature -1) has no feature to compare */
+        if (!(feature < 0 && lq_lql_field_kind(w->c[i]->field) == LQ_LQL_FNUM_FEATURE) &&
+            !lq_lql_row_match(w->c[i], &r))
+            return 0;
+    return 1;
+}
+
+/* ebuf, rbuf: 256 bytes each, hold the entity / relation patterns; wc->c: s->n_where slots.
+ * = / LIKE on entity and relation and = on layer and feature are the library's fields; the
+ * other operators (ranges, !=, IN) go to the per-feature test. Unknown fields are an error
+ * here (LARQL ignores them, which would widen a DELETE). */
+static int where_of(const lq_lql_stmt *s, lq_edit_where *w, where_ctx *wc, char *ebuf, char *rbuf, lq_err *err)
 {
     lq_edit_where_init(w);
     for (size_t i = 0; i < s->n_where; i++) {
         const lq_lql_cond *c = &s->where[i];
         const char *f = c->field;
-        if (!strcmp(f, "entity") || !strcmp(f, "relation")) {
-            if (c->v.kind != LQ_LV_STRING || (c->op != LQ_LO_EQ && c->op != LQ_LO_LIKE))
-                return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = or LIKE with a string", f);
+        int k = lq_lql_field_kind(f), eq = c->op == LQ_LO_EQ || c->op == LQ_LO_LIKE;
+        if (k < 0 || k == LQ_LQL_FNUM_SCORE)
+            return lq_err_set(err, LQ_EINVAL, "unknown field '%s' in WHERE (entity, relation, layer, feature)", f);
+        if (k == LQ_LQL_FSTR_TOKEN && eq && c->v.kind == LQ_LV_STRING && !w->entity) {
             /* LIKE "%x%" and = both match substrings here (LARQL's = is a two-way substring) */
-            if (f[0] == 'e')
-                w->entity = lq_lql_like_core(c->v.s, ebuf, 256);
-            else
-                w->relation = lq_lql_like_core(c->v.s, rbuf, 256);
-        } else if (!strcmp(f, "layer") || !strcmp(f, "feature")) {
-            if (c->v.kind != LQ_LV_INT || c->op != LQ_LO_EQ || c->v.num < 0 || c->v.num > 1e9)
+            w->entity = lq_lql_like_core(c->v.s, ebuf, 256);
+        } else if (k == LQ_LQL_FSTR_RELATION && eq && c->v.kind == LQ_LV_STRING && !w->relation) {
+            w->relation = lq_lql_like_core(c->v.s, rbuf, 256);
+        } else if ((k == LQ_LQL_FNUM_LAYER || k == LQ_LQL_FNUM_FEATURE) && c->op == LQ_LO_EQ) {
+            if (c->v.kind != LQ_LV_INT || c->v.num < 0 || c->v.num > 1e9)
                 return lq_err_set(err, LQ_EINVAL, "WHERE %s needs = with a non-negative integer", f);
-            if (f[0] == 'l')
+            if (k == LQ_LQL_FNUM_LAYER)
                 w->layer = (int)c->v.num;
             else
                 w->feature = (int)c->v.num;
         } else {
-            return lq_err_set(err, LQ_EINVAL, "unknown field '%s' in WHERE (entity, relation, layer, feature)", f);
+            wc->c[wc->n++] = c;
         }
+    }
+    if (wc->n) {
+        w->match = where_cb;
+        w->match_ctx = wc;
     }
     return 0;
 }
@@ -149,7 +173,11 @@ static int exec_delete_update(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
 {
     lq_edit_where w;
     char ebuf[256], rbuf[256];
-    if (where_of(s, &w, ebuf, rbuf, err))
+    const lq_lql_cond *cs[64];
+    where_ctx wc = {cs, 0};
+    if (s->n_where > 64)
+        return lq_err_set(err, LQ_EINVAL, "too many WHERE conditions (at most 64)");
+    if (where_of(s, &w, &wc, ebuf, rbuf, err))
         return LQ_EINVAL;
     const char *target = NULL;
     float conf = NAN;
@@ -206,16 +234,25 @@ static int exec_begin(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     return 0;
 }
 
-static int exec_save(lq_lql *q, lq_sb *out, lq_err *err)
+static int exec_save(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     if (!q->recording)
         return lq_err_set(err, LQ_EINVAL, "no patch is being recorded (BEGIN PATCH \"file.vlp\" first)");
+    if (s->str) { /* SAVE PATCH "file": names (or renames) the recording */
+        char *nm = strdup(s->str);
+        if (!nm)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        free(q->patch_name);
+        q->patch_name = nm;
+    }
     if (!q->patch_name)
         return lq_err_set(err, LQ_EINVAL, "the auto-patch has no file: name it with BEGIN PATCH \"file.vlp\", "
-                                          "then SAVE PATCH");
+                                          "then SAVE PATCH (or SAVE PATCH \"file.vlp\")");
     const lq_vindex_info *vi = lq_vindex_get_info(q->v);
     lq_patch *p = NULL;
     int rc = copy_ops(lq_overlay_edits(q->o), q->patch_mark, q->patch_name, vi->model, vi->hidden_size, &p, err);
+    if (!rc) /* created now, for this vindex (checked when applied), by the session's author */
+        rc = lq_patch_set_info(p, NULL, lq_vindex_base_checksum(q->v), q->opts.author, err);
     if (!rc)
         rc = lq_patch_write(p, q->patch_name, err);
     if (!rc) {
@@ -239,6 +276,8 @@ static int exec_apply(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
     /* listed under the path it was applied from, so REMOVE PATCH "path" finds it */
     if (!rc)
         rc = copy_ops(f, 0, path, lq_patch_base_model(f), vi->hidden_size, &p, err);
+    if (!rc) /* the header too: the overlay checks base_checksum against this vindex */
+        rc = lq_patch_set_info(p, lq_patch_created_at(f), lq_patch_base_checksum(f), lq_patch_author(f), err);
     if (!rc)
         rc = lq_overlay_apply(q->o, p, err);
     if (!rc)
@@ -275,7 +314,7 @@ int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     case LQ_LS_DELETE:
     case LQ_LS_UPDATE: return exec_delete_update(q, s, out, err);
     case LQ_LS_BEGIN_PATCH: return exec_begin(q, s, out, err);
-    case LQ_LS_SAVE_PATCH: return exec_save(q, out, err);
+    case LQ_LS_SAVE_PATCH: return exec_save(q, s, out, err);
     case LQ_LS_APPLY_PATCH: return exec_apply(q, s->str, out, err);
     case LQ_LS_REMOVE_PATCH: {
         int rc = lq_overlay_remove(q->o, s->str, err);
@@ -284,18 +323,6 @@ int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
         return rc;
     }
     case LQ_LS_SHOW_PATCHES: return exec_show_patches(q, out);
-    case LQ_LS_COMPILE: {
-        if (!s->compile_current && (!s->str_src || strcmp(s->str_src, q->path)))
-            return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE \"path\" compiles the vindex in use only: "
-                                                    "COMPILE CURRENT INTO VINDEX \"dir\"");
-        int rc = lq_overlay_compile(q->o, s->str, err);
-        if (!rc) {
-            const lq_knn_store *ks = lq_overlay_knn(q->o);
-            lq_sb_printf(out, "Compiled: %s (%zu patched features, %zu KNN entries)\n", s->str,
-                         lq_overlay_n_features(q->o), ks ? lq_knn_store_count(ks) : 0);
-        }
-        return rc;
-    }
     default: return lq_err_set(err, LQ_EINVAL, "statement kind %d cannot be executed", s->kind);
     }
 }

@@ -18,7 +18,23 @@ struct lq_lql {
     int recording;
     char *patch_name;        /* BEGIN PATCH file, NULL = anonymous */
     size_t patch_mark;
+    char *model_tmp;         /* USE MODEL: the temporary vindex built from the model file */
+    unsigned epoch;          /* COMPACTs run on this session */
+    char *author;            /* opts.author, owned */
+    char *remote;            /* USE REMOTE: the server's URL; statements go there */
 };
+
+/* USE "dir" (exec.c): opens it, replacing the session's vindex. */
+int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err);
+/* USE REMOTE and the statements a remote session sends to the server (remote.c). */
+int lq_lql_exec_remote(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
+/* INFER's walk-mode inference with the session's edits (exec.c). */
+int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err);
+/* Closes the session's vindex, model and overlay (exec.c). */
+void lq_lql_close_backend(lq_lql *q);
+/* Lifecycle statements (exec_life.c): TRACE, EXTRACT, USE MODEL / REMOTE, DIFF, MERGE,
+ * COMPACT, SHOW COMPACT STATUS, REBALANCE, COMPILE. */
+int lq_lql_exec_life(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
 
 /* The vindex every read statement runs on: the patched view. */
 const lq_vindex *lq_lql_view(const lq_lql *q);
@@ -37,6 +53,20 @@ void lq_lql_quoted(lq_sb *b, const char *s);
 const char *lq_lql_like_core(const char *s, char *buf, size_t cap);
 /* LARQL's format_number: 1234 -> "1.2K", 3480000 -> "3.48M". */
 void lq_lql_fmt_count(char *buf, size_t cap, uint64_t n);
+
+/* ---- WHERE on rows (exec_where.c) ---- */
+enum { LQ_LQL_FSTR_TOKEN = 0, LQ_LQL_FSTR_RELATION, LQ_LQL_FNUM_LAYER, LQ_LQL_FNUM_FEATURE, LQ_LQL_FNUM_SCORE };
+typedef struct lq_lql_row {
+    const char *token, *relation; /* NULL = none */
+    int layer, feature;
+    double score;                 /* NaN = unknown */
+} lq_lql_row;
+/* The field's kind (entity/token/target, relation, layer, feature, confidence/score), -1 if
+ * rows have no such field. */
+int lq_lql_field_kind(const char *field);
+/* 1 if the row satisfies c (any operator, IN lists; IN () matches nothing). */
+int lq_lql_row_match(const lq_lql_cond *c, const lq_lql_row *r);
+int lq_lql_rows_match(const lq_lql_cond *const *cs, size_t n, const lq_lql_row *r);
 
 /* ---- statements (exec_edit.c) ---- */
 int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);

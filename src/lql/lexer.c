@@ -31,7 +31,7 @@ static const char *const KEYWORDS[] = {
     "OUTPUT", "WEIGHTS", "INFERENCE", "BEGIN", "SAVE", "APPLY", "REMOVE", "PATCH", "PATCHES",
     "REMOTE", "TRACE", "DECOMPOSE", "POSITIONS", "BRIEF", "RAW", "ATTENTION", "ALPHA", "KNN",
     "COMPOSE", "REBALANCE", "FLOOR", "CEILING", "MAX", "UNTIL", "CONVERGED", "COMPACT",
-    "STATUS", "SUBJECT",
+    "STATUS", "SUBJECT", "ROUTE", "VERIFY", "FALLBACK", "TOPK", "EXIT",
 };
 
 int lq_lql_is_keyword(const char *word, size_t len)

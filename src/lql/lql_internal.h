@@ -78,7 +78,21 @@ typedef enum lq_lql_kind {
     LQ_LS_SHOW_ENTITIES,
     LQ_LS_SHOW_MODELS,
     LQ_LS_COMPILE,
+    LQ_LS_USE_MODEL,
+    LQ_LS_USE_REMOTE,
+    LQ_LS_EXTRACT,
+    LQ_LS_DIFF,
+    LQ_LS_MERGE,
+    LQ_LS_TRACE,
+    LQ_LS_COMPACT,
+    LQ_LS_SHOW_COMPACT_STATUS,
+    LQ_LS_REBALANCE,
 } lq_lql_kind;
+
+/* ON CONFLICT of COMPILE INTO VINDEX and MERGE */
+typedef enum lq_lql_conflict {
+    LQ_LC_NONE = 0, LQ_LC_LAST_WINS, LQ_LC_HIGHEST_CONFIDENCE, LQ_LC_FAIL, LQ_LC_KEEP_SOURCE, LQ_LC_KEEP_TARGET
+} lq_lql_conflict;
 
 typedef enum lq_lql_band { LQ_LB_NONE = -1, LQ_LB_SYNTAX = 0, LQ_LB_KNOWLEDGE, LQ_LB_OUTPUT, LQ_LB_ALL } lq_lql_band;
 typedef enum lq_lql_dmode { LQ_LD_BRIEF = 0, LQ_LD_VERBOSE, LQ_LD_RAW } lq_lql_dmode;
@@ -141,6 +155,29 @@ typedef struct lq_lql_stmt {
     /* COMPILE */
     int compile_current;      /* COMPILE CURRENT (else str_src) */
     char *str_src;
+    int compile_model;        /* INTO MODEL (else INTO VINDEX) */
+    int format;               /* FORMAT: 0 none, 1 SAFETENSORS, 2 GGUF */
+    int conflict;             /* lq_lql_conflict (COMPILE, MERGE) */
+    /* DIFF a b / MERGE src INTO dst / EXTRACT MODEL m INTO out / TRACE ... SAVE path:
+       str = a / src / m / prompt, str2 = b / dst / out / save path; current_a/b: CURRENT */
+    char *str2;
+    int current_a, current_b;
+    char *into_patch;         /* DIFF ... INTO PATCH "p" */
+    char *into_report;        /* DIFF ... INTO REPORT "r" (LARQL's docs) */
+    int extract_level;        /* EXTRACT WITH: 0 browse, 1 inference, 2 all */
+    unsigned components;      /* EXTRACT COMPONENTS: bit per component (accepted, all are built) */
+    int auto_extract;         /* USE MODEL ... AUTO_EXTRACT */
+    /* TRACE: target = FOR token */
+    int decompose, positions_all;
+    /* INFER ROUTE VERIFY [FALLBACK] [TOPK n] [EXIT] */
+    int route, route_fallback, route_topk, route_exit;
+    /* COMPACT MINOR | MAJOR [FULL] [WITH LAMBDA = x] */
+    int compact_major, compact_full;
+    double lambda;            /* NaN = not given */
+    /* REBALANCE [UNTIL CONVERGED] [MAX n] [FLOOR x] [CEILING x] */
+    int max_iters;
+    double floor_p, ceiling_p; /* NaN = not given */
+    int stream;               /* DESCRIBE ... STREAM (LARQL's docs; output is whole anyway) */
     /* stmt |> next */
     struct lq_lql_stmt *next;
 } lq_lql_stmt;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lql/lql_internal.h"
 
@@ -55,6 +56,17 @@ static int is_kw(parser *p, const char *kw)
 static int accept_kw(parser *p, const char *kw)
 {
     if (!is_kw(p, kw))
+        return 0;
+    next(p);
+    return 1;
+}
+
+/* A word that is not in LARQL's keyword list (STREAM, ENTITY, REPORT, MINOR, ...): an
+ * identifier in any case. */
+static int accept_word(parser *p, const char *word)
+{
+    const lq_ltok *k = peek(p);
+    if (k->kind != LQ_LT_IDENT || strcasecmp(k->text, word))
         return 0;
     next(p);
     return 1;
@@ -226,7 +238,7 @@ static int parse_where(parser *p, lq_lql_stmt *s)
         if (c->op == LQ_LO_IN) {
             if (expect(p, LQ_LT_LPAREN, "'(' after IN"))
                 return LQ_EINVAL;
-            for (;;) {
+            while (peek(p)->kind != LQ_LT_RPAREN) { /* IN () is an empty list: matches nothing */
                 lq_lql_value *nl = realloc(c->list, (c->n_list + 1) * sizeof *nl);
                 if (!nl)
                     return lq_err_set(p->err, LQ_ENOMEM, "out of memory");
@@ -237,6 +249,8 @@ static int parse_where(parser *p, lq_lql_stmt *s)
                 if (peek(p)->kind != LQ_LT_COMMA)
                     break;
                 next(p);
+                if (peek(p)->kind == LQ_LT_RPAREN)
+                    return fail(p, "expected a value after ','");
             }
             if (expect(p, LQ_LT_RPAREN, "')' closing the IN list"))
                 return LQ_EINVAL;
@@ -316,9 +330,14 @@ static int parse_describe(parser *p, lq_lql_stmt *s)
             if (expect_kw(p, "ONLY"))
                 return LQ_EINVAL;
             s->relations_only = 1;
+        } else if (accept_word(p, "STREAM")) { /* LARQL's docs: rows as they come; whole here */
+            s->stream = 1;
+        } else if (accept_kw(p, "LIMIT")) {
+            if (expect_uint(p, "LIMIT", &s->limit))
+                return LQ_EINVAL;
         } else {
             return unexpected(p, "DESCRIBE (expected ALL LAYERS, SYNTAX, KNOWLEDGE, OUTPUT, AT LAYER, "
-                                 "RELATIONS ONLY, VERBOSE, BRIEF or RAW)");
+                                 "RELATIONS ONLY, VERBOSE, BRIEF, RAW or LIMIT)");
         }
     }
     return 0;
@@ -342,6 +361,23 @@ static int parse_walk_infer(parser *p, lq_lql_stmt *s, int explain)
             }
         } else if (!explain && accept_kw(p, "COMPARE")) {
             s->compare = 1;
+        } else if (!walk && !explain && accept_kw(p, "ROUTE")) {
+            /* ROUTE VERIFY [FALLBACK] [TOPK n] [EXIT] */
+            if (expect_kw(p, "VERIFY"))
+                return LQ_EINVAL;
+            s->route = 1;
+            for (;;) {
+                if (accept_kw(p, "FALLBACK")) {
+                    s->route_fallback = 1;
+                } else if (accept_kw(p, "TOPK")) {
+                    if (expect_uint(p, "TOPK", &s->route_topk))
+                        return LQ_EINVAL;
+                } else if (accept_kw(p, "EXIT")) {
+                    s->route_exit = 1;
+                } else {
+                    break;
+                }
+            }
         } else if (walk && !explain && accept_kw(p, "MODE")) {
             if (accept_kw(p, "HYBRID"))
                 s->wmode = LQ_LW_HYBRID;
@@ -373,10 +409,20 @@ static int parse_walk_infer(parser *p, lq_lql_stmt *s, int explain)
 
 static int parse_select(parser *p, lq_lql_stmt *s)
 {
+    int star = 0;
     if (peek(p)->kind == LQ_LT_STAR) {
         next(p);
+        star = 1;
     } else {
         for (;;) {
+            if (peek(p)->kind == LQ_LT_STAR) { /* "entity, *": every column (LARQL) */
+                next(p);
+                star = 1;
+                if (peek(p)->kind != LQ_LT_COMMA)
+                    break;
+                next(p);
+                continue;
+            }
             char **nc = realloc(s->cols, (s->n_cols + 1) * sizeof *nc);
             if (!nc)
                 return lq_err_set(p->err, LQ_ENOMEM, "out of memory");
@@ -389,6 +435,11 @@ static int parse_select(parser *p, lq_lql_stmt *s)
                 break;
             next(p);
         }
+    }
+    if (star) { /* "*" anywhere in the list selects every column */
+        for (size_t i = 0; i < s->n_cols; i++)
+            free(s->cols[i]);
+        s->n_cols = 0;
     }
     if (expect_kw(p, "FROM"))
         return LQ_EINVAL;
@@ -589,8 +640,14 @@ static int parse_show(parser *p, lq_lql_stmt *s)
         s->kind = LQ_LS_SHOW_PATCHES;
         return 0;
     }
-    return fail(p, "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS or PATCHES after SHOW");
+    if (accept_kw(p, "COMPACT")) {
+        s->kind = LQ_LS_SHOW_COMPACT_STATUS;
+        return expect_kw(p, "STATUS");
+    }
+    return fail(p, "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS, PATCHES or COMPACT STATUS after SHOW");
 }
+
+static int expect_word(parser *p, const char *word);
 
 static int parse_compile(parser *p, lq_lql_stmt *s)
 {
@@ -604,8 +661,36 @@ static int parse_compile(parser *p, lq_lql_stmt *s)
     }
     if (expect_kw(p, "INTO"))
         return LQ_EINVAL;
-    if (is_kw(p, "MODEL"))
-        return fail(p, "COMPILE ... INTO MODEL is not supported (use INTO VINDEX)");
+    if (accept_kw(p, "MODEL"))
+        s->compile_model = 1;
+    else if (expect_word(p, "VINDEX"))
+        return fail(p, "expected MODEL or VINDEX after INTO");
+    if (expect_string(p, "the output path", &s->str))
+        return LQ_EINVAL;
+    if (accept_kw(p, "FORMAT")) {
+        if (!s->compile_model)
+            return fail(p, "FORMAT is only valid for COMPILE INTO MODEL");
+        if (accept_kw(p, "SAFETENSORS"))
+            s->format = 1;
+        else if (accept_kw(p, "GGUF"))
+            s->format = 2;
+        else
+            return fail(p, "expected SAFETENSORS or GGUF after FORMAT");
+    }
+    while (accept_kw(p, "ON")) {
+        if (expect_kw(p, "CONFLICT"))
+            return LQ_EINVAL;
+        if (s->compile_model)
+            return fail(p, "ON CONFLICT is only valid for COMPILE INTO VINDEX");
+        if (accept_kw(p, "LAST_WINS"))
+            s->conflict = LQ_LC_LAST_WINS;
+        else if (accept_kw(p, "HIGHEST_CONFIDENCE"))
+            s->conflict = LQ_LC_HIGHEST_CONFIDENCE;
+        else if (accept_kw(p, "FAIL"))
+            s->conflict = LQ_LC_FAIL;
+        else
+            return fail(p, "expected LAST_WINS, HIGHEST_CONFIDENCE or FAIL");
+    }
     return 0;
 }
 
@@ -620,6 +705,195 @@ static int expect_word(parser *p, const char *word)
     return fail(p, "expected %s", word);
 }
 
+/* CURRENT or a vindex path */
+static int parse_vref(parser *p, int *current, char **path)
+{
+    if (accept_kw(p, "CURRENT")) {
+        *current = 1;
+        return 0;
+    }
+    return expect_string(p, "a vindex path or CURRENT", path);
+}
+
+/* EXTRACT MODEL "m" INTO "out" [COMPONENTS c, ...] [LAYERS a-b] [WITH INFERENCE|ALL|WEIGHTS] */
+static int parse_extract(parser *p, lq_lql_stmt *s)
+{
+    static const char *const COMP[] = {"FFN_GATE", "FFN_DOWN", "FFN_UP", "EMBEDDINGS", "ATTN_OV", "ATTN_QK"};
+    s->kind = LQ_LS_EXTRACT;
+    if (expect_kw(p, "MODEL") || expect_string(p, "the model file", &s->str) || expect_kw(p, "INTO") ||
+        expect_string(p, "the output vindex", &s->str2))
+        return LQ_EINVAL;
+    while (!at_end(p)) {
+        if (accept_kw(p, "COMPONENTS")) {
+            for (;;) {
+                const lq_ltok *k = peek(p);
+                size_t c = 0, nc = sizeof COMP / sizeof COMP[0];
+                if (k->kind == LQ_LT_KEYWORD || k->kind == LQ_LT_IDENT)
+                    while (c < nc && strcasecmp(k->text, COMP[c]))
+                        c++;
+                if (c >= nc || (k->kind != LQ_LT_KEYWORD && k->kind != LQ_LT_IDENT))
+                    return fail(p, "expected a component (FFN_GATE, FFN_DOWN, FFN_UP, EMBEDDINGS, ATTN_OV, ATTN_QK)");
+                next(p);
+                s->components |= 1u << c;
+                if (peek(p)->kind != LQ_LT_COMMA)
+                    break;
+                next(p);
+            }
+        } else if (accept_kw(p, "LAYERS")) {
+            if (parse_range(p, s))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "WITH")) {
+            if (accept_kw(p, "INFERENCE") || accept_kw(p, "WEIGHTS"))
+                s->extract_level = 1;
+            else if (accept_kw(p, "ALL"))
+                s->extract_level = 2;
+            else
+                return fail(p, "expected INFERENCE, ALL or WEIGHTS after WITH");
+        } else {
+            return unexpected(p, "EXTRACT (expected COMPONENTS, LAYERS or WITH)");
+        }
+    }
+    return 0;
+}
+
+/* DIFF a b [LAYER n] [RELATION(S) "r"] [ENTITY "e"] [LIMIT n] [INTO PATCH "p" | INTO REPORT "r"] */
+static int parse_diff(parser *p, lq_lql_stmt *s)
+{
+    s->kind = LQ_LS_DIFF;
+    if (accept_kw(p, "WITH")) { /* LARQL's docs: stmt |> DIFF WITH "b" = DIFF CURRENT "b" */
+        s->current_a = 1;
+        if (parse_vref(p, &s->current_b, &s->str2))
+            return LQ_EINVAL;
+    } else if (parse_vref(p, &s->current_a, &s->str) || parse_vref(p, &s->current_b, &s->str2)) {
+        return LQ_EINVAL;
+    }
+    while (!at_end(p)) {
+        if (accept_kw(p, "LAYER")) {
+            if (expect_uint(p, "layer", &s->layer))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "RELATION") || accept_kw(p, "RELATIONS")) {
+            if (expect_string(p, "the relation", &s->relation))
+                return LQ_EINVAL;
+        } else if (accept_word(p, "ENTITY")) {
+            if (expect_string(p, "the entity", &s->entity))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "LIMIT")) {
+            if (expect_uint(p, "LIMIT", &s->limit))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "INTO")) {
+            if (accept_kw(p, "PATCH")) {
+                if (expect_string(p, "the patch file", &s->into_patch))
+                    return LQ_EINVAL;
+            } else if (accept_word(p, "REPORT")) {
+                if (expect_string(p, "the report file", &s->into_report))
+                    return LQ_EINVAL;
+            } else {
+                return fail(p, "expected PATCH or REPORT after INTO");
+            }
+        } else {
+            return unexpected(p, "DIFF (expected LAYER, RELATION, ENTITY, LIMIT or INTO PATCH)");
+        }
+    }
+    return 0;
+}
+
+/* MERGE "src" [INTO "dst"] [ON CONFLICT KEEP_SOURCE|KEEP_TARGET|HIGHEST_CONFIDENCE] */
+static int parse_merge(parser *p, lq_lql_stmt *s)
+{
+    s->kind = LQ_LS_MERGE;
+    if (expect_string(p, "the source vindex or patch", &s->str))
+        return LQ_EINVAL;
+    if (accept_kw(p, "INTO") && expect_string(p, "the target vindex", &s->str2))
+        return LQ_EINVAL;
+    if (accept_kw(p, "ON")) {
+        if (expect_kw(p, "CONFLICT"))
+            return LQ_EINVAL;
+        if (accept_kw(p, "KEEP_SOURCE"))
+            s->conflict = LQ_LC_KEEP_SOURCE;
+        else if (accept_kw(p, "KEEP_TARGET"))
+            s->conflict = LQ_LC_KEEP_TARGET;
+        else if (accept_kw(p, "HIGHEST_CONFIDENCE"))
+            s->conflict = LQ_LC_HIGHEST_CONFIDENCE;
+        else
+            return fail(p, "expected KEEP_SOURCE, KEEP_TARGET or HIGHEST_CONFIDENCE");
+    }
+    return 0;
+}
+
+/* TRACE "p" [FOR "tok"] [DECOMPOSE] [LAYERS a-b] [POSITIONS ALL|LAST] [SAVE "path"] */
+static int parse_trace(parser *p, lq_lql_stmt *s)
+{
+    s->kind = LQ_LS_TRACE;
+    if (expect_string(p, "the prompt", &s->str))
+        return LQ_EINVAL;
+    while (!at_end(p)) {
+        if (accept_kw(p, "FOR")) {
+            if (expect_string(p, "the token to follow", &s->target))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "DECOMPOSE")) {
+            s->decompose = 1;
+        } else if (accept_kw(p, "LAYERS")) {
+            if (parse_range(p, s))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "POSITIONS")) {
+            if (accept_kw(p, "ALL"))
+                s->positions_all = 1;
+            else
+                accept_word(p, "LAST");
+        } else if (accept_kw(p, "SAVE")) {
+            if (expect_string(p, "the trace file", &s->str2))
+                return LQ_EINVAL;
+        } else {
+            return unexpected(p, "TRACE (expected FOR, DECOMPOSE, LAYERS, POSITIONS or SAVE)");
+        }
+    }
+    return 0;
+}
+
+/* COMPACT MINOR | COMPACT MAJOR [FULL|ALL] [WITH LAMBDA = x] (MINOR and MAJOR are words) */
+static int parse_compact(parser *p, lq_lql_stmt *s)
+{
+    s->kind = LQ_LS_COMPACT;
+    if (accept_word(p, "MINOR"))
+        return 0;
+    if (!accept_word(p, "MAJOR"))
+        return fail(p, "expected MINOR or MAJOR after COMPACT");
+    s->compact_major = 1;
+    if (accept_kw(p, "ALL") || accept_word(p, "FULL"))
+        s->compact_full = 1;
+    if (accept_kw(p, "WITH")) {
+        if (!accept_word(p, "LAMBDA"))
+            return fail(p, "expected LAMBDA after WITH in COMPACT MAJOR");
+        if (expect(p, LQ_LT_EQ, "'=' after LAMBDA") || expect_number(p, "LAMBDA", &s->lambda))
+            return LQ_EINVAL;
+    }
+    return 0;
+}
+
+/* REBALANCE [UNTIL CONVERGED] [MAX n] [FLOOR [=] x] [CEILING [=] x] */
+static int parse_rebalance(parser *p, lq_lql_stmt *s)
+{
+    s->kind = LQ_LS_REBALANCE;
+    while (!at_end(p)) {
+        if (accept_kw(p, "UNTIL")) {
+            if (expect_kw(p, "CONVERGED"))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "MAX")) {
+            if (expect_uint(p, "MAX iterations", &s->max_iters))
+                return LQ_EINVAL;
+        } else if (accept_kw(p, "FLOOR") || is_kw(p, "CEILING")) {
+            int ceil_ = accept_kw(p, "CEILING");
+            if (peek(p)->kind == LQ_LT_EQ)
+                next(p);
+            if (expect_number(p, ceil_ ? "CEILING" : "FLOOR", ceil_ ? &s->ceiling_p : &s->floor_p))
+                return LQ_EINVAL;
+        } else {
+            return unexpected(p, "REBALANCE (expected UNTIL CONVERGED, MAX, FLOOR or CEILING)");
+        }
+    }
+    return 0;
+}
+
 static int parse_head(parser *p, lq_lql_stmt *s)
 {
     const lq_ltok *k = peek(p);
@@ -631,8 +905,17 @@ static int parse_head(parser *p, lq_lql_stmt *s)
     next(p);
     if (!strcmp(w, "USE")) {
         s->kind = LQ_LS_USE;
-        if (is_kw(p, "MODEL") || is_kw(p, "REMOTE"))
-            return fail(p, "USE MODEL / USE REMOTE are not supported: USE \"path/to.vindex\"");
+        if (accept_kw(p, "MODEL")) {
+            s->kind = LQ_LS_USE_MODEL;
+            if (expect_string(p, "the model file", &s->str))
+                return LQ_EINVAL;
+            s->auto_extract = accept_kw(p, "AUTO_EXTRACT");
+            return 0;
+        }
+        if (accept_kw(p, "REMOTE")) {
+            s->kind = LQ_LS_USE_REMOTE;
+            return expect_string(p, "the server URL", &s->str);
+        }
         return expect_string(p, "the vindex path", &s->str);
     }
     if (!strcmp(w, "STATS")) {
@@ -682,7 +965,10 @@ static int parse_head(parser *p, lq_lql_stmt *s)
     }
     if (!strcmp(w, "SAVE")) {
         s->kind = LQ_LS_SAVE_PATCH;
-        return expect_kw(p, "PATCH");
+        if (expect_kw(p, "PATCH"))
+            return LQ_EINVAL;
+        /* SAVE PATCH "file" (LARQL's docs): the recording goes to that file */
+        return peek(p)->kind == LQ_LT_STRING ? expect_string(p, "the patch file", &s->str) : 0;
     }
     if (!strcmp(w, "APPLY") || !strcmp(w, "REMOVE")) {
         s->kind = !strcmp(w, "APPLY") ? LQ_LS_APPLY_PATCH : LQ_LS_REMOVE_PATCH;
@@ -692,24 +978,21 @@ static int parse_head(parser *p, lq_lql_stmt *s)
         return parse_show(p, s);
     if (!strcmp(w, "COMPILE")) {
         s->kind = LQ_LS_COMPILE;
-        if (parse_compile(p, s) || expect_word(p, "VINDEX") ||
-            expect_string(p, "the output directory", &s->str))
-            return LQ_EINVAL;
-        /* ON CONFLICT LAST_WINS|HIGHEST_CONFIDENCE|FAIL: accepted; patches fold in order */
-        if (accept_kw(p, "ON")) {
-            if (expect_kw(p, "CONFLICT"))
-                return LQ_EINVAL;
-            if (!accept_kw(p, "LAST_WINS") && !accept_kw(p, "HIGHEST_CONFIDENCE") && !accept_kw(p, "FAIL"))
-                return fail(p, "expected LAST_WINS, HIGHEST_CONFIDENCE or FAIL");
-        }
-        return 0;
+        return parse_compile(p, s);
     }
+    if (!strcmp(w, "EXTRACT"))
+        return parse_extract(p, s);
+    if (!strcmp(w, "DIFF"))
+        return parse_diff(p, s);
+    if (!strcmp(w, "MERGE"))
+        return parse_merge(p, s);
+    if (!strcmp(w, "TRACE"))
+        return parse_trace(p, s);
+    if (!strcmp(w, "COMPACT"))
+        return parse_compact(p, s);
+    if (!strcmp(w, "REBALANCE"))
+        return parse_rebalance(p, s);
     p->i--; /* point at the word */
-    static const char *const unsupported[] = {"EXTRACT", "DIFF", "MERGE", "REBALANCE", "COMPACT", "TRACE"};
-    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
-        if (!strcmp(w, unsupported[i]))
-            return lq_lql_diag(p->err, "Parse error", p->src, p->len, k->off, k->line, k->col,
-                               "%s statements are not supported by this LQL", w);
     return fail(p, "expected a statement (USE, DESCRIBE, WALK, INFER, SELECT, INSERT, DELETE, UPDATE, "
                    "SHOW, STATS, ...)");
 }
@@ -723,6 +1006,8 @@ static lq_lql_stmt *stmt_new(void)
     s->band = LQ_LB_NONE;
     s->order_desc = 1;
     s->confidence = s->alpha = NAN;
+    s->lambda = s->floor_p = s->ceiling_p = NAN;
+    s->max_iters = -1;
     return s;
 }
 
@@ -735,6 +1020,10 @@ static int parse_one(parser *p, lq_lql_stmt **out)
     if (!rc && peek(p)->kind == LQ_LT_PIPE) {
         next(p);
         rc = parse_one(p, &s->next);
+        /* DESCRIBE "e" |> DIFF ...: the diff of that entity's features */
+        if (!rc && s->kind == LQ_LS_DESCRIBE && s->next->kind == LQ_LS_DIFF && !s->next->entity &&
+            !(s->next->entity = strdup(s->str)))
+            rc = lq_err_set(p->err, LQ_ENOMEM, "out of memory");
     }
     if (rc) {
         lq_lql_stmt_free(s);
@@ -776,6 +1065,9 @@ void lq_lql_stmt_free(lq_lql_stmt *s)
         lq_lql_stmt *nx = s->next;
         free(s->str);
         free(s->str_src);
+        free(s->str2);
+        free(s->into_patch);
+        free(s->into_report);
         for (size_t i = 0; i < s->n_cols; i++)
             free(s->cols[i]);
         free(s->cols);
@@ -827,6 +1119,15 @@ const char *lq_lql_kind_name(int kind)
     case LQ_LS_SHOW_ENTITIES: return "SHOW ENTITIES";
     case LQ_LS_SHOW_MODELS: return "SHOW MODELS";
     case LQ_LS_COMPILE: return "COMPILE";
+    case LQ_LS_USE_MODEL: return "USE MODEL";
+    case LQ_LS_USE_REMOTE: return "USE REMOTE";
+    case LQ_LS_EXTRACT: return "EXTRACT";
+    case LQ_LS_DIFF: return "DIFF";
+    case LQ_LS_MERGE: return "MERGE";
+    case LQ_LS_TRACE: return "TRACE";
+    case LQ_LS_COMPACT: return "COMPACT";
+    case LQ_LS_SHOW_COMPACT_STATUS: return "SHOW COMPACT STATUS";
+    case LQ_LS_REBALANCE: return "REBALANCE";
     default: return "statement";
     }
 }

@@ -9,6 +9,7 @@
  * built as a temporary sibling and renamed into place, so an interrupted compile leaves no
  * out_dir. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,4 +209,63 @@ static void rm_tree(const char *dir)
         rmdir(d);
     }
     free(cmd_dirs[0]);
+}
+
+/* fsync of a directory: its entries (the renames) are on disk */
+static int sync_dir(const char *dir, lq_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return lq_err_set(err, LQ_EIO, "compact: cannot open %s: %s", dir, strerror(errno));
+    int rc = fsync(fd) ? lq_err_set(err, LQ_EIO, "compact: fsync %s: %s", dir, strerror(errno)) : LQ_OK;
+    close(fd);
+    return rc;
+}
+
+int lq_overlay_compact(const lq_overlay *o, const char *dir, lq_err *err)
+{
+    if (!o || !dir || !*dir)
+        return lq_err_set(err, LQ_EINVAL, "compact: overlay and directory are required");
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    char *d = strndup(dir, n), *nw = malloc(n + 16), *old = malloc(n + 16), *parent = strndup(dir, n);
+    int rc = d && nw && old && parent ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(nw, n + 16, "%s.compact-new", d);
+        snprintf(old, n + 16, "%s.compact-old", d);
+        char *slash = strrchr(parent, '/');
+        if (!slash)
+            strcpy(parent, ".");
+        else if (slash == parent)
+            parent[1] = 0;
+        else
+            *slash = 0;
+        struct stat st;
+        if (stat(old, &st) == 0) /* an earlier compaction's leftover: its dir is complete */
+            rm_tree(old);
+        if (stat(nw, &st) == 0)
+            rm_tree(nw);
+        rc = lq_overlay_compile(o, nw, err);
+    }
+    if (!rc && rename(d, old))
+        rc = lq_err_set(err, LQ_EIO, "compact: cannot rename %s: %s", d, strerror(errno));
+    if (!rc && rename(nw, d)) {
+        rc = lq_err_set(err, LQ_EIO, "compact: cannot rename %s: %s", nw, strerror(errno));
+        rename(old, d); /* put the old one back */
+    }
+    if (!rc)
+        rc = sync_dir(parent, err);
+    if (!rc)
+        rm_tree(old);
+    else if (nw)
+        rm_tree(nw);
+    free(d), free(nw), free(old), free(parent);
+    return rc;
+}
+
+void lq_vindex_remove_dir(const char *dir)
+{
+    if (dir && *dir)
+        rm_tree(dir);
 }

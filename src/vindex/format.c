@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -718,6 +719,12 @@ void lq_vindex_close(lq_vindex *v)
 }
 
 const lq_vindex_info *lq_vindex_get_info(const lq_vindex *v) { return &v->info; }
+
+const char *lq_vindex_base_checksum(const lq_vindex *v)
+{
+    return v && v->index ? json_string_value(json_object_get(json_object_get(v->index, "checksums"), "gate_vectors.bin"))
+                         : NULL;
+}
 const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v) { return v->tok; }
 
 int lq_vindex_gate_layer(const lq_vindex *v, int layer, const void **rows, int *nf, lq_err *err)
@@ -838,29 +845,64 @@ static int hash_file(const char *dir, const char *name, char hex[65], lq_err *er
     return LQ_OK;
 }
 
+/* index.json's "checksums" (*cs NULL when absent) and the check of one entry: a plain file
+ * name and a string */
+static int checksums_of(const lq_vindex *v, json_t **cs, lq_err *err)
+{
+    *cs = json_object_get(v->index, "checksums");
+    if (*cs && json_is_null(*cs))
+        *cs = NULL;
+    if (*cs && !json_is_object(*cs))
+        return lq_err_set(err, LQ_EFORMAT, "index.json: checksums is not an object");
+    return LQ_OK;
+}
+
+static int checksum_entry(const char *k, const json_t *x, lq_err *err)
+{
+    if (!json_is_string(x))
+        return lq_err_set(err, LQ_EFORMAT, "index.json: checksums.%s is not a string", k);
+    if (strchr(k, '/') || !strcmp(k, "..") || !strcmp(k, "."))
+        return lq_err_set(err, LQ_EFORMAT, "index.json: checksums key '%s' is not a file name", k);
+    return LQ_OK;
+}
+
+int lq_vindex_verify_each(const lq_vindex *v, lq_verify_fn fn, void *ctx, size_t *n_files, lq_err *err)
+{
+    *n_files = 0;
+    json_t *cs, *x;
+    int rc = checksums_of(v, &cs, err);
+    const char *k;
+    json_object_foreach(cs, k, x) {
+        if (rc || (rc = checksum_entry(k, x, err)))
+            break;
+        char hex[65];
+        lq_err e = {0};
+        struct stat st;
+        char *path = lq_vx_join(v->dir, k);
+        int have = path && stat(path, &st) == 0;
+        free(path);
+        int status = !have || hash_file(v->dir, k, hex, &e) ? LQ_VERIFY_MISSING
+                     : !strcasecmp(hex, json_string_value(x)) ? LQ_VERIFY_OK : LQ_VERIFY_MISMATCH;
+        fn(ctx, k, status, have ? (uint64_t)st.st_size : 0);
+        (*n_files)++;
+    }
+    return rc;
+}
+
 int lq_vindex_verify_checksums(const lq_vindex *v, lq_err *err)
 {
-    json_t *cs = json_object_get(v->index, "checksums");
-    if (!cs || json_is_null(cs))
-        return LQ_OK;
-    if (!json_is_object(cs))
-        return lq_err_set(err, LQ_EFORMAT, "index.json: checksums is not an object");
+    json_t *cs, *x;
+    int rc = checksums_of(v, &cs, err);
     const char *k;
-    json_t *x;
     json_object_foreach(cs, k, x) {
-        if (!json_is_string(x))
-            return lq_err_set(err, LQ_EFORMAT, "index.json: checksums.%s is not a string", k);
-        if (strchr(k, '/') || !strcmp(k, "..") || !strcmp(k, "."))
-            return lq_err_set(err, LQ_EFORMAT, "index.json: checksums key '%s' is not a file name", k);
         char hex[65];
-        int rc = hash_file(v->dir, k, hex, err);
-        if (rc)
-            return rc;
+        if (rc || (rc = checksum_entry(k, x, err)) || (rc = hash_file(v->dir, k, hex, err)))
+            break;
         if (strcmp(hex, json_string_value(x)))
             return lq_err_set(err, LQ_EFORMAT, "%s/%s: sha256 %s does not match index.json checksum %s",
                               v->dir, k, hex, json_string_value(x));
     }
-    return LQ_OK;
+    return rc;
 }
 
 static int copy_tree(const char *src, const char *dst, int top, const lq_vindex *v, lq_err *err);

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/clock.h"
 #include "core/softmax.h"
@@ -135,8 +136,8 @@ static int predictions(const lq_model *m, const float *lg, int k, lq_prediction 
 
 /* Encodes a prompt as /v1/infer does (special tokens parsed, BOS as the tokenizer says) and
  * checks it against the vocabulary and a context of n_ctx positions. */
-static int encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
-                         lq_err *err)
+int lq_vx_encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
+                        lq_err *err)
 {
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     const lq_model_info *mi = lq_model_get_info(m);
@@ -164,6 +165,75 @@ static int encode_prompt(const lq_model *m, const char *prompt, int n_ctx, int32
         *ids = NULL;
     }
     return rc;
+}
+
+/* The KNN store a request routes over: its own, else the model's. */
+static const lq_knn_store *knn_of(const lq_model *m, const lq_infer_params *p)
+{
+    return p->knn ? p->knn : lq_knn_store_of_model(m);
+}
+
+/* the prompt names the entity: a case-insensitive substring (an empty entity names nothing) */
+static int icontains_lc(const char *hay, const char *needle) { return *needle && strcasestr(hay, needle); }
+
+/* LARQL's verified / two-tier KNN router (infer_patched.rs verified_route, fallback_route)
+ * over the residuals after every layer: 1 and *mt when it fires. */
+static int route_match(const lq_infer_params *p, const lq_knn_store *ks, const float *resid, int L, int D,
+                       lq_edit_match *mt)
+{
+    const float thr = 0.75f;
+    size_t ne = ks ? lq_knn_store_count(ks) : 0;
+    int k = p->route_topk > 0 ? p->route_topk : 5;
+    if (!ne)
+        return 0;
+    float *cos = malloc(ne * sizeof *cos);
+    size_t *ord = malloc(ne * sizeof *ord);
+    int fired = 0;
+    for (int pass = 0; pass < (p->route == LQ_ROUTE_FALLBACK ? 2 : 1) && !fired && cos && ord; pass++) {
+        for (int l = L - 1; l >= 0 && !fired; l--) { /* resolved layer first: highest */
+            const float *x = resid + (size_t)l * D;
+            double xx = 0;
+            for (int d = 0; d < D; d++)
+                xx += (double)x[d] * x[d];
+            size_t m = 0;
+            lq_knn_entry e;
+            for (size_t i = 0; i < ne; i++) {
+                if (!lq_knn_store_get(ks, i, &e) || e.layer != l)
+                    continue;
+                double dot = 0;
+                for (int d = 0; d < D; d++)
+                    dot += (double)x[d] * e.key[d];
+                cos[m] = xx > 0 ? (float)(dot / sqrt(xx)) : 0.0f;
+                ord[m++] = i;
+            }
+            for (size_t a = 0; a < m; a++) /* by cosine, descending (few entries per layer) */
+                for (size_t b = a + 1; b < m; b++)
+                    if (cos[b] > cos[a]) {
+                        float tc = cos[a];
+                        size_t to = ord[a];
+                        cos[a] = cos[b], ord[a] = ord[b];
+                        cos[b] = tc, ord[b] = to;
+                    }
+            for (size_t a = 0; a < m && (int)a < (pass ? 1 : k) && cos[a] > thr; a++) {
+                lq_knn_store_get(ks, ord[a], &e);
+                if (pass == 0 && !(e.entity && icontains_lc(p->prompt, e.entity)))
+                    continue; /* verify: the prompt must name the entity */
+                mt->layer = l;
+                mt->cosine = cos[a];
+                mt->target_id = e.target_id;
+                mt->target = e.target_token ? e.target_token : "";
+                mt->entity = e.entity;
+                mt->relation = e.relation;
+                fired = 1;
+                break;
+            }
+            if (pass == 1 && m) /* the fallback looks at the highest stored layer only */
+                break;
+        }
+    }
+    free(cos);
+    free(ord);
+    return fired;
 }
 
 /* Puts the override's token first with probability 1.0, followed by the model's top-(top-1). */
@@ -246,7 +316,7 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     int32_t *ids = NULL;
     size_t n = 0;
     int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
-    int rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, p->prompt, n_ctx, &ids, &n, err);
     if (rc)
         return rc;
     size_t V = (size_t)mi->n_vocab, D = (size_t)mi->n_embd;
@@ -265,7 +335,9 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
             (rc = predictions(m, lg, p->top, &r->walk, &r->n_walk, err)))
             goto out;
         r->has_walk = 1;
-        if (lq_edit_hook_match(hook, (int)n - 1, &mt) && (rc = apply_override(r, &mt, p->top, err)))
+        int fired = p->route ? route_match(p, knn_of(m, p), resid, mi->n_layer, (int)D, &mt)
+                             : lq_edit_hook_match(hook, (int)n - 1, &mt);
+        if (fired && (rc = apply_override(r, &mt, p->top, err)))
             goto out;
         r->walk_ms = lq_now_ms() - t1;
     }
@@ -295,7 +367,7 @@ int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *er
     const lq_model_info *mi = lq_model_get_info(m);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
     if (rc)
         return rc;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
@@ -445,7 +517,7 @@ int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_o
     int32_t *ids = NULL;
     size_t n = 0;
     int n_ctx = p->session ? lq_session_n_ctx(p->session) : mi->n_ctx_train;
-    if ((rc = encode_prompt(m, p->prompt, n_ctx, &ids, &n, err)))
+    if ((rc = lq_vx_encode_prompt(m, p->prompt, n_ctx, &ids, &n, err)))
         return rc;
     size_t D = (size_t)mi->n_embd, L = (size_t)mi->n_layer;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
@@ -518,7 +590,7 @@ int lq_vx_prompt_logits(lq_model *m, const char *prompt, const lq_resid_hook *ho
     const lq_model_info *mi = lq_model_get_info(m);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
+    int rc = lq_vx_encode_prompt(m, prompt, mi->n_ctx_train, &ids, &n, err);
     if (!rc)
         rc = forward(m, NULL, hook, ids, n, logits, NULL, err);
     free(ids);

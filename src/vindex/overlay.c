@@ -67,7 +67,6 @@ struct lq_overlay {
 
 /* patch.c */
 int lq_vx_patch_hidden(const lq_patch *p);
-const char *lq_vx_patch_checksum(const lq_patch *p);
 int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
 
 /* ---- the feature table ---- */
@@ -457,7 +456,7 @@ static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
     if (ph && ph != o->hidden)
         return lq_err_set(err, LQ_EINVAL, "patch '%s' has vectors of %d values; the model's hidden size is %d", name,
                           ph, o->hidden);
-    const char *ck = lq_vx_patch_checksum(p);
+    const char *ck = lq_patch_base_checksum(p);
     if (ck && *ck) {
         /* base_checksum: the sha256 index.json records for gate_vectors.bin */
         json_t *c = json_object_get(json_object_get(o->base->index, "checksums"), "gate_vectors.bin");
@@ -1127,6 +1126,10 @@ int lq_overlay_insert(lq_overlay *o, struct lq_model *m, const lq_insert_params 
             op->down = down;
             op->target_id = tids[0];
             op->confidence = isnan(p->confidence) ? 0.9f : p->confidence;
+            op->has_down_meta = 1; /* LARQL's insert carries the slot's down_meta */
+            op->dm_token = p->target;
+            op->dm_id = tids[0];
+            op->dm_c = op->confidence;
             r->features[n] = f;
         }
         op->layer = l;
@@ -1208,15 +1211,20 @@ static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *
     }
     if (w->relation && !icontains(lq_vindex_probe_label(&o->view, l, f), w->relation))
         return 0;
+    if (w->match) {
+        lq_feature_meta m;
+        int has = lq_vindex_feature_meta(&o->view, l, f, &m);
+        const char *t = has ? lq_vx_meta_text(&o->view, &m) : NULL;
+        if (!w->match(w->match_ctx, l, f, t ? t : "", lq_vindex_probe_label(&o->view, l, f)))
+            return 0;
+    }
     return 1;
 }
 
 static int where_ok(const lq_edit_where *w, lq_err *err)
 {
-    if (!w || (!w->entity && !w->relation && w->layer < 0 && w->feature < 0))
+    if (!w || (!w->entity && !w->relation && w->layer < 0 && w->feature < 0 && !w->match))
         return lq_err_set(err, LQ_EINVAL, "a WHERE condition on entity, relation, layer or feature is required");
-    if (w->feature >= 0 && w->layer < 0)
-        return lq_err_set(err, LQ_EINVAL, "WHERE feature needs a layer too");
     return LQ_OK;
 }
 
@@ -1232,8 +1240,11 @@ static int collect(const lq_overlay *o, const lq_edit_where *w, int **out, size_
     for (int l = lo; l <= hi; l++) {
         int nf = o->base->layers[l].present ? o->base->layers[l].num_features : 0;
         int f0 = w->feature >= 0 ? w->feature : 0, f1 = w->feature >= 0 ? w->feature + 1 : nf;
-        if (w->feature >= nf && w->feature >= 0)
+        if (w->feature >= nf && w->feature >= 0) {
+            if (w->layer < 0) /* feature at every layer: layers without it have nothing to match */
+                continue;
             return lq_err_set(err, LQ_ERANGE, "feature %d outside layer %d's %d features", w->feature, l, nf);
+        }
         for (int f = f0; f < f1; f++) {
             if (!feat_matches(o, l, f, w))
                 continue;
@@ -1271,7 +1282,8 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     for (size_t i = 0; !rc && w->entity && w->feature < 0 && i < o->knn->n; i++) {
         const lq_vx_knn_entry *e = &o->knn->e[i];
         if (icontains(e->entity, w->entity) && (w->layer < 0 || e->layer == w->layer) &&
-            (!w->relation || icontains(e->relation, w->relation)))
+            (!w->relation || icontains(e->relation, w->relation)) &&
+            (!w->match || w->match(w->match_ctx, e->layer, -1, e->entity, e->relation)))
             nk++;
     }
     /* subject edits of the entity (one per edit: counted at its key) */
@@ -1302,6 +1314,30 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     return rc;
 }
 
+/* The vocabulary id of a target text: one token as written, or after a leading space (the
+ * way a continuation spells it); -1 when it is neither. A compiled down_meta.bin keeps ids
+ * only, so an UPDATE's target needs one to survive COMPILE / COMPACT. */
+static int32_t single_token(const lq_tokenizer *tok, const char *text)
+{
+    int32_t id = -1;
+    size_t tl = strlen(text);
+    char *sp = tok && tl ? malloc(tl + 2) : NULL;
+    if (!sp)
+        return -1;
+    sp[0] = ' ';
+    memcpy(sp + 1, text, tl + 1);
+    for (int k = 0; k < 2 && id < 0; k++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        lq_err e = {0};
+        if (!lq_tokenizer_encode(tok, k ? sp : text, k ? tl + 1 : tl, 0, &ids, &n, &e) && n == 1)
+            id = ids[0];
+        free(ids);
+    }
+    free(sp);
+    return id;
+}
+
 int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_conf, size_t *n_out,
                       lq_err *err)
 {
@@ -1328,7 +1364,7 @@ int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_tar
         ops[i].feature = f;
         ops[i].has_down_meta = 1;
         ops[i].dm_token = set_target ? set_target : has ? lq_vx_meta_text(&o->view, &m) : "";
-        ops[i].dm_id = set_target ? -1 : has ? m.top_token_id : -1;
+        ops[i].dm_id = set_target ? single_token(o->base->tok, set_target) : has ? m.top_token_id : -1;
         ops[i].dm_c = !isnan(set_conf) ? set_conf : has ? m.c_score : 0.0f;
     }
     /* the texts point into the overlay's tables, which the edit replaces: copy them first */
@@ -1551,4 +1587,120 @@ int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err)
     lq_patch_op_init(&op, LQ_OP_DELETE_EDIT);
     op.id = id;
     return edit(o, &op, 1, err);
+}
+
+/* ---- REBALANCE (LARQL's executor/mutation/rebalance.rs) ----
+ * Every compose-mode fact of the overlay (slots with gate and down vectors, grouped by
+ * entity, relation and target) is run through its canonical prompt with all the edits; a
+ * fact whose target probability is below the floor gets its down vectors scaled by 1.6, one
+ * above the ceiling by 0.7 (recorded as UPDATE operations in the live edits), until all are
+ * in the band or max_iters passes ran. */
+
+void lq_rebalance_params_init(lq_rebalance_params *p)
+{
+    p->max_iters = 16;
+    p->floor = 0.30f;
+    p->ceiling = 0.95f;
+}
+
+typedef struct rb_fact {
+    size_t first;     /* index in o->f of its first slot */
+    float step;
+} rb_fact;
+
+static int same_fact(const ov_feat *a, const ov_feat *b)
+{
+    return a->target_id == b->target_id && !strcmp(a->entity, b->entity) && !strcmp(a->relation, b->relation);
+}
+
+static int is_compose(const ov_feat *e)
+{
+    return !e->deleted && e->gate && e->down && e->entity && e->relation && e->target_id >= 0;
+}
+
+int lq_overlay_rebalance(lq_overlay *o, struct lq_model *m, const lq_rebalance_params *p, lq_rebalance_result *r,
+                         lq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!o || !p)
+        return lq_err_set(err, LQ_EINVAL, "rebalance: overlay and parameters are required");
+    rb_fact *fs = calloc(o->nf + 1, sizeof *fs);
+    if (!fs)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < o->nf; i++) {
+        if (!is_compose(&o->f[i]))
+            continue;
+        size_t k = 0;
+        while (k < r->n_facts && !same_fact(&o->f[fs[k].first], &o->f[i]))
+            k++;
+        if (k == r->n_facts)
+            fs[r->n_facts++].first = i;
+    }
+    int rc = LQ_OK;
+    if (r->n_facts && !m)
+        rc = lq_err_set(err, LQ_EUNSUPPORTED, "REBALANCE needs the model's weights (a vindex built with --level inference)");
+    const lq_model_info *mi = m ? lq_model_get_info(m) : NULL;
+    float *lg = r->n_facts && !rc ? malloc((size_t)mi->n_vocab * sizeof *lg) : NULL;
+    float *vecs = r->n_facts && !rc ? malloc(o->nf * (size_t)o->hidden * sizeof *vecs) : NULL;
+    lq_patch_op *ops = r->n_facts && !rc ? calloc(o->nf, sizeof *ops) : NULL;
+    if (r->n_facts && !rc && (!lg || !vecs || !ops))
+        rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int it = 0; !rc && r->n_facts && it < p->max_iters; it++) {
+        r->iters = it + 1;
+        lq_edit_set *s = build_edit_set(o, err);
+        lq_resid_hook *h = NULL;
+        rc = s ? lq_edit_set_hook(s, LQ_EDITS_COMPOSE, &h, err) : LQ_ENOMEM;
+        r->in_band = r->below = r->above = 0;
+        for (size_t k = 0; !rc && k < r->n_facts; k++) {
+            const ov_feat *e = &o->f[fs[k].first];
+            char *prompt = lq_vx_canonical_prompt(e->entity, e->relation);
+            rc = prompt ? lq_vx_prompt_logits(m, prompt, h, lg, err) : lq_err_set(err, LQ_ENOMEM, "out of memory");
+            free(prompt);
+            if (rc)
+                break;
+            double mx, z = lq_softmax_denominator(lg, (size_t)mi->n_vocab, &mx);
+            double prob = exp((double)lg[e->target_id] - mx) / z;
+            fs[k].step = prob < p->floor ? 1.6f : prob > p->ceiling ? 0.7f : 1.0f;
+            r->below += prob < p->floor;
+            r->above += prob > p->ceiling;
+            r->in_band += fs[k].step == 1.0f;
+        }
+        lq_edit_hook_free(h);
+        lq_edit_set_unref(s);
+        if (rc || (!r->below && !r->above) || it + 1 == p->max_iters)
+            break;
+        size_t n = 0; /* the out-of-band facts' slots, their down vectors scaled */
+        for (size_t k = 0; k < r->n_facts; k++) {
+            if (fs[k].step == 1.0f)
+                continue;
+            for (size_t i = 0; i < o->nf; i++) {
+                const ov_feat *e = &o->f[i];
+                if (!is_compose(e) || !same_fact(e, &o->f[fs[k].first]))
+                    continue;
+                float *d = vecs + n * (size_t)o->hidden;
+                for (int j = 0; j < o->hidden; j++)
+                    d[j] = e->down[j] * fs[k].step;
+                lq_patch_op_init(&ops[n], LQ_OP_UPDATE);
+                ops[n].layer = e->layer;
+                ops[n].feature = e->feature;
+                ops[n].down = d;
+                n++;
+            }
+        }
+        if (n)
+            rc = edit(o, ops, n, err);
+    }
+    free(lg);
+    free(vecs);
+    free(ops);
+    free(fs);
+    return rc;
+}
+
+size_t lq_overlay_n_composed(const lq_overlay *o)
+{
+    size_t n = 0;
+    for (size_t i = 0; o && i < o->nf; i++)
+        n += !o->f[i].deleted && o->f[i].down != NULL;
+    return n;
 }

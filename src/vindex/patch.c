@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +61,30 @@ int lq_patch_create(const char *name, const char *base_model, int hidden, lq_pat
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
     *out = p;
+    return LQ_OK;
+}
+
+int lq_patch_set_info(lq_patch *p, const char *created_at, const char *base_checksum, const char *author,
+                      lq_err *err)
+{
+    char now[32];
+    if (!created_at) { /* RFC 3339, UTC */
+        time_t t = time(NULL);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        created_at = now;
+    }
+    char *c = strdup(created_at), *b = base_checksum && *base_checksum ? strdup(base_checksum) : NULL;
+    char *a = author && *author ? strdup(author) : NULL;
+    if (!c || (base_checksum && *base_checksum && !b) || (author && *author && !a)) {
+        free(c), free(b), free(a);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    free(p->created_at), free(p->base_checksum), free(p->author);
+    p->created_at = c;
+    p->base_checksum = b;
+    p->author = a;
     return LQ_OK;
 }
 
@@ -164,7 +189,9 @@ int lq_patch_op_at(const lq_patch *p, size_t i, lq_patch_op *op)
 const char *lq_patch_name(const lq_patch *p) { return p ? p->name : NULL; }
 const char *lq_patch_base_model(const lq_patch *p) { return p ? p->base_model : NULL; }
 int lq_vx_patch_hidden(const lq_patch *p) { return p->hidden; }
-const char *lq_vx_patch_checksum(const lq_patch *p) { return p->base_checksum; }
+const char *lq_patch_base_checksum(const lq_patch *p) { return p->base_checksum; }
+const char *lq_patch_created_at(const lq_patch *p) { return p->created_at; }
+const char *lq_patch_author(const lq_patch *p) { return p->author; }
 
 void lq_patch_counts(const lq_patch *p, size_t *ins, size_t *upd, size_t *del)
 {
@@ -567,9 +594,11 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
     for (int i = 0; i < 4; i++)
         if (vs[i])
             json_object_set_new(o, ks[i], vec_b64(vs[i], p->hidden));
+    /* "i" is a u32 in LARQL (and our reader): a target that is not one vocabulary token
+     * (id -1) is written as 0; the text "t" is what names it */
     if (op->has_down_meta)
         json_object_set_new(o, "down_meta", json_pack("{s:s,s:i,s:f}", "t", op->dm_token ? op->dm_token : "", "i",
-                                                      (int)op->dm_id, "c", (double)op->dm_c));
+                                                      op->dm_id < 0 ? 0 : (int)op->dm_id, "c", (double)op->dm_c));
     return o;
 }
 

@@ -853,7 +853,22 @@ static int cmp_rel(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+static int relations_range(const lq_vindex *v, int lo, int hi, char **json_out, lq_err *err);
+
 int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
+{
+    return relations_range(v, v->info.bands[1].start, v->info.bands[1].end, json_out, err);
+}
+
+int lq_vindex_relations_layer_json(const lq_vindex *v, int layer, char **json_out, lq_err *err)
+{
+    if (layer < 0 || layer >= v->info.num_layers)
+        return lq_err_set(err, LQ_ERANGE, "layer %d is outside the model (layers 0-%d)", layer,
+                          v->info.num_layers - 1);
+    return relations_range(v, layer, layer, json_out, err);
+}
+
+static int relations_range(const lq_vindex *v, int lo, int hi, char **json_out, lq_err *err)
 {
     double t0 = lq_now_ms();
     int rc = need_browse(v, err);
@@ -864,8 +879,7 @@ int lq_vindex_relations_json(const lq_vindex *v, char **json_out, lq_err *err)
     rel_agg *agg = malloc(cap * sizeof *agg);
     if (!agg)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    const lq_vindex_band *kb = &v->info.bands[1];
-    for (int l = kb->start; !rc && l <= kb->end; l++) {
+    for (int l = lo; !rc && l <= hi; l++) {
         int nf = v->layers[l].present ? v->layers[l].num_features : 0;
         for (int f = 0; !rc && f < nf; f++) {
             lq_feature_meta fm;

@@ -218,6 +218,12 @@ int lq_vx_compile(const lq_vindex *base, const lq_vindex *view, const lq_knn_sto
                   lq_err *err);
 
 /* The text a feature's metadata shows: an overlay's target, else the top token's text. */
+/* A prompt encoded as lq_infer does (BOS as the tokenizer says, specials parsed), checked
+ * against the vocabulary and n_ctx (infer.c). */
+struct lq_model;
+int lq_vx_encode_prompt(const struct lq_model *m, const char *prompt, int n_ctx, int32_t **ids, size_t *n,
+                        lq_err *err);
+
 static inline const char *lq_vx_meta_text(const lq_vindex *v, const lq_feature_meta *m)
 {
     return m->top_token ? m->top_token : lq_vindex_token_text(v, m->top_token_id);

@@ -50,7 +50,12 @@ LQL = [
     'AT LAYER 2 CONFIDENCE 0.9; SAVE PATCH; APPLY PATCH \'p.vlp\'; REMOVE PATCH "p.vlp"',
     'DELETE FROM EDGES WHERE entity = "Atlantis" AND layer = 2; '
     'UPDATE EDGES SET target = "x", confidence = 0.5 WHERE layer = 1 AND feature = 7',
-    'STATS |> SHOW LAYERS; -- comment\nCOMPILE CURRENT INTO VINDEX "out" ON CONFLICT LAST_WINS',
+    'STATS |> SHOW LAYERS; -- comment\nCOMPILE CURRENT INTO VINDEX "out" ON CONFLICT LAST_WINS',    'TRACE "The capital" FOR "Paris" DECOMPOSE LAYERS 1-2 POSITIONS ALL SAVE "t.json"',
+    'DIFF "a.vindex" CURRENT LAYER 2 RELATION "capital" ENTITY "x" LIMIT 5 INTO PATCH "d.vlp"; DESCRIBE "e" |> DIFF WITH "b"',
+    'MERGE "p.vlp" INTO "a.vindex" ON CONFLICT HIGHEST_CONFIDENCE; REBALANCE UNTIL CONVERGED MAX 4 FLOOR = 0.3 CEILING 0.9',
+    'EXTRACT MODEL "m.gguf" INTO "o" COMPONENTS FFN_GATE, attn_ov LAYERS 0-3 WITH ALL; USE MODEL "m.gguf" AUTO_EXTRACT',
+    'COMPACT MAJOR FULL WITH LAMBDA = 0.5; SHOW COMPACT STATUS; COMPILE "a" INTO MODEL "o.gguf" FORMAT GGUF',
+    'INFER "p" ROUTE VERIFY FALLBACK TOPK 8 EXIT TOP 3; SELECT entity, * FROM EDGES WHERE relation IN () AND layer >= 2',
 ]
 for i, s in enumerate(LQL):
     put('fuzz_lql', 'stmt%02d.lql' % i, s)

@@ -228,6 +228,48 @@ static void test_parse_mutations(void)
     s = parse("STATS |> SHOW LAYERS;", &err);
     CHECK(s && s->kind == LQ_LS_STATS && s->next && s->next->kind == LQ_LS_SHOW_LAYERS);
     lq_lql_stmt_free(s);
+    /* LARQL's statements beyond the query core */
+    s = parse("SELECT entity, * FROM EDGES WHERE relation IN () AND layer >= 2", &err);
+    CHECK(s && s->n_cols == 0 && s->n_where == 2 && s->where[0].op == LQ_LO_IN && s->where[0].n_list == 0 &&
+          s->where[1].op == LQ_LO_GTE);
+    lq_lql_stmt_free(s);
+    s = parse("DIFF CURRENT \"b.vindex\" RELATIONS \"x\" LAYER 2 LIMIT 5 INTO PATCH \"p.vlp\"", &err);
+    CHECK(s && s->kind == LQ_LS_DIFF && s->current_a && !s->str && !strcmp(s->str2, "b.vindex") &&
+          !strcmp(s->relation, "x") && s->layer == 2 && s->limit == 5 && !strcmp(s->into_patch, "p.vlp"));
+    lq_lql_stmt_free(s);
+    s = parse("MERGE \"a.vlp\" INTO \"b.vindex\" ON CONFLICT KEEP_TARGET", &err);
+    CHECK(s && s->kind == LQ_LS_MERGE && !strcmp(s->str, "a.vlp") && !strcmp(s->str2, "b.vindex") &&
+          s->conflict == LQ_LC_KEEP_TARGET);
+    lq_lql_stmt_free(s);
+    s = parse("EXTRACT MODEL \"m.gguf\" INTO \"o\" COMPONENTS FFN_GATE, attn_ov LAYERS 0-5 WITH ALL", &err);
+    CHECK(s && s->kind == LQ_LS_EXTRACT && s->extract_level == 2 && s->components == (1u | 16u) && s->has_range);
+    lq_lql_stmt_free(s);
+    s = parse("TRACE \"p\" FOR \"Paris\" DECOMPOSE LAYERS 1-2 POSITIONS ALL SAVE \"t.trace\"", &err);
+    CHECK(s && s->kind == LQ_LS_TRACE && !strcmp(s->target, "Paris") && s->decompose && s->positions_all &&
+          s->range_lo == 1 && s->range_hi == 2 && !strcmp(s->str2, "t.trace"));
+    lq_lql_stmt_free(s);
+    s = parse("COMPACT MAJOR FULL WITH LAMBDA = 0.5", &err);
+    CHECK(s && s->kind == LQ_LS_COMPACT && s->compact_major && s->compact_full && s->lambda == 0.5);
+    lq_lql_stmt_free(s);
+    s = parse("REBALANCE UNTIL CONVERGED MAX 16 FLOOR = 0.25 CEILING 0.95", &err);
+    CHECK(s && s->kind == LQ_LS_REBALANCE && s->max_iters == 16 && s->floor_p == 0.25 && s->ceiling_p == 0.95);
+    lq_lql_stmt_free(s);
+    s = parse("INFER \"x\" ROUTE VERIFY FALLBACK TOPK 8 EXIT TOP 3", &err);
+    CHECK(s && s->kind == LQ_LS_INFER && s->route && s->route_fallback && s->route_topk == 8 && s->route_exit &&
+          s->top == 3);
+    lq_lql_stmt_free(s);
+    s = parse("COMPILE \"s.vindex\" INTO VINDEX \"o\" ON CONFLICT HIGHEST_CONFIDENCE", &err);
+    CHECK(s && s->kind == LQ_LS_COMPILE && !s->compile_model && s->conflict == LQ_LC_HIGHEST_CONFIDENCE);
+    lq_lql_stmt_free(s);
+    s = parse("COMPILE CURRENT INTO MODEL \"o.gguf\" FORMAT GGUF", &err);
+    CHECK(s && s->kind == LQ_LS_COMPILE && s->compile_model && s->format == 2);
+    lq_lql_stmt_free(s);
+    s = parse("USE MODEL \"m.gguf\" AUTO_EXTRACT", &err);
+    CHECK(s && s->kind == LQ_LS_USE_MODEL && s->auto_extract);
+    lq_lql_stmt_free(s);
+    s = parse("SHOW COMPACT STATUS", &err);
+    CHECK(s && s->kind == LQ_LS_SHOW_COMPACT_STATUS);
+    lq_lql_stmt_free(s);
 }
 
 /* A parse error: status, message and the caret line. */
@@ -260,12 +302,26 @@ static void test_parse_errors(void)
     perr("STATS; SHOW LAYERS", "column 8: unexpected trailing token", NULL);
     perr("", "column 1: expected a statement, found end of input", NULL);
     perr("FROB 1", "expected a statement (USE, DESCRIBE", NULL);
-    perr("MERGE \"a\"", "column 1: MERGE statements are not supported by this LQL", NULL);
+    perr("MERGE \"a\" ON CONFLICT FAIL", "expected KEEP_SOURCE, KEEP_TARGET or HIGHEST_CONFIDENCE", NULL);
     perr("SELECT", "column 7: expected a field name, found end of input", NULL);
     perr("ORDER BY x", "column 1: expected a statement (USE, DESCRIBE, WALK, INFER, SELECT", NULL);
-    perr("USE MODEL \"x\"", "USE MODEL / USE REMOTE are not supported", NULL);
-    perr("COMPILE CURRENT INTO MODEL \"x\"", "INTO MODEL is not supported", NULL);
-    perr("SHOW TABLES", "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS or PATCHES", NULL);
+    perr("USE MODEL 3", "expected a string (the model file)", NULL);
+    perr("COMPILE CURRENT INTO MODEL \"x\" ON CONFLICT FAIL", "ON CONFLICT is only valid for COMPILE INTO VINDEX", NULL);
+    perr("COMPILE CURRENT INTO VINDEX \"x\" FORMAT GGUF", "FORMAT is only valid for COMPILE INTO MODEL", NULL);
+    perr("COMPILE CURRENT INTO \"x\"", "expected MODEL or VINDEX after INTO", NULL);
+    perr("SHOW TABLES", "expected RELATIONS, LAYERS, FEATURES, ENTITIES, MODELS, PATCHES or COMPACT STATUS", NULL);
+    perr("SHOW COMPACT", "expected STATUS", NULL);
+    perr("COMPACT", "expected MINOR or MAJOR after COMPACT", NULL);
+    perr("COMPACT MAJOR WITH LAMBDA 0.1", "expected '=' after LAMBDA", NULL);
+    perr("EXTRACT MODEL \"m\" INTO \"o\" COMPONENTS not_a_component", "expected a component", NULL);
+    perr("EXTRACT MODEL \"m\" INTO \"o\" WITH WALK", "expected INFERENCE, ALL or WEIGHTS", NULL);
+    perr("DIFF \"a\"", "expected a string (a vindex path or CURRENT)", NULL);
+    perr("DIFF \"a\" \"b\" INTO \"c\"", "expected PATCH or REPORT after INTO", NULL);
+    perr("INFER \"x\" ROUTE FALLBACK", "expected VERIFY", NULL);
+    perr("TRACE \"x\" LAYERS 5-2", "range start 5 is greater than its end 2", NULL);
+    perr("REBALANCE FLOOR", "expected a number (FLOOR)", NULL);
+    perr("SELECT * FROM EDGES WHERE a IN (1,)", "expected a value after ','", NULL);
+    perr("SELECT entity, 7 FROM EDGES", "expected a field name", NULL);
     perr("INFER \"p\" MODE PURE", "unexpected token in INFER, found keyword MODE", NULL);
     perr("SELECT * FROM EDGES NEAREST TO \"x\" LIMIT 3", "expected AT LAYER n after NEAREST TO", NULL);
     perr("INSERT INTO EDGES (entity, relation, target) VALUES ('a','b','c') MODE FAST", "expected KNN, COMPOSE or SUBJECT", NULL);

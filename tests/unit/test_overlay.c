@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "planted.h"
 
 #include "larql/fixture.h"
 #include "larql/model.h"
@@ -31,26 +32,8 @@ static int setup(void)
     const char *tmp = harness_tmpdir();
     snprintf(gguf, sizeof gguf, "%s/ov.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/ov.vindex", tmp);
-    lq_fixture_opts o;
-    lq_err err = {0};
-    if (lq_fixture_preset(&o, "demo", &err))
-        return printf("#   preset: %s\n", err.msg), -1;
-    o.corpus = corpus;
-    o.layers = 4;
-    o.seed = 7;
     lq_fact facts[] = {{" France", "Paris", 1, 17}, {" Germany", "Berlin", 2, 100}};
-    lq_vindex_build_opts bo;
-    lq_vindex_build_opts_init(&bo);
-    bo.level = LQ_VLEVEL_INFERENCE;
-    bo.keep_quant = 1;
-    bo.n_threads = 2;
-    bo.extracted_at = "2026-01-01T00:00:00Z";
-    lq_model_opts mo = {.n_threads = 2};
-    if (lq_fixture_write(&o, gguf, &err) || lq_fixture_plant(gguf, facts, 2, &err) ||
-        lq_vindex_build(gguf, dir, &bo, &err) || lq_vindex_open(dir, NULL, &V, &err) ||
-        lq_vindex_model_open(V, &mo, &M, &err))
-        return printf("#   fixture: %s\n", err.msg), -1;
-    return 0;
+    return planted_fixture(gguf, dir, corpus, 7, facts, 2, &V, &M);
 }
 
 static char *describe(const lq_vindex *v, const char *entity)
