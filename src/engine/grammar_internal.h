@@ -63,6 +63,9 @@ static inline int gr_cls_match(const lq_grammar *g, const gr_cls *c, uint32_t cp
     return in != c->neg;
 }
 
+/* A deep copy of g (NULL when out of memory). */
+lq_grammar *gr_clone(const lq_grammar *g);
+
 /* Does class c match some code point in [lo, hi]? */
 int gr_cls_meets(const lq_grammar *g, const gr_cls *c, uint32_t lo, uint32_t hi);
 

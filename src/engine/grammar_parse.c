@@ -723,6 +723,36 @@ done:
     return rc;
 }
 
+static void *dup_array(const void *src, size_t n, size_t elem)
+{
+    void *p = malloc(n ? n * elem : 1);
+    if (p && n)
+        memcpy(p, src, n * elem);
+    return p;
+}
+
+lq_grammar *gr_clone(const lq_grammar *g)
+{
+    lq_grammar *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    *c = *g;
+    c->el = dup_array(g->el, g->n_el, sizeof *g->el);
+    c->rule_off = dup_array(g->rule_off, g->n_rules, sizeof *g->rule_off);
+    c->cls_of = dup_array(g->cls_of, g->n_el, sizeof *g->cls_of);
+    c->cls = dup_array(g->cls, g->n_cls, sizeof *g->cls);
+    uint32_t n_iv = 0;
+    for (uint32_t i = 0; i < g->n_cls; i++)
+        if (g->cls[i].iv_off + g->cls[i].n_iv > n_iv)
+            n_iv = g->cls[i].iv_off + g->cls[i].n_iv;
+    c->iv = dup_array(g->iv, 2 * (size_t)n_iv, sizeof *g->iv);
+    if (!c->el || !c->rule_off || !c->cls_of || !c->cls || !c->iv) {
+        lq_grammar_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 void lq_grammar_free(lq_grammar *g)
 {
     if (!g)
