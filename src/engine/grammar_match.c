@@ -259,15 +259,23 @@ static uint32_t advance(lq_grammar_state *S, uint32_t s, uint32_t cp)
     return intern_ds(S, 0, 0);
 }
 
-/* Members of s that can match some code point in [lo, hi], with the partial character. */
-static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t val, uint8_t need)
+/* A partial character is stored as pval = len << 24 | bits so far: the sequence length
+ * gives the smallest code point it may encode (overlong encodings are not UTF-8, and a
+ * grammar must not accept "{" spelt E0 81 BB). */
+static const uint32_t utf8_min[5] = {0, 0, 0x80, 0x800, 0x10000};
+
+/* Members of s that can match some code point the partial character can still become. */
+static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t len, uint32_t val,
+                        uint8_t need)
 {
     const lq_grammar *g = S->g;
     uint32_t lo = val << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
-    if (lo > 0x10FFFF)
-        return GR_DEAD;
+    if (lo < utf8_min[len])
+        lo = utf8_min[len];
     if (hi > 0x10FFFF)
         hi = 0x10FFFF;
+    if (lo > hi)
+        return GR_DEAD;
     new_round(S);
     const gr_dstate d = S->ds[s];
     for (uint32_t i = 0; i < d.n; i++) {
@@ -280,7 +288,7 @@ static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t val, uint8_t n
         }
         S->out[S->n_out++] = n;
     }
-    return intern_ds(S, val, need);
+    return intern_ds(S, len << 24 | val, need);
 }
 
 static uint32_t compute_step(lq_grammar_state *S, uint32_t s, uint8_t b)
@@ -289,22 +297,23 @@ static uint32_t compute_step(lq_grammar_state *S, uint32_t s, uint8_t b)
     if (d->pneed) {
         if ((b & 0xC0) != 0x80)
             return GR_DEAD;
-        uint32_t val = (d->pval << 6) | (b & 0x3Fu);
+        uint32_t len = d->pval >> 24;
+        uint32_t val = ((d->pval & 0xFFFFFFu) << 6) | (b & 0x3Fu);
         uint8_t need = (uint8_t)(d->pneed - 1);
         if (need)
-            return partial(S, s, val, need);
-        if (val > 0x10FFFF || (val >= 0xD800 && val <= 0xDFFF))
+            return partial(S, s, len, val, need);
+        if (val < utf8_min[len] || val > 0x10FFFF || (val >= 0xD800 && val <= 0xDFFF))
             return GR_DEAD;
         return advance(S, s, val);
     }
     if (b < 0x80)
         return advance(S, s, b);
     if (b >= 0xC2 && b <= 0xDF)
-        return partial(S, s, b & 0x1Fu, 1);
+        return partial(S, s, 2, b & 0x1Fu, 1);
     if (b >= 0xE0 && b <= 0xEF)
-        return partial(S, s, b & 0x0Fu, 2);
+        return partial(S, s, 3, b & 0x0Fu, 2);
     if (b >= 0xF0 && b <= 0xF4)
-        return partial(S, s, b & 0x07u, 3);
+        return partial(S, s, 4, b & 0x07u, 3);
     return GR_DEAD; /* a continuation byte or a byte that never appears in UTF-8 */
 }
 
