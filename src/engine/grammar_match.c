@@ -274,7 +274,7 @@ static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t len, uint32_t 
         lo = utf8_min[len];
     if (hi > 0x10FFFF)
         hi = 0x10FFFF;
-    if (lo > hi)
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) /* nothing, or only surrogates, left */
         return GR_DEAD;
     new_round(S);
     const gr_dstate d = S->ds[s];

@@ -17,16 +17,18 @@
 #define JS_MAX_REPEAT 10000
 
 /* The JSON values every schema can use. `value` is any JSON value; strings exclude
- * control characters as JSON requires; numbers are bounded to 16 digits per part. */
+ * control characters as JSON requires, and \u escapes of surrogates (a lone one is not
+ * valid text, and parsers such as jansson refuse it); numbers are bounded to 16 digits
+ * and exponents to 2, so that every number fits a double. */
 #define PRIMITIVES_TEXT \
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n" \
     "value ::= object | array | string | number | boolean | null\n" \
     "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* )? \"}\" ws\n" \
     "array ::= \"[\" ws ( value ( \",\" ws value )* )? \"]\" ws\n" \
     "string ::= \"\\\"\" char* \"\\\"\" ws\n" \
-    "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n" \
+    "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] hex{3} | [dD] [0-7] hex{2} ))\n" \
     "integral-part ::= [0] | [1-9] [0-9]{0,15}\n" \
-    "number ::= \"-\"? integral-part ( \".\" [0-9]{1,16} )? ( [eE] [-+]? integral-part )? ws\n" \
+    "number ::= \"-\"? integral-part ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? ws\n" \
     "integer ::= \"-\"? integral-part ws\n" \
     "boolean ::= ( \"true\" | \"false\" ) ws\n" \
     "null ::= \"null\" ws\n" \

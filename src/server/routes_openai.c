@@ -1,7 +1,8 @@
 /* OpenAI routes: /v1/completions and /v1/chat/completions (streaming over SSE and not),
- * /v1/embeddings. Request validation follows OpenAI's API (types, ranges, n > 1, tools and
- * response_format refused with a 400 until constrained decoding exists); sampling, stop
- * strings, UTF-8-complete text and logprobs come from lq_generate.
+ * /v1/embeddings. Request validation follows OpenAI's API (types, ranges; n > 1 and tools
+ * refused with a 400 for now); structured output (response_format json_object /
+ * json_schema, llama-server's grammar / json_schema) and logit_bias constrain lq_generate;
+ * sampling, stop strings, UTF-8-complete text and logprobs come from lq_generate.
  *
  * Generation goes through the server's lq_scheduler: every request in flight is decoded in
  * the same batched step, so concurrent streams share each weight read. The scheduler's
@@ -21,12 +22,14 @@
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
+#include "larql/grammar.h"
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
 #include "server/sha1.h"
 
 #define MAX_STOPS 16
+#define MAX_LOGIT_BIAS 1024
 #define MAX_TOP_LOGPROBS 20
 
 typedef struct job {
@@ -40,6 +43,9 @@ typedef struct job {
     lq_generate_params gp;
     char *stops[MAX_STOPS];
     size_t n_stop;
+    lq_grammar *grammar;     /* response_format / grammar / json_schema (the scheduler
+                              * takes a copy) */
+    lq_logit_bias *bias;
     int32_t *ids;            /* prompt token ids */
     size_t n_ids;
     char *prompt_text;       /* for echo */
@@ -97,6 +103,8 @@ static void job_free(job *jb)
     }
     for (size_t i = 0; i < jb->n_stop; i++)
         free(jb->stops[i]);
+    lq_grammar_free(jb->grammar);
+    free(jb->bias);
     free(jb->ids);
     free(jb->prompt_text);
     free(jb->text);
@@ -219,26 +227,184 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0) &&
         !(tc && !strcmp(tc, "none"))) {
         reply_oai_err(r, 400, "tools",
-                      "'tools' (function calling) needs constrained decoding, which this server does not "
-                      "implement yet; send the request without tools");
+                      "'tools' (function calling) is not supported yet; send the request without tools "
+                      "(structured output: response_format json_schema, or 'grammar')");
         return -1;
     }
+    (void)b;
+    return 0;
+}
+
+/* A JSON schema given as an object (or a string holding one) -> grammar. */
+static int schema_grammar(job *jb, json_t *schema, const char *field, reply *r)
+{
+    lq_err err = {0};
+    char *txt = json_is_string(schema) ? strdup(json_string_value(schema))
+                                       : json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!txt) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    int rc = lq_grammar_from_json_schema(txt, strlen(txt), &jb->grammar, &err);
+    free(txt);
+    if (rc) {
+        reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Structured output: OpenAI's response_format (json_object, json_schema with strict) and
+ * llama-server's 'grammar' (GBNF text) and 'json_schema'; at most one of them. A grammar
+ * that no token of the vocabulary can start is refused here, not discovered mid-stream.
+ * Also logit_bias ({"token id": bias in [-100, 100]}). Returns 0, or -1 with r filled. */
+static int parse_constraints(job *jb, json_t *j, reply *r)
+{
     json_t *rf = json_object_get(j, "response_format");
+    json_t *gr = json_object_get(j, "grammar");
+    json_t *js = json_object_get(j, "json_schema");
+    json_t *schema = NULL;
+    const char *gbnf = NULL, *field = NULL;
+    int n_set = 0;
     if (rf && !json_is_null(rf)) {
         json_t *ty = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(ty)) {
             reply_oai_err(r, 400, "response_format", "'response_format' must be an object with a 'type'");
             return -1;
         }
-        if (strcmp(json_string_value(ty), "text")) {
-            reply_oai_err(r, 400, "response_format",
-                          "response_format '%s' needs constrained decoding (JSON grammar), which this "
-                          "server does not implement yet; use {\"type\":\"text\"}",
-                          json_string_value(ty));
+        const char *t = json_string_value(ty);
+        if (!strcmp(t, "json_object")) {
+            json_t *sc = json_object_get(rf, "schema"); /* llama-server's extension */
+            if (sc && !json_is_null(sc))
+                schema = sc;
+            else
+                gbnf = lq_grammar_json_object_gbnf();
+            field = "response_format";
+            n_set++;
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *o = json_object_get(rf, "json_schema");
+            if (!json_is_object(o)) {
+                reply_oai_err(r, 400, "response_format", "response_format 'json_schema' needs a "
+                              "'json_schema' object ({\"name\", \"schema\", \"strict\"})");
+                return -1;
+            }
+            json_t *strict = json_object_get(o, "strict"), *name = json_object_get(o, "name");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.strict' must be a boolean");
+                return -1;
+            }
+            if (name && !json_is_string(name)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.name' must be a string");
+                return -1;
+            }
+            /* strict or not, the output follows the schema exactly: the grammar has no
+             * "best effort" mode; strict only matters for what a schema may use, and an
+             * unsupported keyword is a 400 either way */
+            schema = json_object_get(o, "schema");
+            if (!schema || json_is_null(schema)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.schema' is missing");
+                return -1;
+            }
+            field = "response_format";
+            n_set++;
+        } else if (strcmp(t, "text")) {
+            reply_oai_err(r, 400, "response_format", "response_format type '%.64s' is not one of "
+                          "text, json_object, json_schema", t);
             return -1;
         }
     }
-    (void)b;
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr)) {
+            reply_oai_err(r, 400, "grammar", "'grammar' must be a string of GBNF rules");
+            return -1;
+        }
+        gbnf = json_string_value(gr);
+        field = "grammar";
+        n_set++;
+    }
+    if (js && !json_is_null(js)) {
+        schema = js;
+        field = "json_schema";
+        n_set++;
+    }
+    if (n_set > 1) {
+        reply_oai_err(r, 400, field, "give at most one of a JSON response_format, 'grammar' and "
+                      "'json_schema'");
+        return -1;
+    }
+    lq_err err = {0};
+    if (schema && schema_grammar(jb, schema, field, r))
+        return -1;
+    if (!schema && gbnf) {
+        int rc = lq_grammar_parse(gbnf, strlen(gbnf), &jb->grammar, &err);
+        if (rc) {
+            reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+            return -1;
+        }
+    }
+    if (jb->grammar) {
+        /* can any token start the output? (the vocabulary trie is cached per tokenizer) */
+        const lq_grammar_vocab *v = NULL;
+        lq_grammar_state *gs = NULL;
+        uint8_t *allowed = NULL;
+        int rc = lq_grammar_vocab_acquire(jb->tok, &v, &err);
+        if (!rc)
+            rc = lq_grammar_state_create(jb->grammar, &gs, &err);
+        if (!rc && !(allowed = malloc((size_t)lq_grammar_vocab_size(v) + 1)))
+            rc = lq_err_set(&err, LQ_ENOMEM, "out of memory");
+        if (!rc) {
+            rc = lq_grammar_mask(gs, v, 0, allowed, &err);
+            if (rc == 0 && !lq_grammar_state_can_end(gs))
+                rc = lq_err_set(&err, LQ_EINVAL, "grammar: no token of the model's vocabulary "
+                                "can start an output of this grammar");
+            else if (rc > 0)
+                rc = 0;
+        }
+        free(allowed);
+        lq_grammar_state_free(gs);
+        lq_grammar_vocab_release(v);
+        if (rc) {
+            reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+            return -1;
+        }
+        jb->gp.grammar = jb->grammar;
+    }
+    json_t *lb = json_object_get(j, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb) || json_object_size(lb) > MAX_LOGIT_BIAS) {
+            reply_oai_err(r, 400, "logit_bias", "'logit_bias' must be an object of at most %d "
+                          "\"token id\": bias entries", MAX_LOGIT_BIAS);
+            return -1;
+        }
+        jb->bias = calloc(json_object_size(lb) + 1, sizeof *jb->bias);
+        if (!jb->bias) {
+            reply_oai_err(r, 500, NULL, "out of memory");
+            return -1;
+        }
+        const char *key;
+        json_t *val;
+        size_t n = 0;
+        json_object_foreach(lb, key, val) {
+            char *end = NULL;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id >= jb->n_vocab) {
+                reply_oai_err(r, 400, "logit_bias", "logit_bias key '%.32s' is not a token id in "
+                              "0..%d", key, (int)jb->n_vocab - 1);
+                return -1;
+            }
+            if (!json_is_number(val) || !(json_number_value(val) >= -100) ||
+                !(json_number_value(val) <= 100)) {
+                reply_oai_err(r, 400, "logit_bias", "logit_bias['%.32s'] must be a number in "
+                              "[-100, 100]", key);
+                return -1;
+            }
+            jb->bias[n].id = (int32_t)id;
+            jb->bias[n].bias = (float)json_number_value(val);
+            n++;
+        }
+        jb->gp.logit_bias = jb->bias;
+        jb->gp.n_logit_bias = n;
+    }
     return 0;
 }
 
@@ -802,6 +968,8 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
         goto fail;
     jb->tok = lq_model_tokenizer(m);
     jb->n_vocab = lq_model_get_info(m)->n_vocab;
+    if (parse_constraints(jb, j, r))
+        goto fail;
     if (chat ? parse_messages(m, jb, j, r) : parse_prompt(m, jb, j, r))
         goto fail;
     json_decref(j);

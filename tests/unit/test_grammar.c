@@ -94,6 +94,11 @@ static void test_json_gbnf(void)
     CHECK(!prefix_ok(g, "{\"a\x01"));   /* control characters are outside the class */
     CHECK(!prefix_ok(g, "{\"\xff"));    /* not UTF-8 */
     CHECK(!prefix_ok(g, "{\"\xc3("));   /* broken sequence */
+    CHECK(!prefix_ok(g, "{\"\xe0\x81"));  /* overlong: "{" spelt E0 81 BB is not UTF-8 */
+    CHECK(!prefix_ok(g, "{\"\xc1"));
+    CHECK(!prefix_ok(g, "{\"\xed\xa0"));  /* surrogates */
+    CHECK(prefix_ok(g, "{\"\xed\x9f"));   /* ...but U+D7C0..U+D7FF are fine */
+    CHECK(!prefix_ok(g, "{\"\xf4\x90"));  /* beyond U+10FFFF */
     lq_grammar_free(g);
 }
 
