@@ -30,6 +30,11 @@ typedef struct op_doc {
 #define BOOL "{\"type\":\"boolean\"}"
 #define ARR(x) "{\"type\":\"array\",\"items\":" x "}"
 #define FFN "application/x-larql-ffn"
+/* structured output and logit_bias on the OpenAI routes (routes_openai.c parse_constraints) */
+#define CONSTRAIN                                                                              \
+    ",\"response_format\":" OBJ("\"type\":" STR ",\"json_schema\":" OBJ(                        \
+        "\"name\":" STR ",\"schema\":{\"type\":\"object\"},\"strict\":" BOOL))                     \
+    ",\"grammar\":" STR ",\"json_schema\":{\"type\":\"object\"},\"logit_bias\":{\"type\":\"object\"}"
 
 static const op_doc DOCS[] = {
     {R_HEALTH, M_GET, "Liveness: status, uptime and requests served", NULL, NULL, NULL, NULL,
@@ -79,14 +84,15 @@ static const op_doc DOCS[] = {
      OBJ("\"top_k\":" ARR(OBJ("\"token_id\":" INT ",\"token\":" STR ",\"prob\":" NUM)) ",\"latency_ms\":" NUM), NULL},
     {R_COMPLETIONS, M_POST, "OpenAI completions (stream with \"stream\": true)", NULL, NULL,
      OBJ("\"model\":" STR ",\"prompt\":" STR ",\"max_tokens\":" INT ",\"temperature\":" NUM ",\"top_p\":" NUM
-         ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT ",\"logprobs\":" INT ",\"echo\":" BOOL),
+         ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT ",\"logprobs\":" INT ",\"echo\":" BOOL
+         CONSTRAIN),
      NULL, OBJ("\"id\":" STR ",\"object\":" STR ",\"choices\":" ARR("{\"type\":\"object\"}") ",\"usage\":"
                "{\"type\":\"object\"}"),
      "text/event-stream"},
     {R_CHAT, M_POST, "OpenAI chat completions (stream with \"stream\": true)", NULL, NULL,
      OBJ("\"model\":" STR ",\"messages\":" ARR(OBJ("\"role\":" STR ",\"content\":" STR)) ",\"max_tokens\":" INT
          ",\"temperature\":" NUM ",\"top_p\":" NUM ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT
-         ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT),
+         ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT CONSTRAIN),
      NULL, OBJ("\"id\":" STR ",\"object\":" STR ",\"choices\":" ARR("{\"type\":\"object\"}") ",\"usage\":"
                "{\"type\":\"object\"}"),
      "text/event-stream"},
