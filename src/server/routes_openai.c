@@ -26,6 +26,7 @@
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
+#include "server/oai_tools.h"
 #include "server/sha1.h"
 
 #define MAX_STOPS 16
@@ -46,6 +47,10 @@ typedef struct job {
     lq_grammar *grammar;     /* response_format / grammar / json_schema (the scheduler
                               * takes a copy) */
     lq_logit_bias *bias;
+    oai_tools tools;         /* tools / tool_choice (chat) */
+    int tool_decided;        /* stream, tools "auto": the first text chose call or text */
+    int tool_buf;            /* stream: the output is a call, held until the end */
+    json_t *calls;           /* the reply's tool_calls, once the output parsed as a call */
     int32_t *ids;            /* prompt token ids */
     size_t n_ids;
     char *prompt_text;       /* for echo */
@@ -105,6 +110,8 @@ static void job_free(job *jb)
         free(jb->stops[i]);
     lq_grammar_free(jb->grammar);
     free(jb->bias);
+    oai_tools_free(&jb->tools);
+    json_decref(jb->calls);
     free(jb->ids);
     free(jb->prompt_text);
     free(jb->text);
@@ -218,19 +225,6 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
     }
     jb->gp.stop = (const char *const *)jb->stops;
     jb->gp.n_stop = jb->n_stop;
-    /* constrained decoding does not exist yet: say so rather than ignore the request */
-    json_t *tools = json_object_get(j, "tools");
-    const char *tc = NULL;
-    json_t *tcv = json_object_get(j, "tool_choice");
-    if (json_is_string(tcv))
-        tc = json_string_value(tcv);
-    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0) &&
-        !(tc && !strcmp(tc, "none"))) {
-        reply_oai_err(r, 400, "tools",
-                      "'tools' (function calling) is not supported yet; send the request without tools "
-                      "(structured output: response_format json_schema, or 'grammar')");
-        return -1;
-    }
     (void)b;
     return 0;
 }
@@ -331,6 +325,21 @@ static int parse_constraints(job *jb, json_t *j, reply *r)
         reply_oai_err(r, 400, field, "give at most one of a JSON response_format, 'grammar' and "
                       "'json_schema'");
         return -1;
+    }
+    json_t *tl = json_object_get(j, "tools");
+    if (!jb->chat && tl && !json_is_null(tl)) {
+        reply_oai_err(r, 400, "tools", "'tools' belong to /v1/chat/completions");
+        return -1;
+    }
+    if (jb->chat && oai_tools_parse(j, &jb->tools, r))
+        return -1;
+    if (jb->tools.mode != TOOLS_NONE) {
+        if (n_set) {
+            reply_oai_err(r, 400, "tools", "'tools' together with %s is not supported", field);
+            return -1;
+        }
+        gbnf = jb->tools.gbnf;
+        field = "tools";
     }
     lq_err err = {0};
     if (schema && schema_grammar(jb, schema, field, r))
@@ -483,11 +492,15 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
         const char *ro = json_string_value(role);
         if (!strcmp(ro, "developer"))
             ro = "system"; /* OpenAI's newer name for the system role */
-        if (!strcmp(ro, "tool") || !strcmp(ro, "function")) {
-            reply_oai_err(r, 400, "messages",
-                          "messages[%zu]: role '%s' needs tool calling (constrained decoding), which this server "
-                          "does not implement yet", i, ro);
-            goto out;
+        json_t *tcs = json_object_get(mj, "tool_calls");
+        if (!strcmp(ro, "tool") || !strcmp(ro, "function") ||
+            (!strcmp(ro, "assistant") && tcs && !json_is_null(tcs))) {
+            /* function calling history: plain text the chat template can hold */
+            if (!(contents[i] = oai_tool_history(mj, i, &ro, r)))
+                goto out;
+            cm[i].role = ro;
+            cm[i].content = contents[i];
+            continue;
         }
         if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant")) {
             reply_oai_err(r, 400, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant",
@@ -509,7 +522,34 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
     lq_err err = {0};
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     int tmpl = lq_chat_template_for_model(m);
-    if (lq_chat_render(tmpl, cm, n, 1, &text, &err)) {
+    lq_chat_msg *use = cm;
+    size_t n_use = n;
+    char *sys = NULL;
+    if (jb->tools.system) {
+        /* the functions are described in the system message (the first one, or a new one) */
+        use = calloc(n + 1, sizeof *use);
+        int merge = !strcmp(cm[0].role, "system");
+        size_t sl = strlen(jb->tools.system) + (merge ? strlen(cm[0].content) + 2 : 0) + 1;
+        sys = malloc(sl);
+        if (!use || !sys) {
+            free(use);
+            free(sys);
+            reply_oai_err(r, 500, NULL, "out of memory");
+            goto out;
+        }
+        if (merge)
+            snprintf(sys, sl, "%s\n\n%s", cm[0].content, jb->tools.system);
+        else
+            snprintf(sys, sl, "%s", jb->tools.system);
+        use[0] = (lq_chat_msg){"system", sys};
+        memcpy(use + 1, cm + merge, (n - (size_t)merge) * sizeof *cm);
+        n_use = n + 1 - (size_t)merge;
+    }
+    int rrc = lq_chat_render(tmpl, use, n_use, 1, &text, &err);
+    if (use != cm)
+        free(use);
+    free(sys);
+    if (rrc) {
         reply_oai_err(r, 400, "messages", "%s", err.msg);
         goto out;
     }
@@ -768,7 +808,7 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     lq_server *s = jb->s;
     if (id < 0) {
         /* end of stream: text that was held back (stop-string prefix, partial UTF-8) */
-        if (jb->stream && len)
+        if (jb->stream && len && !jb->tool_buf)
             sse_chunk(jb, text, len, 0, NULL);
         else if (len)
             append_text(jb, text, len);
@@ -778,7 +818,13 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
         return 1;
     if (jb->want_lp)
         record_logprobs(jb, id, logits);
-    if (jb->stream) {
+    if (jb->stream && jb->tools.mode != TOOLS_NONE && !jb->tool_decided && len) {
+        /* a call is held back whole (its name and arguments go out as tool_calls at the
+         * end); under "auto" the first character tells a call from text */
+        jb->tool_decided = 1;
+        jb->tool_buf = jb->tools.mode == TOOLS_REQUIRED || text[0] == '{';
+    }
+    if (jb->stream && !jb->tool_buf) {
         if (len)
             sse_chunk(jb, text, len, 0, NULL);
         return 0;
@@ -790,7 +836,40 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
 
 static const char *finish_reason(const job *jb)
 {
+    if (jb->calls)
+        return "tool_calls";
     return jb->res.finish == LQ_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* A tool-call delta chunk: calls (its reference is taken) under delta.tool_calls. */
+static void sse_tool_chunk(job *jb, json_t *calls)
+{
+    json_t *c = chunk_base(jb, jb->s);
+    json_t *ch = json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "tool_calls", calls,
+                           "logprobs", "finish_reason");
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (jb->include_usage)
+        json_object_set_new(c, "usage", json_null());
+    sse_event(jb, c);
+}
+
+/* The end of a stream whose output was held back as a call: the call as two deltas (the
+ * SDK's accumulator takes id, type and name from the first, appends arguments), or the text
+ * after all when it is not a complete call (cut by max_tokens). */
+static void sse_tool_end(job *jb)
+{
+    jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
+    if (!jb->calls) {
+        if (jb->text_len)
+            sse_chunk(jb, jb->text, jb->text_len, 0, NULL);
+        return;
+    }
+    json_t *c0 = json_array_get(jb->calls, 0), *f = json_object_get(c0, "function");
+    sse_tool_chunk(jb, json_pack("[{s:i,s:O,s:s,s:{s:O,s:s}}]", "index", 0, "id",
+                                 json_object_get(c0, "id"), "type", "function", "function", "name",
+                                 json_object_get(f, "name"), "arguments", ""));
+    sse_tool_chunk(jb, json_pack("[{s:i,s:{s:O}}]", "index", 0, "function", "arguments",
+                                 json_object_get(f, "arguments")));
 }
 
 static json_t *usage_json(const job *jb)
@@ -816,6 +895,8 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
         json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
         sse_event(jb, e);
     } else {
+        if (jb->tool_buf)
+            sse_tool_end(jb);
         sse_chunk(jb, NULL, 0, 0, finish_reason(jb));
         if (jb->include_usage) {
             json_t *u = chunk_base(jb, jb->s);
@@ -889,7 +970,14 @@ static void non_stream_reply(job *jb, reply *r)
         return;
     }
     json_t *choice;
-    if (jb->chat) {
+    if (jb->chat && jb->tools.mode != TOOLS_NONE)
+        jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
+    if (jb->chat && jb->calls) {
+        json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
+        choice = json_pack("{s:i,s:{s:s,s:n,s:O},s:o,s:s}", "index", 0, "message", "role", "assistant",
+                           "content", "tool_calls", jb->calls, "logprobs", lp, "finish_reason",
+                           finish_reason(jb));
+    } else if (jb->chat) {
         json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
         choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
                            lq_jstr(jb->text ? jb->text : "", jb->text_len), "logprobs", lp, "finish_reason",

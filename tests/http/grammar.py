@@ -185,6 +185,102 @@ expect_400("logit_bias bad token -> 400", dict(chat, logit_bias={"abc": 1}), "lo
 expect_400("logit_bias out of range -> 400", dict(chat, logit_bias={"1": 500}), "[-100, 100]")
 expect_400("/v1/completions: bad grammar -> 400", {"prompt": "x", "grammar": "root ::= nothing\n"}, "undefined rule", path="/v1/completions")
 
+# ---- tools (function calling); needs a context longer than the trained model's 256 ----
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                          "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
+        "tz": {"type": "string", "maxLength": 6}}, "required": ["tz"], "additionalProperties": False}}}
+ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 120}
+
+
+def weather_args_ok(args):
+    try:
+        a = json.loads(args)
+    except ValueError:
+        return False
+    return set(a) == {"city", "unit"} and isinstance(a["city"], str) and len(a["city"]) <= 12 and a["unit"] in ("c", "f")
+
+
+if LABEL == "fixture":
+    good, bad = 0, []
+    for seed in range(1, 6):
+        st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER, TIME], tool_choice="required", temperature=1, seed=seed))
+        try:
+            c = j["choices"][0]
+            tc = c["message"]["tool_calls"]
+            f = tc[0]["function"]
+            args_ok = weather_args_ok(f["arguments"]) if f["name"] == "get_weather" else \
+                set(json.loads(f["arguments"])) == {"tz"}
+            if st == 200 and c["finish_reason"] == "tool_calls" and c["message"]["content"] is None and \
+                    len(tc) == 1 and tc[0]["id"].startswith("call_") and tc[0]["type"] == "function" and args_ok:
+                good += 1
+            else:
+                bad.append(raw[:300])
+        except (TypeError, KeyError, ValueError, IndexError):
+            bad.append(raw[:300])
+    ok(name("tools + tool_choice required: 5 sampled replies are calls with valid arguments"), good == 5, bad[:2])
+
+    st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER, TIME], temperature=1, seed=2,
+                                                   tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    try:
+        f = j["choices"][0]["message"]["tool_calls"][0]["function"]
+        good = st == 200 and f["name"] == "get_weather" and weather_args_ok(f["arguments"])
+    except (TypeError, KeyError, ValueError, IndexError):
+        good = False
+    ok(name("tool_choice naming a function: a call of that function"), good, raw[:300])
+
+    st, ev = sse("/v1/chat/completions", dict(ask, tools=[WEATHER], tool_choice="required", stream=True, temperature=1, seed=4))
+    calls, fin, content = {}, None, ""
+    for e in ev:
+        if e == "[DONE]":
+            continue
+        d = json.loads(e)
+        for ch in d.get("choices", []):
+            dl = ch.get("delta") or {}
+            content += dl.get("content") or ""
+            for t in dl.get("tool_calls") or []:
+                cur = calls.setdefault(t["index"], {"id": None, "name": "", "arguments": ""})
+                cur["id"] = t.get("id") or cur["id"]
+                fn = t.get("function") or {}
+                cur["name"] += fn.get("name") or ""
+                cur["arguments"] += fn.get("arguments") or ""
+            fin = ch.get("finish_reason") or fin
+    good = st == 200 and fin == "tool_calls" and content == "" and list(calls) == [0] and \
+        calls[0]["id"] and calls[0]["name"] == "get_weather" and weather_args_ok(calls[0]["arguments"])
+    ok(name("streamed tool call: id, name and arguments deltas as the SDK accumulates them"), good, (calls, fin, content))
+
+    # auto: either text or a call; none: text
+    st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER], tool_choice="auto", temperature=1, seed=1))
+    try:
+        c = j["choices"][0]
+        good = st == 200 and ((c["finish_reason"] == "tool_calls" and weather_args_ok(c["message"]["tool_calls"][0]["function"]["arguments"]))
+                              or (c["message"].get("tool_calls") is None and not c["message"]["content"].startswith("{")))
+    except (TypeError, KeyError, ValueError, IndexError):
+        good = False
+    ok(name("tool_choice auto: text or a valid call"), good, raw[:300])
+    st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER], tool_choice="none", max_tokens=5))
+    ok(name("tool_choice none: plain text"), st == 200 and j["choices"][0]["message"].get("tool_calls") is None, raw[:300])
+
+    # a second turn carrying the call and its result
+    hist = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"unit\":\"c\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees, sunny"}]
+    st, j, raw = post("/v1/chat/completions", {"messages": hist, "tools": [WEATHER], "max_tokens": 8})
+    ok(name("history with assistant tool_calls and a tool message"), st == 200 and j["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls"), raw[:300])
+
+    expect_400("tools with a malformed schema -> 400", dict(ask, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "strng"}}}]), "tools[0].function.parameters")
+    expect_400("tools with a parameters that is not an object -> 400", dict(ask, tools=[{"type": "function", "function": {"name": "f", "parameters": 5}}]), "parameters")
+    expect_400("tool without a name -> 400", dict(ask, tools=[{"type": "function", "function": {}}]), "name")
+    expect_400("tool_choice naming an unknown function -> 400", dict(ask, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), "not among the tools")
+    expect_400("tool_choice required without tools -> 400", dict(ask, tool_choice="required"), "no tools")
+    expect_400("bad tool_choice -> 400", dict(ask, tools=[WEATHER], tool_choice="sometimes"), "tool_choice")
+    expect_400("duplicate function names -> 400", dict(ask, tools=[WEATHER, WEATHER]), "used twice")
+    expect_400("tools with response_format -> 400", dict(ask, tools=[WEATHER], response_format={"type": "json_object"}), "not supported")
+    expect_400("tool message with bad content -> 400", {"messages": [{"role": "tool", "content": 5}]}, "content")
+    expect_400("assistant tool_calls without arguments -> 400", {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]}, "arguments")
+
 # the server is still fine
 st, j, raw = post("/v1/completions", {"prompt": "x", "max_tokens": 2})
 ok(name("server answers after the bad requests"), st == 200, raw[:200])
