@@ -2,7 +2,8 @@
 # Constrained decoding from the command line and through a real `larql serve`: larql run
 # --grammar / --json-schema (and their bad inputs), then tests/http/grammar.py against a
 # server on the trained model and one on a random fixture (response_format json_object /
-# json_schema, the grammar and json_schema fields, streaming, logit_bias, clear 400s).
+# json_schema, the grammar and json_schema fields, streaming, logit_bias, tools, clear 400s)
+# and the official openai npm client's tools / parse() (tests/http/openai/sdk_tools.mjs).
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/server.inc"
 
@@ -43,6 +44,18 @@ else
 fi
 if start_server fixture "$FX" --threads 1 --ctx 1024; then
     run_py fixture.log "$HTTP_DIR/grammar.py" "$PORT" fixture
+    # the official openai client: tools, the SDK's stream accumulator, parse()
+    if ! command -v node >/dev/null; then
+        skip "openai SDK tools tests" "node is not installed"
+    elif [ ! -f "$HTTP_DIR/openai/node_modules/openai/package.json" ]; then
+        skip "openai SDK tools tests" "run 'cd tests/http/openai && npm ci' to install the pinned openai package"
+    else
+        node "$HTTP_DIR/openai/sdk_tools.mjs" "http://127.0.0.1:$PORT/v1" >"$T_TMP/sdk.log" 2>&1
+        cat "$T_TMP/sdk.log"
+        T_PASS=$((T_PASS + $(grep -c '^ok - ' "$T_TMP/sdk.log")))
+        T_FAIL=$((T_FAIL + $(grep -c '^not ok - ' "$T_TMP/sdk.log")))
+        grep -q '^# sdk tools done' "$T_TMP/sdk.log" || fail "openai SDK tools test ran to the end" "$(tail -n 5 "$T_TMP/sdk.log")"
+    fi
 else
     fail "server on the fixture starts"
 fi

@@ -191,7 +191,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                           "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": False}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {
         "tz": {"type": "string", "maxLength": 6}}, "required": ["tz"], "additionalProperties": False}}}
-ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 120}
+ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 400}
 
 
 def weather_args_ok(args):
