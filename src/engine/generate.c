@@ -142,10 +142,11 @@ static int constrain(lq_gen_state *g, lq_err *err)
     }
     for (int32_t i = nv; i < g->n_vocab; i++)
         l[i] = -INFINITY;
+    /* an end-of-sequence id ends the output whatever its text: allowed exactly where the
+     * grammar can end */
     int can_end = lq_grammar_state_can_end(g->gs);
-    if (can_end)
-        for (size_t k = 0; k < g->n_eos; k++)
-            l[g->eos[k]] = eos_logit[k];
+    for (size_t k = 0; k < g->n_eos; k++)
+        l[g->eos[k]] = can_end ? eos_logit[k] : -INFINITY;
     if (!any)
         return can_end ? 1
                        : lq_err_set(err, LQ_EINVAL, "grammar: no token of the vocabulary can "

@@ -14,7 +14,8 @@
 #include "engine/grammar_internal.h"
 
 #define GR_BIG_SUBTREE 64             /* subtrees with this many tokens get a byte set */
-#define GR_MASK_CACHE_BYTES (64u << 20) /* per state object */
+#define GR_MASK_CACHE_BYTES (16u << 20) /* per state object (one request): 1,000 masks of a
+                                         * 128k vocabulary; past it the cache starts over */
 
 struct lq_grammar_vocab {
     int32_t n_vocab;
