@@ -6,8 +6,8 @@
 
 #include "engine/grammar_internal.h"
 
-#define GR_MAX_NODES (1u << 24)
-#define GR_MAX_DSTATES (1u << 22)
+#define GR_MAX_NODES (1u << 20) /* ~25 MB: far beyond real outputs, small enough for a server */
+#define GR_MAX_DSTATES (1u << 20)
 
 static uint32_t hash2(uint32_t a, uint32_t b)
 {
@@ -65,7 +65,7 @@ static uint32_t intern_node(lq_grammar_state *S, uint32_t pos, uint32_t parent)
             return i;
     }
     if (S->n_nodes >= GR_MAX_NODES) {
-        fail(S, LQ_EINVAL, "the recogniser's stacks exceed 16M nodes (a grammar this "
+        fail(S, LQ_EINVAL, "the recogniser's stacks exceed 1M nodes (a grammar this "
                            "ambiguous is not supported)");
         return UINT32_MAX;
     }
@@ -213,7 +213,7 @@ static uint32_t intern_ds(lq_grammar_state *S, uint32_t pval, uint8_t pneed)
             return i;
     }
     if (S->n_ds >= GR_MAX_DSTATES) {
-        fail(S, LQ_EINVAL, "the recogniser exceeds 4M states");
+        fail(S, LQ_EINVAL, "the recogniser exceeds 1M states");
         return GR_FAIL;
     }
     size_t cds = S->cap_ds;

@@ -3,7 +3,7 @@
  * recursion (expanding a left-recursive rule never reaches a character), and a non-empty
  * language.
  *
- * Repetitions become synthetic rules named after the rule they appear in (name_N):
+ * Repetitions become synthetic rules named after the rule they appear in (name/N):
  * x* -> R ::= x R | (right recursion, which the recogniser runs in constant stack depth),
  * x+ -> x x*, x? -> R ::= x |, x{m,n} -> m copies of x then a chain of n-m nested
  * optionals. Groups ( ... ) become synthetic rules too. */
@@ -26,7 +26,7 @@ typedef struct elvec {
 
 typedef struct prule {
     char *name;
-    int defined;
+    int defined, synthetic;
     size_t ref_off; /* where the rule was first referenced (for "undefined" messages) */
     elvec body;
 } prule;
@@ -102,12 +102,9 @@ static int push_all(parser *P, elvec *v, const gr_el *src, size_t n)
     return P->rc;
 }
 
-/* Rule id of name (created undefined on first reference); UINT32_MAX on error. */
-static uint32_t sym_id(parser *P, const char *name, size_t len, const char *at)
+/* A new rule named name[0..len) (no lookup); UINT32_MAX on error. */
+static uint32_t add_rule(parser *P, const char *name, size_t len, const char *at, int synthetic)
 {
-    for (size_t i = 0; i < P->n_rules; i++)
-        if (strlen(P->rules[i].name) == len && !memcmp(P->rules[i].name, name, len))
-            return (uint32_t)i;
     if (P->n_rules >= GR_MAX_RULES) {
         P->rc = lq_err_set(P->err, LQ_EINVAL, "grammar: more than %u rules", GR_MAX_RULES);
         return UINT32_MAX;
@@ -132,25 +129,29 @@ static uint32_t sym_id(parser *P, const char *name, size_t len, const char *at)
     memcpy(r->name, name, len);
     r->name[len] = 0;
     r->ref_off = (size_t)(at - P->src);
+    r->synthetic = synthetic;
+    r->defined = synthetic;
     return (uint32_t)P->n_rules++;
 }
 
-/* A new synthetic rule base_N (defined: its body comes from the caller). */
+/* Rule id of a named rule (created undefined on first reference); UINT32_MAX on error.
+ * Synthetic rules are never looked up (their names hold a '/', which rule names cannot). */
+static uint32_t sym_id(parser *P, const char *name, size_t len, const char *at)
+{
+    for (size_t i = 0; i < P->n_rules; i++)
+        if (!P->rules[i].synthetic && strlen(P->rules[i].name) == len &&
+            !memcmp(P->rules[i].name, name, len))
+            return (uint32_t)i;
+    return add_rule(P, name, len, at, 0);
+}
+
+/* A new synthetic rule "base/N" (defined: its body comes from the caller). Constant time,
+ * so that x{0,10000} inside x{0,10000} stays linear in the rules it makes. */
 static uint32_t synth(parser *P, uint32_t base)
 {
     char buf[160];
-    for (unsigned k = (unsigned)P->n_rules;; k++) {
-        snprintf(buf, sizeof buf, "%.120s_%u", P->rules[base].name, k);
-        int taken = 0;
-        for (size_t i = 0; i < P->n_rules && !taken; i++)
-            taken = !strcmp(P->rules[i].name, buf);
-        if (!taken)
-            break;
-    }
-    uint32_t id = sym_id(P, buf, strlen(buf), P->src);
-    if (id != UINT32_MAX)
-        P->rules[id].defined = 1;
-    return id;
+    snprintf(buf, sizeof buf, "%.120s/%zu", P->rules[base].name, P->n_rules);
+    return add_rule(P, buf, strlen(buf), P->src, 1);
 }
 
 static void set_body(parser *P, uint32_t id, elvec *body)

@@ -206,6 +206,17 @@ static void test_errors(void)
     check_err("root ::= [z-a]\n", "range");
     check_err("root ::= \"a\"\nroot ::= \"b\"\n", "defined twice");
     check_err("", "no 'root' rule");
+    /* a grammar whose stacks explode (nested optional repetitions of a nullable item) is
+     * refused by the recogniser with a message, quickly, not after eating the memory */
+    lq_grammar *big = parse("root ::= (((\"a\"{0,3000}){0,3000}){0,3000}){0,300}\n");
+    CHECK(big != NULL);
+    if (big) {
+        lq_grammar_state *st = NULL;
+        lq_err e2 = {0};
+        CHECK_EQ_INT(lq_grammar_state_create(big, &st, &e2), LQ_EINVAL);
+        CHECK_STR_CONTAINS(e2.msg, "ambiguous");
+        lq_grammar_free(big);
+    }
     /* right recursion is fine, and deep */
     lq_grammar *g = parse("root ::= \"(\" root \")\" | \"x\"\n");
     CHECK(g && match(g, "((((x))))") && !match(g, "((x)"));
