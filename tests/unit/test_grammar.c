@@ -13,32 +13,12 @@
 
 #define GDIR "tests/data/grammars" /* tests run from the project root */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b)
-        b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
-
 static lq_grammar *load(const char *name)
 {
     char path[256];
     snprintf(path, sizeof path, GDIR "/%s", name);
     size_t len;
-    char *t = slurp(path, &len);
+    char *t = harness_read_file(path, &len);
     if (!t)
         return NULL;
     lq_grammar *g = NULL;

@@ -269,26 +269,6 @@ static void schema_samples(lq_model *m, const char *label)
     lq_grammar_free(g);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b)
-        b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
-
 /* Sampled outputs under each example grammar: complete ones match, cut ones are prefixes. */
 static void gbnf_samples(lq_model *m, const char *label)
 {
@@ -300,7 +280,7 @@ static void gbnf_samples(lq_model *m, const char *label)
         char path[256];
         snprintf(path, sizeof path, GDIR "/%s", files[f]);
         size_t len;
-        char *text = slurp(path, &len);
+        char *text = harness_read_file(path, &len);
         lq_grammar *g = NULL;
         CHECK(text && lq_grammar_parse(text, len, &g, NULL) == LQ_OK);
         free(text);
