@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "larql/gguf.h"
 #include "larql/grammar.h"
 #include "larql/tokenizer.h"
 
@@ -284,6 +285,58 @@ static void test_mask(void)
     lq_tokenizer_free(t);
 }
 
+/* SentencePiece drops the leading space of the first token of a text: the mask at the start
+ * (strip_space) judges "▁a" by "a". */
+static void test_spm_start(void)
+{
+    const char *tok[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "a", "b"};
+    float sc[] = {0, 0, 0, -1, -2, -2};
+    int32_t ty[] = {2, 3, 3, 1, 1, 1};
+    lq_gguf_writer *w = lq_gguf_writer_create();
+    lq_gguf_writer_add_str(w, "general.architecture", "llama");
+    lq_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    lq_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, 6);
+    lq_gguf_writer_add_arr(w, "tokenizer.ggml.scores", LQ_GGUF_F32, sc, 6);
+    lq_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", LQ_GGUF_I32, ty, 6);
+    lq_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    lq_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    lq_err e = {0};
+    lq_gguf *gg = NULL;
+    lq_tokenizer *t = NULL;
+    int rc = lq_gguf_writer_write_buffer(w, &buf, &len, &e);
+    lq_gguf_writer_free(w);
+    if (!rc)
+        rc = lq_gguf_open_buffer(buf, len, &gg, &e);
+    if (!rc)
+        rc = lq_tokenizer_from_gguf(gg, &t, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    lq_grammar_vocab *v = NULL;
+    lq_grammar *g = parse("root ::= \"a\" \"b\"?\n");
+    if (t && g && lq_grammar_vocab_create(t, &v, NULL) == LQ_OK) {
+        uint8_t allowed[6];
+        lq_grammar_state *st;
+        CHECK_EQ_INT(lq_grammar_state_create(g, &st, NULL), LQ_OK);
+        CHECK_EQ_INT(lq_grammar_mask(st, v, 1, allowed, NULL), 2); /* "▁a" and "a" */
+        CHECK(allowed[3] && allowed[4] && !allowed[5]);
+        CHECK_EQ_INT(lq_grammar_mask(st, v, 0, allowed, NULL), 1); /* mid-text " a" is out */
+        CHECK(!allowed[3] && allowed[4]);
+        CHECK_EQ_INT(lq_grammar_accept_token(st, v, 3, 1, NULL), LQ_OK);
+        CHECK(lq_grammar_state_can_end(st));
+        CHECK_EQ_INT(lq_grammar_mask(st, v, 0, allowed, NULL), 1);
+        CHECK(allowed[5]);
+        lq_grammar_state_free(st);
+    } else {
+        CHECK(0);
+    }
+    lq_grammar_vocab_free(v);
+    lq_grammar_free(g);
+    lq_tokenizer_free(t);
+    lq_gguf_close(gg);
+    free(buf);
+}
+
 int main(void)
 {
     RUN(test_json_gbnf);
@@ -293,5 +346,6 @@ int main(void)
     RUN(test_repetitions);
     RUN(test_errors);
     RUN(test_mask);
+    RUN(test_spm_start);
     return harness_done();
 }
