@@ -36,10 +36,12 @@ void lq_grammar_free(lq_grammar *g);
 /* JSON Schema (the subset llama.cpp's json-schema-to-grammar handles: type and type
  * arrays, properties, required, additionalProperties, enum, const, items, minItems,
  * maxItems, anyOf, oneOf, $ref to #/$defs and #/definitions, string formats date, time,
- * date-time, uuid, minLength, maxLength, simple patterns) -> GBNF text (malloc'd, NUL-
+ * date-time, uuid, minLength, maxLength, simple patterns, minimum / maximum / exclusive
+ * bounds on integers) -> GBNF text (malloc'd, NUL-
  * terminated). Whitespace between JSON tokens is bounded (a space, or a newline and at
  * most 20 spaces/tabs), so a model cannot pad forever. Unsupported keywords that would
- * change the language (allOf, not, if/then, prefixItems, a pattern beyond the subset)
+ * change the language (allOf, not, if/then, prefixItems, a pattern beyond the subset,
+ * bounds on non-integers)
  * are LQ_EUNSUPPORTED; a bad schema (not JSON, unknown type, $ref loop or dangling $ref)
  * is LQ_EINVAL. */
 int lq_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, lq_err *err);

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "core/sb.h"
+#include "engine/json_range.h"
 #include "larql/grammar.h"
 
 #define JS_MAX_DEPTH 64
@@ -623,8 +626,68 @@ static int gen_string(conv *C, json_t *s, char *name, size_t cap)
     return 0;
 }
 
+static int has_range(json_t *s)
+{
+    return json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
+           json_object_get(s, "exclusiveMinimum") || json_object_get(s, "exclusiveMaximum");
+}
+
+/* One bound: key's number, made an inclusive integer bound (ceil for a lower one, floor for
+ * an upper one, +-1 when exclusive). Returns 1 when present, 0 when absent, -1 on error. */
+static int int_bound(conv *C, json_t *s, const char *key, int lower, int exclusive, long long *v)
+{
+    json_t *x = json_object_get(s, key);
+    if (!x)
+        return 0;
+    if (!json_is_number(x) || fabs(json_number_value(x)) > 1e15) {
+        bad(C, exclusive && json_is_boolean(x) ? LQ_EUNSUPPORTED : LQ_EINVAL,
+            "'%s' must be a number within +-10^15 (draft-4 boolean exclusive bounds are not "
+            "supported)", key);
+        return -1;
+    }
+    double d = json_number_value(x), r = lower ? ceil(d) : floor(d);
+    if (exclusive && r == d)
+        r += lower ? 1 : -1;
+    *v = (long long)r;
+    return 1;
+}
+
+/* "type": "integer" with minimum / maximum / exclusive bounds. */
+static int gen_int_range(conv *C, json_t *s, char *name, size_t cap)
+{
+    long long lo = 0, hi = 0, x;
+    int has_lo = 0, has_hi = 0, r;
+    if ((r = int_bound(C, s, "minimum", 1, 0, &x)) < 0)
+        return C->rc;
+    if (r)
+        lo = x, has_lo = 1;
+    if ((r = int_bound(C, s, "exclusiveMinimum", 1, 1, &x)) < 0)
+        return C->rc;
+    if (r && (!has_lo || x > lo))
+        lo = x, has_lo = 1;
+    if ((r = int_bound(C, s, "maximum", 0, 0, &x)) < 0)
+        return C->rc;
+    if (r)
+        hi = x, has_hi = 1;
+    if ((r = int_bound(C, s, "exclusiveMaximum", 0, 1, &x)) < 0)
+        return C->rc;
+    if (r && (!has_hi || x < hi))
+        hi = x, has_hi = 1;
+    new_rule(C, name, cap);
+    lq_sb_printf(&C->out, "%s ::= ", name);
+    if (gr_int_range(lo, has_lo, hi, has_hi, &C->out))
+        return bad(C, LQ_EINVAL, "%s", "the integer bounds leave no value (minimum above maximum)");
+    lq_sb_puts(&C->out, " ws\n");
+    return 0;
+}
+
 static int gen_type(conv *C, json_t *s, const char *type, char *name, size_t cap)
 {
+    if (has_range(s) && !strcmp(type, "integer"))
+        return gen_int_range(C, s, name, cap);
+    if (has_range(s) && !strcmp(type, "number"))
+        return bad(C, LQ_EUNSUPPORTED, "%s", "minimum/maximum are supported on integers only, "
+                   "not on \"type\": \"number\"");
     if (!strcmp(type, "object"))
         return gen_object(C, s, name, cap);
     if (!strcmp(type, "array"))
@@ -673,7 +736,7 @@ static int gen_alts(conv *C, json_t *s, json_t *list, int types, char *name, siz
 
 static const char *const UNSUPPORTED[] = {
     "allOf", "not", "if", "then", "else", "dependentSchemas", "dependentRequired",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "multipleOf",
     "minProperties", "maxProperties", "propertyNames", "contains", "unevaluatedProperties",
     "unevaluatedItems", NULL,
 };
@@ -699,6 +762,11 @@ static int gen(conv *C, json_t *s, char *name, size_t cap)
             C->depth--;
             return bad(C, LQ_EUNSUPPORTED, "'%s' is not supported", UNSUPPORTED[i]);
         }
+    if (has_range(s) && !json_object_get(s, "type") && !json_object_get(s, "enum") &&
+        !json_object_get(s, "const")) {
+        C->depth--;
+        return bad(C, LQ_EUNSUPPORTED, "%s", "minimum/maximum need \"type\": \"integer\"");
+    }
     json_t *ref = json_object_get(s, "$ref");
     json_t *cst = json_object_get(s, "const");
     json_t *en = json_object_get(s, "enum");

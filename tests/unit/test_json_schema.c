@@ -214,6 +214,57 @@ static void test_refs(void)
     lq_grammar_free(g);
 }
 
+/* Integer bounds: every integer of a window matches exactly when it is in range, for
+ * ranges with one, two or no ends, exclusive ones and fractional ones. */
+static void test_int_ranges(void)
+{
+    static const char *const cases[][4] = {
+        /* minimum, maximum, exclusiveMinimum, exclusiveMaximum ("" = absent) */
+        {"0", "", "", ""}, {"1", "", "", ""}, {"", "0", "", ""}, {"", "-1", "", ""},
+        {"-17", "4", "", ""}, {"3", "3", "", ""}, {"10", "99", "", ""}, {"-100", "-10", "", ""},
+        {"7", "1234", "", ""}, {"-1234", "-7", "", ""}, {"", "", "0", ""}, {"", "", "", "100"},
+        {"", "", "-5", "5"}, {"1.5", "9.5", "", ""}, {"-999", "1000", "", ""}, {"45", "", "", ""},
+        {"", "-45", "", ""}, {"19", "201", "", ""}, {"0", "0", "", ""}, {"-1", "1", "", ""},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char sch[256] = "{\"type\":\"integer\"";
+        static const char *const keys[4] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+        double b[4];
+        int has[4];
+        for (int k = 0; k < 4; k++) {
+            has[k] = cases[c][k][0] != 0;
+            b[k] = has[k] ? atof(cases[c][k]) : 0;
+            if (has[k])
+                snprintf(sch + strlen(sch), sizeof sch - strlen(sch), ",\"%s\":%s", keys[k], cases[c][k]);
+        }
+        strcat(sch, "}");
+        lq_grammar *g = schema(sch);
+        CHECK_MSG(g != NULL, "%s", sch);
+        if (!g)
+            continue;
+        int wrong = 0;
+        for (int x = -1500; x <= 1500 && wrong < 3; x++) {
+            int in = (!has[0] || x >= b[0]) && (!has[1] || x <= b[1]) && (!has[2] || x > b[2]) &&
+                     (!has[3] || x < b[3]);
+            char t[32];
+            snprintf(t, sizeof t, "%d", x);
+            if (m(g, t) != in) {
+                wrong++;
+                CHECK_MSG(0, "%s: %d %s", sch, x, in ? "should match" : "should not match");
+            }
+        }
+        NO(g, "007");
+        NO(g, "-0");
+        lq_grammar_free(g);
+    }
+    /* far ends */
+    lq_grammar *g = schema("{\"type\":\"integer\",\"minimum\":999999999999999}");
+    YES(g, "999999999999999");
+    YES(g, "1000000000000000");
+    NO(g, "999999999999998");
+    lq_grammar_free(g);
+}
+
 static void bad(const char *s, int code, const char *needle)
 {
     lq_grammar *g = NULL;
@@ -237,7 +288,10 @@ static void test_bad_schemas(void)
     bad("{\"$ref\":\"#/$defs/missing\"}", LQ_EINVAL, "points at nothing");
     bad("{\"$ref\":\"http://example.com/s.json\"}", LQ_EUNSUPPORTED, "only local references");
     bad("{\"allOf\":[{\"type\":\"string\"}]}", LQ_EUNSUPPORTED, "'allOf' is not supported");
-    bad("{\"type\":\"integer\",\"minimum\":0}", LQ_EUNSUPPORTED, "'minimum'");
+    bad("{\"type\":\"number\",\"minimum\":0}", LQ_EUNSUPPORTED, "integers only");
+    bad("{\"minimum\":0}", LQ_EUNSUPPORTED, "need \"type\": \"integer\"");
+    bad("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", LQ_EINVAL, "leave no value");
+    bad("{\"type\":\"integer\",\"minimum\":\"3\"}", LQ_EINVAL, "'minimum' must be a number");
     bad("{\"type\":\"string\",\"pattern\":\"abc\"}", LQ_EUNSUPPORTED, "anchored");
     bad("{\"type\":\"string\",\"pattern\":\"^(a$\"}", LQ_EINVAL, "unbalanced");
     bad("{\"type\":\"string\",\"pattern\":\"^(?=a)b$\"}", LQ_EUNSUPPORTED, "lookaround");
@@ -274,6 +328,7 @@ int main(void)
     RUN(test_enum_const_arrays);
     RUN(test_strings);
     RUN(test_refs);
+    RUN(test_int_ranges);
     RUN(test_bad_schemas);
     RUN(test_gbnf_text);
     return harness_done();
