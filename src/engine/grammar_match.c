@@ -265,30 +265,70 @@ static uint32_t advance(lq_grammar_state *S, uint32_t s, uint32_t cp)
 static const uint32_t utf8_min[5] = {0, 0, 0x80, 0x800, 0x10000};
 
 /* Members of s that can match some code point the partial character can still become. */
+/* A partial character every member accepts whatever its remaining bytes are: only the count
+ * of bytes still to come matters, so the states of all such characters are one (pval =
+ * len << 24 | GR_ANYCHAR). Without it a cold mask inside a string interns a state for each
+ * distinct 2- and 3-byte prefix of the vocabulary's CJK and emoji tokens. */
+#define GR_ANYCHAR (1u << 23)
+
+static int cls_covers(const lq_grammar *g, const gr_cls *c, uint32_t lo, uint32_t hi)
+{
+    const uint32_t *iv = g->iv + 2 * (size_t)c->iv_off;
+    if (c->neg) /* no excluded interval meets [lo, hi] */
+        return !gr_cls_meets(g, &(gr_cls){c->iv_off, c->n_iv, 0, {0}, 0}, lo, hi);
+    for (uint32_t i = 0; i < c->n_iv; i++)
+        if (iv[2 * i] <= lo && hi <= iv[2 * i + 1])
+            return 1;
+    return 0;
+}
+
+/* Members of s that can match some code point the partial character can still become. */
 static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t len, uint32_t val,
                         uint8_t need)
 {
     const lq_grammar *g = S->g;
-    uint32_t lo = val << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    uint32_t raw_lo = val << (6 * need), raw_hi = raw_lo | ((1u << (6 * need)) - 1);
+    uint32_t lo = raw_lo, hi = raw_hi;
     if (lo < utf8_min[len])
         lo = utf8_min[len];
     if (hi > 0x10FFFF)
         hi = 0x10FFFF;
     if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) /* nothing, or only surrogates, left */
         return GR_DEAD;
+    /* every completion valid UTF-8 (no overlong, surrogate or too large code point)? */
+    int any = lo == raw_lo && hi == raw_hi && (hi < 0xD800 || lo > 0xDFFF);
     new_round(S);
     const gr_dstate d = S->ds[s];
     for (uint32_t i = 0; i < d.n; i++) {
         uint32_t n = S->mem[d.off + i];
-        if (n == 0 || !gr_cls_meets(g, &g->cls[g->cls_of[S->npos[n]]], lo, hi))
+        if (n == 0)
             continue;
+        const gr_cls *c = &g->cls[g->cls_of[S->npos[n]]];
+        if (!gr_cls_meets(g, c, lo, hi))
+            continue;
+        any = any && cls_covers(g, c, lo, hi);
         if (grow((void **)&S->out, &S->cap_out, S->n_out + 1, sizeof *S->out)) {
             fail(S, LQ_ENOMEM, "out of memory");
             return GR_FAIL;
         }
         S->out[S->n_out++] = n;
     }
-    return intern_ds(S, len << 24 | val, need);
+    return intern_ds(S, len << 24 | (any ? GR_ANYCHAR : val), need);
+}
+
+/* The last byte of a GR_ANYCHAR character: every member matches it. */
+static uint32_t advance_all(lq_grammar_state *S, uint32_t s)
+{
+    const lq_grammar *g = S->g;
+    new_round(S);
+    const gr_dstate d = S->ds[s];
+    for (uint32_t i = 0; i < d.n; i++) {
+        uint32_t n = S->mem[d.off + i];
+        const gr_cls *c = &g->cls[g->cls_of[S->npos[n]]];
+        if (expand(S, after(S, c->next, S->npar[n])))
+            return GR_FAIL;
+    }
+    return intern_ds(S, 0, 0);
 }
 
 static uint32_t compute_step(lq_grammar_state *S, uint32_t s, uint8_t b)
@@ -298,8 +338,22 @@ static uint32_t compute_step(lq_grammar_state *S, uint32_t s, uint8_t b)
         if ((b & 0xC0) != 0x80)
             return GR_DEAD;
         uint32_t len = d->pval >> 24;
-        uint32_t val = ((d->pval & 0xFFFFFFu) << 6) | (b & 0x3Fu);
         uint8_t need = (uint8_t)(d->pneed - 1);
+        if (d->pval & GR_ANYCHAR) {
+            if (!need)
+                return advance_all(S, s);
+            /* the same members, one byte fewer to come */
+            const gr_dstate dd = *d;
+            new_round(S);
+            if (grow((void **)&S->out, &S->cap_out, dd.n, sizeof *S->out)) {
+                fail(S, LQ_ENOMEM, "out of memory");
+                return GR_FAIL;
+            }
+            memcpy(S->out, S->mem + dd.off, dd.n * sizeof *S->out);
+            S->n_out = dd.n;
+            return intern_ds(S, dd.pval, need);
+        }
+        uint32_t val = ((d->pval & 0x7FFFFFu) << 6) | (b & 0x3Fu);
         if (need)
             return partial(S, s, len, val, need);
         if (val < utf8_min[len] || val > 0x10FFFF || (val >= 0xD800 && val <= 0xDFFF))
