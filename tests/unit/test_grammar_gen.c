@@ -410,7 +410,46 @@ static void bias_bans(lq_model *m)
     free(ids);
 }
 
+/* The grammar's end is the end of the output: text a stop string held back is delivered,
+ * and the finish is STOP without a wasted decode. */
+static void grammar_end_flushes(lq_model *m)
+{
+    lq_grammar *g = NULL;
+    const char *gb = "root ::= \"ab\"\n";
+    CHECK_EQ_INT(lq_grammar_parse(gb, strlen(gb), &g, NULL), LQ_OK);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(prompt_ids(m, &ids, &n), LQ_OK);
+    const char *stop[] = {"bX"};
+    lq_generate_params p;
+    lq_generate_defaults(&p);
+    p.max_tokens = 10;
+    p.sampling.temperature = 0;
+    p.grammar = g;
+    p.stop = stop;
+    p.n_stop = 1;
+    lq_session *s = NULL;
+    CHECK_EQ_INT(lq_session_create(m, 256, &s, NULL), LQ_OK);
+    outbuf o = {{0}, 0};
+    lq_generate_result res;
+    CHECK_EQ_INT(lq_generate(s, ids, n, &p, collect, &o, &res, NULL), LQ_OK);
+    CHECK_MSG(!strcmp(o.s, "ab"), "output '%s'", o.s);
+    CHECK_EQ_INT(res.finish, LQ_FINISH_STOP);
+    /* the last token is not decoded: the session holds the prompt and all but the last */
+    CHECK_EQ_INT(lq_session_pos(s), (int)n + res.n_generated - 1);
+    lq_session_free(s);
+    lq_grammar_free(g);
+    free(ids);
+}
+
 static lq_model *g_trained, *g_fixture;
+
+static void test_grammar_end(void)
+{
+    if (!g_trained)
+        SKIP("%s not readable", TRAINED);
+    grammar_end_flushes(g_trained);
+}
 
 static void test_trained_schema(void)
 {
@@ -464,6 +503,7 @@ int main(void)
     RUN(test_fixture_gbnf);
     RUN(test_greedy_scheduler);
     RUN(test_logit_bias);
+    RUN(test_grammar_end);
     lq_model_close(g_trained);
     lq_model_close(g_fixture);
     return harness_done();
