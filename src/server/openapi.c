@@ -92,7 +92,10 @@ static const op_doc DOCS[] = {
     {R_CHAT, M_POST, "OpenAI chat completions (stream with \"stream\": true)", NULL, NULL,
      OBJ("\"model\":" STR ",\"messages\":" ARR(OBJ("\"role\":" STR ",\"content\":" STR)) ",\"max_tokens\":" INT
          ",\"temperature\":" NUM ",\"top_p\":" NUM ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT
-         ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT CONSTRAIN),
+         ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT CONSTRAIN
+         ",\"tools\":" ARR(OBJ("\"type\":" STR ",\"function\":" OBJ("\"name\":" STR ",\"description\":" STR
+                                                                ",\"parameters\":{\"type\":\"object\"}")))
+         ",\"tool_choice\":{}" ",\"parallel_tool_calls\":" BOOL),
      NULL, OBJ("\"id\":" STR ",\"object\":" STR ",\"choices\":" ARR("{\"type\":\"object\"}") ",\"usage\":"
                "{\"type\":\"object\"}"),
      "text/event-stream"},
