@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/sb.h"
-#include "engine/json_range.h"
+#include "engine/json_internal.h"
 
 #define MAX_DIGITS 16 /* as the converter's integral-part rule */
 
