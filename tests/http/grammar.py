@@ -57,9 +57,11 @@ def validate(v, s):
     return False
 
 
-def post(path, body):
+def post(path, body, headers=None):
     c = http.client.HTTPConnection(HOST, PORT, timeout=120)
-    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
     r = c.getresponse()
     data = r.read()
     c.close()
@@ -179,6 +181,13 @@ for seed in range(1, 6):
         bad.append(raw[:200])
 ok(name("grammar field: 5 sampled outputs in the language, finish stop"), good == 5, bad[:2])
 
+# constrained output inside a knowledge session (X-Session-Id), like any generation
+st, j, raw = post("/v1/chat/completions", dict(chat, response_format=rf, temperature=1, seed=77), {"X-Session-Id": "grammar-test"})
+try:
+    good = st == 200 and validate(json.loads(j["choices"][0]["message"]["content"]), SCHEMA)
+except (TypeError, KeyError, ValueError):
+    good = False
+ok(name("json_schema under an X-Session-Id session"), good, raw[:300])
 st, j, raw = post("/v1/completions", {"prompt": "x", "max_tokens": 3, "logit_bias": {"1": -100, "2": 5.5}})
 ok(name("logit_bias accepted"), st == 200, raw[:200])
 st, j, raw = post("/v1/chat/completions", dict(chat, response_format={"type": "text"}))

@@ -327,6 +327,14 @@ static void test_spm_start(void)
         CHECK_EQ_INT(lq_grammar_mask(st, v, 0, allowed, NULL), 1);
         CHECK(allowed[5]);
         lq_grammar_state_free(st);
+        /* a language this vocabulary cannot spell: no token can start it (the server
+         * refuses such a grammar with a 400 before generating) */
+        lq_grammar *z = parse("root ::= \"z\"\n");
+        CHECK_EQ_INT(lq_grammar_state_create(z, &st, NULL), LQ_OK);
+        CHECK_EQ_INT(lq_grammar_mask(st, v, 0, allowed, NULL), 0);
+        CHECK(!lq_grammar_state_can_end(st));
+        lq_grammar_state_free(st);
+        lq_grammar_free(z);
     } else {
         CHECK(0);
     }
