@@ -3,8 +3,8 @@
  * {...}}. The grammar is the JSON Schema of that object (an anyOf over the functions, each
  * with its parameters schema; the functions' $defs hoisted to the top so their $refs still
  * resolve) converted by the library; "auto" lets the output be either that object or text
- * that does not start with '{'. One call per reply (parallel_tool_calls is accepted; a
- * reply never holds more than one call). */
+ * that does not start with '{'. With parallel_tool_calls (the default) a reply may hold up
+ * to 8 calls, one object per line. */
 #include "server/oai_tools.h"
 
 #include <inttypes.h>
@@ -17,6 +17,7 @@
 #include "larql/grammar.h"
 
 #define MAX_TOOLS 128
+#define MAX_CALLS 8 /* calls in one reply with parallel_tool_calls */
 
 void oai_tools_free(oai_tools *t)
 {
@@ -115,7 +116,7 @@ int oai_tools_parse(json_t *j, oai_tools *t, reply *r)
         return -1;
     }
     const char *named = NULL;
-    int mode = TOOLS_AUTO;
+    int mode = TOOLS_AUTO, parallel = !json_is_false(ptc);
     if (tc && !json_is_null(tc)) {
         if (json_is_string(tc)) {
             const char *c = json_string_value(tc);
@@ -161,6 +162,8 @@ int oai_tools_parse(json_t *j, oai_tools *t, reply *r)
     }
     lq_sb_puts(&sys, "You can call functions. To call one, reply with only a JSON object "
                      "{\"name\": <the function's name>, \"arguments\": <its arguments>}.");
+    if (parallel)
+        lq_sb_puts(&sys, " To call several, write one such object per line.");
     lq_sb_puts(&sys, mode == TOOLS_REQUIRED ? " Call one now." : " Otherwise answer normally.");
     lq_sb_puts(&sys, "\nFunctions:");
     for (size_t i = 0; i < n; i++) {
@@ -235,15 +238,21 @@ int oai_tools_parse(json_t *j, oai_tools *t, reply *r)
     json_decref(all);
     if (!g)
         goto out;
-    if (mode == TOOLS_AUTO) {
-        /* the call's root becomes `call`; text is anything that does not start with '{' */
+    {
+        /* the call's root becomes `call`; a reply is one call, or (parallel_tool_calls, the
+         * default) up to MAX_CALLS one per line; "auto" also allows text that does not start
+         * with '{' */
         lq_sb a = {0};
         char *root = !strncmp(g, "root ::= ", 9) ? g : strstr(g, "\nroot ::= ");
         if (root != g)
             lq_sb_put(&a, g, root ? (size_t)(root - g) + 1 : strlen(g));
         lq_sb_puts(&a, "call ::= ");
         lq_sb_puts(&a, root ? root + (root == g ? 9 : 10) : "");
-        lq_sb_puts(&a, "root ::= call | [^{] .*\n");
+        if (parallel)
+            lq_sb_printf(&a, "calls ::= call ( \"\\n\" call ){0,%d}\n", MAX_CALLS - 1);
+        else
+            lq_sb_puts(&a, "calls ::= call\n");
+        lq_sb_puts(&a, mode == TOOLS_AUTO ? "root ::= calls | [^{] .*\n" : "root ::= calls\n");
         free(g);
         g = NULL;
         lq_err err = {0};
@@ -353,24 +362,40 @@ char *oai_tool_history(json_t *msg, size_t i, const char **role, reply *r)
 
 json_t *oai_tool_calls(const char *text, size_t len)
 {
-    json_t *v = json_loadb(text, len, 0, NULL);
-    const char *name = json_string_value(json_object_get(v, "name"));
-    json_t *args = json_object_get(v, "arguments");
-    if (!name || !args) {
+    static uint32_t counter;
+    json_t *out = json_array();
+    size_t at = 0;
+    while (out) {
+        while (at < len && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t' || text[at] == '\r'))
+            at++;
+        if (at == len)
+            break;
+        /* one object; error.position tells where it ended */
+        json_error_t je;
+        json_t *v = json_loadb(text + at, len - at, JSON_DISABLE_EOF_CHECK, &je);
+        const char *name = json_string_value(json_object_get(v, "name"));
+        json_t *args = json_object_get(v, "arguments");
+        if (!name || !args) {
+            json_decref(v);
+            json_decref(out);
+            return NULL;
+        }
+        at += (size_t)je.position;
+        char *as = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint32_t c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+        char id[48];
+        snprintf(id, sizeof id, "call_%08" PRIx32 "%08" PRIx32 "%08" PRIx32, (uint32_t)ts.tv_sec,
+                 (uint32_t)ts.tv_nsec, c);
+        json_array_append_new(out, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
+                                             "function", "name", name, "arguments", as ? as : "{}"));
+        free(as);
         json_decref(v);
+    }
+    if (out && json_array_size(out) == 0) {
+        json_decref(out);
         return NULL;
     }
-    char *at = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
-    static uint32_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint32_t c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    char id[48];
-    snprintf(id, sizeof id, "call_%08" PRIx32 "%08" PRIx32 "%08" PRIx32, (uint32_t)ts.tv_sec,
-             (uint32_t)ts.tv_nsec, c);
-    json_t *out = json_pack("[{s:s,s:s,s:{s:s,s:s}}]", "id", id, "type", "function", "function",
-                            "name", name, "arguments", at ? at : "{}");
-    free(at);
-    json_decref(v);
     return out;
 }

@@ -33,8 +33,8 @@ void oai_tools_free(oai_tools *t);
  * *role is set to the role to render it with. NULL with r filled on a malformed message. */
 char *oai_tool_history(json_t *msg, size_t i, const char **role, reply *r);
 
-/* A generated call -> the `tool_calls` array ([{id, type, function: {name, arguments}}]),
- * or NULL when text is not a complete call. */
+/* Generated calls (one JSON object per line) -> the `tool_calls` array ([{id, type,
+ * function: {name, arguments}}]), or NULL when text is not a sequence of complete calls. */
 json_t *oai_tool_calls(const char *text, size_t len);
 
 #endif

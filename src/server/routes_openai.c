@@ -853,9 +853,9 @@ static void sse_tool_chunk(job *jb, json_t *calls)
     sse_event(jb, c);
 }
 
-/* The end of a stream whose output was held back as a call: the call as two deltas (the
- * SDK's accumulator takes id, type and name from the first, appends arguments), or the text
- * after all when it is not a complete call (cut by max_tokens). */
+/* The end of a stream whose output was held back as calls: each call (index i) as two
+ * deltas (the SDK's accumulator takes id, type and name from the first, appends arguments),
+ * or the text after all when it is not a complete call (cut by max_tokens). */
 static void sse_tool_end(job *jb)
 {
     jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
@@ -864,12 +864,14 @@ static void sse_tool_end(job *jb)
             sse_chunk(jb, jb->text, jb->text_len, 0, NULL);
         return;
     }
-    json_t *c0 = json_array_get(jb->calls, 0), *f = json_object_get(c0, "function");
-    sse_tool_chunk(jb, json_pack("[{s:i,s:O,s:s,s:{s:O,s:s}}]", "index", 0, "id",
-                                 json_object_get(c0, "id"), "type", "function", "function", "name",
-                                 json_object_get(f, "name"), "arguments", ""));
-    sse_tool_chunk(jb, json_pack("[{s:i,s:{s:O}}]", "index", 0, "function", "arguments",
-                                 json_object_get(f, "arguments")));
+    for (size_t i = 0; i < json_array_size(jb->calls); i++) {
+        json_t *c0 = json_array_get(jb->calls, i), *f = json_object_get(c0, "function");
+        sse_tool_chunk(jb, json_pack("[{s:i,s:O,s:s,s:{s:O,s:s}}]", "index", (int)i, "id",
+                                     json_object_get(c0, "id"), "type", "function", "function",
+                                     "name", json_object_get(f, "name"), "arguments", ""));
+        sse_tool_chunk(jb, json_pack("[{s:i,s:{s:O}}]", "index", (int)i, "function", "arguments",
+                                     json_object_get(f, "arguments")));
+    }
 }
 
 static json_t *usage_json(const job *jb)

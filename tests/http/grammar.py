@@ -247,17 +247,32 @@ if LABEL == "fixture":
         try:
             c = j["choices"][0]
             tc = c["message"]["tool_calls"]
-            f = tc[0]["function"]
-            args_ok = weather_args_ok(f["arguments"]) if f["name"] == "get_weather" else \
-                set(json.loads(f["arguments"])) == {"tz"}
+            args_ok = True
+            for t in tc:
+                f = t["function"]
+                args_ok = args_ok and (weather_args_ok(f["arguments"]) if f["name"] == "get_weather" else
+                                       set(json.loads(f["arguments"])) == {"tz"})
+                args_ok = args_ok and t["id"].startswith("call_") and t["type"] == "function"
             if st == 200 and c["finish_reason"] == "tool_calls" and c["message"]["content"] is None and \
-                    len(tc) == 1 and tc[0]["id"].startswith("call_") and tc[0]["type"] == "function" and args_ok:
+                    1 <= len(tc) <= 8 and len(set(t["id"] for t in tc)) == len(tc) and args_ok:
                 good += 1
             else:
                 bad.append(raw[:300])
         except (TypeError, KeyError, ValueError, IndexError):
             bad.append(raw[:300])
     ok(name("tools + tool_choice required: 5 sampled replies are calls with valid arguments"), good == 5, bad[:2])
+
+    good, bad = 0, []
+    for seed in range(1, 4):
+        st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER, TIME], tool_choice="required",
+                                                       parallel_tool_calls=False, temperature=1, seed=seed))
+        try:
+            tc = j["choices"][0]["message"]["tool_calls"]
+            good += st == 200 and len(tc) == 1
+        except (TypeError, KeyError, IndexError):
+            bad.append(raw[:300])
+    ok(name("parallel_tool_calls false: exactly one call"), good == 3, bad[:2])
+    expect_400("parallel_tool_calls not a boolean -> 400", dict(ask, tools=[WEATHER], parallel_tool_calls="yes"), "boolean")
 
     st, j, raw = post("/v1/chat/completions", dict(ask, tools=[WEATHER, TIME], temperature=1, seed=2,
                                                    tool_choice={"type": "function", "function": {"name": "get_weather"}}))
@@ -284,8 +299,8 @@ if LABEL == "fixture":
                 cur["name"] += fn.get("name") or ""
                 cur["arguments"] += fn.get("arguments") or ""
             fin = ch.get("finish_reason") or fin
-    good = st == 200 and fin == "tool_calls" and content == "" and list(calls) == [0] and \
-        calls[0]["id"] and calls[0]["name"] == "get_weather" and weather_args_ok(calls[0]["arguments"])
+    good = st == 200 and fin == "tool_calls" and content == "" and sorted(calls) == list(range(len(calls))) and \
+        len(calls) >= 1 and all(c["id"] and c["name"] == "get_weather" and weather_args_ok(c["arguments"]) for c in calls.values())
     ok(name("streamed tool call: id, name and arguments deltas as the SDK accumulates them"), good, (calls, fin, content))
 
     # auto: either text or a call; none: text
