@@ -442,7 +442,63 @@ static void grammar_end_flushes(lq_model *m)
     free(ids);
 }
 
+/* The trie walk (with its shortcuts: whole subtrees allowed when their bytes loop the state,
+ * merged partial characters) against a token-by-token walk of the same state, at states
+ * along JSON texts, on the trained model's 4,096-token vocabulary (byte-level BPE, so the
+ * start-of-text form of each token, which lq_grammar_mask walks one token at a time, is
+ * the same bytes). */
+static void trie_vs_tokens(lq_model *m)
+{
+    const lq_tokenizer *t = lq_model_tokenizer(m);
+    lq_grammar_vocab *v = NULL;
+    CHECK_EQ_INT(lq_grammar_vocab_create(t, &v, NULL), LQ_OK);
+    lq_grammar *g = NULL, *jo = NULL;
+    CHECK_EQ_INT(lq_grammar_from_json_schema(SCHEMA, strlen(SCHEMA), &g, NULL), LQ_OK);
+    const char *any = lq_grammar_json_object_gbnf();
+    CHECK_EQ_INT(lq_grammar_parse(any, strlen(any), &jo, NULL), LQ_OK);
+    if (!v || !g || !jo) {
+        lq_grammar_free(g);
+        lq_grammar_free(jo);
+        lq_grammar_vocab_free(v);
+        return;
+    }
+    int32_t nv = lq_grammar_vocab_size(v);
+    uint8_t *a = malloc((size_t)nv), *b = malloc((size_t)nv);
+    static const char text1[] = "{ \"name\": \"Tim \xc3\xa9\xe2\x82\xac\", \"age\": -12, \"kind\": \"dog\", "
+                                "\"ver\": \"v1\", \"tags\": [\"ab\"], \"code\": \"AB-12";
+    static const char text2[] = "{\"a\": [1.5e3, {\"b\": \"x\\u00e9 \xf0\x9f\x98\x80\"}], \"c\": nul";
+    const struct { const lq_grammar *g; const char *t; size_t n; } cases[2] = {
+        {g, text1, sizeof text1 - 1}, {jo, text2, sizeof text2 - 1}};
+    int checked = 0;
+    for (int c = 0; c < 2; c++) {
+        lq_grammar_state *st = NULL;
+        CHECK_EQ_INT(lq_grammar_state_create(cases[c].g, &st, NULL), LQ_OK);
+        for (size_t i = 0; st && i <= cases[c].n; i++) {
+            int na = lq_grammar_mask(st, v, 0, a, NULL), nb = lq_grammar_mask(st, v, 1, b, NULL);
+            CHECK_MSG(na == nb && !memcmp(a, b, (size_t)nv), "case %d after %zu bytes: trie %d, "
+                      "tokens %d allowed", c, i, na, nb);
+            checked++;
+            if (i < cases[c].n)
+                CHECK_EQ_INT(lq_grammar_state_accept(st, cases[c].t + i, 1, NULL), LQ_OK);
+        }
+        lq_grammar_state_free(st);
+    }
+    printf("#   trie walk = token walk at %d states\n", checked);
+    free(a);
+    free(b);
+    lq_grammar_free(g);
+    lq_grammar_free(jo);
+    lq_grammar_vocab_free(v);
+}
+
 static lq_model *g_trained, *g_fixture;
+
+static void test_trie_vs_tokens(void)
+{
+    if (!g_trained)
+        SKIP("%s not readable", TRAINED);
+    trie_vs_tokens(g_trained);
+}
 
 static void test_grammar_end(void)
 {
@@ -504,6 +560,7 @@ int main(void)
     RUN(test_greedy_scheduler);
     RUN(test_logit_bias);
     RUN(test_grammar_end);
+    RUN(test_trie_vs_tokens);
     lq_model_close(g_trained);
     lq_model_close(g_fixture);
     return harness_done();
