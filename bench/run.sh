@@ -24,6 +24,15 @@ echo
 echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 
+# constrained decoding: the grammar mask's cost per token under a 10-field JSON schema, next
+# to the decode step, on the trained model's 4,096-token vocabulary and the 2B shape's 128,256
+if [ -x "$BUILD/bench/bench_grammar" ]; then
+    echo
+    echo "## grammar masks (10-field JSON schema)"
+    "$BUILD/bench/bench_grammar" models/tinystories-ternary.gguf --tokens 200 --runs "${LQ_BENCH_RUNS:-5}"
+    "$BUILD/bench/bench_grammar" "$MODEL" --tokens 64 --runs 2
+fi
+
 # vindex: describe/walk latency, concurrent queries/s and the gate prefilter on the 2B-shaped
 # f16 browse vindex, built from the GGUF above on first use (a few minutes; without the relation
 # clusters, whose k-means over the 2B shape's knowledge band is not what these figures compare)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "larql/grammar.h"
 #include "larql/model.h"
 #include "larql/sampler.h"
 #include "larql/status.h"
@@ -35,6 +36,12 @@ typedef enum lq_finish {
 typedef int (*lq_token_cb)(void *user, int32_t id, const char *text, size_t len,
                            float logprob, const float *logits);
 
+/* OpenAI's logit_bias: added to a token's logit before sampling (-100 bans it in practice). */
+typedef struct lq_logit_bias {
+    int32_t id;
+    float bias;
+} lq_logit_bias;
+
 typedef struct lq_generate_params {
     int max_tokens;            /* >= 0 (default 256); clamped to the context left after the
                                 * prompt, so prompt + completion <= n_ctx */
@@ -51,6 +58,15 @@ typedef struct lq_generate_params {
                                 * lq_scheduler_submit copies the struct and, when it accepts
                                 * the request, owns ctx: hook->release runs when the request
                                 * is freed (on a refused submit the caller keeps it). */
+    const lq_grammar *grammar; /* NULL, or the output must stay in this grammar: at each step
+                                * the tokens that would leave it get -inf logits, EOS is
+                                * allowed only where the grammar can end, and the stream ends
+                                * (LQ_FINISH_STOP) once nothing but the end can follow. Copied
+                                * by lq_gen_begin: the caller may free it after the call /
+                                * submit. A model without a tokenizer -> LQ_EINVAL. */
+    const lq_logit_bias *logit_bias; /* copied; ids outside the vocabulary or non-finite
+                                      * biases -> LQ_EINVAL */
+    size_t n_logit_bias;       /* <= 1024 */
 } lq_generate_params;
 
 typedef struct lq_generate_result {
@@ -58,6 +74,7 @@ typedef struct lq_generate_result {
     int finish;                /* lq_finish */
     double prefill_ms;         /* the prompt's lq_session_eval (CLOCK_MONOTONIC) */
     double decode_ms;          /* sampling + decode steps after the prefill, callbacks excluded */
+    double mask_ms;            /* of decode_ms: computing and applying grammar masks */
 } lq_generate_result;
 
 void lq_generate_defaults(lq_generate_params *p);

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "larql/chat.h"
 #include "larql/generate.h"
+#include "larql/grammar.h"
 #include "larql/model.h"
 
 typedef struct gen_args {
@@ -158,13 +159,14 @@ static const char *RUN_USAGE =
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "       [--weights auto|copy|mmap]\n"
     "       [--chat [--template T] [--system S]]\n"
-    "       [--ids-out] [--ignore-eos]\n"
+    "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
     "  PROMPT may follow MODEL as LARQL takes it; without a prompt (and without --ids) run is\n"
     "  larql chat on MODEL, as in LARQL";
 
 int lq_cli_run(int argc, char **argv)
 {
     const char *C = "run", *path = NULL, *prompt = NULL, *ids_arg = NULL, *pos_prompt = NULL;
+    const char *grammar_file = NULL, *schema_file = NULL;
     int chat = 0;
     out_state os = {0};
     gen_args g;
@@ -183,6 +185,10 @@ int lq_cli_run(int argc, char **argv)
             prompt = argv[++i];
         } else if (!strcmp(a, "--ids") && i + 1 < argc) {
             ids_arg = argv[++i];
+        } else if (!strcmp(a, "--grammar") && i + 1 < argc) {
+            grammar_file = argv[++i];
+        } else if (!strcmp(a, "--json-schema") && i + 1 < argc) {
+            schema_file = argv[++i];
         } else if (!strcmp(a, "--chat")) {
             chat = 1;
         } else if (!strcmp(a, "--ids-out")) {
@@ -211,15 +217,36 @@ int lq_cli_run(int argc, char **argv)
         return lq_cli_usage(C, RUN_USAGE, "give exactly one of PROMPT (or --prompt) and --ids");
     if (chat && ids_arg)
         return lq_cli_usage(C, RUN_USAGE, "--chat needs --prompt text");
+    if (grammar_file && schema_file)
+        return lq_cli_usage(C, RUN_USAGE, "give at most one of --grammar and --json-schema");
     if (gen_args_finish(C, &g))
         return 1;
+    lq_grammar *grammar = NULL;
+    if (grammar_file || schema_file) {
+        const char *gf = grammar_file ? grammar_file : schema_file;
+        char *text = NULL;
+        size_t tlen = 0;
+        lq_err gerr = {0};
+        if (lq_read_file(gf, &text, &tlen))
+            return lq_cli_error(C, "cannot read '%s'", gf);
+        int grc = grammar_file ? lq_grammar_parse(text, tlen, &grammar, &gerr)
+                               : lq_grammar_from_json_schema(text, tlen, &grammar, &gerr);
+        free(text);
+        if (grc)
+            return lq_cli_error(C, "%s: %s", gf, gerr.msg);
+        g.gen.grammar = grammar;
+    }
 
     int32_t *ids = NULL;
     size_t n = 0;
-    if (ids_arg && lq_parse_ids(ids_arg, &ids, &n))
+    if (ids_arg && lq_parse_ids(ids_arg, &ids, &n)) {
+        lq_grammar_free(grammar);
         return lq_cli_usage(C, RUN_USAGE, "--ids: '%s' is not a comma-separated list of token ids", ids_arg);
-    if (prompt && !*prompt)
+    }
+    if (prompt && !*prompt) {
+        lq_grammar_free(grammar);
         return lq_cli_error(C, "empty prompt");
+    }
 
     lq_model *m = NULL;
     lq_session *s = NULL;
@@ -269,6 +296,7 @@ int lq_cli_run(int argc, char **argv)
     print_speed(&res);
     rc = 0;
 out:
+    lq_grammar_free(grammar);
     free(os.ids);
     free(ids);
     free(rendered);

@@ -40,6 +40,13 @@ typedef struct lq_gen_state {
     int i;                   /* tokens emitted so far */
     int32_t next_id;         /* after LQ_GEN_NEXT: the token to decode */
     lq_generate_result *res; /* the caller's result (n_generated, finish, decode_ms) */
+    lq_grammar *grammar;     /* the request's grammar (a copy) or NULL */
+    lq_grammar_state *gs;
+    const lq_grammar_vocab *gv; /* from the process cache */
+    int strip_first;
+    int grammar_end;         /* the stream ended because the grammar was complete */         /* the first token starts an SPM text (leading space dropped) */
+    lq_logit_bias *bias;
+    size_t n_bias;
     char piece[LQ_GEN_PIECE_CAP];
 } lq_gen_state;
 

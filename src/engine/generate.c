@@ -22,6 +22,7 @@
 
 #include "core/clock.h"
 #include "engine/gen_step.h"
+#include "engine/grammar_internal.h"
 #include "larql/chat.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -61,10 +62,97 @@ void lq_gen_free(lq_gen_state *g)
     lq_stopper_free(g->stp);
     lq_sampler_free(g->smp);
     free(g->logits);
+    lq_grammar_state_free(g->gs);
+    lq_grammar_free(g->grammar);
+    lq_grammar_vocab_release(g->gv);
+    free(g->bias);
+    g->gs = NULL;
+    g->grammar = NULL;
+    g->gv = NULL;
+    g->bias = NULL;
     g->dt = NULL;
     g->stp = NULL;
     g->smp = NULL;
     g->logits = NULL;
+}
+
+#define LQ_GEN_MAX_BIAS 1024
+
+/* logit_bias (copied) and the grammar (copied, with its recogniser and the tokenizer's
+ * cached vocabulary trie). */
+static int setup_constraints(lq_gen_state *g, const lq_generate_params *p,
+                             const lq_tokenizer *tok, lq_err *err)
+{
+    if (p->n_logit_bias) {
+        if (!p->logit_bias || p->n_logit_bias > LQ_GEN_MAX_BIAS)
+            return lq_err_set(err, LQ_EINVAL, "generate: %zu logit_bias entries (at most %d, "
+                              "and a non-NULL list)", p->n_logit_bias, LQ_GEN_MAX_BIAS);
+        g->bias = malloc(p->n_logit_bias * sizeof *g->bias);
+        if (!g->bias)
+            return lq_err_set(err, LQ_ENOMEM, "generate: out of memory");
+        for (size_t i = 0; i < p->n_logit_bias; i++) {
+            const lq_logit_bias *b = &p->logit_bias[i];
+            if (b->id < 0 || b->id >= g->n_vocab || !isfinite(b->bias))
+                return lq_err_set(err, LQ_EINVAL, "generate: logit_bias[%zu]: token %d must "
+                                  "be in [0, %d) with a finite bias", i, (int)b->id,
+                                  (int)g->n_vocab);
+            g->bias[g->n_bias++] = *b;
+        }
+    }
+    if (!p->grammar)
+        return LQ_OK;
+    if (!tok)
+        return lq_err_set(err, LQ_EINVAL, "generate: a grammar needs the model's tokenizer");
+    g->grammar = gr_clone(p->grammar);
+    if (!g->grammar)
+        return lq_err_set(err, LQ_ENOMEM, "generate: out of memory");
+    int rc = lq_grammar_state_create(g->grammar, &g->gs, err);
+    if (!rc)
+        rc = lq_grammar_vocab_acquire(tok, &g->gv, err);
+    return rc;
+}
+
+/* Masks g->logits to the grammar (EOS kept where the grammar can end). Returns 0, 1 when
+ * the output is complete and nothing but the end may follow, or an LQ_E* code. */
+static int constrain(lq_gen_state *g, lq_err *err)
+{
+    if (lq_grammar_state_done(g->gs))
+        return 1;
+    const uint32_t *bits;
+    int rc = gr_mask_bits(g->gs, g->gv, g->strip_first, &bits, err);
+    if (rc)
+        return rc;
+    float *l = g->logits;
+    int32_t nv = lq_grammar_vocab_size(g->gv);
+    if (nv > g->n_vocab)
+        nv = g->n_vocab;
+    float eos_logit[LQ_GEN_MAX_EOS];
+    for (size_t k = 0; k < g->n_eos; k++)
+        eos_logit[k] = l[g->eos[k]];
+    int any = 0;
+    for (int32_t w = 0; w * 32 < nv; w++) {
+        uint32_t m = bits[w];
+        any |= m != 0;
+        if (m == UINT32_MAX)
+            continue;
+        int32_t end = w * 32 + 32 < nv ? w * 32 + 32 : nv;
+        for (int32_t i = w * 32; i < end; i++)
+            if (!((m >> (i & 31)) & 1u))
+                l[i] = -INFINITY;
+    }
+    for (int32_t i = nv; i < g->n_vocab; i++)
+        l[i] = -INFINITY;
+    /* an end-of-sequence id ends the output whatever its text: allowed exactly where the
+     * grammar can end */
+    int can_end = lq_grammar_state_can_end(g->gs);
+    for (size_t k = 0; k < g->n_eos; k++)
+        l[g->eos[k]] = can_end ? eos_logit[k] : -INFINITY;
+    if (!any)
+        return can_end ? 1
+                       : lq_err_set(err, LQ_EINVAL, "grammar: no token of the vocabulary can "
+                                    "continue the output here (the grammar needs text the "
+                                    "tokenizer cannot produce)");
+    return 0;
 }
 
 int lq_gen_begin(lq_gen_state *g, lq_model *m, int pos0, int n_ctx, const int32_t *prompt,
@@ -150,7 +238,12 @@ int lq_gen_begin(lq_gen_state *g, lq_model *m, int pos0, int n_ctx, const int32_
          * after a lone BOS at the start of the session, where it begins the text. */
         int32_t bos = lq_tokenizer_bos(tok);
         lq_detok_reset(g->dt, pos0 == 0 && n_prompt == 1 && prompt[0] == bos);
+        g->strip_first = pos0 == 0 && n_prompt == 1 && prompt[0] == bos &&
+                         lq_tokenizer_kind(tok) == LQ_TOK_SPM;
     }
+    rc = setup_constraints(g, p, tok, err);
+    if (rc)
+        goto fail;
     return LQ_OK;
 fail:
     lq_gen_free(g);
@@ -173,6 +266,19 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
     if (g->i >= g->max_new)
         return LQ_GEN_END; /* LENGTH (max_tokens 0 or no room left) */
     double ts = lq_now_ms();
+    for (size_t k = 0; k < g->n_bias; k++)
+        g->logits[g->bias[k].id] += g->bias[k].bias;
+    if (g->gs) {
+        int c = constrain(g, err);
+        double tm = lq_now_ms() - ts;
+        res->mask_ms += tm;
+        if (c) {
+            res->decode_ms += tm;
+            res->finish = c == 1 ? LQ_FINISH_STOP : LQ_FINISH_NONE;
+            g->grammar_end = c == 1;
+            return c == 1 ? LQ_GEN_END : c;
+        }
+    }
     int32_t id = lq_sampler_sample(g->smp, g->logits);
     res->decode_ms += lq_now_ms() - ts;
     if (id < 0 || id >= g->n_vocab) {
@@ -184,6 +290,18 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
             res->finish = LQ_FINISH_EOS;
             return LQ_GEN_END;
         }
+    if (g->gs) {
+        double tm = lq_now_ms();
+        int rc = lq_grammar_accept_token(g->gs, g->gv, id, g->strip_first, err);
+        tm = lq_now_ms() - tm;
+        res->mask_ms += tm;
+        res->decode_ms += tm;
+        if (rc) {
+            res->finish = LQ_FINISH_NONE;
+            return rc;
+        }
+        g->strip_first = 0;
+    }
     lq_sampler_accept(g->smp, id);
     res->n_generated++;
 
@@ -207,6 +325,12 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
         res->finish = LQ_FINISH_STOP;
         return LQ_GEN_END;
     }
+    if (g->gs && lq_grammar_state_done(g->gs)) {
+        /* complete, and nothing may follow: no decode for a token nobody samples after */
+        res->finish = LQ_FINISH_STOP;
+        g->grammar_end = 1;
+        return LQ_GEN_END;
+    }
     if (++g->i == g->max_new)
         return LQ_GEN_END; /* LENGTH: no decode for a token nobody will sample after */
     g->next_id = id;
@@ -216,8 +340,9 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
 void lq_gen_end(lq_gen_state *g, lq_token_cb cb, void *user)
 {
     lq_generate_result *res = g->res;
-    /* Release held-back text when the stream ended without a stop match or a cancel. */
-    if (res->finish != LQ_FINISH_LENGTH && res->finish != LQ_FINISH_EOS)
+    /* Release held-back text when the stream ended without a stop match or a cancel (the
+     * grammar's end is not a stop string: the text before it is all output). */
+    if (res->finish != LQ_FINISH_LENGTH && res->finish != LQ_FINISH_EOS && !g->grammar_end)
         return;
     size_t plen = 0;
     if (g->dt)

@@ -15,6 +15,12 @@
 #define ANY_OBJ "{\"type\":\"object\"}"
 #define FFN "application/x-larql-ffn"
 
+/* structured output and logit_bias on the OpenAI routes (routes_openai.c parse_constraints) */
+#define CONSTRAIN                                                                              \
+    ",\"response_format\":" OBJ("\"type\":" STR ",\"json_schema\":" OBJ(                        \
+        "\"name\":" STR ",\"schema\":{\"type\":\"object\"},\"strict\":" BOOL))                     \
+    ",\"grammar\":" STR ",\"json_schema\":{\"type\":\"object\"},\"logit_bias\":{\"type\":\"object\"}"
+
 /* the flags most LARQL routes share: bounded by --max-concurrent, also under /v1/{model_id}/ */
 #define LARQL (RT_GATED | RT_MODEL_SCOPED)
 #define OPENAI (RT_OPENAI | RT_GATED)
@@ -84,7 +90,8 @@ static const route ROUTES[] = {
     {"/v1/completions", M_POST, route_completions, OPENAI,
      {"OpenAI completions (stream with \"stream\": true)", NULL,
       OBJ("\"model\":" STR ",\"prompt\":" STR ",\"max_tokens\":" INT ",\"temperature\":" NUM ",\"top_p\":" NUM
-          ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT ",\"logprobs\":" INT ",\"echo\":" BOOL),
+          ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT ",\"logprobs\":" INT ",\"echo\":" BOOL
+          CONSTRAIN),
       NULL,
       OBJ("\"id\":" STR ",\"object\":" STR ",\"choices\":" ARR(ANY_OBJ) ",\"usage\":" ANY_OBJ),
       "text/event-stream"}},
@@ -92,7 +99,10 @@ static const route ROUTES[] = {
      {"OpenAI chat completions (stream with \"stream\": true)", NULL,
       OBJ("\"model\":" STR ",\"messages\":" ARR(OBJ("\"role\":" STR ",\"content\":" STR)) ",\"max_tokens\":" INT
           ",\"temperature\":" NUM ",\"top_p\":" NUM ",\"stream\":" BOOL ",\"stop\":" ARR(STR) ",\"seed\":" INT
-          ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT),
+          ",\"logprobs\":" BOOL ",\"top_logprobs\":" INT CONSTRAIN
+          ",\"tools\":" ARR(OBJ("\"type\":" STR ",\"function\":" OBJ("\"name\":" STR ",\"description\":" STR
+                                                                 ",\"parameters\":{\"type\":\"object\"}")))
+          ",\"tool_choice\":{}" ",\"parallel_tool_calls\":" BOOL),
       NULL,
       OBJ("\"id\":" STR ",\"object\":" STR ",\"choices\":" ARR(ANY_OBJ) ",\"usage\":" ANY_OBJ),
       "text/event-stream"}},

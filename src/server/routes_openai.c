@@ -1,7 +1,8 @@
 /* OpenAI routes: /v1/completions and /v1/chat/completions (streaming over SSE and not),
- * /v1/embeddings. Request validation follows OpenAI's API (types, ranges, n > 1, tools and
- * response_format refused with a 400 until constrained decoding exists); sampling, stop
- * strings, UTF-8-complete text and logprobs come from lq_generate.
+ * /v1/embeddings. Request validation follows OpenAI's API (types, ranges; n > 1 and tools
+ * refused with a 400 for now); structured output (response_format json_object /
+ * json_schema, llama-server's grammar / json_schema) and logit_bias constrain lq_generate;
+ * sampling, stop strings, UTF-8-complete text and logprobs come from lq_generate.
  *
  * Generation goes through the server's lq_scheduler: every request in flight is decoded in
  * the same batched step, so concurrent streams share each weight read. The scheduler's
@@ -21,12 +22,15 @@
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
+#include "larql/grammar.h"
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
+#include "server/oai_tools.h"
 #include "server/sha1.h"
 
 #define MAX_STOPS 16
+#define MAX_LOGIT_BIAS 1024
 #define MAX_TOP_LOGPROBS 20
 
 typedef struct job {
@@ -40,6 +44,13 @@ typedef struct job {
     lq_generate_params gp;
     char *stops[MAX_STOPS];
     size_t n_stop;
+    lq_grammar *grammar;     /* response_format / grammar / json_schema (the scheduler
+                              * takes a copy) */
+    lq_logit_bias *bias;
+    oai_tools tools;         /* tools / tool_choice (chat) */
+    int tool_decided;        /* stream, tools "auto": the first text chose call or text */
+    int tool_buf;            /* stream: the output is a call, held until the end */
+    json_t *calls;           /* the reply's tool_calls, once the output parsed as a call */
     int32_t *ids;            /* prompt token ids */
     size_t n_ids;
     char *prompt_text;       /* for echo */
@@ -97,6 +108,10 @@ static void job_free(job *jb)
     }
     for (size_t i = 0; i < jb->n_stop; i++)
         free(jb->stops[i]);
+    lq_grammar_free(jb->grammar);
+    free(jb->bias);
+    oai_tools_free(&jb->tools);
+    json_decref(jb->calls);
     free(jb->ids);
     free(jb->prompt_text);
     free(jb->text);
@@ -210,35 +225,195 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
     }
     jb->gp.stop = (const char *const *)jb->stops;
     jb->gp.n_stop = jb->n_stop;
-    /* constrained decoding does not exist yet: say so rather than ignore the request */
-    json_t *tools = json_object_get(j, "tools");
-    const char *tc = NULL;
-    json_t *tcv = json_object_get(j, "tool_choice");
-    if (json_is_string(tcv))
-        tc = json_string_value(tcv);
-    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0) &&
-        !(tc && !strcmp(tc, "none"))) {
-        reply_oai_err(r, 400, "tools",
-                      "'tools' (function calling) needs constrained decoding, which this server does not "
-                      "implement yet; send the request without tools");
+    (void)b;
+    return 0;
+}
+
+/* A JSON schema given as an object (or a string holding one) -> grammar. */
+static int schema_grammar(job *jb, json_t *schema, const char *field, reply *r)
+{
+    lq_err err = {0};
+    char *txt = json_is_string(schema) ? strdup(json_string_value(schema))
+                                       : json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!txt) {
+        reply_oai_err(r, 500, NULL, "out of memory");
         return -1;
     }
+    int rc = lq_grammar_from_json_schema(txt, strlen(txt), &jb->grammar, &err);
+    free(txt);
+    if (rc) {
+        reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Structured output: OpenAI's response_format (json_object, json_schema with strict) and
+ * llama-server's 'grammar' (GBNF text) and 'json_schema'; at most one of them. A grammar
+ * that no token of the vocabulary can start is refused here, not discovered mid-stream.
+ * Also logit_bias ({"token id": bias in [-100, 100]}). Returns 0, or -1 with r filled. */
+static int parse_constraints(job *jb, json_t *j, reply *r)
+{
     json_t *rf = json_object_get(j, "response_format");
+    json_t *gr = json_object_get(j, "grammar");
+    json_t *js = json_object_get(j, "json_schema");
+    json_t *schema = NULL;
+    const char *gbnf = NULL, *field = NULL;
+    int n_set = 0;
     if (rf && !json_is_null(rf)) {
         json_t *ty = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(ty)) {
             reply_oai_err(r, 400, "response_format", "'response_format' must be an object with a 'type'");
             return -1;
         }
-        if (strcmp(json_string_value(ty), "text")) {
-            reply_oai_err(r, 400, "response_format",
-                          "response_format '%s' needs constrained decoding (JSON grammar), which this "
-                          "server does not implement yet; use {\"type\":\"text\"}",
-                          json_string_value(ty));
+        const char *t = json_string_value(ty);
+        if (!strcmp(t, "json_object")) {
+            json_t *sc = json_object_get(rf, "schema"); /* llama-server's extension */
+            if (sc && !json_is_null(sc))
+                schema = sc;
+            else
+                gbnf = lq_grammar_json_object_gbnf();
+            field = "response_format";
+            n_set++;
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *o = json_object_get(rf, "json_schema");
+            if (!json_is_object(o)) {
+                reply_oai_err(r, 400, "response_format", "response_format 'json_schema' needs a "
+                              "'json_schema' object ({\"name\", \"schema\", \"strict\"})");
+                return -1;
+            }
+            json_t *strict = json_object_get(o, "strict"), *name = json_object_get(o, "name");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.strict' must be a boolean");
+                return -1;
+            }
+            if (name && !json_is_string(name)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.name' must be a string");
+                return -1;
+            }
+            /* strict or not, the output follows the schema exactly: the grammar has no
+             * "best effort" mode; strict only matters for what a schema may use, and an
+             * unsupported keyword is a 400 either way */
+            schema = json_object_get(o, "schema");
+            if (!schema || json_is_null(schema)) {
+                reply_oai_err(r, 400, "response_format", "'json_schema.schema' is missing");
+                return -1;
+            }
+            field = "response_format";
+            n_set++;
+        } else if (strcmp(t, "text")) {
+            reply_oai_err(r, 400, "response_format", "response_format type '%.64s' is not one of "
+                          "text, json_object, json_schema", t);
             return -1;
         }
     }
-    (void)b;
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr)) {
+            reply_oai_err(r, 400, "grammar", "'grammar' must be a string of GBNF rules");
+            return -1;
+        }
+        gbnf = json_string_value(gr);
+        field = "grammar";
+        n_set++;
+    }
+    if (js && !json_is_null(js)) {
+        schema = js;
+        field = "json_schema";
+        n_set++;
+    }
+    if (n_set > 1) {
+        reply_oai_err(r, 400, field, "give at most one of a JSON response_format, 'grammar' and "
+                      "'json_schema'");
+        return -1;
+    }
+    json_t *tl = json_object_get(j, "tools");
+    if (!jb->chat && tl && !json_is_null(tl)) {
+        reply_oai_err(r, 400, "tools", "'tools' belong to /v1/chat/completions");
+        return -1;
+    }
+    if (jb->chat && oai_tools_parse(j, &jb->tools, r))
+        return -1;
+    if (jb->tools.mode != TOOLS_NONE) {
+        if (n_set) {
+            reply_oai_err(r, 400, "tools", "'tools' together with %s is not supported", field);
+            return -1;
+        }
+        gbnf = jb->tools.gbnf;
+        field = "tools";
+    }
+    lq_err err = {0};
+    if (schema && schema_grammar(jb, schema, field, r))
+        return -1;
+    if (!schema && gbnf) {
+        int rc = lq_grammar_parse(gbnf, strlen(gbnf), &jb->grammar, &err);
+        if (rc) {
+            reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+            return -1;
+        }
+    }
+    if (jb->grammar) {
+        /* can any token start the output? (the vocabulary trie is cached per tokenizer) */
+        const lq_grammar_vocab *v = NULL;
+        lq_grammar_state *gs = NULL;
+        uint8_t *allowed = NULL;
+        int rc = lq_grammar_vocab_acquire(jb->tok, &v, &err);
+        if (!rc)
+            rc = lq_grammar_state_create(jb->grammar, &gs, &err);
+        if (!rc && !(allowed = malloc((size_t)lq_grammar_vocab_size(v) + 1)))
+            rc = lq_err_set(&err, LQ_ENOMEM, "out of memory");
+        if (!rc) {
+            rc = lq_grammar_mask(gs, v, 0, allowed, &err);
+            if (rc == 0 && !lq_grammar_state_can_end(gs))
+                rc = lq_err_set(&err, LQ_EINVAL, "grammar: no token of the model's vocabulary "
+                                "can start an output of this grammar");
+            else if (rc > 0)
+                rc = 0;
+        }
+        free(allowed);
+        lq_grammar_state_free(gs);
+        lq_grammar_vocab_release(v);
+        if (rc) {
+            reply_oai_err(r, rc == LQ_ENOMEM ? 500 : 400, field, "%s", err.msg);
+            return -1;
+        }
+        jb->gp.grammar = jb->grammar;
+    }
+    json_t *lb = json_object_get(j, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb) || json_object_size(lb) > MAX_LOGIT_BIAS) {
+            reply_oai_err(r, 400, "logit_bias", "'logit_bias' must be an object of at most %d "
+                          "\"token id\": bias entries", MAX_LOGIT_BIAS);
+            return -1;
+        }
+        jb->bias = calloc(json_object_size(lb) + 1, sizeof *jb->bias);
+        if (!jb->bias) {
+            reply_oai_err(r, 500, NULL, "out of memory");
+            return -1;
+        }
+        const char *key;
+        json_t *val;
+        size_t n = 0;
+        json_object_foreach(lb, key, val) {
+            char *end = NULL;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id >= jb->n_vocab) {
+                reply_oai_err(r, 400, "logit_bias", "logit_bias key '%.32s' is not a token id in "
+                              "0..%d", key, (int)jb->n_vocab - 1);
+                return -1;
+            }
+            if (!json_is_number(val) || !(json_number_value(val) >= -100) ||
+                !(json_number_value(val) <= 100)) {
+                reply_oai_err(r, 400, "logit_bias", "logit_bias['%.32s'] must be a number in "
+                              "[-100, 100]", key);
+                return -1;
+            }
+            jb->bias[n].id = (int32_t)id;
+            jb->bias[n].bias = (float)json_number_value(val);
+            n++;
+        }
+        jb->gp.logit_bias = jb->bias;
+        jb->gp.n_logit_bias = n;
+    }
     return 0;
 }
 
@@ -317,11 +492,15 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
         const char *ro = json_string_value(role);
         if (!strcmp(ro, "developer"))
             ro = "system"; /* OpenAI's newer name for the system role */
-        if (!strcmp(ro, "tool") || !strcmp(ro, "function")) {
-            reply_oai_err(r, 400, "messages",
-                          "messages[%zu]: role '%s' needs tool calling (constrained decoding), which this server "
-                          "does not implement yet", i, ro);
-            goto out;
+        json_t *tcs = json_object_get(mj, "tool_calls");
+        if (!strcmp(ro, "tool") || !strcmp(ro, "function") ||
+            (!strcmp(ro, "assistant") && tcs && !json_is_null(tcs))) {
+            /* function calling history: plain text the chat template can hold */
+            if (!(contents[i] = oai_tool_history(mj, i, &ro, r)))
+                goto out;
+            cm[i].role = ro;
+            cm[i].content = contents[i];
+            continue;
         }
         if (strcmp(ro, "system") && strcmp(ro, "user") && strcmp(ro, "assistant")) {
             reply_oai_err(r, 400, "messages", "messages[%zu].role '%.64s' is not one of system, user, assistant",
@@ -343,7 +522,34 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
     lq_err err = {0};
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     int tmpl = lq_chat_template_for_model(m);
-    if (lq_chat_render(tmpl, cm, n, 1, &text, &err)) {
+    lq_chat_msg *use = cm;
+    size_t n_use = n;
+    char *sys = NULL;
+    if (jb->tools.system) {
+        /* the functions are described in the system message (the first one, or a new one) */
+        use = calloc(n + 1, sizeof *use);
+        int merge = !strcmp(cm[0].role, "system");
+        size_t sl = strlen(jb->tools.system) + (merge ? strlen(cm[0].content) + 2 : 0) + 1;
+        sys = malloc(sl);
+        if (!use || !sys) {
+            free(use);
+            free(sys);
+            reply_oai_err(r, 500, NULL, "out of memory");
+            goto out;
+        }
+        if (merge)
+            snprintf(sys, sl, "%s\n\n%s", cm[0].content, jb->tools.system);
+        else
+            snprintf(sys, sl, "%s", jb->tools.system);
+        use[0] = (lq_chat_msg){"system", sys};
+        memcpy(use + 1, cm + merge, (n - (size_t)merge) * sizeof *cm);
+        n_use = n + 1 - (size_t)merge;
+    }
+    int rrc = lq_chat_render(tmpl, use, n_use, 1, &text, &err);
+    if (use != cm)
+        free(use);
+    free(sys);
+    if (rrc) {
         reply_oai_err(r, 400, "messages", "%s", err.msg);
         goto out;
     }
@@ -604,7 +810,7 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     lq_server *s = jb->s;
     if (id < 0) {
         /* end of stream: text that was held back (stop-string prefix, partial UTF-8) */
-        if (jb->stream && len)
+        if (jb->stream && len && !jb->tool_buf)
             sse_chunk(jb, text, len, 0, NULL);
         else if (len)
             append_text(jb, text, len);
@@ -614,7 +820,13 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
         return 1;
     if (jb->want_lp)
         record_logprobs(jb, id, logits);
-    if (jb->stream) {
+    if (jb->stream && jb->tools.mode != TOOLS_NONE && !jb->tool_decided && len) {
+        /* a call is held back whole (its name and arguments go out as tool_calls at the
+         * end); under "auto" the first character tells a call from text */
+        jb->tool_decided = 1;
+        jb->tool_buf = jb->tools.mode == TOOLS_REQUIRED || text[0] == '{';
+    }
+    if (jb->stream && !jb->tool_buf) {
         if (len)
             sse_chunk(jb, text, len, 0, NULL);
         return 0;
@@ -626,7 +838,42 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
 
 static const char *finish_reason(const job *jb)
 {
+    if (jb->calls)
+        return "tool_calls";
     return jb->res.finish == LQ_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* A tool-call delta chunk: calls (its reference is taken) under delta.tool_calls. */
+static void sse_tool_chunk(job *jb, json_t *calls)
+{
+    json_t *c = chunk_base(jb, jb->s);
+    json_t *ch = json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "tool_calls", calls,
+                           "logprobs", "finish_reason");
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (jb->include_usage)
+        json_object_set_new(c, "usage", json_null());
+    sse_event(jb, c);
+}
+
+/* The end of a stream whose output was held back as calls: each call (index i) as two
+ * deltas (the SDK's accumulator takes id, type and name from the first, appends arguments),
+ * or the text after all when it is not a complete call (cut by max_tokens). */
+static void sse_tool_end(job *jb)
+{
+    jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
+    if (!jb->calls) {
+        if (jb->text_len)
+            sse_chunk(jb, jb->text, jb->text_len, 0, NULL);
+        return;
+    }
+    for (size_t i = 0; i < json_array_size(jb->calls); i++) {
+        json_t *c0 = json_array_get(jb->calls, i), *f = json_object_get(c0, "function");
+        sse_tool_chunk(jb, json_pack("[{s:i,s:O,s:s,s:{s:O,s:s}}]", "index", (int)i, "id",
+                                     json_object_get(c0, "id"), "type", "function", "function",
+                                     "name", json_object_get(f, "name"), "arguments", ""));
+        sse_tool_chunk(jb, json_pack("[{s:i,s:{s:O}}]", "index", (int)i, "function", "arguments",
+                                     json_object_get(f, "arguments")));
+    }
 }
 
 static json_t *usage_json(const job *jb)
@@ -652,6 +899,8 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
         json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
         sse_event(jb, e);
     } else {
+        if (jb->tool_buf)
+            sse_tool_end(jb);
         sse_chunk(jb, NULL, 0, 0, finish_reason(jb));
         if (jb->include_usage) {
             json_t *u = chunk_base(jb, jb->s);
@@ -725,7 +974,14 @@ static void non_stream_reply(job *jb, reply *r)
         return;
     }
     json_t *choice;
-    if (jb->chat) {
+    if (jb->chat && jb->tools.mode != TOOLS_NONE)
+        jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
+    if (jb->chat && jb->calls) {
+        json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
+        choice = json_pack("{s:i,s:{s:s,s:n,s:O},s:o,s:s}", "index", 0, "message", "role", "assistant",
+                           "content", "tool_calls", jb->calls, "logprobs", lp, "finish_reason",
+                           finish_reason(jb));
+    } else if (jb->chat) {
         json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
         choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
                            lq_jstr(jb->text ? jb->text : "", jb->text_len), "logprobs", lp, "finish_reason",
@@ -804,6 +1060,8 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
         goto fail;
     jb->tok = lq_model_tokenizer(m);
     jb->n_vocab = lq_model_get_info(m)->n_vocab;
+    if (parse_constraints(jb, j, r))
+        goto fail;
     if (chat ? parse_messages(m, jb, j, r) : parse_prompt(m, jb, j, r))
         goto fail;
     json_decref(j);

@@ -483,11 +483,15 @@ def main_tests():
     expect_error("n=2 -> 400", "POST", "/v1/chat/completions", dict(chat, n=2), contains="n>1")
     expect_error("n=0 -> 400", "POST", "/v1/completions", dict(base, n=0))
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    expect_error("tools -> 400 naming constrained decoding", "POST", "/v1/chat/completions", dict(chat, tools=tool), contains="constrained decoding")
-    expect_error("response_format json_object -> 400 naming constrained decoding", "POST", "/v1/chat/completions",
-                 dict(chat, response_format={"type": "json_object"}), contains="constrained decoding")
+    # tools are served (tests/cli/grammar.sh checks the calls); here: accepted, a text or a call
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, tools=tool))
+    ok("tools accepted", st == 200 and j["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls"), raw[:300])
+    # response_format json_object is served (tests/cli/grammar.sh checks the output)
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}))
+    ok("response_format json_object accepted", st == 200 and j["choices"][0]["message"]["content"].startswith("{"), raw[:300])
     expect_error("unknown role -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, contains="role")
-    expect_error("tool role -> 400", "POST", "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, contains="tool")
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}], "max_tokens": 2})
+    ok("tool role accepted (rendered as a tool result)", st == 200, raw[:300])
     expect_error("empty messages -> 400", "POST", "/v1/chat/completions", {"messages": []}, contains="empty")
     expect_error("missing messages -> 400", "POST", "/v1/chat/completions", {"max_tokens": 3}, contains="messages")
     expect_error("messages wrong type -> 400", "POST", "/v1/chat/completions", {"messages": "hi"}, contains="messages")

@@ -113,10 +113,20 @@ await step("errors", async () => {
     await client.chat.completions.create({ model: modelId, messages, n: 2 });
   } catch (e) { e400 = e; }
   ok("n=2 -> SDK BadRequestError with our message", e400 instanceof OpenAI.BadRequestError && /n>1/.test(e400.message), String(e400));
+  const schema = { type: "object", properties: { n: { type: "integer" }, s: { type: "string", maxLength: 5 } },
+    required: ["n", "s"], additionalProperties: false };
+  const js = await client.chat.completions.create({ model: modelId, messages, max_tokens: 100,
+    response_format: { type: "json_schema", json_schema: { name: "t", strict: true, schema } } });
+  let parsed = null;
+  try { parsed = JSON.parse(js.choices[0].message.content); } catch (e) { parsed = null; }
+  ok("response_format json_schema -> JSON of the schema", parsed !== null && Number.isInteger(parsed.n) &&
+    typeof parsed.s === "string" && parsed.s.length <= 5 && Object.keys(parsed).length === 2, js.choices[0].message.content);
+  e400 = null;
   try {
-    await client.chat.completions.create({ model: modelId, messages, response_format: { type: "json_object" } });
+    await client.chat.completions.create({ model: modelId, messages, response_format: { type: "json_schema",
+      json_schema: { name: "t", schema: { type: "strng" } } } });
   } catch (e) { e400 = e; }
-  ok("response_format json -> 400 naming constrained decoding", e400 instanceof OpenAI.BadRequestError && /constrained decoding/.test(e400.message), String(e400));
+  ok("response_format with a bad schema -> SDK BadRequestError", e400 instanceof OpenAI.BadRequestError && /unknown type/.test(e400.message), String(e400));
   try {
     await client.completions.create({ model: "no-such-model", prompt: "x" });
   } catch (e) { e404 = e; }
