@@ -93,10 +93,12 @@ static int exec_insert(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
     lq_sb_free(&pre);
     int first = r.n_layers > 0 ? r.layers[0] : p.layer, last = r.n_layers > 0 ? r.layers[r.n_layers < 64 ? r.n_layers - 1 : 63] : first;
     lq_sb_printf(out, "Inserted: %s \xe2\x80\x94[%s]\xe2\x86\x92 %s at L%d", s->entity, s->relation, s->target, first);
+    if (r.mode == LQ_INSERT_SUBJECT) /* ours: the id DELETE FROM EDGES WHERE id = ... takes */
+        lq_sb_printf(out, " (subject edit, id %s)\n  mode: subject \xe2\x80\x94 read back by every phrasing of the "
+                          "question, chat included; p(%s) = %.2f after \"The %s of %s is\"\n",
+                     r.id, s->target, r.target_prob, s->relation, s->entity);
     if (r.mode == LQ_INSERT_SUBJECT) {
-        lq_sb_printf(out, " (subject edit)\n  mode: subject \xe2\x80\x94 read back by every phrasing of the question, "
-                          "chat included; p(%s) = %.2f after \"The %s of %s is\"\n",
-                     s->target, r.target_prob, s->relation, s->entity);
+        /* printed above, with its id */
     } else if (r.mode == LQ_INSERT_KNN) {
         lq_sb_puts(out, " (KNN store)\n");
         lq_sb_printf(out, "  mode: KNN \xe2\x80\x94 %s\n", r.weights ? "residual capture (Architecture B, retrieval-override)"
@@ -169,8 +171,37 @@ static int where_of(const lq_lql_stmt *s, lq_edit_where *w, where_ctx *wc, char 
     return 0;
 }
 
+/* DELETE FROM EDGES WHERE id = "…": one edit (an insert's every op) by the id its insert
+ * printed. 1 = handled (rc in *rc), 0 = not this form. */
+static int delete_by_id(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, int *rc, lq_err *err)
+{
+    if (s->kind != LQ_LS_DELETE || s->n_where != 1 || strcmp(s->where[0].field, "id"))
+        return 0;
+    const lq_lql_cond *c = &s->where[0];
+    if (c->op != LQ_LO_EQ || c->v.kind != LQ_LV_STRING) {
+        *rc = lq_err_set(err, LQ_EINVAL, "WHERE id needs = with a string (the id INSERT printed)");
+        return 1;
+    }
+    lq_sb pre = {0};
+    int was = q->recording;
+    start_recording(q, &pre);
+    *rc = lq_overlay_delete_edit(q->o, c->v.s, err);
+    if (*rc)
+        q->recording = was;
+    else {
+        if (pre.s)
+            lq_sb_puts(out, pre.s);
+        lq_sb_printf(out, "Deleted edit %s (patch overlay)\n", c->v.s);
+    }
+    lq_sb_free(&pre);
+    return 1;
+}
+
 static int exec_delete_update(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
+    int by_id_rc = 0;
+    if (delete_by_id(q, s, out, &by_id_rc, err))
+        return by_id_rc;
     lq_edit_where w;
     char ebuf[256], rbuf[256];
     const lq_lql_cond *cs[64];

@@ -40,8 +40,15 @@ check_fails "eval-edits: a malformed suite is an error naming its line" "suite l
 check_fails "eval-edits on a GGUF says a vindex is needed" "not a vindex" "$LARQL" eval-edits "$GG" --suite "$SUITE"
 # LQL: INSERT without a mode is a subject edit, read back by a paraphrase
 out=$("$LARQL" lql "$V" -c 'INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia"); INFER "The capital city of Atlantis is" TOP 1;' 2>&1)
-echo "$out" | grep -q '(subject edit)' && echo "$out" | grep -q '1\.  *(9' && pass "LQL INSERT (default subject) then a paraphrase writes the target's first token" ||
+echo "$out" | grep -q '(subject edit, id ' && echo "$out" | grep -q '1\.  *(9' && pass "LQL INSERT (default subject) then a paraphrase writes the target's first token" ||
     fail "LQL INSERT (default subject) then a paraphrase writes the target's first token" "$out"
+# LQL: a subject edit saved as a .vlp names its id; DELETE FROM EDGES WHERE id = ... removes it
+(cd "$T_TMP" && "$LARQL" lql "$V" -c 'BEGIN PATCH "s.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES ("Atlantis", "capital", "Poseidonia"); SAVE PATCH;' >/dev/null 2>&1)
+ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["operations"][0]["id"])' "$T_TMP/s.vlp" 2>/dev/null)
+out=$(cd "$T_TMP" && "$LARQL" lql "$V" -c "APPLY PATCH \"s.vlp\"; INFER \"The capital of Atlantis is\" TOP 1; DELETE FROM EDGES WHERE id = \"$ID\"; INFER \"The capital of Atlantis is\" TOP 1; DELETE FROM EDGES WHERE id = \"$ID\";" 2>&1)
+echo "$out" | grep -q "^Deleted edit $ID" && [ "$(echo "$out" | grep -c '1\.  *(99\|1\.  *(100')" = 1 ] && echo "$out" | grep -q "edit '$ID' not found" &&
+    pass "LQL DELETE FROM EDGES WHERE id = … removes one subject edit (a second time: not found)" ||
+    fail "LQL DELETE FROM EDGES WHERE id = … removes one subject edit (a second time: not found)" "$ID $out"
 if start_server main "$V" --threads 1 --state-dir "$T_TMP/state"; then
     run_py http.log "$HTTP_DIR/subject_edit.py" "$PORT"
     kill -9 "$PID"
