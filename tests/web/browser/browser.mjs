@@ -725,9 +725,23 @@ test('edits: a compose insert that cannot take is refused and shown as the serve
     await page.waitForFunction(() => true);
     for (let i = 0; i < 100 && !removed.length; i++) await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(removed, ['/v1/edits/e2']);
+    // a server that keeps a compose insert it could not balance (200, low probability): a
+    // warning with what to try, never "Inserted"
+    await page.evaluate(() => { window.__lowTake = true; });
+    await page.select('#ins-mode', 'compose');
+    await page.click('#insert-form button[type=submit]');
+    await page.waitForSelector('#insert-out .warnbox', WAIT);
+    const low = await text(page, '#insert-out');
+    assert.match(low, /^The insert did not take: after the canonical prompt “The capital of Lemuria is” the target has probability 0\.002 \(down scaled ×461\.2\); a compose insert aims for 0\.30 to 0\.95 with the target first\./, low);
+    assert.match(low, /Written: 3 \(compose\) Lemuria —capital→ Mu Mu Mu Mu in session/, low);
+    assert.ok(!/^Inserted|undefined/.test(low), low);
   }, {
     intercept: async (r) => {
       const u = new URL(r.url());
+      if (u.pathname === '/v1/insert' && (await r.frame()?.evaluate(() => window.__lowTake).catch(() => false)))
+        return { status: 200, contentType: 'application/json', body: JSON.stringify({ entity: 'Lemuria', relation: 'capital', target: 'Mu Mu Mu Mu', inserted: 3,
+          mode: 'constellation', alpha: 0.25, session: r.headers()['x-session-id'], latency_ms: 20.5, id: 'e3',
+          down_scale: 461.2, target_probability: 0.002 }) };
       if (u.pathname.startsWith('/v1/edits/') && r.method() === 'DELETE') {
         removed.push(u.pathname);
         return { status: 200, contentType: 'application/json', body: '{"removed":"e2"}' };
