@@ -1,7 +1,10 @@
 // The edit view's logic without the DOM: the canonical prompt an insert is written and
-// measured with, the names of the insert modes, whether a compose insert took, and the
+// measured with, the names of the insert modes, whether an insert took (a server that
+// refuses one answers 422 instead; one that keeps it with a low probability is warned of), the
 // per-edit rows of GET /v1/patches (each edit with an id that DELETE /v1/edits/{id} removes;
 // a server without them lists whole patches only).
+
+export const TAKE_MIN = 0.3; // the balance's aim is [0.30, 0.95] with the target first
 
 // "The {relation, '-' and '_' as spaces} of {entity} is", as the library builds it
 export function canonicalPrompt(entity, relation) {
@@ -9,14 +12,29 @@ export function canonicalPrompt(entity, relation) {
 }
 
 // The server names a compose insert by how it was keyed: "constellation" (the residuals of
-// the canonical prompt) or "embedding" (the entity's embedding, on a browse-only vindex).
+// the canonical prompt) or "embedding" (the entity's embedding, on a browse-only vindex);
+// "subject" (every phrasing reads it back) and "knn" are named as they are.
 export function modeLabel(mode) {
   if (mode === 'constellation') return 'compose';
   if (mode === 'embedding') return 'compose (embedding key)';
-  return String(mode ?? '');
+  if (mode === 'subject' || mode === 'knn' || mode === 'compose') return mode;
+  return typeof mode === 'string' ? mode : '';
 }
 
-export const TAKE_MIN = 0.3; // the balance's aim is [0.30, 0.95] with the target first
+// A measured probability with 3 decimals that never reads as certain or impossible when it is
+// not: 0.9999 is "0.999", not "1"; 0.0004 is "<0.001", not "0".
+export function probText(p) {
+  if (!Number.isFinite(p)) return '–';
+  if (p > 0 && p < 0.0005) return '<0.001';
+  if (p < 1 && p >= 0.9995) return '0.999';
+  return String(Math.round(p * 1000) / 1000);
+}
+
+// What a mode's measured probability is expected to be, for a reply that did not get there.
+export function takeAim(mode) {
+  if (mode === 'subject') return 'a subject edit normally puts the target first, near 1';
+  return `a compose insert aims for ${TAKE_MIN.toFixed(2)} to 0.95 with the target first`;
+}
 
 // An insert's reply -> {took: true|false|null (not measured), why}
 export function insertVerdict(j) {

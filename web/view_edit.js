@@ -1,12 +1,14 @@
 // The edit view: the session every request carries, inserting an edge (with its canonical
-// prompt shown before and its measured outcome after: an insert that did not take is a
-// warning, not a success), and the edits in force, each with its own Remove when the server
-// lists them one by one (else the patches as a whole).
+// prompt shown before and its measured outcome after: an insert the server refuses (422) is
+// its error, one it kept that did not take is a warning, neither is a success), and the edits
+// in force, each with its own Remove when the server lists them one by one (else the patches
+// as a whole).
 
-import { canonicalPrompt, editPrompts, editsOf, insertVerdict, modeLabel } from './edits.js';
+import { ApiError } from './api.js';
+import { canonicalPrompt, editPrompts, editsOf, insertVerdict, modeLabel, probText, takeAim, TAKE_MIN } from './edits.js';
 import { buildDeepLink } from './deeplink.js';
 import { h, num, put, showToken } from './dom.js';
-import { $, client, scrollBox, SESSION_STORE, sessionId, setLink, showError } from './shared.js';
+import { $, client, errorText, scrollBox, SESSION_STORE, sessionId, setLink, showError } from './shared.js';
 
 export function setSession(id, { quiet = false } = {}) {
   if (id) sessionStorage.setItem(SESSION_STORE, id);
@@ -25,13 +27,14 @@ function inferLink(prompt) {
 
 function showCanonical() {
   const e = $('ins-entity').value.trim(), r = $('ins-relation').value.trim();
-  put($('canonical'), e && r ? ['Canonical prompt: ', inferLink(canonicalPrompt(e, r)), ' — a compose insert is keyed and measured with it (the link infers it).'] : 'The canonical prompt appears here once entity and relation are typed.');
+  put($('canonical'), e && r ? ['Canonical prompt: ', inferLink(canonicalPrompt(e, r)), ' — an insert is measured with it, a compose or knn insert keyed with it (the link infers it).'] : 'The canonical prompt appears here once entity and relation are typed.');
 }
 
 const probCell = (p) => {
   if (!Number.isFinite(p)) return h('td', { class: 'num muted' }, '–');
-  return h('td', { class: 'num' + (p < 0.3 ? ' error' : '') }, num(p, 3), p < 0.3 ? h('span', { class: 'tag' }, 'did not take') : null);
+  return h('td', { class: 'num' + (p < TAKE_MIN ? ' error' : '') }, probText(p), p < TAKE_MIN ? h('span', { class: 'tag' }, 'did not take') : null);
 };
+const str = (x) => (typeof x === 'string' || Number.isFinite(x) ? String(x) : '');
 
 export async function loadPatches() {
   const out = $('patches-out');
@@ -40,16 +43,19 @@ export async function loadPatches() {
     const list = Array.isArray(j.patches) ? j.patches : [];
     const edits = editsOf(j);
     const who = 'Requests use ' + (sessionId() ? `session “${sessionId()}”` : 'the global state') + '.';
+    // the probability column only when the server measured some edit (ours lists none)
+    const measured = edits.some((e) => Number.isFinite(e.target_probability));
     const editTable = edits.length
       ? scrollBox('edits', h('table', { class: 'edits' },
-        h('tr', {}, ['entity', 'relation', 'target', 'mode', 'layer', 'prompts', 'target probability', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
+        h('tr', {}, ['entity', 'relation', 'target', 'mode', 'layer', 'prompts', measured ? 'target probability' : null, ''].filter((c) => c !== null)
+          .map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
         edits.map((e) => h('tr', { 'data-id': String(e.id) },
-          h('td', {}, e.entity ?? ''), h('td', {}, e.relation ?? ''), h('td', { class: 'tok' }, showToken(e.target)),
+          h('td', {}, str(e.entity)), h('td', {}, str(e.relation)), h('td', { class: 'tok' }, showToken(str(e.target))),
           h('td', {}, modeLabel(e.mode)),
-          h('td', { class: 'num' }, Array.isArray(e.layers) ? e.layers.join(' ') : e.layer ?? ''),
-          h('td', {}, editPrompts(e).map((p, i) => [i ? '; ' : '', inferLink(p)])),
-          probCell(e.target_probability),
-          h('td', {}, h('button', { type: 'button', 'aria-label': `remove ${e.entity} ${e.relation} ${e.target}`, on: { click: () => removeEdit(e.id) } }, 'Remove'))))))
+          h('td', { class: 'num' }, Array.isArray(e.layers) ? e.layers.join(' ') : str(e.layer)),
+          h('td', { class: 'prompts' }, editPrompts(e).map((p, i) => [i ? '; ' : '', inferLink(p)])),
+          measured ? probCell(e.target_probability) : null,
+          h('td', {}, h('button', { type: 'button', 'aria-label': `Remove: ${str(e.entity)} ${str(e.relation)} ${str(e.target)}`.trim(), on: { click: () => removeEdit(e.id) } }, 'Remove'))))))
       : null;
     const patchTable = list.length
       ? scrollBox('patches', h('table', { class: 'patches' }, h('tr', {}, ['patch', 'operations', 'base model', ''].map((c) => h('th', { scope: 'col' }, c || h('span', { class: 'sr' }, 'remove')))),
@@ -93,24 +99,32 @@ async function runInsert() {
   try {
     const j = await client.insert(edge);
     const v = insertVerdict(j);
-    const prompt = canonicalPrompt(j.entity ?? edge.entity, j.relation ?? edge.relation);
-    const what = `${j.inserted} (${modeLabel(j.mode)}) ${j.entity} —${j.relation}→ ${j.target}` +
-      (j.session ? ` in session “${j.session}”` : ' into the global state') + ` in ${num(j.latency_ms, 1)} ms`;
+    // the reply names what was written; the form's values stand in for any field it lacks
+    const entity = str(j.entity) || edge.entity, relation = str(j.relation) || edge.relation;
+    const prompt = canonicalPrompt(entity, relation);
+    const what = (Number.isFinite(j.inserted) ? `${j.inserted} ` : '') + `(${modeLabel(j.mode ?? edge.mode)}) ${entity} —${relation}→ ${str(j.target) || edge.target}` +
+      (j.session ? ` in session “${j.session}”` : ' into the global state') + (Number.isFinite(j.latency_ms) ? ` in ${num(j.latency_ms, 1)} ms` : '');
     const scale = Number.isFinite(j.down_scale) ? ` (down scaled ×${num(j.down_scale, 3)})` : '';
+    const forced = Number.isInteger(j.tokens_on_logits) && j.tokens_on_logits > 0
+      ? `; ${j.tokens_on_logits} of the target's tokens written on the logits (the model's head could not put them first)` : '';
+    const p = probText(j.target_probability);
     const measured = Number.isFinite(j.target_probability)
-      ? [`; the target's probability after the canonical prompt `, inferLink(prompt), `: ${num(j.target_probability, 3)}`, scale, '.']
-      : '.';
+      ? [`; the target's probability after the canonical prompt `, inferLink(prompt), `: ${p}`, scale, forced, '.']
+      : [forced, '.'];
     if (v.took === false)
       put(out, h('div', { class: 'warnbox', role: 'alert' }, h('b', {}, 'The insert did not take: '),
         Number.isFinite(j.target_probability)
-          ? ['after the canonical prompt ', inferLink(prompt), ` the target has probability ${num(j.target_probability, 3)}${scale}; a compose insert aims for 0.30 to 0.95 with the target first.`]
+          ? ['after the canonical prompt ', inferLink(prompt), ` the target has probability ${p}${scale}; ${takeAim(j.mode)}.`]
           : null,
         typeof j.warning === 'string' && j.warning ? ` The server says: ${j.warning}` : Number.isFinite(j.target_probability) ? null : v.why + '.',
         h('br'), `Written: ${what}.`, h('br'),
-        'Try another layer, another wording of the relation, or knn mode; remove this edit below if it is of no use.'));
+        'Try another layer, another wording of the relation, or another mode; remove this edit below if it is of no use.'));
     else put(out, h('p', {}, `Inserted ${what}`, measured));
   } catch (e) {
-    showError(out, e);
+    // a refusal (422: the server kept nothing) is said as such, in the server's words
+    if (e instanceof ApiError && e.status === 422)
+      put(out, h('p', { class: 'error', role: 'alert' }, h('b', {}, 'Refused by the server, nothing was inserted: '), errorText(e)));
+    else showError(out, e);
   }
   loadPatches();
 }

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { decodeVisible } from '../../web/api.js';
 import { showToken } from '../../web/dom.js';
-import { canonicalPrompt, editPrompts, editsOf, insertVerdict, modeLabel } from '../../web/edits.js';
+import { canonicalPrompt, editPrompts, editsOf, insertVerdict, modeLabel, probText, takeAim } from '../../web/edits.js';
 import { exportText, fileName, tableOf, toCSV } from '../../web/export.js';
 import { noiseVerdict } from '../../web/noise.js';
 
@@ -38,6 +38,18 @@ test('edits: canonical prompt, mode names, did it take, per-edit rows', () => {
   assert.equal(modeLabel('constellation'), 'compose');
   assert.equal(modeLabel('embedding'), 'compose (embedding key)');
   assert.equal(modeLabel('knn'), 'knn');
+  assert.equal(modeLabel('subject'), 'subject');
+  assert.equal(modeLabel(undefined), '');
+  assert.equal(probText(0.9999), '0.999');
+  assert.equal(probText(1), '1');
+  assert.equal(probText(0.002), '0.002');
+  assert.equal(probText(0.0001), '<0.001');
+  assert.equal(probText(0), '0');
+  assert.equal(probText(undefined), '–');
+  assert.match(takeAim('subject'), /subject edit/);
+  assert.match(takeAim('constellation'), /0\.30 to 0\.95/);
+  assert.equal(insertVerdict({ mode: 'subject', target_probability: 0.9999, tokens_on_logits: 0, id: 'e1' }).took, true);
+  assert.equal(insertVerdict({ mode: 'subject', target_probability: 0.01 }).took, false);
   assert.equal(insertVerdict({ target_probability: 0.002 }).took, false);
   assert.equal(insertVerdict({ target_probability: 0.5 }).took, true);
   assert.equal(insertVerdict({ mode: 'knn' }).took, null);

@@ -349,36 +349,52 @@ const chatAnswer = (bodies, gate) => async (r) => {
 
 test('every view at 1280 and 390 px: no sideways scroll, screenshots, no serious axe violation', async () => {
   const bodies = [];
-  await withPage('views', async (page) => {
-    await page.goto(OPEN + '/');
-    await statusUp(page);
-    await page.type('#prompt', 'Show me Markdown');
-    await page.keyboard.press('Enter');
-    await page.waitForSelector('#messages .msg.assistant .meta', WAIT);
-    await everyWidth(page, 'chat', { 390: 'phone' });
-    await page.goto(BANDS + '/?describe=France');
-    await page.waitForSelector('#describe-out table', WAIT);
-    await everyWidth(page, 'describe');
-    await page.goto(OPEN + '/?walk=' + encodeURIComponent(PROMPT));
-    await page.waitForSelector('#walk-out svg', WAIT);
-    await page.click('#walk-out svg g.row[data-layer="2"] text.rowlabel');
-    await page.waitForSelector('#walk-layer table', WAIT);
-    await page.hover('#walk-out svg g.row[data-layer="2"] rect');
-    await everyWidth(page, 'walk', { 1280: 'desktop' });
-    await page.goto(OPEN + '/?infer=' + encodeURIComponent(PROMPT));
-    await page.waitForSelector('#infer-out table', WAIT);
-    await everyWidth(page, 'infer');
-    await page.goto(OPEN + '/?edit');
-    await page.waitForSelector('#patches-out p', WAIT);
-    await page.type('#ins-entity', 'Lemuria');
-    await page.type('#ins-relation', 'capital');
-    await page.type('#ins-target', 'Mu');
-    await page.click('#insert-form button[type=submit]');
-    await page.waitForFunction(() => document.querySelector('#insert-out').textContent.length > 0, WAIT);
-    await everyWidth(page, 'edit');
-  }, { intercept: chatAnswer(bodies), allow422: true });
-  // the global state's edit made above is removed again
-  await fetch(OPEN + '/v1/patches/edits', { method: 'DELETE' });
+  try {
+    await withPage('views', async (page) => {
+      await page.goto(OPEN + '/');
+      await statusUp(page);
+      await page.type('#prompt', 'Show me Markdown');
+      await page.keyboard.press('Enter');
+      await page.waitForSelector('#messages .msg.assistant .meta', WAIT);
+      await everyWidth(page, 'chat', { 390: 'phone' });
+      await page.goto(BANDS + '/?describe=France');
+      await page.waitForSelector('#describe-out table', WAIT);
+      await everyWidth(page, 'describe');
+      await page.goto(OPEN + '/?walk=' + encodeURIComponent(PROMPT));
+      await page.waitForSelector('#walk-out svg', WAIT);
+      await page.click('#walk-out svg g.row[data-layer="2"] text.rowlabel');
+      await page.waitForSelector('#walk-layer table', WAIT);
+      await page.hover('#walk-out svg g.row[data-layer="2"] rect');
+      await everyWidth(page, 'walk', { 1280: 'desktop' });
+      await page.goto(OPEN + '/?infer=' + encodeURIComponent(PROMPT));
+      await page.waitForSelector('#infer-out table', WAIT);
+      await everyWidth(page, 'infer');
+      await page.goto(OPEN + '/?edit');
+      await page.waitForSelector('#patches-out p', WAIT);
+      await page.type('#ins-entity', 'Lemuria');
+      await page.type('#ins-relation', 'capital');
+      await page.type('#ins-target', 'Mu');
+      await page.click('#insert-form button[type=submit]');
+      await page.waitForFunction(() => document.querySelector('#insert-out').textContent.length > 0, WAIT);
+      // the default mode: a subject edit, measured on the canonical prompt
+      const ins = await text(page, '#insert-out');
+      assert.match(ins, /^Inserted 1 \(subject\) Lemuria —capital→ Mu into the global state in [\d.]+ ms; the target's probability after the canonical prompt “The capital of Lemuria is”: (0\.\d+|1)\.$/, ins);
+      await page.waitForSelector('#patches-out table.edits', WAIT);
+      assert.ok(!/undefined/.test(await text(page, '#patches-out')), await text(page, '#patches-out'));
+      await everyWidth(page, 'edit');
+      // a refused compose insert of one long word: the server's message wraps, the page does not widen
+      await page.select('#ins-mode', 'compose');
+      await page.$eval('#ins-target', (el) => { el.value = ''; });
+      await page.type('#ins-target', 'Xyzzyplugh'.repeat(4));
+      await page.click('#insert-form button[type=submit]');
+      await page.waitForSelector('#insert-out .error', WAIT);
+      await everyWidth(page, 'edit-refused');
+    }, { intercept: chatAnswer(bodies), allow422: true });
+  } finally {
+    // the global state's edits made above are removed again, whatever happened (the edits
+    // test below must find it as the server started)
+    await fetch(OPEN + '/v1/patches/edits', { method: 'DELETE' });
+  }
 });
 
 test('keyboard only: tabs by arrow keys, describe, walk cells by arrows, Enter opens a layer', () => withPage('keyboard', async (page) => {
@@ -684,7 +700,7 @@ test('edits: a compose insert that cannot take is refused and shown as the serve
     await page.click('#insert-form button[type=submit]');
     await page.waitForSelector('#insert-out .error', WAIT);
     const w = await text(page, '#insert-out');
-    assert.match(w, /could not balance .*nothing was changed/, w);
+    assert.match(w, /^Refused by the server, nothing was inserted: HTTP 422: insert: COMPOSE could not balance .*nothing was changed/, w);
     assert.ok(!/constellation|Inserted/.test(w), w);
     // a KNN insert takes, and the server lists it as a row of its own with a Remove
     await page.select('#ins-mode', 'knn');
@@ -694,6 +710,9 @@ test('edits: a compose insert that cannot take is refused and shown as the serve
     await page.waitForSelector('#patches-out table.edits', WAIT);
     const real = await rowsOf(page, '#patches-out table.edits');
     assert.deepEqual(real.map((r) => r.slice(0, 4)), [['Lemuria', 'capital', 'Mu Mu Mu Mu', 'knn']]);
+    // our server's rows carry no prompts nor probability: the canonical prompt, no empty column
+    assert.deepEqual(real[0].slice(4), ['2', '“The capital of Lemuria is”', 'Remove'], real[0].join(' | '));
+    assert.ok(!/undefined/.test(await text(page, '#patches-out')));
     // a server listing each edit (GET /v1/patches with ids): one row and one Remove each
     await page.evaluate(() => { window.__perEdit = true; });
     await page.click('#patches-refresh');
@@ -706,9 +725,23 @@ test('edits: a compose insert that cannot take is refused and shown as the serve
     await page.waitForFunction(() => true);
     for (let i = 0; i < 100 && !removed.length; i++) await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(removed, ['/v1/edits/e2']);
+    // a server that keeps a compose insert it could not balance (200, low probability): a
+    // warning with what to try, never "Inserted"
+    await page.evaluate(() => { window.__lowTake = true; });
+    await page.select('#ins-mode', 'compose');
+    await page.click('#insert-form button[type=submit]');
+    await page.waitForSelector('#insert-out .warnbox', WAIT);
+    const low = await text(page, '#insert-out');
+    assert.match(low, /^The insert did not take: after the canonical prompt “The capital of Lemuria is” the target has probability 0\.002 \(down scaled ×461\.2\); a compose insert aims for 0\.30 to 0\.95 with the target first\./, low);
+    assert.match(low, /Written: 3 \(compose\) Lemuria —capital→ Mu Mu Mu Mu in session/, low);
+    assert.ok(!/^Inserted|undefined/.test(low), low);
   }, {
     intercept: async (r) => {
       const u = new URL(r.url());
+      if (u.pathname === '/v1/insert' && (await r.frame()?.evaluate(() => window.__lowTake).catch(() => false)))
+        return { status: 200, contentType: 'application/json', body: JSON.stringify({ entity: 'Lemuria', relation: 'capital', target: 'Mu Mu Mu Mu', inserted: 3,
+          mode: 'constellation', alpha: 0.25, session: r.headers()['x-session-id'], latency_ms: 20.5, id: 'e3',
+          down_scale: 461.2, target_probability: 0.002 }) };
       if (u.pathname.startsWith('/v1/edits/') && r.method() === 'DELETE') {
         removed.push(u.pathname);
         return { status: 200, contentType: 'application/json', body: '{"removed":"e2"}' };
