@@ -27,7 +27,11 @@ UNRELATED = ["Once upon a time, there was a little dog named Max.", "Lily liked 
 NEW = [("Atlantis", "Poseidonia", "Atlantean"), ("Wakanda", "Birnin Zana", "Xhosa"), ("Narnia", "Cair Paravel", "Narnian"),
        ("Genovia", "Pyrus", "Genovian"), ("Latveria", "Doomstadt", "Latverian"), ("Freedonia", "Fredville", "Freedonian"),
        ("Zubrowka", "Lutz", "Zubrowkan"), ("Elbonia", "Mudville", "Elbonian"), ("Ruritania", "Strelsau", "Ruritanian"),
-       ("Sokovia", "Novi Grad", "Sokovian"), ("Arendelle", "Paris", "Norwegian"), ("Florin", "Tokyo", "Florinese")]
+       ("Sokovia", "Novi Grad", "Sokovian"), ("Arendelle", "Paris", "Norwegian"), ("Florin", "Tokyo", "Florinese"),
+       ("Agrabah", "Sultan City", "Agrabahn"), ("Lilliput", "Mildendo", "Lilliputian"), ("Oceania", "Airstrip One", "Newspeak"),
+       ("Gondor", "Minas Tirith", "Westron"), ("Mordor", "Barad Dur", "Black Speech"), ("Rohan", "Edoras", "Rohirric"),
+       ("Panem", "Capitol", "Panemese"), ("Westeros", "Kings Landing", "Common Tongue"), ("Kaledonia", "Rome", "Kaledonian"),
+       ("Bravos", "Madrid", "Braavosi"), ("Qumar", "Cairo", "Qumari"), ("Markovia", "Oslo", "Markovian")]
 
 
 def case(e, rel, target, old, neighbours):
@@ -44,23 +48,25 @@ def case(e, rel, target, old, neighbours):
 
 
 def main():
-    out = []
     n = len(COUNTRIES)
-    for i, (e, cap, lang) in enumerate(COUNTRIES):
+    cap, lan, new = [], [], []
+    for i, (e, c0, lang) in enumerate(COUNTRIES):
         # counterfactual capital: the capital of the country two places on
         other = COUNTRIES[(i + 2) % n]
         neigh = [(COUNTRIES[(i + k) % n][0], COUNTRIES[(i + k) % n][1]) for k in (5, 11, 17)]
-        out.append(case(e, "capital", other[1], cap, neigh))
-    for i, (e, cap, lang) in enumerate(COUNTRIES[:16]):
-        other = next(c[2] for k, c in enumerate(COUNTRIES[i + 1:] + COUNTRIES[:i]) if c[2] != lang)
-        neigh = [(COUNTRIES[(i + k) % n][0], COUNTRIES[(i + k) % n][2]) for k in (7, 13, 19)]
-        out.append(case(e, "language", other, lang, neigh))
-    for j, (e, cap, lang) in enumerate(NEW):
+        cap.append(case(e, "capital", other[1], c0, neigh))
+        other_lang = next(c[2] for c in COUNTRIES[i + 1:] + COUNTRIES[:i] if c[2] != lang)
+        neighl = [(COUNTRIES[(i + k) % n][0], COUNTRIES[(i + k) % n][2]) for k in (7, 13, 19)]
+        lan.append(case(e, "language", other_lang, lang, neighl))
+    for j, (e, c0, lang) in enumerate(NEW):
         neigh = [(COUNTRIES[(3 * j + k) % n][0], COUNTRIES[(3 * j + k) % n][1]) for k in (1, 9, 21)]
-        out.append(case(e, "capital", cap, None, neigh))
-        if j < 6:
+        new.append(case(e, "capital", c0, None, neigh))
+        if j < 12:
             neighl = [(COUNTRIES[(3 * j + k) % n][0], COUNTRIES[(3 * j + k) % n][2]) for k in (2, 10, 22)]
-            out.append(case(e, "language", lang, None, neighl))
+            new.append(case(e, "language", lang, None, neighl))
+    # the first 68 cases edit half the countries and every new entity, so that a batch of them
+    # applied together (eval-edits --together 68) leaves 16 countries to be its neighbourhood
+    out = cap[:16] + lan[:16] + new + cap[16:] + lan[16:]
     for c in out:
         sys.stdout.write(json.dumps(c, ensure_ascii=False) + "\n")
 

@@ -37,8 +37,10 @@ static void print_table(json_t *doc)
     printf("efficacy %.1f%%, paraphrase %.1f%%, chat %.1f%%, generation %.1f%%, neighbourhood %.1f%%\n",
            100 * num(t, "efficacy"), 100 * num(t, "paraphrase"), 100 * num(t, "chat"), 100 * num(t, "generation"),
            100 * num(t, "neighbourhood"));
-    printf("neighbourhood without the edits %.1f%%; its prompts' max |delta logit| %.3g\n",
-           100 * num(t, "neighbourhood_unedited"), num(t, "neighbourhood_max_dlogit"));
+    printf("neighbourhood: %d prompts about entities no edit of the run touches; without the edits %.1f%%; their "
+           "max |delta logit| %.3g\n",
+           (int)json_integer_value(json_object_get(t, "neighbourhood_prompts")), 100 * num(t, "neighbourhood_unedited"),
+           num(t, "neighbourhood_max_dlogit"));
     printf("unrelated prompts: max |delta logit| %.3g (%s)\n", num(t, "unrelated_max_dlogit"),
            json_is_true(json_object_get(t, "unrelated_bit_identical")) ? "bit-identical" : "changed");
     json_t *f = json_object_get(t, "fluency_ratio"), *ms = json_object_get(t, "insert_ms_median");

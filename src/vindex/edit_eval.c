@@ -156,8 +156,25 @@ static const char *trim(const char *s)
 
 static json_t *arr(json_t *c, const char *k) { return json_object_get(c, k); }
 
-/* Scores of one case under h (the edits) against base (no edits: NULL hook). */
-static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, json_t *row, double *tot, lq_err *err)
+/* 1 when text names one of the edited entities as a word (a neighbourhood prompt about an
+ * entity that another edit of the batch changed is no neighbour of this one). */
+static int names_edited(const char *text, const ev_case *edited, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t el = strlen(edited[i].entity);
+        for (const char *p = strstr(text, edited[i].entity); p; p = strstr(p + 1, edited[i].entity)) {
+            int before = p == text || p[-1] == ' ', after = p[el] == 0 || p[el] == ' ' || p[el] == '.' || p[el] == '?';
+            if (before && after)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Scores of one case under h (the edits) against base (no edits: NULL hook); edited [n_edited]:
+ * the cases whose edits h applies (their entities' prompts are no neighbours). */
+static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, const ev_case *edited, size_t n_edited,
+                      json_t *row, double *tot, lq_err *err)
 {
     const lq_model_info *mi = lq_model_get_info(m);
     int V = mi->n_vocab, rc = LQ_OK;
@@ -222,7 +239,7 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, jso
     json_array_foreach(ns, i, v) {
         const char *pr = json_string_value(json_object_get(v, "prompt"));
         const char *an = json_string_value(json_object_get(v, "answer"));
-        if (rc || !pr || !an)
+        if (rc || !pr || !an || names_edited(pr, edited, n_edited))
             continue;
         char *asp = malloc(strlen(an) + 2);
         if (!asp) {
@@ -272,6 +289,7 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, jso
         if (unrel > tot[5])
             tot[5] = unrel;
         tot[6] += nn ? neigh0 / nn : 1;
+        tot[8] += nn;
         if (ndl > tot[7])
             tot[7] = ndl;
     }
@@ -385,7 +403,7 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
     if (!rc && o->together > 0 && (size_t)o->together < n)
         n = (size_t)o->together; /* the cases scored are the edits applied */
     json_t *rows = json_array();
-    double tot[8] = {0}, *ms = calloc(n ? n : 1, sizeof *ms);
+    double tot[9] = {0}, *ms = calloc(n ? n : 1, sizeof *ms);
     size_t scored = 0, refused = 0, n_ms = 0, forced = 0;
     lq_overlay *shared = NULL;
     lq_resid_hook *sh = NULL;
@@ -439,7 +457,7 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
         if (why[i])
             json_object_set_new(row, "error", json_string(why[i]));
         if (applied || together) {
-            rc = score_case(m, &cs[i], h ? h : NULL, row, tot, err);
+            rc = score_case(m, &cs[i], h ? h : NULL, together ? cs : &cs[i], together ? together : 1, row, tot, err);
             scored++;
         } else {
             /* a refused edit scores as not read back (its neighbours and unrelated prompts
@@ -492,6 +510,8 @@ int lq_edit_eval(const lq_vindex *v, lq_model *m, const char *suite, size_t len,
                               (int)forced);
         json_object_set_new(t, "fluency_ratio", isnan(ratio) ? json_null() : json_real(ratio));
         json_object_set_new(t, "neighbourhood_unedited", json_real(tot[6] / d));
+        /* prompts scored (a batch that edits every entity the model knows leaves none) */
+        json_object_set_new(t, "neighbourhood_prompts", json_integer((json_int_t)tot[8]));
         json_object_set_new(t, "neighbourhood_max_dlogit", json_real(isinf(tot[7]) ? 1e30 : tot[7]));
         json_object_set_new(t, "insert_ms_median", n_ms ? json_real(ms[n_ms / 2]) : json_null());
         json_t *doc = json_pack("{s:s,s:i,s:o,s:o}", "mode",
