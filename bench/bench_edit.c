@@ -1,4 +1,6 @@
-/* Editing benchmark (issue: knowledge editing): INSERT latency in KNN and COMPOSE mode,
+/* Editing benchmark (issue: knowledge editing): INSERT latency in KNN, COMPOSE and SUBJECT
+ * mode, greedy decode with 0 vs 1 000 subject edits applied (the edits' cost per token when
+ * the prompt names none of their subjects), 
  * walk-mode infer latency with 0, 100 and 10 000 KNN entries, and describe latency with
  * 0 vs 1 000 patched features (the overlay's cost on the read path; goal < 10%).
  * Usage: bench_edit DIR [--runs N]   (DIR: a --keep-quant --level inference vindex)
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "larql/generate.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "larql/vindex.h"
@@ -106,6 +109,62 @@ static int add_random(lq_overlay *o, const lq_vindex *v, int kind, int n)
     return rc;
 }
 
+/* copies of the ops of o's live edits (one subject edit) under n other entity names */
+static int clone_subject(lq_overlay *o, int hidden, int n)
+{
+    const lq_patch *e = lq_overlay_edits(o);
+    size_t k = lq_patch_n_ops(e);
+    lq_patch *p = NULL;
+    int rc = lq_patch_create("bench", "", hidden, &p, NULL);
+    for (int i = 0; !rc && i < n; i++) {
+        char ent[32], id[32];
+        snprintf(ent, sizeof ent, "Entity%d", i);
+        snprintf(id, sizeof id, "bench%d", i);
+        for (size_t j = 0; !rc && j < k; j++) {
+            lq_patch_op op;
+            lq_patch_op_at(e, j, &op);
+            op.entity = ent;
+            op.id = id;
+            rc = lq_patch_add(p, &op, NULL);
+        }
+    }
+    if (!rc)
+        rc = lq_overlay_record(o, p, NULL);
+    lq_patch_free(p);
+    return rc;
+}
+
+static int sink(void *u, int32_t id, const char *t, size_t l, float lp, const float *lg)
+{
+    (void)u, (void)id, (void)t, (void)l, (void)lp, (void)lg;
+    return 0;
+}
+
+/* greedy decode of n tokens after prompt under hook h (NULL: none): tokens per second */
+static double decode_tps(lq_model *m, const lq_resid_hook *h, const char *prompt, int n)
+{
+    const lq_tokenizer *tok = lq_model_tokenizer(m);
+    int32_t *ids = NULL;
+    size_t np = 0;
+    lq_session *s = NULL;
+    if (lq_tokenizer_encode(tok, prompt, strlen(prompt), LQ_TOK_ADD_BOS, &ids, &np, NULL) ||
+        lq_session_create(m, (int)np + n + 1, &s, NULL)) {
+        free(ids);
+        return NAN;
+    }
+    lq_generate_params gp;
+    lq_generate_defaults(&gp);
+    gp.max_tokens = n;
+    gp.sampling.temperature = 0;
+    gp.ignore_eos = 1;
+    gp.hook = h;
+    lq_generate_result r;
+    int rc = lq_generate(s, ids, np, &gp, sink, NULL, &r, NULL);
+    lq_session_free(s);
+    free(ids);
+    return rc || r.decode_ms <= 0 ? NAN : (r.n_generated - 1) / (r.decode_ms / 1000.0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -132,28 +191,68 @@ int main(int argc, char **argv)
     lq_overlay *o = NULL;
     lq_overlay_create(v, NULL, &o, &err);
     const char *rel = "capital";
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 3; mode++) {
+        /* each mode in an overlay of its own: KNN and COMPOSE edits of near-identical prompts
+         * fire on each other's canonical prompts, and a subject edit checked among them would
+         * be refused */
+        lq_overlay_free(o);
+        lq_overlay_create(v, NULL, &o, &err);
         for (int r = 0; r < runs; r++) {
             char ent[32];
-            snprintf(ent, sizeof ent, "Isle%d%s", r, mode ? "c" : "k");
+            snprintf(ent, sizeof ent, "Isle%d%s", r, mode == 2 ? "s" : mode ? "c" : "k");
             lq_insert_params ip;
             lq_insert_params_init(&ip);
             ip.entity = ent;
             ip.relation = rel;
             ip.target = "Paris";
-            ip.mode = mode ? LQ_INSERT_COMPOSE : LQ_INSERT_KNN;
+            ip.mode = mode == 2 ? LQ_INSERT_SUBJECT : mode ? LQ_INSERT_COMPOSE : LQ_INSERT_KNN;
             double t0 = lq_now_ms();
             if (lq_overlay_insert(o, m, &ip, NULL, &err)) {
                 fprintf(stderr, "insert: %s\n", err.msg);
-                return 1;
+                if (err.code != LQ_EREFUSED)
+                    return 1;
             }
             t[r] = lq_now_ms() - t0;
         }
-        put_stat(mode ? "INSERT COMPOSE (residuals of the canonical prompt, slots over the knowledge band)"
-                      : "INSERT KNN (one forward pass with residual capture)",
+        put_stat(mode == 2 ? "INSERT SUBJECT (texts in one batched prefill, value by ascent on the head, checked)"
+                 : mode    ? "INSERT COMPOSE (residuals of the canonical prompt, slots over the knowledge band)"
+                           : "INSERT KNN (one forward pass with residual capture)",
                  t, runs);
     }
     lq_overlay_free(o);
+    /* decode with 1 000 subject edits whose subjects the text never names, alternating runs */
+    {
+        lq_overlay *so = NULL;
+        lq_insert_params ip;
+        lq_insert_params_init(&ip);
+        ip.entity = "Lemuria";
+        ip.relation = rel;
+        ip.target = "Paris";
+        ip.mode = LQ_INSERT_SUBJECT;
+        if (lq_overlay_create(v, NULL, &so, &err) || lq_overlay_insert(so, m, &ip, NULL, &err) ||
+            clone_subject(so, vi->hidden_size, 999)) {
+            fprintf(stderr, "subject edits: %s\n", err.msg);
+            return 1;
+        }
+        lq_edit_set *es = lq_overlay_edit_set(so, NULL);
+        lq_resid_hook *h = NULL;
+        lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, &h, NULL);
+        double ratio[64], a[64], b[64];
+        int nr = runs < 64 ? runs : 64;
+        for (int r = 0; r < nr; r++) {
+            a[r] = decode_tps(m, NULL, "Once upon a time there was", 32);
+            b[r] = decode_tps(m, h, "Once upon a time there was", 32);
+            ratio[r] = a[r] / b[r];
+        }
+        printf("| decode 32 tokens, no edits (tok/s) | %.2f | | |\n", (qsort(a, (size_t)nr, sizeof *a, cmp_d), a[nr / 2]));
+        printf("| decode 32 tokens, %zu subject edits (tok/s) | %.2f | | |\n", lq_edit_set_n_subject(es),
+               (qsort(b, (size_t)nr, sizeof *b, cmp_d), b[nr / 2]));
+        qsort(ratio, (size_t)nr, sizeof *ratio, cmp_d);
+        printf("|   same-run time ratio with / without | %.3f | %.3f | %.3f |\n", ratio[nr / 2], ratio[0], ratio[nr - 1]);
+        lq_edit_hook_free(h);
+        lq_edit_set_unref(es);
+        lq_overlay_free(so);
+    }
     /* walk-mode infer vs the store's size */
     static const int sizes[3] = {0, 100, 10000};
     double base = 0;

@@ -44,6 +44,7 @@ typedef struct es_layer {
     float *gates;       /* [n_feat, D] unit gates */
     float *downs;       /* [n_feat, D] */
     float *scale;       /* [n_feat] */
+    int n_sgate;        /* subject edits' groups whose gates read this layer */
 } es_layer;
 
 typedef struct es_entry {
@@ -255,6 +256,8 @@ int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_tokenizer *tok, const lq
         if (!s->n_grp || s->grp[s->n_grp - 1].layer != op->layer)
             return LQ_EINVAL;
         es_group *g = &s->grp[s->n_grp - 1];
+        if (!g->n_gates)
+            s->ly[op->layer].n_sgate++;
         int cap = g->cap_gates;
         if (grow((void **)&g->thr, &cap, g->n_gates + 1, sizeof *g->thr))
             return LQ_ENOMEM;
@@ -509,7 +512,9 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     int slot = pos % MATCH_RING;
     if (k->m[slot].pos != pos)
         slot_reset(k, pos); /* a forward pass that did not announce its tokens */
-    if (!L->n_knn && !L->n_feat && !s->n_subj)
+    /* a layer with no KNN key, no composed feature and no subject gate (the value goes in
+     * after the last layer) has nothing to do */
+    if (!L->n_knn && !L->n_feat && !(s->n_subj && (L->n_sgate || layer == s->n_layer - 1)))
         return;
     double xx = 0;
     for (int i = 0; i < D; i++)
