@@ -44,8 +44,6 @@
 #define SE_P_GOAL 0.9f    /* the value's goal on every writing phrasing */
 #define SE_P_MIN 0.5f     /* below this on a writing phrasing the edit is refused */
 
-/* other names in the subject's slot: what the subject key must not match */
-static const char *const NEIGHBOURS[] = {"France", "Japan", "London", "John", "Mary", "Germany", "Mars", "China"};
 /* other relations in the question's slot: what a gate key must not match */
 static const char *const CONTRASTS[] = {"language", "capital", "color", "name"};
 static const char NEUTRAL[] = "Once upon a time, there was a little girl named Lily. She liked to play in the park "
@@ -56,7 +54,6 @@ typedef struct se_text {
     size_t n;
     int subj_lo, subj_hi; /* the entity's token span [lo, hi] (-1: none) */
     int role, phr;        /* T_*, and which phrasing (0, 1 plain, 2 chat) */
-    int is_subject;       /* the entity is the edit's subject (else a neighbour's name) */
     float *xg, *xr;       /* [n, D]: the residual after layers lg (gate) and the last layer
                            * (value) at every position */
 } se_text;
@@ -382,23 +379,18 @@ static void contrast_key(const float *pos_unit_mean, const float *nmean, int D, 
 
 /* ---- the texts an edit is measured on ---- */
 
-enum { T_PHRASE, T_CONTRAST, T_CLASS, T_CCLASS, T_NEUTRAL };
+enum { T_PHRASE, T_CONTRAST, T_NEUTRAL };
 
 /* gate negatives for target token i: positions after a text's entity (before it no subject
  * gate is open), except the positives */
 typedef struct gate_skip {
     int token;
     size_t nt;           /* target tokens */
-    int subject_only;    /* a phrasing key: only the subject's texts (and the neutral one) are
-                          * its negatives, the other names' questions being no concern of a gate
-                          * that the subject's tokens arm */
 } gate_skip;
 
 static int is_class_positive(const se_text *t, size_t p, const gate_skip *g)
 {
-    if (t->role == T_PHRASE)
-        return p == t->n - g->nt + (size_t)g->token;
-    return g->token == 0 && t->role == T_CLASS && p == t->n - 1;
+    return t->role == T_PHRASE && p == t->n - g->nt + (size_t)g->token;
 }
 
 static int skip_gate(const se_text *t, size_t p, void *u)
@@ -406,102 +398,75 @@ static int skip_gate(const se_text *t, size_t p, void *u)
     const gate_skip *g = u;
     if (t->subj_hi >= 0 && (int)p < t->subj_hi)
         return 1;
-    if (g->subject_only && (t->role == T_CLASS || t->role == T_CCLASS))
-        return 1;
     return is_class_positive(t, p, g);
 }
 
-/* The gates of target token i: one class key per kind of question (plain phrasings, the chat
- * form), trained on the subject's and the neighbours' texts (the subject gate makes them the
- * subject's own), then a key per writing phrasing of the subject. Each key is the direction
- * from the mean of the negatives most like its positives to the positives, with a threshold
- * between the lowest positive and the highest negative (or, where they overlap, just above the
- * negatives). Appends the ops to ops. */
+/* The positions that predict target token i in the texts that key k learns from: k = 0 the
+ * plain writing phrasings together, k = 1 + w phrasing w alone. */
+static int key_positive(const se_text *x, size_t q, int k, const gate_skip *gs)
+{
+    if (x->role != T_PHRASE || !is_class_positive(x, q, gs))
+        return 0;
+    return k == 0 ? x->phr != 2 : x->phr == k - 1;
+}
+
+/* The gates of target token 0: a key for the plain phrasings together and one per writing
+ * phrasing. Each points from the mean of the negatives most like its positives (the same
+ * subject's other relations, every other position, a neutral text) to the positives, with a
+ * threshold a tenth of the way from the hardest negative to the weakest positive. A joint key
+ * whose positives overlap the negatives is dropped; the canonical phrasing's own key is kept
+ * even then, just under its own question. Later tokens follow the ones before them (one op
+ * each, no gate). Appends the ops to ops. */
 static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, int D, const lq_patch_op *proto,
                        const float *val, lq_patch *ops, lq_err *err)
 {
-    if (i > 0) { /* a later token follows the ones before it: no gate of its own */
+    if (i > 0) {
         lq_patch_op op = *proto;
         op.down = (float *)val;
         return lq_patch_add(ops, &op, err);
     }
-    gate_skip gs = {i, nt, 0};
+    gate_skip gs = {i, nt};
     se_neg all = {tx, n};
     float *key = malloc((size_t)D * sizeof *key), *pm = malloc((size_t)D * sizeof *pm);
     float *nm = malloc((size_t)D * sizeof *nm);
     int rc = key && pm && nm ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory"), first = 1;
-    /* kinds: 0 plain class, 1 chat class (token 0 only), then 2 + w: phrasing w alone */
-    for (int kind = i == 0 ? 0 : 2; !rc && kind < 2 + n_phr; kind++) {
+    for (int k = 0; !rc && k < 1 + n_phr; k++) {
         memset(pm, 0, (size_t)D * sizeof *pm);
         int np = 0;
-        for (int t = 0; t < n; t++) {
-            const se_text *x = &tx[t];
-            int phr = x->phr;
-            int mine = kind < 2 ? (x->role == T_PHRASE || x->role == T_CLASS) && (phr == 2) == (kind == 1)
-                                : x->role == T_PHRASE && phr == kind - 2;
-            for (size_t q = 0; mine && q < x->n; q++)
-                if (is_class_positive(x, q, &gs) && (kind >= 2 || i == 0)) {
-                    unit_add(pm, x->xg + q * D, D);
+        for (int t = 0; t < n; t++)
+            for (size_t q = 0; q < tx[t].n; q++)
+                if (key_positive(&tx[t], q, k, &gs)) {
+                    unit_add(pm, tx[t].xg + q * D, D);
                     np++;
                 }
-        }
         if (!np)
             continue;
         for (int d = 0; d < D; d++)
             pm[d] /= (float)np;
-        gs.subject_only = kind >= 2;
         hard_mean(&all, pm, D, skip_gate, &gs, nm);
         contrast_key(pm, nm, D, key);
         float pos_min = 1;
-        for (int t = 0; t < n; t++) {
-            const se_text *x = &tx[t];
-            int mine = kind < 2 ? (x->role == T_PHRASE || x->role == T_CLASS) && (x->phr == 2) == (kind == 1)
-                                : x->role == T_PHRASE && x->phr == kind - 2;
-            for (size_t q = 0; mine && q < x->n; q++)
-                if (is_class_positive(x, q, &gs)) {
-                    float c = cosv(key, x->xg + q * D, D);
+        for (int t = 0; t < n; t++)
+            for (size_t q = 0; q < tx[t].n; q++)
+                if (key_positive(&tx[t], q, k, &gs)) {
+                    float c = cosv(key, tx[t].xg + q * D, D);
                     pos_min = c < pos_min ? c : pos_min;
                 }
-        }
         float neg_max = max_cos(&all, key, D, skip_gate, &gs);
-        double frac = getenv("LQ_GATE_FRAC") ? atof(getenv("LQ_GATE_FRAC")) : 0.1;
-        float thr = pos_min > neg_max ? neg_max + (float)frac * (pos_min - neg_max) : neg_max + 0.02f;
-        if (kind < 2) {
-            /* a class key: its positives are other names' questions too, and those of a name
-             * the model knows nothing of sit among the negatives; the threshold goes a quarter
-             * of the way from the negatives to the median positive (the subject's own
-             * phrasings have keys of their own) */
-            float cs[64];
-            int nc = 0;
-            for (int t = 0; t < n && nc < 64; t++) {
-                const se_text *x = &tx[t];
-                int mine = (x->role == T_PHRASE || x->role == T_CLASS) && (x->phr == 2) == (kind == 1);
-                for (size_t q = 0; mine && q < x->n && nc < 64; q++)
-                    if (is_class_positive(x, q, &gs))
-                        cs[nc++] = cosv(key, x->xg + q * D, D);
-            }
-            for (int a = 1; a < nc; a++) /* insertion sort, descending */
-                for (int b = a; b > 0 && cs[b] > cs[b - 1]; b--) {
-                    float t = cs[b];
-                    cs[b] = cs[b - 1], cs[b - 1] = t;
-                }
-            pos_min = nc ? cs[nc / 2] : -1;
-            thr = neg_max + 0.25f * (pos_min - neg_max);
-        }
+        float thr = neg_max + 0.1f * (pos_min - neg_max);
         if (getenv("LQ_SUBJECT_DEBUG"))
-            fprintf(stderr, "token %d gate kind %d (%d positives): positives >= %.3f, negatives <= %.3f -> %.3f\n", i, kind,
-                    np, pos_min, neg_max, thr);
-        if (kind < 2 && pos_min <= neg_max)
-            continue; /* a class that overlaps its negatives: the phrasing keys alone */
-        if (kind == 2 && pos_min <= neg_max)
+            fprintf(stderr, "token %d key %d (%d positives): positives >= %.3f, negatives <= %.3f -> %.3f\n", i, k, np,
+                    pos_min, neg_max, thr);
+        if (pos_min <= neg_max) {
+            if (k != 1)
+                continue;
             thr = pos_min - 0.005f; /* the canonical question is answered even where the model sees
                                      * it like another (the same subject's other relation) */
+        }
         lq_patch_op op = *proto;
         op.gate = key;
         op.gate_threshold = thr;
         op.down = first ? val : NULL;
-        if (!first)
-            op.key = NULL;
         rc = lq_patch_add(ops, &op, err);
         first = 0;
     }
@@ -509,14 +474,13 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
     return rc;
 }
 
-static int add_role(const lq_model *m, se_text *t, int role, int phr, const char *text, const char *entity, int is_subject,
+static int add_role(const lq_model *m, se_text *t, int role, int phr, const char *text, const char *entity,
                     const int32_t *extra, size_t n_extra, lq_err *err)
 {
     int rc = text ? add_text(m, t, text, entity, extra, n_extra, err)
                   : (err && err->code ? err->code : lq_err_set(err, LQ_ENOMEM, "out of memory"));
     t->role = role;
     t->phr = phr;
-    t->is_subject = is_subject;
     if (!rc && entity && t->subj_hi < 0)
         rc = lq_err_set(err, LQ_EINVAL, "insert: cannot find entity '%s' in its own phrasing", entity);
     return rc;
@@ -532,7 +496,6 @@ static char *phrasing(const lq_model *m, int w, const char *entity, const char *
     return chat_text(m, entity, relation, err);
 }
 
-#define N_CLASS 6 /* neighbours whose questions teach the gate what a question of the relation is */
 
 int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, lq_patch **out,
                          lq_insert_result *r, lq_err *err)
@@ -566,10 +529,10 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     /* the subject's writing phrasings, each followed by the target but its last token */
     for (int w = 0; !rc && w < SE_PHRASINGS; w++, n++, n_phr++) {
         char *s = phrasing(m, w, p->entity, p->relation, err);
-        rc = add_role(m, &tx[n], T_PHRASE, w, s, p->entity, 1, tt, nt - 1, err);
+        rc = add_role(m, &tx[n], T_PHRASE, w, s, p->entity, tt, nt - 1, err);
         free(s);
     }
-    /* the other relations, the neighbours' questions of this relation and of another */
+    /* the same subject's questions of other relations */
     const char *other[2];
     int no = 0;
     for (int c = 0; c < 4 && no < 2; c++)
@@ -578,25 +541,10 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     for (int c = 0; !rc && c < no; c++)
         for (int w = 0; !rc && w < 2; w++, n++) {
             char *s = phrasing(m, w, p->entity, other[c], err);
-            rc = add_role(m, &tx[n], T_CONTRAST, w, s, p->entity, 1, NULL, 0, err);
+            rc = add_role(m, &tx[n], T_CONTRAST, w, s, p->entity, NULL, 0, err);
             free(s);
         }
-    int nc = 0;
-    for (size_t k = 0; !rc && k < sizeof NEIGHBOURS / sizeof *NEIGHBOURS && nc < N_CLASS; k++) {
-        if (!strcasecmp(NEIGHBOURS[k], p->entity))
-            continue;
-        for (int w = 0; !rc && w < SE_PHRASINGS; w++, n++) {
-            char *s = phrasing(m, w, NEIGHBOURS[k], p->relation, err);
-            rc = add_role(m, &tx[n], T_CLASS, w, s, NEIGHBOURS[k], 0, NULL, 0, err);
-            free(s);
-        }
-        char *s = rc ? NULL : phrasing(m, 0, NEIGHBOURS[k], other[nc % no], err);
-        if (!rc && !(rc = add_role(m, &tx[n], T_CCLASS, 0, s, NEIGHBOURS[k], 0, NULL, 0, err)))
-            n++;
-        free(s);
-        nc++;
-    }
-    if (!rc && !(rc = add_role(m, &tx[n], T_NEUTRAL, 0, NEUTRAL, NULL, 0, NULL, 0, err)))
+    if (!rc && !(rc = add_role(m, &tx[n], T_NEUTRAL, 0, NEUTRAL, NULL, NULL, 0, err)))
         n++;
     for (int i = 0; !rc && i < n; i++)
         if (tx[i].n > (size_t)mi->n_ctx_train)
