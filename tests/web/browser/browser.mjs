@@ -716,7 +716,8 @@ test('edits: a compose insert that cannot take is refused and shown as the serve
     // a server listing each edit (GET /v1/patches with ids): one row and one Remove each
     await page.evaluate(() => { window.__perEdit = true; });
     await page.click('#patches-refresh');
-    await page.waitForSelector('#patches-out table.edits', WAIT);
+    // the table already on the page is the real server's: wait for the refreshed one
+    await page.waitForSelector('#patches-out table.edits tr[data-id="e2"]', WAIT);
     const rows = await rowsOf(page, '#patches-out table.edits');
     assert.deepEqual(rows.map((r) => r.slice(0, 5)), [['Lemuria', 'capital', 'Mu', 'compose', '2'], ['Atlantis', 'capital', 'Poseidonia', 'knn', '3']]);
     assert.equal(rows[0][5], '“The capital of Lemuria is”');
