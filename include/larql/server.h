@@ -51,7 +51,11 @@ typedef struct lq_server_opts {
     int n_ctx;                /* session context; 0 = model default */
     int no_infer;             /* refuse inference routes (503) */
     int lazy_weights;         /* load the model on the first request that needs it */
-    int cors;                 /* Access-Control-Allow-Origin: * and OPTIONS preflight */
+    int cors;                 /* Access-Control-Allow-Origin: * and OPTIONS preflight (also lets
+                               * other origins write without an API key) */
+    const char *allowed_hosts;/* comma-separated Host names answered (DNS rebinding); NULL =
+                               * localhost, 127.0.0.1, ::1 and the bind address (any host when
+                               * bound to 0.0.0.0 or ::); "*" = any */
     size_t max_body;          /* request body limit in bytes; default 2 MiB; over -> 413 */
     int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
     int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */

@@ -119,6 +119,8 @@ static enum MHD_Result send_reply(req *q, reply *r, int allow_methods)
     }
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->close) /* the rest of what the client sent is not read as another request */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (s->o.cors) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Retry-After");
@@ -174,6 +176,108 @@ static void dispatch(lq_server *s, req *q, reply *r)
         return;
     }
     q->rt->handler(s, q, r);
+}
+
+/* ---- requests refused before any route runs ---- */
+
+typedef struct hdr_count {
+    int content_length, transfer_encoding;
+} hdr_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind, (void)value;
+    hdr_count *c = cls;
+    if (key && !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        c->content_length++;
+    if (key && !strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        c->transfer_encoding++;
+    return MHD_YES;
+}
+
+/* The host part of a Host header or an origin's authority: [v6] or name, port dropped. */
+static size_t host_part(const char *h, const char **start)
+{
+    *start = h;
+    if (*h == '[') {
+        const char *e = strchr(h, ']');
+        *start = h + 1;
+        return e ? (size_t)(e - h - 1) : strlen(h + 1);
+    }
+    const char *c = strchr(h, ':');
+    return c && !strchr(c + 1, ':') ? (size_t)(c - h) : strlen(h);
+}
+
+static int name_in_list(const char *list, const char *name, size_t n)
+{
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        while (l && *p == ' ')
+            p++, l--;
+        if ((l == 1 && *p == '*') || (l == n && !strncasecmp(p, name, n)))
+            return 1;
+        p = e ? e + 1 : p + l;
+    }
+    return 0;
+}
+
+/* DNS rebinding: a page of evil.example that resolves its name to 127.0.0.1 reaches the
+ * server with Host: evil.example. Only the names the server is known by are answered. */
+static int host_allowed(const lq_server *s, const char *host)
+{
+    if (!host)
+        return 1; /* HTTP/1.0 sends none */
+    const char *h;
+    size_t n = host_part(host, &h);
+    if (s->o.allowed_hosts)
+        return name_in_list(s->o.allowed_hosts, h, n);
+    if (!strcmp(s->host, "0.0.0.0") || !strcmp(s->host, "::"))
+        return 1;
+    return name_in_list("localhost,127.0.0.1,::1", h, n) || (strlen(s->host) == n && !strncasecmp(s->host, h, n));
+}
+
+/* A browser names the page that sent a request in Origin; a state-changing request from a
+ * page of another origin (a form posting text/plain to localhost, a WebSocket opened by any
+ * site) is refused unless the server has an API key (which such a page does not hold) or
+ * --cors (the operator's consent). Same origin: the Origin's authority equals the Host. */
+static int origin_allowed(const lq_server *s, struct MHD_Connection *c)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin || s->api_key || s->o.cors)
+        return 1;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *auth = strstr(origin, "://");
+    if (!host || !auth)
+        return 0; /* "null" (a sandboxed frame, a file) or no Host to compare with */
+    auth += 3;
+    size_t al = strcspn(auth, "/");
+    return al == strlen(host) && !strncasecmp(auth, host, al);
+}
+
+/* 0: go on; else r holds the refusal (and the connection is to be closed for 400s). */
+static int screen_request(lq_server *s, req *q, reply *r)
+{
+    hdr_count hc = {0, 0};
+    MHD_get_connection_values(q->conn, MHD_HEADER_KIND, count_header, &hc);
+    if (hc.content_length > 1 || (hc.content_length && hc.transfer_encoding) || hc.transfer_encoding > 1) {
+        /* request smuggling: a proxy and this server could read different bodies */
+        reply_route_err(r, q->rt, 400, "conflicting message length: %d Content-Length and %d Transfer-Encoding headers",
+                        hc.content_length, hc.transfer_encoding);
+        r->close = 1;
+        return -1;
+    }
+    if (!host_allowed(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))) {
+        reply_route_err(r, q->rt, 421, "this server does not answer to that Host (--allowed-hosts names the others)");
+        return -1;
+    }
+    if (q->rt && (q->rt->flags & RT_WRITE) && !origin_allowed(s, q->conn)) {
+        reply_route_err(r, q->rt, 403, "cross-origin request refused: %s changes what the model knows; a page of another "
+                                       "origin may do that only with --api-key or --cors",
+                        q->rt->path);
+        return -1;
+    }
+    return 0;
 }
 
 /* A body over --max-body is still read, and dropped, up to max_body plus the larger of
@@ -264,9 +368,20 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
                 return ret;
             }
         }
+        if (screen_request(s, q, &r)) {
+            if (!q->rt)
+                q->rt = &srv_unknown_route;
+            return send_reply(q, &r, 0);
+        }
         if (!q->rt) {
             q->rt = &srv_unknown_route;
             size_t idl = 0;
+            /* with a key, an unknown model id is as much a secret as a known one */
+            if (s->api_key && unknown_model(url, &idl) &&
+                !key_ok(s->api_key, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
+                reply_larql_err(&r, 401, "missing or invalid API key (Authorization: Bearer KEY)");
+                return send_reply(q, &r, 0);
+            }
             if (unknown_model(url, &idl))
                 reply_larql_err(&r, 404, "model '%.*s%s' not found (GET /v1/models lists the models served)",
                                 (int)(idl > 128 ? 128 : idl), url + 4, idl > 128 ? "..." : "");

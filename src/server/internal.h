@@ -35,6 +35,8 @@ enum {
     RT_FROM_MEMORY = 16,  /* answers from memory: still served after a mapped file faulted */
     RT_UPGRADE = 32,      /* answers 101 Switching Protocols (WebSocket) */
     RT_CONDITIONAL = 64,  /* may answer 304 Not Modified (ETag) */
+    RT_WRITE = 128,       /* changes state (or opens a socket): refused from another origin
+                           * without --api-key or --cors */
 };
 
 /* What GET /v1/openapi.json says of a route (openapi.c). Schemas are JSON Schema text;
@@ -178,6 +180,7 @@ typedef struct reply {
     const void *static_body;     /* when set: the body (len bytes), static, never freed */
     const char *etag;            /* ETag header when set */
     int web;                     /* the page's headers: Content-Security-Policy and friends */
+    int close;                   /* Connection: close (what follows is not another request) */
 } reply;
 
 /* util.c */

@@ -118,7 +118,7 @@ static const route ROUTES[] = {
       NULL,
       OBJ("\"prompt\":" STR ",\"predictions\":" ARR(ANY_OBJ) ",\"trace\":" ARR(ANY_OBJ) ",\"latency_ms\":" NUM),
       NULL}},
-    {"/v1/insert", M_POST, route_insert, LARQL,
+    {"/v1/insert", M_POST, route_insert, LARQL | RT_WRITE,
      {"Insert a fact (X-Session-Id: into that session only)", NULL,
       OBJ("\"entity\":" STR ",\"relation\":" STR ",\"target\":" STR ",\"layer\":" INT ",\"confidence\":" NUM
           ",\"alpha\":" NUM ",\"mode\":" STR),
@@ -129,19 +129,19 @@ static const route ROUTES[] = {
     {"/v1/patches", M_GET, route_patches, LARQL,
      {"The applied patches, and each edit as a row (id, entity, relation, target, mode, layer, patch)", NULL, NULL,
       NULL, OBJ("\"patches\":" ARR(ANY_OBJ) ",\"edits\":" ARR(ANY_OBJ)), NULL}},
-    {"/v1/edits/{id}", M_DELETE, route_edit_delete, LARQL,
+    {"/v1/edits/{id}", M_DELETE, route_edit_delete, LARQL | RT_WRITE,
      {"Remove one edit by id (X-Session-Id: from that session)", NULL, NULL, NULL,
       OBJ("\"removed\":" STR), NULL}},
-    {"/v1/patches/apply", M_POST, route_patches, LARQL,
+    {"/v1/patches/apply", M_POST, route_patches, LARQL | RT_WRITE,
      {"Apply a patch (inline, or a file name under --patch-dir)", NULL,
       OBJ("\"patch\":" ANY_OBJ ",\"url\":" STR), NULL,
       OBJ("\"applied\":" STR ",\"operations\":" INT ",\"active_patches\":" INT), NULL}},
-    {"/v1/patches/{name}", M_DELETE, route_patch_delete, LARQL,
+    {"/v1/patches/{name}", M_DELETE, route_patch_delete, LARQL | RT_WRITE,
      {"Remove an applied patch by name", NULL, NULL, NULL, OBJ("\"removed\":" STR ",\"active_patches\":" INT),
       NULL}},
     /* not gated: a WebSocket may stay open and idle for long; its generations go through the
      * scheduler's bounded queue and its infers through the bounded session pool */
-    {"/v1/stream", M_GET, route_stream, RT_MODEL_SCOPED | RT_UPGRADE,
+    {"/v1/stream", M_GET, route_stream, RT_MODEL_SCOPED | RT_UPGRADE | RT_WRITE,
      {"WebSocket (RFC 6455): describe, infer and generate frames; answers 101", NULL, NULL, NULL, NULL, NULL}},
     /* the built-in page (web.c): not gated, served from memory */
     {"/", M_GET, route_web_index, RT_PUBLIC | RT_FROM_MEMORY,

@@ -16,6 +16,14 @@ mkdir "$T_TMP/state"
 if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 --max-body 262144 --threads 1; then
     if grep -q 'listening on http://127.0.0.1:' "$T_TMP/sec.out"; then pass "default bind 127.0.0.1"; else fail "default bind 127.0.0.1" "$(cat "$T_TMP/sec.out")"; fi
     run_py limits.log "$HTTP_DIR/limits.py" "$PORT" "$P" "$T_TMP/outside.vlp"
+    OPEN_PORT=$PORT; OPEN_PID=$PID
+    if start_server keyed "$V" --api-key k3y --threads 1; then
+        run_py attacks.log "$HTTP_DIR/browser_attacks.py" "$OPEN_PORT" "$PORT"
+        kill -TERM "$PID"
+    else
+        fail "a server with --api-key starts"
+    fi
+    PID=$OPEN_PID
     kill -TERM "$PID"; wait "$PID"
     # every file the server wrote is inside --state-dir; nothing escaped next to it
     if [ -z "$(find "$T_TMP" -newer "$T_TMP/outside.vlp" -name '*.lqj' ! -path "$T_TMP/state/*")" ] &&

@@ -261,7 +261,7 @@ def oversize_body_tests():
         comes at once and the server closes the connection."""
         s = socket.create_connection((HOST, PORT), timeout=30)
         try:
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 1073741824\r\n" + extra + b"\r\n")
             got = b""
             while True:
@@ -552,7 +552,7 @@ def main_tests():
 
     # ---- slow and idle clients ----
     s = socket.create_connection((HOST, PORT))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
     closed = False
     t0 = time.time()
     while time.time() - t0 < 15:
@@ -586,7 +586,7 @@ def main_tests():
     # a client that closes the socket right after sending a streaming request
     s = socket.create_connection((HOST, PORT))
     b = json.dumps(dict(base, stream=True, max_tokens=50)).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
     s.close()
     st, _, j, _ = jreq("GET", "/v1/health")
     ok("server fine after a client vanished mid-request", st == 200)
@@ -674,7 +674,7 @@ def guarded_tests():
     s = socket.create_connection((HOST, PORT))
     b = json.dumps({"messages": [{"role": "user", "content": "Tell me a long story"}], "max_tokens": 3000,
                     "temperature": 0, "stream": True}).encode()
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n%s" % (KEY.encode(), len(b), b))
     s.settimeout(30)
     got = b""
@@ -709,7 +709,7 @@ def open_stream(body, path="/v1/chat/completions"):
     """A raw streaming request left open; returns the socket once 3 events arrived."""
     s = socket.create_connection((HOST, PORT))
     b = json.dumps(dict(body, stream=True)).encode()
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
               % (path.encode(), len(b), b))
     s.settimeout(30)
     got = b""

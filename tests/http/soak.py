@@ -108,7 +108,7 @@ def sse(route, path, body, drop_after=None, slow=False):
     t0 = time.monotonic()
     s = socket.create_connection((HOST, PORT), timeout=60)
     data = json.dumps(body).encode()
-    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+    s.sendall(("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\nConnection: close\r\n\r\n" % (path, KEY, len(data))).encode() + data)
     buf = b""
     st = "net:none"
