@@ -119,6 +119,7 @@ export function createClient({ base = '', fetchFn = (...a) => globalThis.fetch(.
     describe: (entity, band = 'knowledge', limit = 20, o) =>
       call('GET', `/v1/describe?entity=${enc(entity)}&band=${enc(band)}&limit=${limit}`, undefined, o),
     walk: (prompt, top = 8, o) => call('GET', `/v1/walk?prompt=${enc(prompt)}&top=${top}`, undefined, o),
+    walkPositions: (prompt, top = 1, o) => call('GET', `/v1/walk?prompt=${enc(prompt)}&top=${top}&positions=true`, undefined, o),
     select: (layer, limit = 20, o) => call('POST', '/v1/select', { layer, limit }, o),
     infer: (prompt, mode = 'compare', top = 10, o) => call('POST', '/v1/infer', { prompt, mode, top }, o),
     insert: (edge, o) => call('POST', '/v1/insert', edge, o),

@@ -32,6 +32,12 @@ export function tableOf(kind, j) {
       columns: ['prompt', 'layer', 'feature', 'gate_score', 'target', 'relation'],
       rows: (Array.isArray(j.hits) ? j.hits : []).map((x) => ({ prompt: j.prompt, layer: x.layer, feature: x.feature, gate_score: x.gate_score, target: x.target, relation: x.relation ?? '' })),
     };
+  if (kind === 'walk-positions')
+    return {
+      columns: ['prompt', 'pos', 'token', 'layer', 'feature', 'gate_score', 'target', 'relation'],
+      rows: (Array.isArray(j.positions) ? j.positions : []).flatMap((p) => (Array.isArray(p.hits) ? p.hits : []).map((x) => (
+        { prompt: j.prompt, pos: p.pos, token: p.token, layer: x.layer, feature: x.feature, gate_score: x.gate_score, target: x.target, relation: x.relation ?? '' }))),
+    };
   const rows = [];
   for (const half of ['walk', 'dense', 'predictions'])
     if (Array.isArray(j[half]))

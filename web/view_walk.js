@@ -92,6 +92,7 @@ export async function runWalk() {
   const out = $('walk-out');
   put($('walk-layer'));
   put(out, h('p', { class: 'muted' }, 'walking…'));
+  if ($('walk-positions').checked) return walkPositions(prompt, out, note);
   try {
     const j = await client.walk(prompt, top);
     const m = heatModel(j.hits, model.layers);
@@ -101,6 +102,34 @@ export async function runWalk() {
       scrollBox('heat map', drawHeat(m)),
       h('p', { class: 'legend row' }, h('span', {}, '−' + num(m.maxAbs, 1)), h('span', { class: 'heatlegend', role: 'img', 'aria-label': 'colour scale: blue negative, white zero, red positive' }),
         h('span', {}, '+' + num(m.maxAbs, 1)), h('span', { class: 'muted' }, 'gate score: blue fires negative, red positive, white near zero')),
+      h('p', { class: 'muted small legend' }, TOKEN_LEGEND));
+  } catch (e) {
+    showError(out, e);
+  }
+}
+
+// Every position: one row per token, one column per layer, each cell the token's strongest
+// feature there (its target and gate score), coloured like the heat map.
+async function walkPositions(prompt, out, note) {
+  try {
+    const j = await client.walkPositions(prompt, 1);
+    const layers = [...new Set(j.positions.flatMap((p) => p.hits.map((x) => x.layer)))].sort((a, b) => a - b);
+    const maxAbs = Math.max(1e-9, ...j.positions.flatMap((p) => p.hits.map((x) => Math.abs(x.gate_score))));
+    const cell = (hit) => {
+      if (!hit) return h('td', {}, '');
+      const a = Math.min(1, Math.abs(hit.gate_score) / maxAbs);
+      const bg = hit.gate_score >= 0 ? `rgba(220, 60, 40, ${(0.15 + 0.6 * a).toFixed(2)})` : `rgba(40, 90, 220, ${(0.15 + 0.6 * a).toFixed(2)})`;
+      const td = h('td', { title: `L${hit.layer} F${hit.feature}: gate ${num(hit.gate_score, 2)}` }, showToken(hit.target), h('span', { class: 'muted small' }, ' ' + num(hit.gate_score, 1)));
+      td.style.background = bg;
+      return td;
+    };
+    put(out, note,
+      h('div', { class: 'row' }, h('p', { class: 'muted' }, `${j.positions.length} positions × ${layers.length} layers: each token's strongest feature by |gate score| (${num(j.latency_ms, 1)} ms).`),
+        exportBar('walk-positions', j, prompt)),
+      scrollBox('positions', h('table', { class: 'positions' },
+        h('tr', {}, h('th', { scope: 'col' }, 'position'), h('th', { scope: 'col' }, 'token'), ...layers.map((l) => h('th', { scope: 'col' }, 'L' + l))),
+        ...j.positions.map((p) => h('tr', {}, h('td', { class: 'num' }, p.pos), h('td', {}, showToken(p.token)),
+          ...layers.map((l) => cell(p.hits.find((x) => x.layer === l))))))),
       h('p', { class: 'muted small legend' }, TOKEN_LEGEND));
   } catch (e) {
     showError(out, e);

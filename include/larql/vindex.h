@@ -292,6 +292,12 @@ int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *
 void lq_walk_result_free(lq_walk_result *r);
 /* {"prompt","hits":[{"layer","feature","gate_score","target"[,"relation"]}],"latency_ms"} */
 int lq_vindex_walk_json(const lq_vindex *v, const lq_walk_params *p, char **json_out, lq_err *err);
+/* The walk of every position of the prompt (ours; LARQL walks the last token only): for each
+ * token, the features its embedding fires per layer, as lq_vindex_walk does for the last one.
+ * {"prompt","positions":[{"pos","token","hits":[…as above…]}],"latency_ms"}; at most
+ * LQ_WALK_MAX_POSITIONS positions (more -> LQ_ERANGE). */
+#define LQ_WALK_MAX_POSITIONS 256
+int lq_vindex_walk_positions_json(const lq_vindex *v, const lq_walk_params *p, char **json_out, lq_err *err);
 
 typedef struct lq_select_params {
     const char *entity;     /* substring of lowercase top token, or NULL */

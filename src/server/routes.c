@@ -54,8 +54,10 @@ static const route ROUTES[] = {
           ",\"also\":" ARR(STR) ",\"layer_min\":" INT ",\"layer_max\":" INT ",\"count\":" INT)) ",\"latency_ms\":" NUM),
       NULL}},
     {"/v1/walk", M_GET, route_walk, LARQL,
-     {"The features a prompt's last token fires, per layer", "prompt:string!,top:integer,layers:string", NULL,
-      NULL, OBJ("\"prompt\":" STR ",\"hits\":" ARR(ANY_OBJ) ",\"latency_ms\":" NUM), NULL}},
+     {"The features a prompt's last token fires, per layer (positions=true: every token's, ours)",
+      "prompt:string!,top:integer,layers:string,positions:boolean", NULL, NULL,
+      OBJ("\"prompt\":" STR ",\"hits\":" ARR(ANY_OBJ) ",\"positions\":" ARR(ANY_OBJ) ",\"latency_ms\":" NUM),
+      NULL}},
     {"/v1/select", M_POST, route_select, LARQL,
      {"Features filtered by entity, relation, layer and confidence", NULL,
       OBJ("\"entity\":" STR ",\"relation\":" STR ",\"layer\":" INT ",\"limit\":" INT ",\"min_confidence\":" NUM

@@ -263,8 +263,9 @@ void route_walk(lq_server *s, req *q, reply *r)
     lq_walk_params p;
     lq_walk_params_init(&p);
     long top = p.top;
+    int positions = 0;
     if (qtext(q, "prompt", &p.prompt, 1, r) < 0 || qint(q, "top", 0, 10000, &top, r) < 0 ||
-        qtext(q, "layers", &p.layers, 0, r) < 0)
+        qtext(q, "layers", &p.layers, 0, r) < 0 || qbool(q, "positions", &positions, r) < 0)
         return;
     p.top = (int)top;
     if (!*p.prompt) {
@@ -273,7 +274,7 @@ void route_walk(lq_server *s, req *q, reply *r)
     }
     if (need_vindex(s, q, r) || kget(s, q, &kv, r))
         return;
-    int rc = lq_vindex_walk_json(kv.v, &p, &json, &err);
+    int rc = positions ? lq_vindex_walk_positions_json(kv.v, &p, &json, &err) : lq_vindex_walk_json(kv.v, &p, &json, &err);
     srv_kview_put(&kv);
     vindex_reply(r, rc, json, &err);
 }

@@ -618,34 +618,13 @@ static int parse_layer_spec(const lq_vindex *v, const char *spec, int **out, siz
     return 0;
 }
 
-int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *r, lq_err *err)
+/* The walk of one token: its embedding's gate KNN over the layers, hits named. */
+static int walk_token(const lq_vindex *v, const lq_walk_params *p, int32_t id, lq_walk_result *r, lq_err *err)
 {
-    memset(r, 0, sizeof *r);
-    double t0 = lq_now_ms();
-    if (!p->prompt || !*p->prompt)
-        return lq_err_set(err, LQ_EINVAL, "empty prompt");
-    if (p->top < 0)
-        return lq_err_set(err, LQ_EINVAL, "top %d must be >= 0", p->top);
-    int rc = need_browse(v, err);
-    if (rc)
-        return rc;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    rc = lq_tokenizer_encode(v->tok, p->prompt, strlen(p->prompt),
-                             lq_tokenizer_add_bos(v->tok) ? LQ_TOK_ADD_BOS : 0, &ids, &n, err);
-    if (rc)
-        return rc;
-    if (n == 0) {
-        free(ids);
-        return lq_err_set(err, LQ_EINVAL, "empty prompt");
-    }
     float *q = malloc((size_t)v->info.hidden_size * sizeof *q);
-    if (!q) {
-        free(ids);
+    if (!q)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    }
-    rc = lq_vindex_embed_row(v, ids[n - 1], q, err);
-    free(ids);
+    int rc = lq_vindex_embed_row(v, id, q, err);
     int *layers = NULL;
     size_t nl = 0;
     if (!rc && (p->layers ? parse_layer_spec(v, p->layers, &layers, &nl) : band_layers(v, 3, &layers, &nl)))
@@ -672,8 +651,106 @@ int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *
     }
     free(hits);
     r->n_hits = nh;
-    r->latency_ms = lq_now_ms() - t0;
     return LQ_OK;
+}
+
+/* The prompt's ids, checked as walk needs them. */
+static int walk_ids(const lq_vindex *v, const lq_walk_params *p, int32_t **ids, size_t *n, lq_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!p->prompt || !*p->prompt)
+        return lq_err_set(err, LQ_EINVAL, "empty prompt");
+    if (p->top < 0)
+        return lq_err_set(err, LQ_EINVAL, "top %d must be >= 0", p->top);
+    int rc = need_browse(v, err);
+    if (!rc)
+        rc = lq_tokenizer_encode(v->tok, p->prompt, strlen(p->prompt),
+                                 lq_tokenizer_add_bos(v->tok) ? LQ_TOK_ADD_BOS : 0, ids, n, err);
+    if (!rc && *n == 0)
+        rc = lq_err_set(err, LQ_EINVAL, "empty prompt");
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+int lq_vindex_walk(const lq_vindex *v, const lq_walk_params *p, lq_walk_result *r, lq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = lq_now_ms();
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = walk_ids(v, p, &ids, &n, err);
+    if (!rc)
+        rc = walk_token(v, p, ids[n - 1], r, err);
+    free(ids);
+    r->latency_ms = lq_now_ms() - t0;
+    return rc;
+}
+
+static void walk_hits_json(lq_sb *b, const lq_walk_result *r)
+{
+    lq_sb_puts(b, "[");
+    for (size_t i = 0; i < r->n_hits; i++) {
+        const lq_walk_hit *h = &r->hits[i];
+        lq_sb_printf(b, "%s{\"layer\":%d,\"feature\":%d,\"gate_score\":", i ? "," : "", h->layer, h->feature);
+        lq_sb_f32(b, lq_round1_f32(h->gate_score));
+        lq_sb_puts(b, ",\"target\":");
+        lq_sb_json_str(b, h->target, strlen(h->target));
+        if (h->relation) {
+            lq_sb_puts(b, ",\"relation\":");
+            lq_sb_json_str(b, h->relation, strlen(h->relation));
+        }
+        lq_sb_puts(b, "}");
+    }
+    lq_sb_puts(b, "]");
+}
+
+int lq_vindex_walk_positions_json(const lq_vindex *v, const lq_walk_params *p, char **json_out, lq_err *err)
+{
+    *json_out = NULL;
+    double t0 = lq_now_ms();
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = walk_ids(v, p, &ids, &n, err);
+    if (!rc && n > LQ_WALK_MAX_POSITIONS)
+        rc = lq_err_set(err, LQ_ERANGE, "walk positions: the prompt is %zu tokens (at most %d)", n,
+                        LQ_WALK_MAX_POSITIONS);
+    lq_sb b = {0};
+    if (!rc) {
+        lq_sb_puts(&b, "{\"prompt\":");
+        lq_sb_json_str(&b, p->prompt, strlen(p->prompt));
+        lq_sb_puts(&b, ",\"positions\":[");
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        lq_walk_result r = {0};
+        if ((rc = walk_token(v, p, ids[i], &r, err)))
+            break;
+        char *t = NULL;
+        size_t tl = 0;
+        if (lq_tokenizer_decode(v->tok, &ids[i], 1, 0, &t, &tl, NULL)) {
+            t = NULL;
+            tl = 0;
+        }
+        lq_sb_printf(&b, "%s{\"pos\":%zu,\"token\":", i ? "," : "", i);
+        lq_sb_json_str(&b, t ? t : "", tl);
+        lq_sb_puts(&b, ",\"hits\":");
+        walk_hits_json(&b, &r);
+        lq_sb_puts(&b, "}");
+        free(t);
+        lq_walk_result_free(&r);
+    }
+    free(ids);
+    if (rc) {
+        lq_sb_free(&b);
+        return rc;
+    }
+    lq_sb_puts(&b, "],\"latency_ms\":");
+    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
+    lq_sb_puts(&b, "}");
+    return lq_sb_finish(&b, json_out, err);
 }
 
 int lq_vindex_walk_json(const lq_vindex *v, const lq_walk_params *p, char **json_out, lq_err *err)
@@ -685,20 +762,9 @@ int lq_vindex_walk_json(const lq_vindex *v, const lq_walk_params *p, char **json
     lq_sb b = {0};
     lq_sb_puts(&b, "{\"prompt\":");
     lq_sb_json_str(&b, p->prompt, strlen(p->prompt));
-    lq_sb_puts(&b, ",\"hits\":[");
-    for (size_t i = 0; i < r.n_hits; i++) {
-        const lq_walk_hit *h = &r.hits[i];
-        lq_sb_printf(&b, "%s{\"layer\":%d,\"feature\":%d,\"gate_score\":", i ? "," : "", h->layer, h->feature);
-        lq_sb_f32(&b, lq_round1_f32(h->gate_score));
-        lq_sb_puts(&b, ",\"target\":");
-        lq_sb_json_str(&b, h->target, strlen(h->target));
-        if (h->relation) {
-            lq_sb_puts(&b, ",\"relation\":");
-            lq_sb_json_str(&b, h->relation, strlen(h->relation));
-        }
-        lq_sb_puts(&b, "}");
-    }
-    lq_sb_puts(&b, "],\"latency_ms\":");
+    lq_sb_puts(&b, ",\"hits\":");
+    walk_hits_json(&b, &r);
+    lq_sb_puts(&b, ",\"latency_ms\":");
     lq_sb_f64(&b, round_ms(r.latency_ms));
     lq_sb_puts(&b, "}");
     lq_walk_result_free(&r);

@@ -683,6 +683,24 @@ test('walk and glyphs: the page says the map is the last token; bytes and spaces
   assert.ok(labels.some((l) => /top token .*<0x/.test(l)), 'a lone byte shown as <0x..>');
 }));
 
+test('walk, every position: one row per token, each layer\'s strongest feature, no sideways page scroll, exported', () => withPage('walk-positions', async (page) => {
+  await page.goto(OPEN + '/?walk');
+  await page.waitForSelector('#walk-prompt', WAIT);
+  await page.type('#walk-prompt', PROMPT);
+  await page.click('#walk-positions');
+  await page.click('#walk-form button[type=submit]');
+  await page.waitForSelector('#walk-out table.positions', WAIT);
+  const rows = await rowsOf(page, '#walk-out table.positions');
+  const n = (await page.evaluate((p) => fetch('/v1/token/encode?text=' + encodeURIComponent(p)).then((r) => r.json()), PROMPT)).token_ids.length;
+  assert.ok(rows.length === n || rows.length === n + 1, `${rows.length} rows for ${n} tokens`);
+  assert.deepEqual(rows.map((r) => r[0]), rows.map((r, i) => String(i)));
+  assert.ok(rows.every((r) => r.length >= 3 && r.slice(2).some((c) => c.length)), rows.map((r) => r.join('|')).join('\n'));
+  assert.match(await text(page, '#walk-out'), /positions × \d+ layers: each token's strongest feature/);
+  await page.setViewport({ width: 390, height: 800 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= innerWidth), 'no sideways scroll at 390 px');
+  await page.screenshot({ path: SHOTS + '/walk-positions-390.png' });
+}));
+
 test('edits: a compose insert that cannot take is refused and shown as the server says, labelled compose, with its canonical prompt; each edit has its Remove', async () => {
   const removed = [];
   const perEdit = { patches: [{ name: 'edits', operations: 2, base_model: 'larql-demo' }], edits: [
