@@ -31,6 +31,8 @@ int lq_cli_show(int argc, char **argv);
 int lq_cli_infer(int argc, char **argv);
 /* LQL shell and batch runs (src/cli/cmd_lql.c) */
 int lq_cli_lql(int argc, char **argv);
+/* edit journals (src/cli/cmd_journal.c) */
+int lq_cli_journal(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
 

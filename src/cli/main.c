@@ -29,6 +29,7 @@ static const struct {
     {"show", lq_cli_show, "DIR layers|features         vindex layout"},
     {"infer", lq_cli_infer, "DIR PROMPT [--top 5] [--mode walk|dense|compare] next-token predictions"},
     {"lql", lq_cli_lql, "[DIR] [-c STMTS | -f FILE]   LQL: interactive shell or a batch of statements"},
+    {"journal", lq_cli_journal, "check|salvage FILE [--output OUT] inspect or recover an edit journal"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
 };
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
 
 #include "core/f16.h"
 #include "core/softmax.h"
@@ -50,7 +51,11 @@ struct lq_overlay {
     float **gmat;
     int **gfeat;
     lq_patch **patches;
+    int *pscope;          /* [capp]: the scope each patch was applied in */
     size_t np, capp;
+    int scope;            /* the scope apply / remove / edits name patches in */
+    int defer;            /* a journal replay: gate matrices rebuilt once at the end */
+    int gmats_stale;
     uint64_t version;
     char *edits_name;     /* NULL = EDITS_NAME */
     /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
@@ -195,6 +200,11 @@ static int build_gmats(lq_overlay *o)
 static int changed(lq_overlay *o, lq_err *err)
 {
     o->version++;
+    if (o->defer) { /* nothing queries the overlay until the replay ends */
+        o->gmats_stale = 1;
+        return LQ_OK;
+    }
+    o->gmats_stale = 0;
     return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
@@ -448,6 +458,7 @@ void lq_overlay_free(lq_overlay *o)
     for (size_t i = 0; i < o->np; i++)
         lq_patch_free(o->patches[i]);
     free(o->patches);
+    free(o->pscope);
     lq_knn_store_free(o->knn);
     lq_knn_store_free(o->knn0);
     free(o->edits_name);
@@ -518,11 +529,15 @@ static int push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
     if (o->np == o->capp) {
         size_t cap = o->capp ? o->capp * 2 : 8;
         lq_patch **n = realloc(o->patches, cap * sizeof *n);
-        if (!n)
+        if (n)
+            o->patches = n;
+        int *sc = n ? realloc(o->pscope, cap * sizeof *sc) : NULL;
+        if (!sc)
             return lq_err_set(err, LQ_ENOMEM, "out of memory");
-        o->patches = n;
+        o->pscope = sc;
         o->capp = cap;
     }
+    o->pscope[o->np] = o->scope;
     o->patches[o->np++] = p;
     return LQ_OK;
 }
@@ -532,9 +547,12 @@ int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
     int rc = lq_overlay_create(src->base, src->knn0, out, err);
     for (size_t i = 0; !rc && i < src->np; i++) {
         lq_patch *p;
+        (*out)->scope = src->pscope[i];
         if (!(rc = lq_vx_patch_copy(src->patches[i], &p, err)) && (rc = push_patch(*out, p, err)))
             lq_patch_free(p);
     }
+    if (!rc)
+        (*out)->scope = src->scope;
     if (!rc)
         rc = rebuild(*out, err);
     if (rc) {
@@ -551,21 +569,47 @@ size_t lq_overlay_n_patches(const lq_overlay *o) { return o ? o->np : 0; }
 const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i) { return o && i < o->np ? o->patches[i] : NULL; }
 size_t lq_overlay_n_features(const lq_overlay *o) { return o ? o->nf : 0; }
 
+int lq_overlay_patch_scope(const lq_overlay *o, size_t i) { return o && i < o->np ? o->pscope[i] : -1; }
+
+void lq_overlay_set_scope(lq_overlay *o, int scope)
+{
+    if (o)
+        o->scope = scope;
+}
+
+/* the patch named name in the current scope */
+static ssize_t find_patch(const lq_overlay *o, const char *name)
+{
+    for (size_t i = 0; o && name && i < o->np; i++)
+        if (o->pscope[i] == o->scope && !strcmp(lq_patch_name(o->patches[i]), name))
+            return (ssize_t)i;
+    return -1;
+}
+
 const lq_patch *lq_overlay_edits(const lq_overlay *o)
 {
-    for (size_t i = 0; o && i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), edits_name(o)))
-            return o->patches[i];
-    return NULL;
+    ssize_t i = find_patch(o, edits_name(o));
+    return i < 0 ? NULL : o->patches[i];
+}
+
+void lq_vx_overlay_defer(lq_overlay *o, int on) { o->defer = on; }
+int lq_vx_overlay_scope(const lq_overlay *o) { return o->scope; }
+
+int lq_vx_overlay_settle(lq_overlay *o, lq_err *err)
+{
+    o->defer = 0;
+    if (!o->gmats_stale)
+        return LQ_OK;
+    o->gmats_stale = 0;
+    return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
 {
     if (!o || !p)
         return lq_err_set(err, LQ_EINVAL, "overlay apply: overlay and patch are required");
-    for (size_t i = 0; i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), lq_patch_name(p)))
-            return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
+    if (find_patch(o, lq_patch_name(p)) >= 0)
+        return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
     int rc = check_patch(o, p, err);
     lq_patch *c = NULL;
     if (!rc)
@@ -587,13 +631,15 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
 
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
 {
-    for (size_t i = 0; o && name && i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), name)) {
-            lq_patch_free(o->patches[i]);
-            memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
-            o->np--;
-            return rebuild(o, err);
-        }
+    ssize_t f = find_patch(o, name);
+    if (f >= 0) {
+        size_t i = (size_t)f;
+        lq_patch_free(o->patches[i]);
+        memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
+        memmove(o->pscope + i, o->pscope + i + 1, (o->np - i - 1) * sizeof *o->pscope);
+        o->np--;
+        return rebuild(o, err);
+    }
     return lq_err_set(err, LQ_ENOTFOUND, "patch '%s' not found", name ? name : "");
 }
 

@@ -222,5 +222,11 @@ char *lq_vx_canonical_prompt(const char *entity, const char *relation);
 /* Removes the entries of entity (case-sensitive, as LARQL's delete_knn); relation NULL = any.
  * Returns how many. */
 size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation);
+/* A journal replay: changes skip rebuilding the gate matrices (nothing queries the overlay
+ * meanwhile), lq_vx_overlay_settle rebuilds them once, so a replay is linear in the
+ * journal instead of quadratic. */
+void lq_vx_overlay_defer(struct lq_overlay *o, int on);
+int lq_vx_overlay_settle(struct lq_overlay *o, lq_err *err);
+int lq_vx_overlay_scope(const struct lq_overlay *o); /* the current scope (lq_overlay_set_scope) */
 
 #endif
