@@ -90,7 +90,7 @@ static int put_record(int fd, uint64_t off, uint64_t seq, const char *text, size
         errno = ENOMEM;
         return -1;
     }
-    jf_header(buf, seq, text, (uint32_t)n);
+    lq_vx_jf_header(buf, seq, text, (uint32_t)n);
     memcpy(buf + JF_HDR, text, n);
     int rc = write_all(fd, buf, JF_HDR + n, off);
     free(buf);
@@ -305,16 +305,16 @@ int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overl
     j->ck_bytes = opts && opts->checkpoint_bytes ? opts->checkpoint_bytes : CK_BYTES;
     uint8_t *b = NULL;
     uint64_t size = 0;
-    int rc = jf_read_file(path, name, 1, &b, &size, err);
+    int rc = lq_vx_jf_read_file(path, name, 1, &b, &size, err);
     if (rc) {
         journal_free(j);
         return rc;
     }
     layout L = {0};
-    jf_walk(b, size, layout_item, &L);
+    lq_vx_jf_walk(b, size, layout_item, &L);
     if (L.oom)
         rc = lq_err_set(err, LQ_ENOMEM, "%s: out of memory", name);
-    else if (L.bad && (L.after || L.seq_break || !jf_tail_is_torn(b, size, L.bad_off, L.n ? L.recs[L.n - 1].version : 0)))
+    else if (L.bad && (L.after || L.seq_break || !lq_vx_jf_tail_is_torn(b, size, L.bad_off, L.n ? L.recs[L.n - 1].version : 0)))
         rc = refuse(j, &L, err);
     lq_vx_overlay_defer(o, 1);
     for (size_t i = 0; !rc && i < L.n; i++) {

@@ -24,7 +24,7 @@ static void wr32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-void jf_header(uint8_t hdr[JF_HDR], uint64_t seq, const void *p, uint32_t n)
+void lq_vx_jf_header(uint8_t hdr[JF_HDR], uint64_t seq, const void *p, uint32_t n)
 {
     memcpy(hdr, "LQJ2", 4);
     wr32(hdr + 4, n);
@@ -41,7 +41,7 @@ static int header_ok(const uint8_t *b, uint64_t size, uint64_t off)
            rd32(b + off + 4) <= JF_MAX_RECORD;
 }
 
-int jf_parse(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
+int lq_vx_jf_parse(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
 {
     if (off >= size || size - off < JF_HDR1)
         return 0;
@@ -72,27 +72,27 @@ int jf_parse(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
     return 0;
 }
 
-int jf_resync(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
+int lq_vx_jf_resync(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
 {
     while (off + JF_HDR1 <= size) {
         const uint8_t *m = memmem(b + off, size - off, "LQJ", 3);
         if (!m)
             return 0;
         off = (uint64_t)(m - b);
-        if (jf_parse(b, size, off, r))
+        if (lq_vx_jf_parse(b, size, off, r))
             return 1;
         off++;
     }
     return 0;
 }
 
-void jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
+void lq_vx_jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
 {
     uint64_t off = 0, prev_seq = 0;
     int have_seq = 0;
     while (off < size) {
         jf_item it = {0};
-        if (jf_parse(b, size, off, &it.rec)) {
+        if (lq_vx_jf_parse(b, size, off, &it.rec)) {
             it.valid = 1;
             it.off = off;
             it.len = it.rec.len;
@@ -103,7 +103,7 @@ void jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
             }
         } else {
             jf_rec next;
-            uint64_t end = jf_resync(b, size, off + 1, &next) ? next.off : size;
+            uint64_t end = lq_vx_jf_resync(b, size, off + 1, &next) ? next.off : size;
             it.off = off;
             it.len = end - off;
         }
@@ -113,7 +113,7 @@ void jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
     }
 }
 
-int jf_tail_is_torn(const uint8_t *b, uint64_t size, uint64_t off, int prev_version)
+int lq_vx_jf_tail_is_torn(const uint8_t *b, uint64_t size, uint64_t off, int prev_version)
 {
     uint64_t left = size - off;
     if (prev_version == 1 || (prev_version == 0 && left >= 4 && !memcmp(b + off, "LQJ1", 4)))
@@ -133,7 +133,7 @@ int jf_tail_is_torn(const uint8_t *b, uint64_t size, uint64_t off, int prev_vers
     return b[off + JF_HDR + n - 1] == 0 || n == 0 ? 1 : 0;
 }
 
-int jf_read_file(const char *path, const char *name, int missing_ok, uint8_t **b, uint64_t *size, lq_err *err)
+int lq_vx_jf_read_file(const char *path, const char *name, int missing_ok, uint8_t **b, uint64_t *size, lq_err *err)
 {
     *b = NULL;
     *size = 0;

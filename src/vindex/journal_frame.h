@@ -29,11 +29,11 @@ typedef struct jf_rec {
 } jf_rec;
 
 /* The header of a version-2 record of payload p[0..n) with sequence seq. */
-void jf_header(uint8_t hdr[JF_HDR], uint64_t seq, const void *p, uint32_t n);
+void lq_vx_jf_header(uint8_t hdr[JF_HDR], uint64_t seq, const void *p, uint32_t n);
 /* 1 when a complete, intact record starts at b[off] (r filled), else 0. */
-int jf_parse(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r);
+int lq_vx_jf_parse(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r);
 /* The first intact record at or after off: 1 (r filled) or 0. */
-int jf_resync(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r);
+int lq_vx_jf_resync(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r);
 
 /* A walk over a file's bytes: intact records in order, and the bad ranges between them. */
 typedef struct jf_item {
@@ -43,17 +43,17 @@ typedef struct jf_item {
     int seq_break;            /* a record whose sequence does not follow the previous one's */
 } jf_item;
 typedef int (*jf_fn)(void *ctx, const jf_item *it); /* non-zero stops the walk */
-void jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx);
+void lq_vx_jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx);
 
 /* A bad range that runs to the end of the file with nothing intact after it: 1 when it is
  * what an interrupted append leaves (shorter than a header, a header of zeros - blocks never
  * written -, a record cut short, or a complete record whose last byte is zero), 0 when an
  * acknowledged record was damaged there (its header's checksum fails, or its payload's while
  * every byte is present). prev_version: the record before it (0 none). */
-int jf_tail_is_torn(const uint8_t *b, uint64_t size, uint64_t off, int prev_version);
+int lq_vx_jf_tail_is_torn(const uint8_t *b, uint64_t size, uint64_t off, int prev_version);
 
 /* The whole file into memory (*b NULL and *size 0 for an empty or absent file when
  * missing_ok). name: how errors name it. */
-int jf_read_file(const char *path, const char *name, int missing_ok, uint8_t **b, uint64_t *size, lq_err *err);
+int lq_vx_jf_read_file(const char *path, const char *name, int missing_ok, uint8_t **b, uint64_t *size, lq_err *err);
 
 #endif

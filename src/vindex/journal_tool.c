@@ -56,11 +56,11 @@ static int scan_buf(const uint8_t *b, uint64_t size, int (*fn)(void *, const lq_
     memset(r, 0, sizeof *r);
     r->size = r->first_bad = size;
     scan_ctx S = {r, fn, ctx, 0, 0};
-    jf_walk(b, size, scan_item, &S);
+    lq_vx_jf_walk(b, size, scan_item, &S);
     if (r->first_bad < size) {
         int seq_only = !r->bad_ranges; /* a break is damage whatever follows */
         r->torn_tail = !seq_only && !r->after_bad && r->bad_ranges == 1 &&
-                       jf_tail_is_torn(b, size, r->first_bad, S.prev_version);
+                       lq_vx_jf_tail_is_torn(b, size, r->first_bad, S.prev_version);
         r->corrupt = !r->torn_tail;
     }
     return S.stopped;
@@ -75,7 +75,7 @@ int lq_journal_scan(const char *path, int (*fn)(void *, const lq_journal_item *)
     memset(rep, 0, sizeof *rep);
     uint8_t *b = NULL;
     uint64_t size = 0;
-    int rc = jf_read_file(path, path, 0, &b, &size, err);
+    int rc = lq_vx_jf_read_file(path, path, 0, &b, &size, err);
     if (!rc)
         scan_buf(b, size, fn, ctx, rep);
     free(b);
@@ -98,7 +98,7 @@ static int salvage_item(void *c, const lq_journal_item *it)
     else
         S->seq++;
     uint8_t hdr[JF_HDR];
-    jf_header(hdr, S->seq, it->payload, (uint32_t)it->payload_len);
+    lq_vx_jf_header(hdr, S->seq, it->payload, (uint32_t)it->payload_len);
     if (pwrite(S->fd, hdr, JF_HDR, (off_t)S->off) != (ssize_t)JF_HDR ||
         pwrite(S->fd, it->payload, it->payload_len, (off_t)(S->off + JF_HDR)) != (ssize_t)it->payload_len) {
         S->failed = errno ? errno : EIO;
@@ -118,7 +118,7 @@ int lq_journal_salvage(const char *path, const char *out, lq_journal_report *rep
         return lq_err_set(err, LQ_EINVAL, "journal salvage: a file and an output are required");
     uint8_t *b = NULL;
     uint64_t size = 0;
-    int rc = jf_read_file(path, path, 0, &b, &size, err);
+    int rc = lq_vx_jf_read_file(path, path, 0, &b, &size, err);
     if (rc)
         return rc;
     size_t cap = strlen(out) + 16;
