@@ -89,7 +89,7 @@ int lq_vx_jf_resync(const uint8_t *b, uint64_t size, uint64_t off, jf_rec *r)
 void lq_vx_jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
 {
     uint64_t off = 0, prev_seq = 0;
-    int have_seq = 0;
+    int have_seq = 0, gap = 0;
     while (off < size) {
         jf_item it = {0};
         if (lq_vx_jf_parse(b, size, off, &it.rec)) {
@@ -97,11 +97,14 @@ void lq_vx_jf_walk(const uint8_t *b, uint64_t size, jf_fn fn, void *ctx)
             it.off = off;
             it.len = it.rec.len;
             if (it.rec.version == 2) {
-                it.seq_break = have_seq && it.rec.seq != prev_seq + 1;
+                /* after a bad range the missing numbers are its records: only going back is a break */
+                it.seq_break = have_seq && (gap ? it.rec.seq <= prev_seq : it.rec.seq != prev_seq + 1);
                 prev_seq = it.rec.seq;
                 have_seq = 1;
             }
+            gap = 0;
         } else {
+            gap = 1;
             jf_rec next;
             uint64_t end = lq_vx_jf_resync(b, size, off + 1, &next) ? next.off : size;
             it.off = off;

@@ -58,8 +58,9 @@ static int scan_buf(const uint8_t *b, uint64_t size, int (*fn)(void *, const lq_
     scan_ctx S = {r, fn, ctx, 0, 0};
     lq_vx_jf_walk(b, size, scan_item, &S);
     if (r->first_bad < size) {
-        int seq_only = !r->bad_ranges; /* a break is damage whatever follows */
-        r->torn_tail = !seq_only && !r->after_bad && r->bad_ranges == 1 &&
+        /* as an open decides: a sequence break is damage whatever follows; a single bad range
+         * with nothing intact after it is torn if it looks like an interrupted append */
+        r->torn_tail = !r->seq_breaks && r->bad_ranges == 1 && !r->after_bad &&
                        lq_vx_jf_tail_is_torn(b, size, r->first_bad, S.prev_version);
         r->corrupt = !r->torn_tail;
     }
