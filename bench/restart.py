@@ -4,7 +4,8 @@ S sessions of K inserts each (8 client threads), reads the server's RSS, kills i
 SIGKILL, restarts it on the same directory and times the start until /v1/health answers,
 then reads the RSS again.
 
-usage: restart.py LARQL VINDEX STATEDIR N S K"""
+usage: restart.py LARQL VINDEX STATEDIR N S K
+(LQ_BENCH_MODE=compose: the N global inserts are compose inserts, no layer given)"""
 import os
 import re
 import signal
@@ -48,7 +49,10 @@ def rss_mb(pid):
     return 0.0
 
 
-def run(jobs, port):
+MODE = os.environ.get("LQ_BENCH_MODE", "knn")
+
+
+def run(jobs, port, mode="knn"):
     lock = threading.Lock()
     bad = []
 
@@ -58,8 +62,10 @@ def run(jobs, port):
                 if not jobs:
                     return
                 entity, sid = jobs.pop()
-            st, _, raw = client.request(port, "POST", "/v1/insert", {"entity": entity, "relation": "capital",
-                                                                     "target": "the", "layer": 1, "mode": "knn"},
+            body = {"entity": entity, "relation": "capital", "target": "the", "mode": mode}
+            if mode == "knn":
+                body["layer"] = 1
+            st, _, raw = client.request(port, "POST", "/v1/insert", body,
                                         headers={"X-Session-Id": sid} if sid else None)
             if st != 200:
                 bad.append((st, raw[:200]))
@@ -74,7 +80,7 @@ def run(jobs, port):
 
 p, port, t_first = start()
 t0 = time.time()
-bad = run([("G%d" % i, None) for i in range(N)], port)
+bad = run([("G%d" % i, None) for i in range(N)], port, MODE)
 bad += run([("S%d_%d" % (s, k), "s%d" % s) for s in range(S) for k in range(K)], port)
 fill = time.time() - t0
 rss_before = rss_mb(p.pid)
@@ -88,7 +94,8 @@ p.send_signal(signal.SIGTERM)
 err = p.stderr.read()
 p.wait()
 restored = re.search(r"state restored in (\d+) ms", err)
-print("edits: %d global + %d sessions x %d; %d refused%s" % (N, S, K, len(bad), (": %s" % bad[:2]) if bad else ""))
+print("edits: %d global (%s) + %d sessions x %d; %d refused%s" % (N, MODE, S, K, len(bad),
+                                                                  (": %s" % bad[:2]) if bad else ""))
 print("filled in %.1f s; state dir %.1f MiB; RSS before the kill %.1f MiB" % (fill, size / 1048576.0, rss_before))
 print("restart to /v1/health: %.2f s (the server's own count: %s ms); RSS after the restart %.1f MiB"
       % (t_restart, restored.group(1) if restored else "?", rss_after))

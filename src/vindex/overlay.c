@@ -69,6 +69,8 @@ struct lq_overlay {
 int lq_vx_patch_hidden(const lq_patch *p);
 const char *lq_vx_patch_checksum(const lq_patch *p);
 int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
+lq_patch *lq_vx_patch_ref(lq_patch *p);
+int lq_vx_patch_shared(const lq_patch *p);
 
 /* ---- the feature table ---- */
 
@@ -546,9 +548,11 @@ int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
 {
     int rc = lq_overlay_create(src->base, src->knn0, out, err);
     for (size_t i = 0; !rc && i < src->np; i++) {
-        lq_patch *p;
+        /* shared, not copied: a patch in an overlay changes only as the live edits patch,
+         * and edit() copies it first when another overlay holds it too */
+        lq_patch *p = lq_vx_patch_ref(src->patches[i]);
         (*out)->scope = src->pscope[i];
-        if (!(rc = lq_vx_patch_copy(src->patches[i], &p, err)) && (rc = push_patch(*out, p, err)))
+        if ((rc = push_patch(*out, p, err)))
             lq_patch_free(p);
     }
     if (!rc)
@@ -648,6 +652,16 @@ int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
 static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
 {
     lq_patch *e = (lq_patch *)lq_overlay_edits(o);
+    if (e && lq_vx_patch_shared(e)) { /* a clone holds it: this overlay appends to its own copy */
+        lq_patch *c = NULL;
+        if (lq_vx_patch_copy(e, &c, err))
+            return NULL;
+        for (size_t i = 0; i < o->np; i++)
+            if (o->patches[i] == e)
+                o->patches[i] = c;
+        lq_patch_free(e);
+        return c;
+    }
     if (e)
         return e;
     if (lq_patch_create(edits_name(o), o->base->info.model, o->hidden, &e, err))

@@ -32,6 +32,8 @@ struct lq_patch {
     int hidden;
     pop *ops;
     size_t n, cap;
+    int refs;        /* overlays share patches (a session's clone of the global state): the
+                        last lq_patch_free frees; a shared patch is never changed in place */
 };
 
 void lq_patch_op_init(lq_patch_op *op, int kind)
@@ -57,6 +59,7 @@ int lq_patch_create(const char *name, const char *base_model, int hidden, lq_pat
     p->base_model = strdup(base_model ? base_model : "");
     p->created_at = strdup("");
     p->hidden = hidden;
+    p->refs = 1;
     if (!p->name || !p->base_model || !p->created_at) {
         lq_patch_free(p);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -73,9 +76,17 @@ static void pop_free(pop *o)
         free(o->v[i]);
 }
 
+lq_patch *lq_vx_patch_ref(lq_patch *p)
+{
+    __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+int lq_vx_patch_shared(const lq_patch *p) { return __atomic_load_n(&p->refs, __ATOMIC_ACQUIRE) > 1; }
+
 void lq_patch_free(lq_patch *p)
 {
-    if (!p)
+    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     for (size_t i = 0; i < p->n; i++)
         pop_free(&p->ops[i]);

@@ -136,6 +136,17 @@ static int reopen(const char *path, lq_journal_stats *st, size_t *np, lq_err *er
     return rc;
 }
 
+/* tmp/name written with n records (no checkpoint: one segment), its bytes in *b (*len) */
+static int journal_bytes(const char *name, int n, char *path, size_t cap, char **b, size_t *len, size_t *np)
+{
+    snprintf(path, cap, "%s/%s", tmp, name);
+    lq_journal_opts one = {.checkpoint_records = 100000, .checkpoint_bytes = (uint64_t)1 << 40};
+    *b = NULL;
+    if (write_journal(path, n, &one, np, NULL) || !(*b = slurp(path, len)))
+        return -1;
+    return 0;
+}
+
 static void test_crc32c(void)
 {
     CHECK(lq_crc32c(0, "123456789", 9) == 0xE3069283u);
@@ -158,15 +169,12 @@ static void test_mid_corruption_refused(void)
 {
     if (!V)
         SKIP("fixture failed");
-    char path[4300], out[4400];
-    snprintf(path, sizeof path, "%s/mid.lqj", tmp);
+    char path[4300], out[4400], *b = NULL;
+    size_t n = 0;
     snprintf(out, sizeof out, "%s/mid.salvaged", tmp);
     lq_journal_stats st;
     lq_err err = {0};
-    CHECK(write_journal(path, 50, NULL, NULL, NULL) == 0);
-    size_t n = 0;
-    char *b = slurp(path, &n);
-    CHECK(b && n > 2100);
+    CHECK(journal_bytes("mid.lqj", 50, path, sizeof path, &b, &n, NULL) == 0 && n > 2100);
     if (!b)
         return;
     b[2000] = 0;
@@ -203,12 +211,10 @@ static void test_torn_tails(void)
 {
     if (!V)
         SKIP("fixture failed");
-    char path[4300], t[4400];
-    snprintf(path, sizeof path, "%s/torn.lqj", tmp);
-    snprintf(t, sizeof t, "%s/torn2.lqj", tmp);
-    CHECK(write_journal(path, 20, NULL, NULL, NULL) == 0);
+    char path[4300], t[4400], *b = NULL;
     size_t n = 0;
-    char *b = slurp(path, &n);
+    snprintf(t, sizeof t, "%s/torn2.lqj", tmp);
+    CHECK(journal_bytes("torn.lqj", 20, path, sizeof path, &b, &n, NULL) == 0);
     if (!b)
         return;
     lq_journal_report rep;
@@ -248,14 +254,10 @@ static void test_corruption_matrix(void)
 {
     if (!V)
         SKIP("fixture failed");
-    char path[4300], t[4400];
-    snprintf(path, sizeof path, "%s/matrix.lqj", tmp);
+    char path[4300], t[4400], *b = NULL;
+    size_t n = 0, np_want = 0;
     snprintf(t, sizeof t, "%s/matrix_flip.lqj", tmp);
-    lq_journal_opts big = {.checkpoint_records = 100000, .checkpoint_bytes = (uint64_t)1 << 40};
-    size_t np_want = 0;
-    CHECK(write_journal(path, 1000, &big, &np_want, NULL) == 0);
-    size_t n = 0;
-    char *b = slurp(path, &n);
+    CHECK(journal_bytes("matrix.lqj", 1000, path, sizeof path, &b, &n, &np_want) == 0);
     if (!b)
         return;
     uint64_t *offs = malloc(1001 * sizeof *offs);
@@ -310,11 +312,9 @@ static void test_sequence_break(void)
 {
     if (!V)
         SKIP("fixture failed");
-    char path[4300];
-    snprintf(path, sizeof path, "%s/seq.lqj", tmp);
-    CHECK(write_journal(path, 6, NULL, NULL, NULL) == 0);
+    char path[4300], *b = NULL;
     size_t n = 0;
-    char *b = slurp(path, &n);
+    CHECK(journal_bytes("seq.lqj", 6, path, sizeof path, &b, &n, NULL) == 0);
     if (!b)
         return;
     jf_rec r;
@@ -494,6 +494,32 @@ static void test_scopes(void)
     lq_overlay_free(g);
 }
 
+/* a clone shares the patches (copy-on-write): the original's later edits stay out of it */
+static void test_clone_shares(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_overlay *g = NULL, *c = NULL;
+    lq_err err = {0};
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.layer = 1, w.feature = 5;
+    size_t k = 0;
+    CHECK(lq_overlay_create(V, NULL, &g, &err) == 0 && lq_overlay_delete(g, &w, &k, &err) == 0 && k == 1);
+    CHECK(lq_overlay_clone(g, &c, &err) == 0);
+    CHECK(lq_overlay_patch_at(c, 0) == lq_overlay_patch_at(g, 0)); /* one copy in memory */
+    w.feature = 6;
+    CHECK(lq_overlay_delete(g, &w, &k, &err) == 0 && k == 1);
+    CHECK(lq_overlay_patch_at(c, 0) != lq_overlay_patch_at(g, 0));
+    CHECK(lq_patch_n_ops(lq_overlay_edits(g)) == 2 && lq_patch_n_ops(lq_overlay_edits(c)) == 1);
+    CHECK(lq_overlay_n_features(g) == 2 && lq_overlay_n_features(c) == 1);
+    lq_overlay_free(g); /* the clone's patch outlives the original */
+    CHECK(lq_patch_n_ops(lq_overlay_edits(c)) == 1 && !strcmp(lq_patch_name(lq_overlay_edits(c)), "edits"));
+    w.feature = 7;
+    CHECK(lq_overlay_delete(c, &w, &k, &err) == 0 && lq_patch_n_ops(lq_overlay_edits(c)) == 2);
+    lq_overlay_free(c);
+}
+
 static void test_fixture(void) { CHECK(V != NULL); }
 
 int main(void)
@@ -509,6 +535,7 @@ int main(void)
     RUN(test_old_format);
     RUN(test_created_by_first_append);
     RUN(test_scopes);
+    RUN(test_clone_shares);
     lq_vindex_close(V);
     return harness_done();
 }
