@@ -185,6 +185,10 @@ typedef struct lq_journal_opts {
 int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overlay *o, lq_journal **out,
                          lq_journal_stats *st, lq_err *err);
 int lq_journal_open(const char *path, lq_overlay *o, lq_journal **out, lq_journal_stats *st, lq_err *err);
+/* The open's check without the replay (nothing is changed): LQ_OK when an open would replay
+ * the file (a torn tail included), else the refusal an open would give. An absent file is
+ * fine. (A server checks its session journals so at start and replays them at first use.) */
+int lq_journal_verify(const char *path, const lq_journal_opts *opts, lq_err *err);
 void lq_journal_close(lq_journal *j);
 /* A patch applied / removed / the live patch's ops from index n0 on (an edit). On a write
  * error (disk full) the file is cut back to its previous length and the error returned: the

@@ -15,9 +15,10 @@
  * Durability (--state-dir DIR, held with flock on DIR/lock: one server per directory):
  * global changes go to DIR/journal.lqj, a session's to DIR/sessions/<id>.lqj (created by
  * its first acknowledged edit), each appended and fsync'd before the 200, checkpointed when
- * lq_journal_checkpoint_due says so. At start the global journal is replayed, then every
- * session journal over it, so a session comes back with its own patches; a damaged journal
- * stops the start (the file untouched). A session that expires takes its journal with it.
+ * lq_journal_checkpoint_due says so. At start the global journal is replayed and every
+ * session journal checked (a damaged one stops the start, the file untouched); a session's
+ * journal is replayed over the global state at its first request, so it comes back with its
+ * own patches without the restart folding the global state once per session. A session that expires takes its journal with it.
  * Messages name journals relative to DIR. (LARQL keeps sessions in memory only.) */
 #include <ctype.h>
 #include <dirent.h>
@@ -42,6 +43,7 @@ struct srv_ksession {
     uint64_t global_ver;     /* the global version ov was built from */
     double last_used;
     int pristine;            /* made by a request that has not succeeded yet: dropped if it fails */
+    int unreplayed;          /* restored at start: its journal (checked then) replays at first use */
     int refs;                /* requests holding it (never evicted while > 0) */
     pthread_mutex_t mu;
     lq_journal *journal;     /* --state-dir: DIR/sessions/<id>.lqj once it has edited */
@@ -65,7 +67,7 @@ static void ks_journal_path(const lq_server *s, const char *sid, char *out, size
 /* An expired session: gone, with its journal. */
 static void ks_drop(lq_server *s, srv_ksession *k)
 {
-    if (k->journal) {
+    if (k->journal || k->unreplayed) {
         char path[4200];
         ks_journal_path(s, k->id, path, sizeof path);
         unlink(path);
@@ -153,19 +155,26 @@ static int ks_restore(lq_server *s, lq_err *err)
                     de->d_name, s->o.max_sessions);
             continue;
         }
+        /* checked now (a damaged journal stops the start), replayed at the session's first
+         * request: a restart does not fold the global state once per session */
+        char path[4600], name[300];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(name, sizeof name, "sessions/%s", de->d_name);
+        lq_journal_opts jo = {.name = name};
         srv_ksession *k = ks_new(sid, lq_now());
         srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
         if (ns)
             s->sess = ns;
         if (!ns)
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
-        else if (!(rc = ks_refresh(s, k, err)))
-            rc = ks_open_journal(s, k, err);
+        else
+            rc = lq_journal_verify(path, &jo, err);
         if (rc) {
             lq_err_prefix(err, "session %s not restored", sid);
             ks_free(k);
             break;
         }
+        k->unreplayed = 1;
         s->sess[s->n_sess++] = k;
     }
     closedir(d);
@@ -240,8 +249,8 @@ int srv_knowledge_init(lq_server *s, lq_err *err)
         lq_err_prefix(err, "--state-dir %s", s->o.state_dir);
         return rc;
     }
-    srv_log(s, "state restored in %.0f ms (%d session%s)", (lq_now() - t0) * 1000.0, s->n_sess,
-            s->n_sess == 1 ? "" : "s");
+    srv_log(s, "state restored in %.0f ms (%d session journal%s checked, each replayed at its session's first "
+            "request)", (lq_now() - t0) * 1000.0, s->n_sess, s->n_sess == 1 ? "" : "s");
     return LQ_OK;
 }
 
@@ -370,6 +379,15 @@ static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err)
     lq_overlay_free(k->ov);
     k->ov = n;
     k->global_ver = gv;
+    if (k->unreplayed) { /* restored at start: its own patches come from its journal now */
+        if ((rc = ks_open_journal(s, k, err))) {
+            lq_overlay_free(k->ov); /* every request of it fails, naming why, until fixed */
+            k->ov = NULL;
+            k->global_ver = (uint64_t)-1;
+            return rc;
+        }
+        k->unreplayed = 0;
+    }
     return LQ_OK;
 }
 

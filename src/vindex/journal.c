@@ -254,7 +254,7 @@ static int layout_item(void *ctx, const jf_item *it)
 }
 
 /* A refusal: what is wrong, where, and what to do; the file is untouched. */
-static int refuse(const lq_journal *j, const layout *L, lq_err *err)
+static int refuse(const char *name, const layout *L, lq_err *err)
 {
     if (L->seq_break)
         return lq_err_set(err, LQ_EFORMAT,
@@ -262,14 +262,40 @@ static int refuse(const lq_journal *j, const layout *L, lq_err *err)
                           "(records are missing or repeated; %zu intact record%s from there on); the file was "
                           "left as it is: inspect it with `larql journal check` and recover with `larql journal "
                           "salvage`",
-                          j->name, (unsigned long long)L->bad_off, (unsigned long long)L->seq_got,
+                          name, (unsigned long long)L->bad_off, (unsigned long long)L->seq_got,
                           (unsigned long long)L->seq_want, L->after, L->after == 1 ? "" : "s");
     return lq_err_set(err, LQ_EFORMAT,
                       "%s is damaged: record %zu at offset %llu is corrupt (%llu bad bytes) and %zu intact "
                       "record%s follow%s it, so this is not a torn tail; the file was left as it is: inspect it "
                       "with `larql journal check` and recover the intact records with `larql journal salvage`",
-                      j->name, L->n + 1, (unsigned long long)L->bad_off, (unsigned long long)L->bad_len, L->after,
+                      name, L->n + 1, (unsigned long long)L->bad_off, (unsigned long long)L->bad_len, L->after,
                       L->after == 1 ? "" : "s", L->after == 1 ? "s" : "");
+}
+
+/* The walk of b and the decision: 0 (replay L.recs, cut what follows them) or the refusal. */
+static int check_layout(const uint8_t *b, uint64_t size, const char *name, layout *L, lq_err *err)
+{
+    lq_vx_jf_walk(b, size, layout_item, L);
+    if (L->oom)
+        return lq_err_set(err, LQ_ENOMEM, "%s: out of memory", name);
+    if (L->bad && (L->after || L->seq_break ||
+                   !lq_vx_jf_tail_is_torn(b, size, L->bad_off, L->n ? L->recs[L->n - 1].version : 0)))
+        return refuse(name, L, err);
+    return LQ_OK;
+}
+
+int lq_journal_verify(const char *path, const lq_journal_opts *opts, lq_err *err)
+{
+    const char *name = opts && opts->name ? opts->name : path;
+    uint8_t *b = NULL;
+    uint64_t size = 0;
+    int rc = lq_vx_jf_read_file(path, name, 1, &b, &size, err);
+    layout L = {0};
+    if (!rc)
+        rc = check_layout(b, size, name, &L, err);
+    free(L.recs);
+    free(b);
+    return rc;
 }
 
 static void journal_free(lq_journal *j)
@@ -311,11 +337,7 @@ int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overl
         return rc;
     }
     layout L = {0};
-    lq_vx_jf_walk(b, size, layout_item, &L);
-    if (L.oom)
-        rc = lq_err_set(err, LQ_ENOMEM, "%s: out of memory", name);
-    else if (L.bad && (L.after || L.seq_break || !lq_vx_jf_tail_is_torn(b, size, L.bad_off, L.n ? L.recs[L.n - 1].version : 0)))
-        rc = refuse(j, &L, err);
+    rc = check_layout(b, size, name, &L, err);
     lq_vx_overlay_defer(o, 1);
     for (size_t i = 0; !rc && i < L.n; i++) {
         if ((rc = replay(o, j->hidden, L.recs[i].payload, L.recs[i].plen, err)))

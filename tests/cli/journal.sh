@@ -81,6 +81,11 @@ if start_server e "$V" --state-dir "$S2" --threads 1; then
         run_py collide2.log "$HTTP_DIR/journal.py" collide_check "$PORT"
         stop
     else fail "restart after the collisions"; fi
+    # a damaged session journal stops the start too, naming it relative to the state dir
+    cp "$S2/sessions/V.lqj" "$T_TMP/v.lqj"
+    printf '\377' | dd of="$S2/sessions/V.lqj" bs=1 seek=100 conv=notrunc 2>/dev/null
+    check_fails "a damaged session journal stops the start, naming it" "sessions/V.lqj is damaged" \
+        "$LARQL" serve "$V" --state-dir "$S2" --threads 1 --port 0
 fi
 
 # ---- failing requests create nothing; session ids ----
