@@ -89,7 +89,11 @@ p.wait()
 size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(STATE) for f in fs)
 p, port, t_restart = start()
 rss_after = rss_mb(p.pid)
-st, _, raw = client.request(port, "GET", "/v1/patches", headers={"X-Session-Id": "s0"} if S else None)
+t0 = time.time()
+for s in range(S):  # every session's first request (a session's journal replays then)
+    client.request(port, "GET", "/v1/patches", headers={"X-Session-Id": "s%d" % s})
+t_touch = time.time() - t0
+rss_touched = rss_mb(p.pid)
 p.send_signal(signal.SIGTERM)
 err = p.stderr.read()
 p.wait()
@@ -99,3 +103,4 @@ print("edits: %d global (%s) + %d sessions x %d; %d refused%s" % (N, MODE, S, K,
 print("filled in %.1f s; state dir %.1f MiB; RSS before the kill %.1f MiB" % (fill, size / 1048576.0, rss_before))
 print("restart to /v1/health: %.2f s (the server's own count: %s ms); RSS after the restart %.1f MiB"
       % (t_restart, restored.group(1) if restored else "?", rss_after))
+print("then the first request of each of the %d sessions: %.2f s; RSS %.1f MiB" % (S, t_touch, rss_touched))
