@@ -298,6 +298,16 @@ int lq_journal_verify(const char *path, const lq_journal_opts *opts, lq_err *err
     return rc;
 }
 
+/* where a checkpoint is written before its rename over path (malloc'd) */
+static char *checkpoint_path(const char *path)
+{
+    size_t cap = strlen(path) + 16;
+    char *p = malloc(cap);
+    if (p)
+        snprintf(p, cap, "%s.checkpoint", path);
+    return p;
+}
+
 static void journal_free(lq_journal *j)
 {
     if (j->fd >= 0)
@@ -377,6 +387,10 @@ int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overl
         return rc;
     }
     j->base = j->end;
+    char *ck = checkpoint_path(path); /* one a crash stopped before its rename: never in use */
+    if (ck)
+        unlink(ck);
+    free(ck);
     if (j->legacy) { /* migrate: the old format rewritten in the new one (kept as it is on failure) */
         lq_err cerr = {0};
         st->migrated = lq_journal_checkpoint(j, o, &cerr) == LQ_OK;
@@ -432,11 +446,10 @@ int lq_journal_checkpoint(lq_journal *j, const lq_overlay *o, lq_err *err)
 {
     if (!j || !o)
         return lq_err_set(err, LQ_EINVAL, "journal checkpoint: journal and overlay are required");
-    size_t cap = strlen(j->path) + 16, np = 0, total = lq_overlay_n_patches(o);
-    char *tmp = malloc(cap);
+    size_t np = 0, total = lq_overlay_n_patches(o);
+    char *tmp = checkpoint_path(j->path);
     if (!tmp)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    snprintf(tmp, cap, "%s.checkpoint", j->path);
     int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int rc = lq_err_set(err, LQ_EIO, "%s: cannot write a checkpoint: %s", j->name, strerror(errno));

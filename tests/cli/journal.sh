@@ -70,6 +70,22 @@ if start_server c "$V" --state-dir "$S" --threads 1; then
     else fail "kill -9 releases the state directory's lock"; fi
 fi
 
+# ---- checkpoints under a server: 1,100 inserts (a checkpoint after 1,024), kill -9, restart ----
+S4="$T_TMP/state4"
+if start_server k "$V" --state-dir "$S4" --threads 1; then
+    run_py ck.log "$HTTP_DIR/journal.py" inserts "$PORT" 1100
+    kill -9 "$PID"; wait "$PID" 2>/dev/null
+    "$LARQL" journal check "$S4/journal.lqj" >"$T_TMP/ck.chk" 2>&1
+    grep -q "checkpoint (1 patches follow)" "$T_TMP/ck.chk" && grep -q "sequence 1025..1102" "$T_TMP/ck.chk" &&
+        pass "the journal was checkpointed after 1,024 records, the sequence going on" ||
+        fail "the journal was checkpointed after 1,024 records, the sequence going on" "$(head -n 4 "$T_TMP/ck.chk"; tail -n 2 "$T_TMP/ck.chk")"
+    [ ! -e "$S4/journal.lqj.checkpoint" ] && pass "no checkpoint file left aside" || fail "no checkpoint file left aside"
+    if start_server k2 "$V" --state-dir "$S4" --threads 1; then
+        run_py ck2.log "$HTTP_DIR/journal.py" count "$PORT" 1100
+        stop
+    else fail "restart on the checkpointed journal"; fi
+fi
+
 # ---- patch names per scope; sessions restored ----
 S2="$T_TMP/state2"
 if start_server e "$V" --state-dir "$S2" --threads 1; then

@@ -1,6 +1,7 @@
 """The journal and session reproductions of issue 24 over HTTP (tests/cli/journal.sh).
 
 usage: journal.py inserts PORT N             N acknowledged KNN inserts (global)
+       journal.py count PORT N               the global edits patch holds N ops
        journal.py collide PORT               patch names per scope: a session's and a global
                                              patch of one name, and a global 'session:W'
        journal.py collide_check PORT         after kill -9 and a restart: both sessions back
@@ -8,6 +9,7 @@ usage: journal.py inserts PORT N             N acknowledged KNN inserts (global)
        journal.py patchdir PORT PATCHDIR     hard links refused, no absolute path in errors"""
 import os
 import sys
+import threading
 
 import client
 from tap import ok
@@ -40,10 +42,22 @@ ATL = {"description": "atl.vlp", "operations": [{"op": "delete", "layer": 1, "fe
 
 def main():
     mode = sys.argv[1]
-    if mode == "inserts":
+    if mode == "inserts":  # from 8 connections at once
         n = int(sys.argv[3])
-        acked = sum(ins("Place%d" % i)[0] == 200 for i in range(n))
-        ok("%d inserts acknowledged" % n, acked == n, acked)
+        sts = []
+        ts = [threading.Thread(target=lambda k: sts.extend(ins("Place%d" % i)[0] for i in range(k, n, 8)), args=(k,))
+              for k in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        ok("%d inserts acknowledged" % n, sts.count(200) == n, sts.count(200))
+    elif mode == "count":  # after a restart: the global edits patch holds N ops
+        n = int(sys.argv[3])
+        p = patches()
+        ok("after the restart the edits patch holds all %d inserts" % n, p.get(("edits", "global")) == n, p)
+        st, j = call("POST", "/v1/infer", {"prompt": "The capital of Place%d is" % (n - 1), "top": 1, "mode": "walk"})
+        ok("the last insert answers", st == 200 and j["predictions"][0]["token"] == "the", j)
     elif mode == "collide":
         st1, j1 = call("POST", "/v1/patches/apply", {"patch": ATL}, sid="V")
         st2, j2 = ins("Atlantis", sid="V")

@@ -374,10 +374,12 @@ static void test_checkpoints(void)
     lq_overlay_free(a);
     lq_overlay_free(b);
     CHECK(lq_journal_scan(path, NULL, NULL, &rep, &err) == 0 && !rep.corrupt && !rep.seq_breaks);
-    /* no checkpoint file is left behind */
+    /* no checkpoint file is left behind; one a crash left half-written is ignored and removed */
     char ckp[4400];
     snprintf(ckp, sizeof ckp, "%s.checkpoint", path);
     CHECK(access(ckp, F_OK) != 0);
+    CHECK(spit(ckp, "LQJ2garbage", 11) == 0);
+    CHECK(reopen(path, &st, &np, &err) == 0 && np == np_want + 1 && access(ckp, F_OK) != 0);
 }
 
 /* a journal of the old LQJ1 framing replays and is rewritten in the new one */
