@@ -341,7 +341,7 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
 static void ks_put(lq_server *s, srv_ksession *k)
 {
     pthread_mutex_lock(&s->sess_mu);
-    if (--k->refs == 0 && k->pristine)
+    if (--k->refs == 0 && __atomic_load_n(&k->pristine, __ATOMIC_ACQUIRE))
         for (int i = 0; i < s->n_sess; i++)
             if (s->sess[i] == k) {
                 s->sess[i] = s->sess[--s->n_sess];
@@ -509,8 +509,8 @@ static void kedit_end(kedit *ke, int ok)
     if (ke->ks) {
         /* the session's overlay was built from this global version and changed only by the
          * session: it stays current */
-        if (ok)
-            ke->ks->pristine = 0;
+        if (ok) /* atomic: another request's ks_put reads it under the table's lock only */
+            __atomic_store_n(&ke->ks->pristine, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ke->ks->mu);
         ks_put(ke->s, ke->ks);
     } else if (ke->ov) {
