@@ -181,11 +181,10 @@ int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err)
 /* one record's change into o */
 static int replay(lq_overlay *o, int hidden, const char *text, size_t n, lq_err *err)
 {
-    json_t *r = json_loadb(text, n, 0, NULL);
+    json_t *r = json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL);
     const char *t = json_string_value(json_object_get(r, "t"));
     int rc = LQ_OK;
     lq_patch *p = NULL;
-    char *pt = NULL;
     if (!t)
         rc = lq_err_set(err, LQ_EFORMAT, "journal: a record without a type");
     else if (!strcmp(t, "checkpoint"))
@@ -194,14 +193,13 @@ static int replay(lq_overlay *o, int hidden, const char *text, size_t n, lq_err 
         rc = lq_overlay_remove(o, json_string_value(json_object_get(r, "name")), err);
     else if (!strcmp(t, "apply") || !strcmp(t, "edit")) {
         json_t *pv = json_object_get(r, !strcmp(t, "apply") ? "patch" : "ops");
-        pt = pv ? json_dumps(pv, JSON_COMPACT) : NULL;
-        rc = pt ? lq_patch_parse(pt, strlen(pt), json_string_value(json_object_get(r, "name")), hidden, &p, err)
-                : lq_err_set(err, LQ_EFORMAT, "journal: a %s record without its patch", t);
+        rc = json_is_object(pv)
+                 ? lq_vx_patch_from_json(pv, json_string_value(json_object_get(r, "name")), hidden, &p, err)
+                 : lq_err_set(err, LQ_EFORMAT, "journal: a %s record without its patch", t);
         if (!rc)
             rc = !strcmp(t, "apply") ? lq_overlay_apply(o, p, err) : lq_overlay_record(o, p, err);
     } else
         rc = lq_err_set(err, LQ_EFORMAT, "journal: unknown record type '%s'", t);
-    free(pt);
     lq_patch_free(p);
     json_decref(r);
     return rc;

@@ -400,6 +400,14 @@ int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, l
     if (!root)
         return lq_err_set(err, LQ_EFORMAT, "patch: malformed JSON at line %d column %d: %s", je.line, je.column,
                           je.text);
+    int rc = lq_vx_patch_from_json(root, name, hidden, out, err);
+    json_decref(root);
+    return rc;
+}
+
+int lq_vx_patch_from_json(json_t *root, const char *name, int hidden, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
     int rc = LQ_OK;
     lq_patch *p = NULL;
     json_t *ops = json_object_get(root, "operations");
@@ -431,7 +439,6 @@ int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, l
         rd r = {pname, i, err};
         rc = read_op(&r, json_array_get(ops, i), p, &hid);
     }
-    json_decref(root);
     if (rc) {
         lq_patch_free(p);
         return rc;
