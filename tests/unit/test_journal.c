@@ -4,6 +4,8 @@
  * record: no flip may lose an acknowledged record without a refusal), salvage, checkpoints,
  * old-format journals, per-scope patch names. */
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -382,6 +384,51 @@ static void test_checkpoints(void)
     CHECK(reopen(path, &st, &np, &err) == 0 && np == np_want + 1 && access(ckp, F_OK) != 0);
 }
 
+/* a checkpoint that fails (the file size limit standing in for a full disk) leaves the
+ * journal as it was and in use */
+static void test_checkpoint_fails(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    char path[4300], ckp[4400];
+    snprintf(path, sizeof path, "%s/ckfail.lqj", tmp);
+    snprintf(ckp, sizeof ckp, "%s.checkpoint", path);
+    unlink(path);
+    lq_overlay *o = NULL;
+    lq_journal *j = NULL;
+    lq_err err = {0};
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0 && lq_journal_open(path, o, &j, NULL, &err) == 0);
+    for (int i = 0; i < 40; i++) {
+        lq_patch *p = small_patch(i);
+        CHECK(p && lq_overlay_apply(o, p, &err) == 0 && lq_journal_apply(j, p, &err) == 0);
+        lq_patch_free(p);
+    }
+    size_t n = 0;
+    char *before = slurp(path, &n);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)n / 2;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    int rc = lq_journal_checkpoint(j, o, &err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(rc == LQ_EIO && access(ckp, F_OK) != 0);
+    size_t n2 = 0;
+    char *after = slurp(path, &n2);
+    CHECK(before && after && n2 == n && !memcmp(before, after, n));
+    lq_patch *p = small_patch(99); /* the old journal goes on */
+    CHECK(lq_overlay_apply(o, p, &err) == 0 && lq_journal_apply(j, p, &err) == 0);
+    lq_patch_free(p);
+    lq_journal_close(j);
+    lq_overlay_free(o);
+    lq_journal_stats st;
+    size_t np = 0;
+    CHECK(reopen(path, &st, &np, &err) == 0 && st.records == 41 && np == 41);
+    free(before);
+    free(after);
+}
+
 /* a journal of the old LQJ1 framing replays and is rewritten in the new one */
 static void test_old_format(void)
 {
@@ -534,6 +581,7 @@ int main(void)
     RUN(test_corruption_matrix);
     RUN(test_sequence_break);
     RUN(test_checkpoints);
+    RUN(test_checkpoint_fails);
     RUN(test_old_format);
     RUN(test_created_by_first_append);
     RUN(test_scopes);
