@@ -178,8 +178,8 @@ int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err)
     return append(j, json_pack("{s:s,s:o}", "t", "edit", "ops", v), err);
 }
 
-/* one record's change into o */
-static int replay(lq_overlay *o, int hidden, const char *text, size_t n, lq_err *err)
+/* one record's change into o (a checkpoint's marker: *ck = 1 + the patches it announces) */
+static int replay(lq_overlay *o, int hidden, const char *text, size_t n, size_t *ck, lq_err *err)
 {
     json_t *r = json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL);
     const char *t = json_string_value(json_object_get(r, "t"));
@@ -188,7 +188,10 @@ static int replay(lq_overlay *o, int hidden, const char *text, size_t n, lq_err 
     if (!t)
         rc = lq_err_set(err, LQ_EFORMAT, "journal: a record without a type");
     else if (!strcmp(t, "checkpoint"))
-        rc = LQ_OK; /* a marker: the apply records after it are the state */
+    { /* a marker: the state (its patches) follows it */
+        json_int_t np = json_integer_value(json_object_get(r, "patches"));
+        *ck = 1 + (size_t)(np > 0 ? np : 0);
+    }
     else if (!strcmp(t, "remove"))
         rc = lq_overlay_remove(o, json_string_value(json_object_get(r, "name")), err);
     else if (!strcmp(t, "apply") || !strcmp(t, "edit")) {
@@ -347,9 +350,21 @@ int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overl
     layout L = {0};
     rc = check_layout(b, size, name, &L, err);
     lq_vx_overlay_defer(o, 1);
+    size_t skip = 0;
     for (size_t i = 0; !rc && i < L.n; i++) {
-        if ((rc = replay(o, j->hidden, L.recs[i].payload, L.recs[i].plen, err)))
+        size_t ck = 0;
+        if ((rc = replay(o, j->hidden, L.recs[i].payload, L.recs[i].plen, &ck, err)))
             lq_err_prefix(err, "%s: record %zu (offset %llu)", name, i + 1, (unsigned long long)L.recs[i].off);
+        /* records since the last checkpoint (its own not counted) count towards the next one,
+         * across restarts */
+        if (ck) {
+            j->since = 0;
+            skip = ck - 1;
+        } else if (skip) {
+            skip--;
+        } else {
+            j->since++;
+        }
         j->legacy |= L.recs[i].version == 1;
         if (L.recs[i].version == 2)
             j->seq = L.recs[i].seq;

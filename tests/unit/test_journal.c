@@ -367,6 +367,18 @@ static void test_checkpoints(void)
     for (size_t i = 0; i < lq_overlay_n_patches(a) && i < lq_overlay_n_patches(b); i++)
         CHECK(!strcmp(lq_patch_name(lq_overlay_patch_at(a, i)), lq_patch_name(lq_overlay_patch_at(b, i))) &&
               lq_patch_n_ops(lq_overlay_patch_at(a, i)) == lq_patch_n_ops(lq_overlay_patch_at(b, i)));
+    /* the records since the last checkpoint count across a reopen: 300 = 4 x 64 + 44, so the
+     * next one is due after 20 more */
+    lq_journal *jc = NULL;
+    lq_overlay *c = NULL;
+    CHECK(lq_overlay_create(V, NULL, &c, &err) == 0 && lq_journal_open_opts(path, &jo, c, &jc, &st, &err) == 0);
+    int k = 0;
+    while (jc && !lq_journal_checkpoint_due(jc) && k < 100 && lq_journal_remove(jc, "nothing", &err) == 0)
+        k++;
+    CHECK_MSG(k == 20, "due after %d", k);
+    lq_journal_close(jc);
+    lq_overlay_free(c);
+    CHECK(truncate(path, (off_t)rep.size) == 0); /* the removes undone for what follows */
     /* appends after a reopen continue the sequence of a checkpointed file */
     lq_patch *p = small_patch(5000);
     CHECK(lq_overlay_apply(a, p, &err) == 0 && lq_journal_apply(ja, p, &err) == 0);
