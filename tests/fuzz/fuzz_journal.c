@@ -16,21 +16,8 @@
 #include <unistd.h>
 
 #include "larql/patch.h"
+#include "vindex/journal_frame.h"
 #include "fixture.inc"
-
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = b && sz >= 0 && fread(b, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : (size_t)-1;
-    fclose(f);
-    return b;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -57,9 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (lq_overlay_create(v, NULL, &o, &err) != LQ_OK)
         abort();
     int rc = lq_journal_open(path, o, &j, &st, &err);
-    size_t n = 0;
-    uint8_t *after = slurp(path, &n);
-    if (!after)
+    uint8_t *after = NULL;
+    uint64_t n = 0;
+    if (lq_vx_jf_read_file(path, path, 0, &after, &n, &err) != LQ_OK)
         abort();
     if (rc != LQ_OK) {
         if (j || !err.msg[0])
