@@ -118,6 +118,11 @@ void lq_patch_counts(const lq_patch *p, size_t *inserts, size_t *updates, size_t
 int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, lq_patch **out,
                    lq_err *err);
 int lq_patch_read(const char *path, int hidden, lq_patch **out, lq_err *err);
+/* The same for a file a client names inside a directory (a server's --patch-dir): file must
+ * be a plain name (no '/'); a symbolic link (refused by the open itself, O_NOFOLLOW), a
+ * directory or a file with more than one hard link is refused (LQ_EINVAL), an absent one is
+ * LQ_ENOTFOUND; messages name the file, never dir. */
+int lq_patch_read_in(const char *dir, const char *file, int hidden, lq_patch **out, lq_err *err);
 /* The .vlp JSON (pretty, LARQL's field order; created_at as given at create or ""). */
 int lq_patch_json(const lq_patch *p, char **out, lq_err *err);
 /* Writes path.partial, fsyncs, renames over path. */
@@ -157,6 +162,13 @@ size_t lq_overlay_n_features(const lq_overlay *o);
  * its own so that a session's edits stay apart from the global ones it sees). Set it before
  * the first edit. */
 int lq_overlay_set_edits_name(lq_overlay *o, const char *name, lq_err *err);
+/* Scopes keep two owners' patch names apart in one overlay (a server session's own patches
+ * over the global ones it sees): apply, remove and the live edits patch look names up in
+ * the current scope only (default 0), so a name may appear once per scope; the state is
+ * still the fold of every patch, whatever its scope, in order. A clone keeps the scopes. */
+void lq_overlay_set_scope(lq_overlay *o, int scope);
+/* The scope patch i was applied in (-1 out of range). */
+int lq_overlay_patch_scope(const lq_overlay *o, size_t i);
 /* Validates the ops of p and appends them to the live patch, applied (all or none): how a
  * journal replays recorded edits. */
 int lq_overlay_record(lq_overlay *o, const lq_patch *p, lq_err *err);
@@ -166,17 +178,39 @@ int lq_overlay_truncate_edits(lq_overlay *o, size_t n, lq_err *err);
 
 /* ---- durability: an append-only journal of the changes to an overlay ----
  *
- * One file of records [u32 magic "LQJ1"][u32 payload length][8 bytes: the first 8 of the
- * payload's sha256][payload: JSON {"t":"apply"|"remove"|"edit", ...}], each written and
- * fsync'd before the change is acknowledged. Opening replays every complete, intact record
- * in order into the overlay; a torn or corrupt tail (a crash mid-write) is reported and cut
- * off, never applied. */
+ * One file of records, each framed with its length, a sequence number and CRC-32C checksums
+ * of its header and payload (JSON {"t":"apply"|"remove"|"edit"|"checkpoint", ...}), written
+ * and fsync'd before the change is acknowledged; files of the older LQJ1 framing (sha256
+ * prefix, no sequence) are still read and rewritten in the new one at open. Opening checks
+ * the whole file, then replays it into the overlay. A bad range at the end with nothing
+ * intact after it (an interrupted append, never acknowledged) is cut off and reported in
+ * dropped. Damage to acknowledged records - a bad record with intact ones after it, a last
+ * record complete but failing its checksum, a break in the sequence - refuses the open
+ * (LQ_EFORMAT, naming the file, the offset and the intact records after it) and leaves the
+ * file untouched: lq_journal_scan / lq_journal_salvage (`larql journal check|salvage`) are
+ * the way on. The file is created by the first append, not by the open. */
 typedef struct lq_journal lq_journal;
 typedef struct lq_journal_stats {
     size_t records;       /* replayed */
-    uint64_t dropped;     /* bytes of a torn or corrupt tail cut off */
+    uint64_t dropped;     /* bytes of a torn tail cut off */
+    size_t legacy;        /* of the records, in the old LQJ1 framing */
+    int migrated;         /* the old framing was rewritten in the new one */
+    uint64_t seq_last;    /* the last record's sequence number */
 } lq_journal_stats;
+typedef struct lq_journal_opts {
+    const char *name;            /* how messages name the file (NULL: its path); a server
+                                    passes a name relative to its state directory */
+    size_t checkpoint_records;   /* a checkpoint is due after this many records (0: 1024) */
+    uint64_t checkpoint_bytes;   /* ... or this many bytes appended, and at least twice the
+                                    last checkpoint's size (0: 8 MiB) */
+} lq_journal_opts;
+int lq_journal_open_opts(const char *path, const lq_journal_opts *opts, lq_overlay *o, lq_journal **out,
+                         lq_journal_stats *st, lq_err *err);
 int lq_journal_open(const char *path, lq_overlay *o, lq_journal **out, lq_journal_stats *st, lq_err *err);
+/* The open's check without the replay (nothing is changed): LQ_OK when an open would replay
+ * the file (a torn tail included), else the refusal an open would give. An absent file is
+ * fine. (A server checks its session journals so at start and replays them at first use.) */
+int lq_journal_verify(const char *path, const lq_journal_opts *opts, lq_err *err);
 void lq_journal_close(lq_journal *j);
 /* A patch applied / removed / the live patch's ops from index n0 on (an edit). On a write
  * error (disk full) the file is cut back to its previous length and the error returned: the
@@ -184,6 +218,40 @@ void lq_journal_close(lq_journal *j);
 int lq_journal_apply(lq_journal *j, const lq_patch *p, lq_err *err);
 int lq_journal_remove(lq_journal *j, const char *name, lq_err *err);
 int lq_journal_edit(lq_journal *j, const lq_overlay *o, size_t n0, lq_err *err);
+/* Checkpoints keep restarts short: the patches of o's current scope (the state this journal
+ * holds) written as a new file - a checkpoint record, then one apply record per patch, the
+ * sequence going on - aside, fsync'd, renamed over the journal, the directory fsync'd. On
+ * failure the old journal is untouched and still in use. _due: enough records or bytes since
+ * the last one (lq_journal_opts), or the file still holds old-format records. */
+int lq_journal_checkpoint_due(const lq_journal *j);
+int lq_journal_checkpoint(lq_journal *j, const lq_overlay *o, lq_err *err);
+
+/* Inspection without an overlay (`larql journal check`): every intact record and every bad
+ * range of the file, in order, to fn (may be NULL; non-zero from it stops the scan). */
+typedef struct lq_journal_item {
+    int valid;              /* 1: an intact record; 0: a bad range */
+    uint64_t offset, length;
+    int version;            /* 1 (LQJ1) or 2 */
+    uint64_t seq;           /* version 2 */
+    int seq_break;          /* its sequence does not follow the previous record's */
+    const char *payload;    /* the record's JSON (not NUL-terminated), valid during the call */
+    size_t payload_len;
+} lq_journal_item;
+typedef struct lq_journal_report {
+    size_t records, legacy, bad_ranges, seq_breaks;
+    uint64_t bad_bytes, size;
+    uint64_t seq_first, seq_last;   /* of the version-2 records (0 when none) */
+    uint64_t first_bad;             /* offset of the first bad range or break (size: none) */
+    size_t after_bad;               /* intact records after it */
+    int torn_tail;                  /* the only damage is a tail an open would cut */
+    int corrupt;                    /* an open would refuse the file */
+} lq_journal_report;
+int lq_journal_scan(const char *path, int (*fn)(void *ctx, const lq_journal_item *it), void *ctx,
+                    lq_journal_report *rep, lq_err *err);
+/* Writes the intact records of path, in order and renumbered, to out (written as out.partial,
+ * fsync'd, renamed; out may be path itself, never written in place); rep says what was
+ * skipped. */
+int lq_journal_salvage(const char *path, const char *out, lq_journal_report *rep, lq_err *err);
 
 /* ---- edits ---- */
 

@@ -35,6 +35,8 @@ int lq_cli_eval_edits(int argc, char **argv); /* src/cli/cmd_eval_edits.c */
 int lq_cli_lql(int argc, char **argv);
 int lq_cli_repl(int argc, char **argv);
 int lq_cli_verify(int argc, char **argv);
+/* edit journals (src/cli/cmd_journal.c) */
+int lq_cli_journal(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
 

@@ -33,6 +33,7 @@ static const struct {
     {"eval-edits", lq_cli_eval_edits, "DIR --suite FILE [--together N] how well edits are read back"},
     {"lql", lq_cli_lql, "[DIR] ['STMTS' | -c STMTS | -f FILE] LQL: a batch of statements or the shell"},
     {"repl", lq_cli_repl, "[DIR]                     the LQL shell"},
+    {"journal", lq_cli_journal, "check|salvage FILE [--output OUT] inspect or recover an edit journal"},
     {"serve", lq_cli_serve, "MODEL [--port 8080] ...     HTTP server: LARQL API + OpenAI API"},
 };
 

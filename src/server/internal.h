@@ -126,6 +126,7 @@ struct lq_server {
     struct lq_overlay *global;
     pthread_rwlock_t kmu;
     struct lq_journal *journal;
+    int state_lock;           /* flock'd state_dir/lock (one server per state directory), or -1 */
     struct srv_ksession **sess;
     int n_sess;
     pthread_mutex_t sess_mu;

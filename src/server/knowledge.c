@@ -5,21 +5,30 @@
  * Locking: the global overlay has a read-write lock (queries read, edits write). A session
  * has a mutex held for each request that uses it (requests of one session are serialised:
  * no lost update, no torn state); its overlay is a clone of the global one plus its own
- * patches, rebuilt when the global state moved on since. Sessions are bounded
- * (--max-sessions, 503 when full after evicting the idle ones) and expire after
- * --session-ttl seconds without a request.
+ * patches, rebuilt when the global state moved on since. The session's own patches live in
+ * scope 1 of that overlay (larql/patch.h), the global ones in scope 0, so a name is unique
+ * per owner: a global patch named like a session's (or "session:ID") never collides with it.
+ * Sessions are bounded (--max-sessions, 503 when full after evicting the idle ones), expire
+ * after --session-ttl seconds without a request, and are created only by a successful edit:
+ * a request that fails leaves no session and no journal behind.
  *
- * Durability (--state-dir DIR): global changes go to DIR/journal.lqj, a session's to
- * DIR/sessions/<id>.lqj (opened at its first edit), each appended and fsync'd before the
- * 200. At start the global journal is replayed, then every session journal over it, so a
- * session comes back with its own patches; a session that expires takes its journal with
- * it. (LARQL keeps sessions in memory only.) */
+ * Durability (--state-dir DIR, held with flock on DIR/lock: one server per directory):
+ * global changes go to DIR/journal.lqj, a session's to DIR/sessions/<id>.lqj (created by
+ * its first acknowledged edit), each appended and fsync'd before the 200, checkpointed when
+ * lq_journal_checkpoint_due says so. At start the global journal is replayed and every
+ * session journal checked (a damaged one stops the start, the file untouched); a session's
+ * journal is replayed over the global state at its first request, so it comes back with its
+ * own patches without the restart folding the global state once per session. A session that expires takes its journal with it.
+ * Messages name journals relative to DIR. (LARQL keeps sessions in memory only.) */
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,9 +41,9 @@ struct srv_ksession {
     char id[SID_MAX + 1];
     lq_overlay *ov;
     uint64_t global_ver;     /* the global version ov was built from */
-    char **own;              /* names of the session's own patches (its edits patch first) */
-    size_t n_own;
     double last_used;
+    int pristine;            /* made by a request that has not succeeded yet: dropped if it fails */
+    int unreplayed;          /* restored at start: its journal (checked then) replays at first use */
     int refs;                /* requests holding it (never evicted while > 0) */
     pthread_mutex_t mu;
     lq_journal *journal;     /* --state-dir: DIR/sessions/<id>.lqj once it has edited */
@@ -46,9 +55,6 @@ static void ks_free(srv_ksession *k)
         return;
     lq_overlay_free(k->ov);
     lq_journal_close(k->journal);
-    for (size_t i = 0; i < k->n_own; i++)
-        free(k->own[i]);
-    free(k->own);
     pthread_mutex_destroy(&k->mu);
     free(k);
 }
@@ -61,7 +67,7 @@ static void ks_journal_path(const lq_server *s, const char *sid, char *out, size
 /* An expired session: gone, with its journal. */
 static void ks_drop(lq_server *s, srv_ksession *k)
 {
-    if (k->journal) {
+    if (k->journal || k->unreplayed) {
         char path[4200];
         ks_journal_path(s, k->id, path, sizeof path);
         unlink(path);
@@ -85,46 +91,51 @@ static srv_ksession *ks_new(const char *sid, double now)
 }
 
 static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err);
-static int own_add(srv_ksession *k, const char *name);
 static int valid_sid(const char *sid);
 
-/* With k->mu held and k->ov current: opens (replaying what it holds) the session's journal;
- * the patches it brings are the session's own. */
+/* A journal's replay in the log ("what" names it). */
+static void log_replay(lq_server *s, const char *what, const lq_journal_stats *st)
+{
+    srv_log(s, "%s: %zu change%s replayed%s%s", what, st->records, st->records == 1 ? "" : "s",
+            st->dropped ? " (a torn tail was cut off)" : "",
+            st->migrated ? " (rewritten in the checksummed framing)" : "");
+}
+
+/* With k->mu held and k->ov current: opens (replaying what it holds) the session's journal
+ * into the session's scope (the file itself appears with the first acknowledged edit). */
 static int ks_open_journal(lq_server *s, srv_ksession *k, lq_err *err)
 {
     if (k->journal || !s->o.state_dir)
         return LQ_OK;
-    char path[4200];
+    char path[4200], name[SID_MAX + 16];
     snprintf(path, sizeof path, "%s/sessions", s->o.state_dir);
-    mkdir(path, 0755);
+    if (mkdir(path, 0755) && errno != EEXIST)
+        return lq_err_set(err, LQ_EIO, "sessions/: cannot create: %s", strerror(errno));
     ks_journal_path(s, k->id, path, sizeof path);
-    size_t np0 = lq_overlay_n_patches(k->ov);
+    snprintf(name, sizeof name, "sessions/%s.lqj", k->id);
+    lq_journal_opts jo = {.name = name};
     lq_journal_stats st;
-    int rc = lq_journal_open(path, k->ov, &k->journal, &st, err);
-    for (size_t i = 0; !rc && i < lq_overlay_n_patches(k->ov); i++) {
-        const char *name = lq_patch_name(lq_overlay_patch_at(k->ov, i));
-        int global = 0;
-        for (size_t g = 0; g < lq_overlay_n_patches(s->global) && !global; g++)
-            global = !strcmp(lq_patch_name(lq_overlay_patch_at(s->global, g)), name);
-        if ((!global || i >= np0) && own_add(k, name))
-            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+    int rc = lq_journal_open_opts(path, &jo, k->ov, &k->journal, &st, err);
+    if (!rc && st.records) {
+        char what[SID_MAX + 32];
+        snprintf(what, sizeof what, "session %s", k->id);
+        log_replay(s, what, &st);
     }
-    if (!rc && st.records)
-        srv_log(s, "session %s: %zu change%s replayed from %s%s", k->id, st.records, st.records == 1 ? "" : "s",
-                path, st.dropped ? " (a torn tail was cut off)" : "");
     return rc;
 }
 
-/* At start: every session journal under DIR/sessions, replayed over the global state. */
-static void ks_restore(lq_server *s)
+/* At start: every session journal under DIR/sessions, replayed over the global state. A
+ * journal that cannot be replayed stops the start: its acknowledged edits must not vanish. */
+static int ks_restore(lq_server *s, lq_err *err)
 {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/sessions", s->o.state_dir);
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return LQ_OK;
     struct dirent *de;
-    while ((de = readdir(d))) {
+    int rc = LQ_OK;
+    while (!rc && (de = readdir(d))) {
         char sid[SID_MAX + 8];
         size_t n = strlen(de->d_name);
         if (n < 5 || n - 4 > SID_MAX || strcmp(de->d_name + n - 4, ".lqj"))
@@ -133,29 +144,79 @@ static void ks_restore(lq_server *s)
         sid[n - 4] = 0;
         if (!valid_sid(sid))
             continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) {
+            /* an empty journal holds no edit (older servers left them after failed requests) */
+            unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
         if (s->n_sess >= s->o.max_sessions) {
-            srv_log(s, "session journal %s/%s not restored: --max-sessions %d reached (kept on disk)", dir,
+            srv_log(s, "session journal sessions/%s not restored: --max-sessions %d reached (kept on disk)",
                     de->d_name, s->o.max_sessions);
             continue;
         }
+        /* checked now (a damaged journal stops the start), replayed at the session's first
+         * request: a restart does not fold the global state once per session */
+        char path[4600], name[300];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(name, sizeof name, "sessions/%s", de->d_name);
+        lq_journal_opts jo = {.name = name};
         srv_ksession *k = ks_new(sid, lq_now());
         srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
-        lq_err e = {0};
-        if (!ns || ks_refresh(s, k, &e) || ks_open_journal(s, k, &e)) {
-            srv_log(s, "session %s not restored: %s", sid, ns ? e.msg : "out of memory");
-            if (ns)
-                s->sess = ns;
+        if (ns)
+            s->sess = ns;
+        if (!ns)
+            rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
+        else
+            rc = lq_journal_verify(path, &jo, err);
+        if (rc) {
+            lq_err_prefix(err, "session %s not restored", sid);
             ks_free(k);
-            continue;
+            break;
         }
-        s->sess = ns;
+        k->unreplayed = 1;
         s->sess[s->n_sess++] = k;
     }
     closedir(d);
+    return rc;
+}
+
+/* One server per state directory: an exclusive flock on DIR/lock, held while it runs (the
+ * kernel drops it when the process dies, so a kill -9 leaves nothing to clean up). */
+static int lock_state_dir(lq_server *s, lq_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lock", s->o.state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return lq_err_set(err, LQ_EIO, "--state-dir %s: cannot open its lock file: %s", s->o.state_dir,
+                          strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK
+                   ? lq_err_set(err, LQ_EBUSY,
+                                "--state-dir %s is in use by another larql serve (its lock file is held); stop "
+                                "that server or give this one another directory",
+                                s->o.state_dir)
+                   : lq_err_set(err, LQ_EIO, "--state-dir %s: cannot lock: %s", s->o.state_dir, strerror(e));
+    }
+    s->state_lock = fd;
+    return LQ_OK;
+}
+
+/* After an acknowledged change: a checkpoint when one is due. Failing one loses nothing (the
+ * journal goes on as it was): it is logged and tried again after the next change. */
+static void maybe_checkpoint(lq_server *s, lq_journal *j, const lq_overlay *ov)
+{
+    lq_err e = {0};
+    if (j && lq_journal_checkpoint_due(j) && lq_journal_checkpoint(j, ov, &e))
+        srv_log(s, "checkpoint skipped: %s", e.msg);
 }
 
 int srv_knowledge_init(lq_server *s, lq_err *err)
 {
+    s->state_lock = -1;
     pthread_rwlock_init(&s->kmu, NULL);
     pthread_mutex_init(&s->sess_mu, NULL);
     if (srv_dcache_init(s))
@@ -169,15 +230,27 @@ int srv_knowledge_init(lq_server *s, lq_err *err)
         srv_log(s, "edits live in memory only (start with --state-dir DIR to keep them across restarts)");
         return LQ_OK;
     }
-    mkdir(s->o.state_dir, 0755);
+    if (mkdir(s->o.state_dir, 0755) && errno != EEXIST)
+        return lq_err_set(err, LQ_EIO, "--state-dir %s: cannot create: %s", s->o.state_dir, strerror(errno));
+    if ((rc = lock_state_dir(s, err)))
+        return rc;
     char path[4200];
     snprintf(path, sizeof path, "%s/journal.lqj", s->o.state_dir);
     lq_journal_stats st;
-    if ((rc = lq_journal_open(path, s->global, &s->journal, &st, err)))
+    lq_journal_opts jo = {.name = "journal.lqj"};
+    double t0 = lq_now();
+    if (!(rc = lq_journal_open_opts(path, &jo, s->global, &s->journal, &st, err))) {
+        char what[4300];
+        snprintf(what, sizeof what, "state %s", path);
+        log_replay(s, what, &st);
+        rc = ks_restore(s, err);
+    }
+    if (rc) {
+        lq_err_prefix(err, "--state-dir %s", s->o.state_dir);
         return rc;
-    srv_log(s, "state %s: %zu change%s replayed%s", path, st.records, st.records == 1 ? "" : "s",
-            st.dropped ? " (a torn tail was cut off)" : "");
-    ks_restore(s);
+    }
+    srv_log(s, "state restored in %.0f ms (%d session journal%s checked, each replayed at its session's first "
+            "request)", (lq_now() - t0) * 1000.0, s->n_sess, s->n_sess == 1 ? "" : "s");
     return LQ_OK;
 }
 
@@ -187,6 +260,8 @@ void srv_knowledge_free(lq_server *s)
         ks_free(s->sess[i]);
     free(s->sess);
     lq_journal_close(s->journal);
+    if (s->state_lock >= 0)
+        close(s->state_lock);
     lq_overlay_free(s->global);
     srv_dcache_free(s);
     pthread_rwlock_destroy(&s->kmu);
@@ -199,8 +274,8 @@ static int valid_sid(const char *sid)
     if (n == 0 || n > SID_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)sid[i]) && !strchr("-_.:", sid[i]))
-            return 0;
+        if (!isalnum((unsigned char)sid[i]) && sid[i] != '-' && sid[i] != '_')
+            return 0; /* ids name files: no '.', no separator */
     return 1;
 }
 
@@ -210,7 +285,7 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
 {
     *out = NULL;
     if (!valid_sid(sid)) {
-        lq_err_set(e, LQ_EINVAL, "X-Session-Id must be 1..%d characters of [A-Za-z0-9-_.:]", SID_MAX);
+        lq_err_set(e, LQ_EINVAL, "X-Session-Id must be 1..%d characters of [A-Za-z0-9_-]", SID_MAX);
         return 400;
     }
     double now = lq_now();
@@ -254,40 +329,26 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
     }
     s->sess = ns;
     k->refs = 1;
+    k->pristine = 1;
     s->sess[s->n_sess++] = k;
     *out = k;
     pthread_mutex_unlock(&s->sess_mu);
     return 0;
 }
 
+/* Drops the reference; a session no request has succeeded in yet goes when the last of its
+ * requests fails (a failed request creates nothing). */
 static void ks_put(lq_server *s, srv_ksession *k)
 {
     pthread_mutex_lock(&s->sess_mu);
-    k->refs--;
+    if (--k->refs == 0 && __atomic_load_n(&k->pristine, __ATOMIC_ACQUIRE))
+        for (int i = 0; i < s->n_sess; i++)
+            if (s->sess[i] == k) {
+                s->sess[i] = s->sess[--s->n_sess];
+                ks_free(k); /* its journal, if opened, was never written: no file exists */
+                break;
+            }
     pthread_mutex_unlock(&s->sess_mu);
-}
-
-static int own_has(const srv_ksession *k, const char *name)
-{
-    for (size_t i = 0; i < k->n_own; i++)
-        if (!strcmp(k->own[i], name))
-            return 1;
-    return 0;
-}
-
-static int own_add(srv_ksession *k, const char *name)
-{
-    if (own_has(k, name))
-        return 0;
-    char **n = realloc(k->own, (k->n_own + 1) * sizeof *n);
-    if (!n || !(n[k->n_own] = strdup(name))) {
-        if (n)
-            k->own = n;
-        return -1;
-    }
-    k->own = n;
-    k->n_own++;
-    return 0;
 }
 
 /* With k->mu held: k->ov = the current global state + the session's own patches. */
@@ -304,14 +365,13 @@ static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err)
     pthread_rwlock_unlock(&s->kmu);
     char ename[SID_MAX + 16];
     snprintf(ename, sizeof ename, "session:%s", k->id);
-    if (!rc)
+    if (!rc) {
+        lq_overlay_set_scope(n, 1); /* the session's own names: apart from the global ones */
         rc = lq_overlay_set_edits_name(n, ename, err);
-    for (size_t i = 0; !rc && k->ov && i < k->n_own; i++)
-        for (size_t j = 0; !rc && j < lq_overlay_n_patches(k->ov); j++) {
-            const lq_patch *p = lq_overlay_patch_at(k->ov, j);
-            if (!strcmp(lq_patch_name(p), k->own[i]))
-                rc = lq_overlay_apply(n, p, err);
-        }
+    }
+    for (size_t j = 0; !rc && k->ov && j < lq_overlay_n_patches(k->ov); j++)
+        if (lq_overlay_patch_scope(k->ov, j) == 1)
+            rc = lq_overlay_apply(n, lq_overlay_patch_at(k->ov, j), err);
     if (rc) {
         lq_overlay_free(n);
         return rc;
@@ -319,6 +379,15 @@ static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err)
     lq_overlay_free(k->ov);
     k->ov = n;
     k->global_ver = gv;
+    if (k->unreplayed) { /* restored at start: its own patches come from its journal now */
+        if ((rc = ks_open_journal(s, k, err))) {
+            lq_overlay_free(k->ov); /* every request of it fails, naming why, until fixed */
+            k->ov = NULL;
+            k->global_ver = (uint64_t)-1;
+            return rc;
+        }
+        k->unreplayed = 0;
+    }
     return LQ_OK;
 }
 
@@ -432,11 +501,16 @@ static int kedit_begin(lq_server *s, req *q, reply *r, kedit *ke)
     return 0;
 }
 
-static void kedit_end(kedit *ke)
+/* ok: the request succeeded (its session, if new, is kept); a checkpoint follows when due */
+static void kedit_end(kedit *ke, int ok)
 {
+    if (ok)
+        maybe_checkpoint(ke->s, ke->j, ke->ov);
     if (ke->ks) {
         /* the session's overlay was built from this global version and changed only by the
          * session: it stays current */
+        if (ok) /* atomic: another request's ks_put reads it under the table's lock only */
+            __atomic_store_n(&ke->ks->pristine, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&ke->ks->mu);
         ks_put(ke->s, ke->ks);
     } else if (ke->ov) {
@@ -510,8 +584,6 @@ void route_insert(lq_server *s, req *q, reply *r)
     int rc = lq_overlay_insert(ke.ov, m, &ip, &res, &e);
     if (!rc && persist_edit(&ke, n0, &e))
         rc = LQ_EIO;
-    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(lq_overlay_edits(ke.ov))))
-        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
@@ -534,30 +606,8 @@ void route_insert(lq_server *s, req *q, reply *r)
         }
         reply_json(r, 200, o);
     }
-    kedit_end(&ke);
+    kedit_end(&ke, !rc);
     json_decref(j);
-}
-
-/* a file name under --patch-dir: no directories, no "..", nothing hidden */
-static int patch_path(lq_server *s, const char *name, char *out, size_t cap, reply *r)
-{
-    if (!s->o.patch_dir) {
-        reply_larql_err(r, 400, "'url' names a patch file, but the server has no --patch-dir");
-        return -1;
-    }
-    if (!*name || strchr(name, '/') || strstr(name, "..") || name[0] == '.' || strlen(name) > 255) {
-        reply_larql_err(r, 400, "'url' must be a file name inside --patch-dir (no '/', no '..'): '%s'", name);
-        return -1;
-    }
-    snprintf(out, cap, "%s/%s", s->o.patch_dir, name);
-    /* a symbolic link in --patch-dir could lead anywhere: only regular files are read */
-    struct stat st;
-    if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
-        reply_larql_err(r, 400, "'url' must name a regular file inside --patch-dir (not a link or directory): '%s'",
-                        name);
-        return -1;
-    }
-    return 0;
 }
 
 void route_patches(lq_server *s, req *q, reply *r)
@@ -573,8 +623,9 @@ void route_patches(lq_server *s, req *q, reply *r)
         json_t *a = json_array();
         for (size_t i = 0; kv.ov && i < lq_overlay_n_patches(kv.ov); i++) {
             const lq_patch *p = lq_overlay_patch_at(kv.ov, i);
-            json_array_append_new(a, json_pack("{s:s,s:I,s:s}", "name", lq_patch_name(p), "operations",
-                                               (json_int_t)lq_patch_n_ops(p), "base_model", lq_patch_base_model(p)));
+            json_array_append_new(a, json_pack("{s:s,s:I,s:s,s:s}", "name", lq_patch_name(p), "operations",
+                                               (json_int_t)lq_patch_n_ops(p), "base_model", lq_patch_base_model(p),
+                                               "scope", lq_overlay_patch_scope(kv.ov, i) == 1 ? "session" : "global"));
         }
         json_t *o = json_pack("{s:o}", "patches", a);
         /* ours: each edit as a row (id, entity, relation, target, mode, layer, patch) */
@@ -612,12 +663,22 @@ void route_patches(lq_server *s, req *q, reply *r)
         json_decref(j);
         return;
     } else if (url) {
-        char path[4400];
-        if (patch_path(s, url, path, sizeof path, r)) {
+        /* a plain name inside --patch-dir: no '/', nothing hidden, no link of either kind (read
+         * through O_NOFOLLOW and refused with more than one hard link); errors name the file,
+         * never the directory */
+        if (!s->o.patch_dir) {
+            reply_larql_err(r, 400, "'url' names a patch file, but the server has no --patch-dir");
             json_decref(j);
             return;
         }
-        rc = lq_patch_read(path, hidden, &p, &e);
+        if (!*url || strchr(url, '/') || strstr(url, "..") || url[0] == '.' || strlen(url) > 255) {
+            reply_larql_err(r, 400, "'url' must be a file name inside --patch-dir (no '/', no '..'): '%s'", url);
+            json_decref(j);
+            return;
+        }
+        rc = lq_patch_read_in(s->o.patch_dir, url, hidden, &p, &e);
+        if (rc == LQ_EINVAL)
+            lq_err_prefix(&e, "'url' must name a regular file inside --patch-dir");
     } else {
         reply_larql_err(r, 400, "must provide 'url' or 'patch' in request body");
         json_decref(j);
@@ -638,8 +699,6 @@ void route_patches(lq_server *s, req *q, reply *r)
         lq_overlay_remove(ke.ov, lq_patch_name(p), NULL);
         rc = LQ_EIO;
     }
-    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(p)))
-        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : 400, "%s", e.msg);
     } else {
@@ -650,7 +709,7 @@ void route_patches(lq_server *s, req *q, reply *r)
             json_object_set_new(o, "session", json_string(ke.ks->id));
         reply_json(r, 200, o);
     }
-    kedit_end(&ke);
+    kedit_end(&ke, !rc);
     lq_patch_free(p);
 }
 
@@ -665,10 +724,10 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
     if (kedit_begin(s, q, r, &ke))
         return;
     lq_err e = {0};
-    int rc = LQ_OK, found = 0;
+    int rc = LQ_OK, found = 0, scope = ke.ks ? 1 : 0; /* a session removes only its own */
     for (size_t i = 0; i < lq_overlay_n_patches(ke.ov); i++)
-        found |= !strcmp(lq_patch_name(lq_overlay_patch_at(ke.ov, i)), name);
-    if (!found || (ke.ks && !own_has(ke.ks, name)))
+        found |= lq_overlay_patch_scope(ke.ov, i) == scope && !strcmp(lq_patch_name(lq_overlay_patch_at(ke.ov, i)), name);
+    if (!found)
         rc = lq_err_set(&e, LQ_ENOTFOUND, ke.ks ? "patch '%s' not found in session '%s'" : "patch '%s' not found%s",
                         name, ke.ks ? ke.ks->id : "");
     /* persisted first: a remove that is on disk always names a patch that existed */
@@ -685,7 +744,7 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
             json_object_set_new(o, "session", json_string(ke.ks->id));
         reply_json(r, 200, o);
     }
-    kedit_end(&ke);
+    kedit_end(&ke, !rc);
 }
 
 /* DELETE /v1/edits/{id}: one edit removed (journaled like the rest) */
@@ -704,13 +763,11 @@ void route_edit_delete(lq_server *s, req *q, reply *r)
     int rc = lq_overlay_delete_edit(ke.ov, q->path_arg, &e);
     if (!rc && persist_edit(&ke, n0, &e))
         rc = LQ_EIO;
-    if (!rc && ke.ks && own_add(ke.ks, lq_patch_name(lq_overlay_edits(ke.ov))))
-        rc = lq_err_set(&e, LQ_ENOMEM, "out of memory");
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
         srv_dcache_bump(s);
         reply_json(r, 200, json_pack("{s:s,s:o}", "removed", q->path_arg, "session", session_value(&ke)));
     }
-    kedit_end(&ke);
+    kedit_end(&ke, !rc);
 }

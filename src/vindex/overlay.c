@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/types.h>
 
 #include "core/f16.h"
 #include "core/softmax.h"
@@ -52,10 +53,14 @@ struct lq_overlay {
     float **gmat;
     int **gfeat;
     lq_patch **patches;
+    int *pscope;          /* [capp]: the scope each patch was applied in */
     size_t np, capp;
     lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
     char **dead;          /* ids of the edits that delete_edit ops removed (rebuilt with the state) */
     size_t n_dead;
+    int scope;            /* the scope apply / remove / edits name patches in */
+    int defer;            /* a journal replay: gate matrices rebuilt once at the end */
+    int gmats_stale;
     uint64_t version;
     char *edits_name;     /* NULL = EDITS_NAME */
     /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
@@ -68,6 +73,8 @@ struct lq_overlay {
 /* patch.c */
 int lq_vx_patch_hidden(const lq_patch *p);
 int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
+lq_patch *lq_vx_patch_ref(lq_patch *p);
+int lq_vx_patch_shared(const lq_patch *p);
 
 /* ---- the feature table ---- */
 
@@ -219,6 +226,11 @@ static int build_gmats(lq_overlay *o)
 static int changed(lq_overlay *o, lq_err *err)
 {
     o->version++;
+    if (o->defer) { /* nothing queries the overlay until the replay ends */
+        o->gmats_stale = 1;
+        return LQ_OK;
+    }
+    o->gmats_stale = 0;
     return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
@@ -581,6 +593,7 @@ void lq_overlay_free(lq_overlay *o)
     for (size_t i = 0; i < o->np; i++)
         lq_patch_free(o->patches[i]);
     free(o->patches);
+    free(o->pscope);
     lq_knn_store_free(o->knn);
     lq_knn_store_free(o->knn0);
     free(o->edits_name);
@@ -664,11 +677,15 @@ static int push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
     if (o->np == o->capp) {
         size_t cap = o->capp ? o->capp * 2 : 8;
         lq_patch **n = realloc(o->patches, cap * sizeof *n);
-        if (!n)
+        if (n)
+            o->patches = n;
+        int *sc = n ? realloc(o->pscope, cap * sizeof *sc) : NULL;
+        if (!sc)
             return lq_err_set(err, LQ_ENOMEM, "out of memory");
-        o->patches = n;
+        o->pscope = sc;
         o->capp = cap;
     }
+    o->pscope[o->np] = o->scope;
     o->patches[o->np++] = p;
     return LQ_OK;
 }
@@ -677,10 +694,15 @@ int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
 {
     int rc = lq_overlay_create(src->base, src->knn0, out, err);
     for (size_t i = 0; !rc && i < src->np; i++) {
-        lq_patch *p;
-        if (!(rc = lq_vx_patch_copy(src->patches[i], &p, err)) && (rc = push_patch(*out, p, err)))
+        /* shared, not copied: a patch in an overlay changes only as the live edits patch,
+         * and edit() copies it first when another overlay holds it too */
+        lq_patch *p = lq_vx_patch_ref(src->patches[i]);
+        (*out)->scope = src->pscope[i];
+        if ((rc = push_patch(*out, p, err)))
             lq_patch_free(p);
     }
+    if (!rc)
+        (*out)->scope = src->scope;
     if (!rc)
         rc = rebuild(*out, err);
     if (rc) {
@@ -697,21 +719,47 @@ size_t lq_overlay_n_patches(const lq_overlay *o) { return o ? o->np : 0; }
 const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i) { return o && i < o->np ? o->patches[i] : NULL; }
 size_t lq_overlay_n_features(const lq_overlay *o) { return o ? o->nf : 0; }
 
+int lq_overlay_patch_scope(const lq_overlay *o, size_t i) { return o && i < o->np ? o->pscope[i] : -1; }
+
+void lq_overlay_set_scope(lq_overlay *o, int scope)
+{
+    if (o)
+        o->scope = scope;
+}
+
+/* the patch named name in the current scope */
+static ssize_t find_patch(const lq_overlay *o, const char *name)
+{
+    for (size_t i = 0; o && name && i < o->np; i++)
+        if (o->pscope[i] == o->scope && !strcmp(lq_patch_name(o->patches[i]), name))
+            return (ssize_t)i;
+    return -1;
+}
+
 const lq_patch *lq_overlay_edits(const lq_overlay *o)
 {
-    for (size_t i = 0; o && i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), edits_name(o)))
-            return o->patches[i];
-    return NULL;
+    ssize_t i = find_patch(o, edits_name(o));
+    return i < 0 ? NULL : o->patches[i];
+}
+
+void lq_vx_overlay_defer(lq_overlay *o, int on) { o->defer = on; }
+int lq_vx_overlay_scope(const lq_overlay *o) { return o->scope; }
+
+int lq_vx_overlay_settle(lq_overlay *o, lq_err *err)
+{
+    o->defer = 0;
+    if (!o->gmats_stale)
+        return LQ_OK;
+    o->gmats_stale = 0;
+    return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
 {
     if (!o || !p)
         return lq_err_set(err, LQ_EINVAL, "overlay apply: overlay and patch are required");
-    for (size_t i = 0; i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), lq_patch_name(p)))
-            return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
+    if (find_patch(o, lq_patch_name(p)) >= 0)
+        return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
     int rc = check_patch(o, p, err);
     lq_patch *c = NULL;
     if (!rc)
@@ -733,13 +781,15 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
 
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
 {
-    for (size_t i = 0; o && name && i < o->np; i++)
-        if (!strcmp(lq_patch_name(o->patches[i]), name)) {
-            lq_patch_free(o->patches[i]);
-            memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
-            o->np--;
-            return rebuild(o, err);
-        }
+    ssize_t f = find_patch(o, name);
+    if (f >= 0) {
+        size_t i = (size_t)f;
+        lq_patch_free(o->patches[i]);
+        memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
+        memmove(o->pscope + i, o->pscope + i + 1, (o->np - i - 1) * sizeof *o->pscope);
+        o->np--;
+        return rebuild(o, err);
+    }
     return lq_err_set(err, LQ_ENOTFOUND, "patch '%s' not found", name ? name : "");
 }
 
@@ -748,6 +798,16 @@ int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
 static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
 {
     lq_patch *e = (lq_patch *)lq_overlay_edits(o);
+    if (e && lq_vx_patch_shared(e)) { /* a clone holds it: this overlay appends to its own copy */
+        lq_patch *c = NULL;
+        if (lq_vx_patch_copy(e, &c, err))
+            return NULL;
+        for (size_t i = 0; i < o->np; i++)
+            if (o->patches[i] == e)
+                o->patches[i] = c;
+        lq_patch_free(e);
+        return c;
+    }
     if (e)
         return e;
     if (lq_patch_create(edits_name(o), o->base->info.model, o->hidden, &e, err))

@@ -3,6 +3,8 @@
  * created_at, description, author, tags, operations tagged by "op"; vectors as standard
  * base64 of little-endian f32). Reading checks every field LARQL's serde would, plus the
  * vector widths; the overlay checks ranges against its base when a patch is applied. */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +33,8 @@ struct lq_patch {
     int hidden;
     pop *ops;
     size_t n, cap;
+    int refs;        /* overlays share patches (a session's clone of the global state): the
+                        last lq_patch_free frees; a shared patch is never changed in place */
 };
 
 void lq_patch_op_init(lq_patch_op *op, int kind)
@@ -56,6 +60,7 @@ int lq_patch_create(const char *name, const char *base_model, int hidden, lq_pat
     p->base_model = strdup(base_model ? base_model : "");
     p->created_at = strdup("");
     p->hidden = hidden;
+    p->refs = 1;
     if (!p->name || !p->base_model || !p->created_at) {
         lq_patch_free(p);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -96,9 +101,17 @@ static void pop_free(pop *o)
         free(o->v[i]);
 }
 
+lq_patch *lq_vx_patch_ref(lq_patch *p)
+{
+    __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+int lq_vx_patch_shared(const lq_patch *p) { return __atomic_load_n(&p->refs, __ATOMIC_ACQUIRE) > 1; }
+
 void lq_patch_free(lq_patch *p)
 {
-    if (!p)
+    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     for (size_t i = 0; i < p->n; i++)
         pop_free(&p->ops[i]);
@@ -449,6 +462,14 @@ int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, l
     if (!root)
         return lq_err_set(err, LQ_EFORMAT, "patch: malformed JSON at line %d column %d: %s", je.line, je.column,
                           je.text);
+    int rc = lq_vx_patch_from_json(root, name, hidden, out, err);
+    json_decref(root);
+    return rc;
+}
+
+int lq_vx_patch_from_json(json_t *root, const char *name, int hidden, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
     int rc = LQ_OK;
     lq_patch *p = NULL;
     json_t *ops = json_object_get(root, "operations");
@@ -480,7 +501,6 @@ int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, l
         rd r = {pname, i, err};
         rc = read_op(&r, json_array_get(ops, i), p, &hid);
     }
-    json_decref(root);
     if (rc) {
         lq_patch_free(p);
         return rc;
@@ -489,37 +509,31 @@ int lq_patch_parse(const char *json, size_t len, const char *name, int hidden, l
     return LQ_OK;
 }
 
-int lq_patch_read(const char *path, int hidden, lq_patch **out, lq_err *err)
+/* The patch in f (closed here); shown: how errors name the file; base: its file name. */
+static int read_stream(FILE *f, const char *shown, const char *base, int hidden, lq_patch **out, lq_err *err)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return lq_err_set(err, LQ_ENOTFOUND, "%s: cannot open the patch file", path);
     struct stat st;
-    if (fstat(fileno(f), &st) || st.st_size < 0 || (size_t)st.st_size > PATCH_MAX_FILE) {
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > PATCH_MAX_FILE) {
         fclose(f);
-        return lq_err_set(err, LQ_EFORMAT, "%s: not a regular file of at most 2 GiB", path);
+        return lq_err_set(err, LQ_EFORMAT, "%s: not a regular file of at most 2 GiB", shown);
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
         fclose(f);
-        return lq_err_set(err, LQ_ENOMEM, "%s: out of memory for %zu bytes", path, n);
+        return lq_err_set(err, LQ_ENOMEM, "%s: out of memory for %zu bytes", shown, n);
     }
     size_t got = fread(buf, 1, n, f);
     fclose(f);
     if (got != n) {
         free(buf);
-        return lq_err_set(err, LQ_EIO, "%s: short read", path);
+        return lq_err_set(err, LQ_EIO, "%s: short read", shown);
     }
-    /* the file name (without directory and .vlp) names a patch without a description */
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
     int rc = lq_patch_parse(buf, n, NULL, hidden, out, err);
     free(buf);
     if (rc)
-        lq_err_prefix(err, "%s", path);
-    else if (!(*out)->description) {
+        lq_err_prefix(err, "%s", shown);
+    else if (!(*out)->description) { /* the file name (without .vlp) names a patch without a description */
         size_t bl = strlen(base);
         if (bl > 4 && !strcmp(base + bl - 4, ".vlp"))
             bl -= 4;
@@ -530,6 +544,51 @@ int lq_patch_read(const char *path, int hidden, lq_patch **out, lq_err *err)
         }
     }
     return rc;
+}
+
+int lq_patch_read(const char *path, int hidden, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lq_err_set(err, LQ_ENOTFOUND, "%s: cannot open the patch file", path);
+    const char *base = strrchr(path, '/');
+    return read_stream(f, path, base ? base + 1 : path, hidden, out, err);
+}
+
+int lq_patch_read_in(const char *dir, const char *file, int hidden, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
+    if (!dir || !file || !*file || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, ".."))
+        return lq_err_set(err, LQ_EINVAL, "'%s' is not a plain file name", file ? file : "");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return lq_err_set(err, LQ_EIO, "the patch directory cannot be opened: %s", strerror(errno));
+    /* O_NOFOLLOW: a symbolic link is refused by the open itself, not by a check before it */
+    int fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int e = errno;
+    close(dfd);
+    if (fd < 0)
+        return e == ENOENT ? lq_err_set(err, LQ_ENOTFOUND, "%s: no such patch file", file)
+               : e == ELOOP ? lq_err_set(err, LQ_EINVAL, "%s: a symbolic link, not a regular file: refused", file)
+                            : lq_err_set(err, LQ_EINVAL, "%s: cannot open the patch file: %s", file, strerror(e));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        int links = (int)st.st_nlink;
+        int reg = S_ISREG(st.st_mode);
+        close(fd);
+        return reg ? lq_err_set(err, LQ_EINVAL,
+                                "%s: the file has %d hard links (one of them may lead outside the patch "
+                                "directory): refused",
+                                file, links)
+                   : lq_err_set(err, LQ_EINVAL, "%s: not a regular file (a directory or a device): refused", file);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    return read_stream(f, file, file, hidden, out, err);
 }
 
 /* ---- writing ---- */

@@ -235,5 +235,13 @@ char *lq_vx_canonical_prompt(const char *entity, const char *relation);
 /* Removes the entries of entity (case-sensitive, as LARQL's delete_knn); relation NULL = any.
  * Returns how many. */
 size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation);
+/* lq_patch_parse of a parsed document (the journal's records hold patches inside them) */
+int lq_vx_patch_from_json(json_t *root, const char *name, int hidden, lq_patch **out, lq_err *err);
+/* A journal replay: changes skip rebuilding the gate matrices (nothing queries the overlay
+ * meanwhile), lq_vx_overlay_settle rebuilds them once, so a replay is linear in the
+ * journal instead of quadratic. */
+void lq_vx_overlay_defer(struct lq_overlay *o, int on);
+int lq_vx_overlay_settle(struct lq_overlay *o, lq_err *err);
+int lq_vx_overlay_scope(const struct lq_overlay *o); /* the current scope (lq_overlay_set_scope) */
 
 #endif

@@ -174,6 +174,48 @@ put('fuzz_safetensors', 'overlap', st({'a': {'dtype': 'U8', 'shape': [4], 'data_
 put('fuzz_safetensors', 'past_end', st({'a': {'dtype': 'I32', 'shape': [4], 'data_offsets': [0, 16]}}, bytes(8)))
 
 
+# ---- journal: edit journals (src/vindex/journal_frame.h), intact, torn, damaged, old ----
+def crc32c(data, crc=0):
+    crc ^= 0xffffffff
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xffffffff
+
+
+def jrec(seq, rec):
+    p = json.dumps(rec, separators=(',', ':')).encode()
+    h = b'LQJ2' + struct.pack('<IQI', len(p), seq, crc32c(p))
+    return h + struct.pack('<I', crc32c(h)) + p
+
+
+def jrec_old(rec):
+    import hashlib
+    p = json.dumps(rec, separators=(',', ':')).encode()
+    return b'LQJ1' + struct.pack('<I', len(p)) + hashlib.sha256(p).digest()[:8] + p
+
+
+def jpatch(name, layer, feature):
+    return {'description': name, 'operations': [{'op': 'delete', 'layer': layer, 'feature': feature}]}
+
+
+JRECS = [{'t': 'apply', 'name': 'a', 'patch': jpatch('a', 1, 3)},
+         {'t': 'edit', 'ops': dict(jpatch('edits', 0, 5), operations=patch['operations'][:2])},
+         {'t': 'apply', 'name': 'b', 'patch': jpatch('b', 0, 9)},
+         {'t': 'remove', 'name': 'a'}]
+good = b''.join(jrec(i + 1, r) for i, r in enumerate(JRECS))
+put('fuzz_journal', 'intact.lqj', good)
+put('fuzz_journal', 'torn_tail.lqj', good + jrec(5, JRECS[0])[:30])
+mid = bytearray(good)
+mid[len(jrec(1, JRECS[0])) + 40] ^= 0x10
+put('fuzz_journal', 'damaged_middle.lqj', bytes(mid))
+put('fuzz_journal', 'sequence_break.lqj', good + jrec(9, {'t': 'remove', 'name': 'b'}))
+put('fuzz_journal', 'checkpoint.lqj', jrec(20, {'t': 'checkpoint', 'patches': 1}) +
+    jrec(21, {'t': 'apply', 'name': 'b', 'patch': jpatch('b', 0, 9)}) + jrec(22, JRECS[1]))
+put('fuzz_journal', 'old_format.lqj', b''.join(jrec_old(r) for r in JRECS[:3]) + b'LQJ1\x05\0\0\0torn')
+put('fuzz_journal', 'old_then_new.lqj', b''.join(jrec_old(r) for r in JRECS[:2]) + jrec(3, JRECS[2]))
+
 # ---- fixture-based: tokenizer sources, packed vindexes, safetensors models ----
 def tok_seed(mode, src, text):
     return bytes([mode]) + struct.pack('<I', len(src)) + src + text.encode()

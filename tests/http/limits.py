@@ -47,11 +47,12 @@ ok("DELETE /v1/patches/<encoded ../> -> 4xx, nothing removed", 400 <= st < 500, 
 
 # session ids name journal files under --state-dir/sessions: no separator gets through
 ins = {"entity": "Atlantis", "relation": "capital", "target": "the", "layer": 1}
-for sid in ["../../escape", "/abs", "a/b", "x" * 200, "a b"]:
+# (ids are [A-Za-z0-9_-]{1,64}: '.' and '..' would name the files '..lqj' and '...lqj')
+for sid in ["../../escape", "/abs", "a/b", "x" * 200, "a b", "..", ".", "a.b", "a:b"]:
     st, j = req("POST", "/v1/insert", ins, headers={"X-Session-Id": sid})
     ok("insert with X-Session-Id %r -> 400" % sid[:20], st == 400 and "X-Session-Id" in msg(j), (st, j))
-st, j = req("POST", "/v1/insert", ins, headers={"X-Session-Id": ".."})
-ok("insert with X-Session-Id '..' stays a plain session name -> 200", st == 200, (st, j))
+st, j = req("POST", "/v1/insert", ins, headers={"X-Session-Id": "Az09_-" + "x" * 58})
+ok("insert with a 64-character X-Session-Id of [A-Za-z0-9_-] -> 200", st == 200, (st, j))
 
 # ---- per-request limits ----
 chat = {"messages": [{"role": "user", "content": "hi"}]}
