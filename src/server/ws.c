@@ -33,6 +33,11 @@
 #include "server/sha1.h"
 
 #define WS_MAX_MSG (1u << 20)      /* reassembled message limit: over -> close 1009 */
+/* Output a client has not read: past WS_OUT_SOFT no more of its frames are read (TCP pushes
+ * back on it); past WS_OUT_HARD (a generation streaming to a client that never reads) the
+ * connection is closed, so no client can grow the server's memory without bound. */
+#define WS_OUT_SOFT ((size_t)1 << 20)
+#define WS_OUT_HARD ((size_t)16 << 20)
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 typedef struct ws {
@@ -50,6 +55,7 @@ typedef struct ws {
     pthread_mutex_t mu;       /* guards out and the generation fields the scheduler writes */
     unsigned char *out;
     size_t out_len, out_off, out_cap;
+    int overflow;             /* output past WS_OUT_HARD: the connection is dropped */
 
     lq_sched_req *h;          /* running generation (connection thread only) */
     int gen_frames;           /* token frames sent (under mu) */
@@ -152,6 +158,11 @@ static void put_frame(ws *w, int op, const void *data, size_t len)
         hl = 10;
     }
     pthread_mutex_lock(&w->mu);
+    if (w->out_len - w->out_off + hl + len > WS_OUT_HARD) {
+        w->overflow = 1;
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
     if (w->out_len + hl + len > w->out_cap) {
         size_t nc = (w->out_len + hl + len) * 2;
         unsigned char *no = realloc(w->out, nc);
@@ -223,10 +234,11 @@ static int flush_out(ws *w)
     return 0;
 }
 
-static int out_pending(ws *w)
+/* bytes queued and not yet sent */
+static size_t out_pending(ws *w)
 {
     pthread_mutex_lock(&w->mu);
-    int p = w->out_len > w->out_off;
+    size_t p = w->out_len - w->out_off;
     pthread_mutex_unlock(&w->mu);
     return p;
 }
@@ -608,9 +620,14 @@ static int parse_frames(ws *w)
             pl[i] ^= mask[i & 3];
         off += hl + 4 + (size_t)len;
         if (op == 0x8) {
-            /* echo the status code (RFC 6455 §5.5.1), or 1000 without one */
+            /* echo the status code (RFC 6455 §5.5.1), or 1000 without one; a code no endpoint
+             * may send (below 1000, 1004-1006, 1015, 1016-2999, 5000 up) is a protocol error */
             int code = len >= 2 ? (pl[0] << 8 | pl[1]) : 1000;
-            put_close(w, code == 1005 || code == 1006 || code == 1015 ? 1000 : code, "");
+            int valid = len == 0 || (code >= 1000 && code <= 1014 && code != 1004 && code != 1005 && code != 1006) ||
+                        (code >= 3000 && code <= 4999);
+            if (len == 1)
+                valid = 0;
+            put_close(w, valid ? code : 1002, valid ? "" : "invalid close code");
             break;
         }
         if (op == 0x9) {
@@ -709,7 +726,7 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
             if (fin)
                 finish_generation(w);
         }
-        if (flush_out(w) < 0)
+        if (flush_out(w) < 0 || w->overflow)
             break;
         if (w->closing && (!out_pending(w) || lq_now() - w->close_t > 2.0))
             break;
@@ -726,7 +743,10 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
                 continue;
             }
         }
-        struct pollfd pf[2] = {{.fd = w->sock, .events = (short)((w->closing ? 0 : POLLIN) | (out_pending(w) ? POLLOUT : 0))},
+        size_t pend = out_pending(w);
+        /* a client that does not read what it is sent is not read either */
+        struct pollfd pf[2] = {{.fd = w->sock,
+                                .events = (short)((w->closing || pend > WS_OUT_SOFT ? 0 : POLLIN) | (pend ? POLLOUT : 0))},
                                {.fd = w->efd, .events = POLLIN}};
         int pr = poll(pf, 2, 100);
         if (pr < 0 && errno != EINTR)

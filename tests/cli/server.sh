@@ -103,6 +103,7 @@ if start_server batch "$SLOW" --max-concurrent 32 --threads 2 --ctx 4096; then
     if grep -q Traceback "$T_TMP/batch.log"; then fail "protocol.py batch ran to the end" "$(tail -n 5 "$T_TMP/batch.log")"; fi
     # WebSocket /v1/stream (tests/http/ws.py: a stdlib RFC 6455 client)
     run_py ws.log "$HTTP_DIR/ws.py" gguf "$PORT"
+    run_py ws_bp.log "$HTTP_DIR/ws.py" backpressure "$PORT" "$PID"
     stop_server "$PID"; [ "$RC" = 0 ] || fail "batch server exit 0" "exit $RC: $(tail -n 3 "$T_TMP/batch.err")"
 else
     fail "batch server starts"

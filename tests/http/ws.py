@@ -341,12 +341,48 @@ def vindex_tests():
     w.close()
 
 
+def vmrss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def backpressure_tests(pid):
+    """a client that never reads: the server stops reading it, its memory stays bounded; an
+    invalid close code is a protocol error, not echoed"""
+    rss0 = vmrss(pid)
+    w = WS()
+    w.s.settimeout(3)
+    ping = w.frame(0x9, b"x" * 125)
+    sent, t_end = 0, time.time() + 6
+    try:
+        while time.time() < t_end and sent < 1000000:
+            w.s.sendall(ping)
+            sent += 1
+    except (socket.timeout, OSError):
+        pass
+    grew = vmrss(pid) - rss0
+    ok("pings from a client that never reads: the server stops reading it (%d of 1,000,000 sent) and grows %.1f MB"
+       % (sent, grew / 1e6), sent < 1000000 and grew < 32e6, (sent, grew))
+    w.s.close()
+    w = WS()
+    w.send(0x8, struct.pack("!H", 0))
+    op, payload = w.recv()
+    code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
+    ok("a close frame with code 0 -> close 1002 (not echoed)", op == 0x8 and code == 1002, (op, payload))
+    w.s.close()
+
+
 if __name__ == "__main__":
     mode, PORT = sys.argv[1], int(sys.argv[2])
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and mode != "backpressure":
         KEY = sys.argv[3]
     if mode == "gguf":
         gguf_tests()
+    elif mode == "backpressure":
+        backpressure_tests(int(sys.argv[3]))
     else:
         vindex_tests()
     print("# ws done, %d failed" % tap.FAILS)
