@@ -33,6 +33,8 @@ int lq_cli_infer(int argc, char **argv);
 int lq_cli_lql(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
+/* chat template rendering (src/cli/cmd_template.c) */
+int lq_cli_chat_template(int argc, char **argv);
 
 /* Helpers shared by the subcommands (args.c). */
 
