@@ -374,7 +374,8 @@ static int as_list(jctx *c, int line, jv v, jv *out)
 static int select_items(jctx *c, int line, jv in, jarg *a, size_t na, int by_attr, int keep, jv *out)
 {
     jv src;
-    if (as_list(c, line, in, &src))
+    /* Jinja2 walks the value only when it is true: none gives nothing */
+    if (as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
         return -1;
     size_t first = by_attr ? 1 : 0;
     jv *attr = by_attr ? arg(a, na, 0, NULL) : NULL;
@@ -428,6 +429,7 @@ static int select_items(jctx *c, int line, jv in, jarg *a, size_t na, int by_att
         }
     }
     jv_free(src);
+    l.u.l->gen = 1;
     *out = l;
     return 0;
 }
@@ -435,7 +437,7 @@ static int select_items(jctx *c, int line, jv in, jarg *a, size_t na, int by_att
 static int do_map(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
 {
     jv src;
-    if (as_list(c, line, in, &src))
+    if (as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
         return -1;
     jv *attr = arg(a, na, (size_t)-1, "attribute"), *dflt = arg(a, na, (size_t)-1, "default");
     jv *fname = arg(a, na, 0, NULL);
@@ -485,6 +487,7 @@ static int do_map(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
         }
     }
     jv_free(src);
+    l.u.l->gen = 1;
     *out = l;
     return 0;
 }
@@ -615,8 +618,9 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
     if (eq(name, n, "title"))
         return case_map(c, line, in, 2, out);
     if (eq(name, n, "length") || eq(name, n, "count")) {
-        if (in.t != JV_STR && in.t != JV_LIST && in.t != JV_DICT && in.t != JV_UNDEF)
-            return jj_fail(c, line, "%s has no length", jv_type_name(in));
+        if ((in.t != JV_STR && in.t != JV_LIST && in.t != JV_DICT && in.t != JV_UNDEF) ||
+            (in.t == JV_LIST && in.u.l->gen))
+            return jj_fail(c, line, "%s has no length", in.t == JV_LIST ? "a generator" : jv_type_name(in));
         *out = jv_int((int64_t)len_of(in));
         return 0;
     }
@@ -647,8 +651,14 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
         return do_join(c, line, in, a, na, out);
     if (eq(name, n, "list"))
         return as_list(c, line, in, out);
-    if (eq(name, n, "string") || eq(name, n, "safe"))
+    if (eq(name, n, "string"))
         return to_str(c, line, in, out);
+    if (eq(name, n, "safe")) {
+        if (to_str(c, line, in, out))
+            return -1;
+        out->safe = 1;
+        return 0;
+    }
     if (eq(name, n, "int") || eq(name, n, "float")) {
         int want_int = eq(name, n, "int");
         jv *dv = arg(a, na, 0, "default");

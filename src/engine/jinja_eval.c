@@ -253,6 +253,24 @@ static int cmp_order(jctx *c, int line, jv a, jv b, int *res)
     return jj_fail(c, line, "cannot order %s and %s", jv_type_name(a), jv_type_name(b));
 }
 
+/* markupsafe.escape() of a plain string joined to a Markup one */
+static void put_maybe_escaped(lq_sb *b, jv v, int escape)
+{
+    if (!escape || v.safe) {
+        lq_sb_put(b, v.u.s->s, v.u.s->n);
+        return;
+    }
+    for (size_t i = 0; i < v.u.s->n; i++) {
+        char ch = v.u.s->s[i];
+        const char *e = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;"
+                      : ch == '\'' ? "&#39;" : NULL;
+        if (e)
+            lq_sb_puts(b, e);
+        else
+            lq_sb_put(b, &ch, 1);
+    }
+}
+
 static int binop(jctx *c, int line, int op, jv a, jv b, jv *out)
 {
     if (op == OP_CAT) {
@@ -348,17 +366,16 @@ static int binop(jctx *c, int line, int op, jv a, jv b, jv *out)
         }
     }
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
-        if (a.u.s->n + b.u.s->n > JJ_MAX_OUT)
-            return oom(c, line);
-        jv r = jv_str(NULL, 0);
-        jv_free(r);
-        char *buf = malloc(a.u.s->n + b.u.s->n + 1);
-        if (!buf)
-            return oom(c, line);
-        memcpy(buf, a.u.s->s, a.u.s->n);
-        memcpy(buf + a.u.s->n, b.u.s->s, b.u.s->n);
-        *out = jv_str(buf, a.u.s->n + b.u.s->n);
-        free(buf);
+        /* Markup + str escapes the str (markupsafe), as '"x"|safe + value' does in Jinja2 */
+        int safe = a.safe || b.safe;
+        lq_sb sb = {0};
+        put_maybe_escaped(&sb, a, safe);
+        put_maybe_escaped(&sb, b, safe);
+        if (sb.oom || sb.n > JJ_MAX_OUT)
+            return lq_sb_free(&sb), oom(c, line);
+        *out = jv_str(sb.s ? sb.s : "", sb.n);
+        out->safe = (unsigned char)safe;
+        lq_sb_free(&sb);
         return jv_oom(*out) ? oom(c, line) : 0;
     }
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
@@ -800,6 +817,8 @@ static int eval(jctx *c, const jnode *n, jv *out)
 
 static int emit(jctx *c, int line, jv v)
 {
+    if (v.t == JV_LIST && v.u.l->gen)
+        return jj_fail(c, line, "printing a generator (Python would print its address; add '| list')");
     jv_to_str(c->out, v);
     if (c->out->oom || c->out->n > JJ_MAX_OUT)
         return jj_fail(c, line, "the output is over %zu bytes", (size_t)JJ_MAX_OUT);

@@ -37,6 +37,7 @@ typedef struct jfunc jfunc;
 
 typedef struct jv {
     jv_type t;
+    unsigned char safe; /* a string marked |safe (markupsafe.Markup): '+' escapes the other side */
     union {
         int b;
         int64_t i;
@@ -50,6 +51,8 @@ typedef struct jv {
 
 struct jlist {
     int rc;
+    int gen; /* the result of map/select/selectattr...: a Python generator (always true, no len(),
+              * not printable or JSON) */
     size_t n, cap;
     jv *v;
 };

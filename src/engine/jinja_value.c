@@ -191,7 +191,7 @@ int jv_truthy(jv v)
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s->n != 0;
-    case JV_LIST: return v.u.l->n != 0;
+    case JV_LIST: return v.u.l->n != 0 || v.u.l->gen;
     case JV_DICT: return v.u.d->n != 0 || v.u.d->ns; /* a namespace object is truthy */
     case JV_FUNC: return 1;
     default: return 0;
@@ -439,6 +439,8 @@ static int to_json(lq_sb *b, jv v, int indent, int sort, const char *isep, const
         return 0;
     case JV_STR: put_json_str(b, v.u.s->s, v.u.s->n); return 0;
     case JV_LIST:
+        if (v.u.l->gen)
+            return -1;
         if (!v.u.l->n) {
             lq_sb_puts(b, "[]");
             return 0;
