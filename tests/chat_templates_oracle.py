@@ -54,6 +54,12 @@ CASES = [
     ("user-assistant", [{"role": "user", "content": "  Hi!\n"}, {"role": "assistant", "content": "Hello. \u00e9t\u00e9 \u2014 ok"},
                         {"role": "user", "content": "Tell me a \"quote\" and 'this'"}], True, None),
     ("tools", [{"role": "user", "content": "Weather in Paris?"}], True, TOOLS),
+    ("tool-call", [{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": "", "tool_calls": [
+                       {"id": "call00001", "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                   {"role": "tool", "name": "get_weather", "tool_call_id": "call00001", "content": "{\"temp\": 21.5}"}],
+     True, TOOLS),
     ("content-parts", [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}], True, None),
 ]
 

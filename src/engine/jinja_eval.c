@@ -1048,6 +1048,32 @@ static int exec_stmt(jctx *c, const jnode *n)
             return -1;
         return rc;
     }
+    case JN_FILTER_BLOCK: {
+        lq_sb buf = {0}, *saved = c->out;
+        c->out = &buf;
+        int rc = exec_body(c, n->kid[1]);
+        c->out = saved;
+        if (rc || buf.oom) {
+            lq_sb_free(&buf);
+            return rc ? rc : oom(c, n->line);
+        }
+        jframe f = {.parent = c->top, .vars = jv_dict()};
+        rc = jv_oom(f.vars) || jd_set(f.vars.u.d, " filter body", 12, jv_str(buf.s ? buf.s : "", buf.n));
+        lq_sb_free(&buf);
+        if (rc) {
+            jv_free(f.vars);
+            return oom(c, n->line);
+        }
+        c->top = &f;
+        rc = eval(c, n->kid[0], &v);
+        c->top = f.parent;
+        jv_free(f.vars);
+        if (rc)
+            return -1;
+        rc = emit(c, n->line, v);
+        jv_free(v);
+        return rc;
+    }
     case JN_MACRO:
         v = jv_func(0, n);
         if (jv_oom(v))

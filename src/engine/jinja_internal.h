@@ -135,7 +135,7 @@ void jj_lex_free(jlex *lx);
 typedef enum {
     /* statements */
     JN_BODY, JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK,
-    JN_CONTINUE,
+    JN_CONTINUE, JN_FILTER_BLOCK,
     /* expressions */
     JN_CONST, JN_NAME, JN_ATTR, JN_ITEM, JN_SLICE, JN_CALL, JN_FILTER, JN_TEST, JN_NOT, JN_NEG,
     JN_POS, JN_BIN, JN_AND, JN_OR, JN_CMP, JN_COND, JN_LIST, JN_DICT, JN_KWARG
@@ -153,6 +153,7 @@ typedef struct jnode {
     /* JN_IF: kid = cond0, body0, cond1, body1, ..., [else body] (else when nkid is odd).
      * JN_FOR: kid = target(s) list (JN_LIST of JN_NAME), iter, body, else body or NULL,
      *         filter cond or NULL.
+     * JN_FILTER_BLOCK: kid = the filter chain (reading the name " filter body"), body.
      * JN_SET: kid = target (JN_NAME or JN_ATTR), value. JN_SET_BLOCK: target, body.
      * JN_MACRO: s = name; kid = body, then params (JN_NAME, or JN_KWARG for a default).
      * JN_CALL/FILTER/TEST: kid[0] = callee/operand, then args (JN_KWARG: s = key, kid[0]). */

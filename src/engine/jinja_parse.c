@@ -940,6 +940,32 @@ static jnode *body(P *p, const char *const *stops, const char **stopped)
                     return oom(p), NULL;
                 if (end_tag(p))
                     return NULL;
+            } else if (kw->n == 6 && !memcmp(kw->s, "filter", 6)) {
+                /* {% filter f(args) | g %}body{% endfilter %}: the filters applied to the body's
+                 * text, which the chain reads from a name no template can spell */
+                jnode *in = node(p, JN_NAME, line), *f;
+                if (!in)
+                    return oom(p), NULL;
+                in->s = " filter body";
+                in->n = 12;
+                if (cur(p)->t != JT_NAME) {
+                    fail(p, "expected a filter name", NULL);
+                    return NULL;
+                }
+                p->i--; /* re-read the name as if after '|' */
+                p->tk[p->i].t = JT_OP;
+                p->tk[p->i].s = "|";
+                p->tk[p->i].n = 1;
+                if (!(f = filters_tests(p, in)))
+                    return NULL;
+                static const char *const fstops[] = {"endfilter", NULL};
+                const char *st;
+                jnode *fb;
+                if (end_tag(p) || !(fb = body(p, fstops, &st)))
+                    return NULL;
+                s = node(p, JN_FILTER_BLOCK, line);
+                if (!s || kid(s, f) || kid(s, fb))
+                    return oom(p), NULL;
             } else if (kw->n == 10 && !memcmp(kw->s, "generation", 10)) {
                 /* transformers' {% generation %}: marks assistant text; renders its body */
                 static const char *const gstops[] = {"endgeneration", NULL};
