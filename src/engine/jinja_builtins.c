@@ -324,6 +324,8 @@ static int items_list(jctx *c, int line, jv v, jv *out)
     if (v.t == JV_DICT) {
         for (size_t i = 0; i < v.u.d->n; i++) {
             jv pr = jv_list();
+            if (!jv_oom(pr))
+                pr.u.l->tuple = 1;
             if (jv_oom(pr) || jl_push(pr.u.l, jv_str(v.u.d->k[i]->s, v.u.d->k[i]->n)) ||
                 jl_push(pr.u.l, jv_ref(v.u.d->v[i])) || jl_push(l.u.l, pr)) {
                 jv_free(l);

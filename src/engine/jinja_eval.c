@@ -768,6 +768,7 @@ static int eval(jctx *c, const jnode *n, jv *out)
         jv l = jv_list();
         if (jv_oom(l))
             return oom(c, n->line);
+        l.u.l->tuple = n->op;
         for (size_t k = 0; k < n->nkid; k++) {
             if (eval(c, n->kid[k], &a)) {
                 jv_free(l);

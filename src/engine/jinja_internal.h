@@ -51,6 +51,7 @@ typedef struct jv {
 
 struct jlist {
     int rc;
+    int tuple; /* a Python tuple (items() pairs, "(a, b)"): printed with parentheses */
     int gen; /* the result of map/select/selectattr...: a Python generator (always true, no len(),
               * not printable or JSON) */
     size_t n, cap;

@@ -221,6 +221,7 @@ static jnode *primary(P *p)
                 n = node(p, JN_LIST, t->line);
                 if (!n)
                     return oom(p), NULL;
+                n->op = 1; /* a tuple */
                 break;
             }
             n = expr(p);
@@ -230,6 +231,7 @@ static jnode *primary(P *p)
                 jnode *l = node(p, JN_LIST, t->line);
                 if (!l || kid(l, n))
                     return oom(p), NULL;
+                l->op = 1; /* a tuple */
                 while (is_op(p, ",")) {
                     p->i++;
                     if (is_op(p, ")"))

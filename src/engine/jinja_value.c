@@ -345,13 +345,13 @@ void jv_to_str(lq_sb *b, jv v)
     case JV_FLOAT: put_float(b, v.u.f); break;
     case JV_STR: lq_sb_put(b, v.u.s->s, v.u.s->n); break;
     case JV_LIST:
-        lq_sb_puts(b, "[");
+        lq_sb_puts(b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
                 lq_sb_puts(b, ", ");
             put_repr(b, v.u.l->v[i]);
         }
-        lq_sb_puts(b, "]");
+        lq_sb_puts(b, v.u.l->tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
         break;
     case JV_DICT:
         if (v.u.d->ns) {
