@@ -40,6 +40,7 @@ int lq_jinja_parse(const char *src, size_t len, lq_jinja **out, lq_err *err)
     if (!j)
         return lq_err_set(err, LQ_ENOMEM, "jinja: out of memory");
     lq_err e = {0};
+    jj_budget_reset();
     int rc = jj_lex(src ? src : "", len, &j->t.lx, &e);
     if (!rc)
         rc = jj_parse(&j->t, &e);
@@ -73,6 +74,7 @@ static int render_json(const lq_jinja *j, const json_t *vars, char **out, size_t
     jv v;
     if (!json_is_object(vars))
         return lq_err_set(err, LQ_EINVAL, "jinja: the variables must be a JSON object");
+    jj_budget_reset();
     if (jv_from_json(vars, &v, 0))
         return lq_err_set(err, LQ_EINVAL, "jinja: the variables are nested too deeply (or out of memory)");
     int rc = render_vars(j, v, out, out_len, err);

@@ -30,7 +30,12 @@ static int known(const char *const *list, const char *s, size_t n)
 int jj_filter_known(const char *s, size_t n) { return known(FILTERS, s, n); }
 int jj_test_known(const char *s, size_t n) { return known(TESTS, s, n); }
 
-static int oom(jctx *c, int line) { return jj_fail(c, line, "out of memory (or a value over the size bound)"); }
+static int oom(jctx *c, int line)
+{
+    if (jj_budget_spent())
+        return jj_fail(c, line, "the template built more than %zu MiB of values", (size_t)JJ_MAX_WORK >> 20);
+    return jj_fail(c, line, "out of memory (or a value over the size or nesting bound)");
+}
 
 static int put_str(jctx *c, int line, lq_sb *b, jv *out)
 {

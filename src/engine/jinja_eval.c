@@ -34,8 +34,12 @@ int jj_fail(jctx *c, int line, const char *fmt, ...)
 static int oom(jctx *c, int line)
 {
     if (!c->failed) {
-        lq_err_set(c->err, LQ_ENOMEM, "template line %d: out of memory (or a value over %zu bytes)", line,
-                   (size_t)JJ_MAX_OUT);
+        if (jj_budget_spent())
+            lq_err_set(c->err, LQ_EINVAL, "template line %d: the template built more than %zu MiB of values",
+                       line, (size_t)JJ_MAX_WORK >> 20);
+        else
+            lq_err_set(c->err, LQ_ENOMEM, "template line %d: out of memory (or a value over the size or nesting "
+                       "bound)", line);
         c->failed = 1;
     }
     return -1;
@@ -1022,7 +1026,10 @@ static int exec_stmt(jctx *c, const jnode *n)
             return -1;
         }
         int rc = 0;
-        if (ns.t != JV_DICT || !ns.u.d->ns) {
+        if (ns.t == JV_DICT && ns.u.d->ns && jv_has_namespace(v)) {
+            jv_free(v);
+            rc = jj_fail(c, n->line, "a namespace cannot hold another namespace");
+        } else if (ns.t != JV_DICT || !ns.u.d->ns) {
             jv_free(v);
             rc = jj_fail(c, n->line, "cannot assign attribute '%.*s' on %s (only on a namespace())", (int)tg->n,
                          tg->s, ns.t == JV_UNDEF ? "an undefined value" : jv_type_name(ns));
@@ -1104,6 +1111,7 @@ int jj_render(const jtemplate *t, jv vars, lq_sb *out, lq_err *err);
 int jj_render(const jtemplate *t, jv vars, lq_sb *out, lq_err *err)
 {
     /* the caller's variables stay unchanged: top-level sets go to a scope of their own */
+    jj_budget_reset();
     jframe given = {.parent = NULL, .vars = jv_ref(vars)};
     jframe root = {.parent = &given, .vars = jv_dict()};
     if (jv_oom(root.vars))

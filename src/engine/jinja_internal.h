@@ -20,6 +20,17 @@
 #define JJ_MAX_STEPS 5000000ull        /* evaluated nodes + loop iterations per render */
 #define JJ_MAX_OUT ((size_t)16 << 20)  /* rendered bytes (also the bound on any one string) */
 #define JJ_MAX_ITEMS 1000000u          /* elements of one list (range(), repetition) */
+#define JJ_MAX_NEST 256                /* lists/dicts inside each other (values are walked
+                                        * recursively: printed, compared, freed) */
+#define JJ_MAX_WORK ((size_t)256 << 20) /* bytes of strings, list and dict entries made by one
+                                        * parse or render: a loop that keeps growing a string
+                                        * (quadratic copying) stops here, not after hours */
+
+/* The allocation budget of the current parse or render (per thread): every string, list
+ * element and dict entry made is charged; when it runs out, making values fails like an
+ * allocation failure. */
+void jj_budget_reset(void);
+int jj_budget_spent(void);
 
 /* ---- values ---- */
 typedef enum {
@@ -51,6 +62,7 @@ typedef struct jv {
 
 struct jlist {
     int rc;
+    int depth; /* 1 + the deepest element's depth */
     int tuple; /* a Python tuple (items() pairs, "(a, b)"): printed with parentheses */
     int gen; /* the result of map/select/selectattr...: a Python generator (always true, no len(),
               * not printable or JSON) */
@@ -59,6 +71,7 @@ struct jlist {
 };
 struct jdict {
     int rc;
+    int depth;
     int ns; /* a namespace(): attribute assignment allowed */
     size_t n, cap;
     jstr **k;
@@ -97,6 +110,10 @@ void jv_to_str(lq_sb *b, jv v);
  * something JSON cannot (undefined, a function). */
 int jv_to_json(lq_sb *b, jv v, int indent, int sort_keys, const char *item_sep, const char *key_sep);
 const char *jv_type_name(jv v);
+int jv_depth(jv v);
+/* Does v hold a namespace() (itself, or inside a list or dict)? Namespaces are the only
+ * mutable values; one may not be stored in another, so values never form a cycle. */
+int jv_has_namespace(jv v);
 /* Number of code points of a UTF-8 string (Python's len()). */
 size_t jj_utf8_len(const char *s, size_t n);
 /* Byte offset of code point index cp (clamped to n). */

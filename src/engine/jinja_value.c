@@ -8,6 +8,48 @@
 
 #include "engine/jinja_internal.h"
 
+static _Thread_local size_t budget = JJ_MAX_WORK;
+static _Thread_local int spent;
+
+void jj_budget_reset(void)
+{
+    budget = JJ_MAX_WORK;
+    spent = 0;
+}
+
+int jj_budget_spent(void) { return spent; }
+
+static int charge(size_t n)
+{
+    if (n > budget) {
+        spent = 1;
+        return -1;
+    }
+    budget -= n;
+    return 0;
+}
+
+int jv_depth(jv v)
+{
+    return v.t == JV_LIST ? v.u.l->depth : v.t == JV_DICT ? v.u.d->depth : 0;
+}
+
+int jv_has_namespace(jv v)
+{
+    if (v.t == JV_DICT && v.u.d->ns)
+        return 1;
+    if (v.t == JV_LIST) {
+        for (size_t i = 0; i < v.u.l->n; i++)
+            if (jv_has_namespace(v.u.l->v[i]))
+                return 1;
+    } else if (v.t == JV_DICT) {
+        for (size_t i = 0; i < v.u.d->n; i++)
+            if (jv_has_namespace(v.u.d->v[i]))
+                return 1;
+    }
+    return 0;
+}
+
 jv jv_undef(void) { return (jv){.t = JV_UNDEF}; }
 jv jv_none(void) { return (jv){.t = JV_NONE}; }
 jv jv_bool(int b) { return (jv){.t = JV_BOOL, .u.b = !!b}; }
@@ -17,7 +59,7 @@ jv jv_float(double f) { return (jv){.t = JV_FLOAT, .u.f = f}; }
 jv jv_str(const char *s, size_t n)
 {
     jv v = {.t = JV_STR};
-    if (n > JJ_MAX_OUT)
+    if (n > JJ_MAX_OUT || charge(n + 16))
         return v; /* reported as out of memory: a bound, not a crash */
     jstr *p = malloc(sizeof *p + n + 1);
     if (!p)
@@ -122,10 +164,12 @@ void jv_free(jv v)
 
 int jl_push(jlist *l, jv v)
 {
-    if (jv_oom(v) || l->n >= JJ_MAX_ITEMS) {
+    if (jv_oom(v) || l->n >= JJ_MAX_ITEMS || jv_depth(v) + 1 > JJ_MAX_NEST || charge(sizeof v)) {
         jv_free(v);
         return -1;
     }
+    if (jv_depth(v) + 1 > l->depth)
+        l->depth = jv_depth(v) + 1;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
         jv *nv = realloc(l->v, cap * sizeof *nv);
@@ -150,8 +194,14 @@ jv *jd_get(const jdict *d, const char *k, size_t kn)
 
 int jd_set(jdict *d, const char *k, size_t kn, jv v)
 {
-    if (jv_oom(v))
+    /* not charged: entries are made a bounded number per evaluation step, unlike list
+     * elements (range(), split(), list concatenation) and string bytes */
+    if (jv_oom(v) || jv_depth(v) + 1 > JJ_MAX_NEST) {
+        jv_free(v);
         return -1;
+    }
+    if (jv_depth(v) + 1 > d->depth)
+        d->depth = jv_depth(v) + 1;
     jv *old = jd_get(d, k, kn);
     if (old) {
         jv_free(*old);
@@ -174,12 +224,16 @@ int jd_set(jdict *d, const char *k, size_t kn, jv v)
         d->v = nv;
         d->cap = cap;
     }
-    jv ks = jv_str(k, kn);
-    if (!ks.u.s) {
+    jstr *ks = kn <= JJ_MAX_OUT ? malloc(sizeof *ks + kn + 1) : NULL; /* uncharged, as the entry */
+    if (!ks) {
         jv_free(v);
         return -1;
     }
-    d->k[d->n] = ks.u.s;
+    ks->rc = 1;
+    ks->n = kn;
+    memcpy(ks->s, k, kn);
+    ks->s[kn] = 0;
+    d->k[d->n] = ks;
     d->v[d->n++] = v;
     return 0;
 }
@@ -557,13 +611,9 @@ int jv_from_json(const json_t *j, jv *out, int depth)
         jv d = jv_dict();
         if (jv_oom(d))
             return -1;
-        /* jansson keeps insertion order when iterating (json_object_foreach follows it since
-         * 2.8? no: order of the hashtable); use the order keys were parsed in */
-        const char *k;
-        json_t *val;
+        /* jansson iterates an object in insertion order: the order of the JSON text, as
+         * Python's json.loads keeps it */
         void *it = json_object_iter((json_t *)j);
-        (void)k;
-        (void)val;
         while (it) {
             const char *key = json_object_iter_key(it);
             jv e;

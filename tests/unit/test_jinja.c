@@ -139,6 +139,13 @@ static void test_bounds(void)
     expect_error("{% set s = 'xxxxxxxxxxxxxxxx' * 1048576 %}{% for i in range(4) %}{{ s }}{% endfor %}", NULL,
                  "output is over", NULL);
     expect_error("{{ range(100000000) }}", NULL, "range of more than", NULL);
+    /* growing a string in a loop copies quadratically: the allocation budget stops it */
+    expect_error("{% set ns = namespace(s='') %}{% for i in range(1000000) %}{% set ns.s = ns.s ~ 'xxxxxxxxxx' %}"
+                 "{% endfor %}", NULL, "built more than", NULL);
+    /* values cannot nest without bound, and a namespace cannot hold itself (no cycles) */
+    expect_error("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}",
+                 NULL, "nesting bound", NULL);
+    expect_error("{% set ns = namespace() %}{% set ns.me = [ns] %}", NULL, "cannot hold another namespace", NULL);
     char deep[2000];
     size_t k = 0;
     k += (size_t)snprintf(deep + k, sizeof deep - k, "{{ ");
