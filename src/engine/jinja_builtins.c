@@ -345,8 +345,8 @@ static int items_list(jctx *c, int line, jv v, jv *out)
     return 0;
 }
 
-/* list() of a value */
-static int as_list(jctx *c, int line, jv v, jv *out)
+/* list() of a value: a list copied, a mapping's keys, a string's characters, undefined -> [] */
+int jj_as_list(jctx *c, int line, jv v, jv *out)
 {
     jv l = jv_list();
     if (jv_oom(l))
@@ -378,11 +378,20 @@ static int as_list(jctx *c, int line, jv v, jv *out)
     return 0;
 }
 
+/* the result of select/map: src done with, l handed out as a Python generator */
+static int as_generator(jv src, jv l, jv *out)
+{
+    jv_free(src);
+    l.u.l->gen = 1;
+    *out = l;
+    return 0;
+}
+
 static int select_items(jctx *c, int line, jv in, jarg *a, size_t na, int by_attr, int keep, jv *out)
 {
     jv src;
     /* Jinja2 walks the value only when it is true: none gives nothing */
-    if (as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
+    if (jj_as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
         return -1;
     size_t first = by_attr ? 1 : 0;
     jv *attr = by_attr ? arg(a, na, 0, NULL) : NULL;
@@ -435,16 +444,13 @@ static int select_items(jctx *c, int line, jv in, jarg *a, size_t na, int by_att
             return oom(c, line);
         }
     }
-    jv_free(src);
-    l.u.l->gen = 1;
-    *out = l;
-    return 0;
+    return as_generator(src, l, out);
 }
 
 static int do_map(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
 {
     jv src;
-    if (as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
+    if (jj_as_list(c, line, jv_truthy(in) ? in : jv_undef(), &src))
         return -1;
     jv *attr = arg(a, na, (size_t)-1, "attribute"), *dflt = arg(a, na, (size_t)-1, "default");
     jv *fname = arg(a, na, 0, NULL);
@@ -493,10 +499,7 @@ static int do_map(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
             return oom(c, line);
         }
     }
-    jv_free(src);
-    l.u.l->gen = 1;
-    *out = l;
-    return 0;
+    return as_generator(src, l, out);
 }
 
 static int do_tojson(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
@@ -536,7 +539,7 @@ static int do_tojson(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
 static int do_join(jctx *c, int line, jv in, jarg *a, size_t na, jv *out)
 {
     jv src;
-    if (as_list(c, line, in, &src))
+    if (jj_as_list(c, line, in, &src))
         return -1;
     jv *sep = arg(a, na, 0, "d"), *attr = arg(a, na, 1, "attribute");
     lq_sb b = {0};
@@ -647,7 +650,7 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
     }
     if (eq(name, n, "first") || eq(name, n, "last")) {
         jv l;
-        if (as_list(c, line, in, &l))
+        if (jj_as_list(c, line, in, &l))
             return -1;
         if (l.u.l->n)
             *out = jv_ref(l.u.l->v[eq(name, n, "first") ? 0 : l.u.l->n - 1]);
@@ -657,7 +660,7 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
     if (eq(name, n, "join"))
         return do_join(c, line, in, a, na, out);
     if (eq(name, n, "list"))
-        return as_list(c, line, in, out);
+        return jj_as_list(c, line, in, out);
     if (eq(name, n, "string"))
         return to_str(c, line, in, out);
     if (eq(name, n, "safe")) {
@@ -731,7 +734,7 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
             return put_str(c, line, &b, out);
         }
         jv l;
-        if (as_list(c, line, in, &l))
+        if (jj_as_list(c, line, in, &l))
             return -1;
         for (size_t i = 0; i < l.u.l->n / 2; i++) {
             jv t = l.u.l->v[i];
@@ -754,7 +757,7 @@ int jj_filter(jctx *c, int line, const char *name, size_t n, jv in, jarg *a, siz
         return do_indent(c, line, in, a, na, out);
     if (eq(name, n, "unique")) {
         jv l, src;
-        if (as_list(c, line, in, &src))
+        if (jj_as_list(c, line, in, &src))
             return -1;
         l = jv_list();
         if (jv_oom(l))
@@ -938,7 +941,7 @@ int jj_method(jctx *c, int line, jv obj, const char *name, size_t n, jarg *a, si
         if (eq(name, n, "items"))
             return items_list(c, line, obj, out) ? -1 : 1;
         if (eq(name, n, "keys"))
-            return as_list(c, line, obj, out) ? -1 : 1;
+            return jj_as_list(c, line, obj, out) ? -1 : 1;
         if (eq(name, n, "values")) {
             jv l = jv_list();
             if (jv_oom(l))

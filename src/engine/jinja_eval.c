@@ -837,37 +837,16 @@ static int set_name(jctx *c, int line, const char *s, size_t n, jv v)
     return 0;
 }
 
-/* the items a for loop walks */
+/* the items a for loop walks (a list as it is; a namespace is not iterable) */
 static int iter_items(jctx *c, int line, jv it, jv *out)
 {
     if (it.t == JV_LIST) {
         *out = jv_ref(it);
         return 0;
     }
-    jv l = jv_list();
-    if (jv_oom(l))
-        return oom(c, line);
-    if (it.t == JV_DICT && !it.u.d->ns) {
-        for (size_t i = 0; i < it.u.d->n; i++)
-            if (jl_push(l.u.l, jv_str(it.u.d->k[i]->s, it.u.d->k[i]->n)))
-                return jv_free(l), oom(c, line);
-    } else if (it.t == JV_STR) {
-        const char *s = it.u.s->s;
-        size_t n = it.u.s->n;
-        for (size_t i = 0; i < n;) {
-            size_t j = i + 1;
-            while (j < n && ((unsigned char)s[j] & 0xC0) == 0x80)
-                j++;
-            if (jl_push(l.u.l, jv_str(s + i, j - i)))
-                return jv_free(l), oom(c, line);
-            i = j;
-        }
-    } else if (it.t != JV_UNDEF) {
-        jv_free(l);
+    if ((it.t == JV_DICT && it.u.d->ns) || (it.t != JV_DICT && it.t != JV_STR && it.t != JV_UNDEF))
         return jj_fail(c, line, "cannot iterate over %s", jv_type_name(it));
-    }
-    *out = l;
-    return 0;
+    return jj_as_list(c, line, it, out);
 }
 
 static int bind_targets(jctx *c, const jnode *tg, jv item)

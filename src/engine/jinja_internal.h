@@ -220,6 +220,7 @@ int jj_test(jctx *c, int line, const char *name, size_t n, jv in, jarg *args, si
  * method, -1 on error. */
 int jj_method(jctx *c, int line, jv obj, const char *name, size_t n, jarg *args, size_t na, jv *out);
 int jj_call_builtin(jctx *c, int line, int which, jarg *args, size_t na, jv *out);
+int jj_as_list(jctx *c, int line, jv v, jv *out);
 /* obj.name as Jinja's getattr: dict key, namespace attribute; Undefined when absent. */
 jv jj_getattr(jv obj, const char *name, size_t n);
 

@@ -88,22 +88,30 @@ static int is_name_at(P *p, size_t off, const char *nm)
     return t->t == JT_NAME && t->n == strlen(nm) && !memcmp(t->s, nm, t->n);
 }
 
+/* "expected <wanted> but found <the current token>" */
+static int unexpected(P *p, const char *wanted)
+{
+    jtok *t = cur(p);
+    char what[64];
+    if (t->t == JT_VAR_END || t->t == JT_BLOCK_END)
+        snprintf(what, sizeof what, "the end of the tag");
+    else if (t->t == JT_EOF)
+        snprintf(what, sizeof what, "the end of the template");
+    else if (t->t == JT_TEXT)
+        snprintf(what, sizeof what, "template text");
+    else
+        snprintf(what, sizeof what, "'%.*s'", (int)(t->n > 40 ? 40 : t->n), t->s);
+    if (!p->err->code)
+        lq_err_set(p->err, LQ_EINVAL, "template line %d: expected %s but found %s", t->line, wanted, what);
+    return -1;
+}
+
 static int expect_op(P *p, const char *op)
 {
     if (!is_op(p, op)) {
-        char m[48];
-        snprintf(m, sizeof m, "expected '%s' but found ", op);
-        jtok *t = cur(p);
-        char what[80];
-        if (t->t == JT_VAR_END || t->t == JT_BLOCK_END)
-            snprintf(what, sizeof what, "the end of the tag");
-        else if (t->t == JT_EOF)
-            snprintf(what, sizeof what, "the end of the template");
-        else
-            snprintf(what, sizeof what, "'%.*s'", (int)(t->n > 40 ? 40 : t->n), t->s);
-        if (!p->err->code)
-            lq_err_set(p->err, LQ_EINVAL, "template line %d: %s%s", t->line, m, what);
-        return -1;
+        char m[16];
+        snprintf(m, sizeof m, "'%s'", op);
+        return unexpected(p, m);
     }
     p->i++;
     return 0;
@@ -140,6 +148,22 @@ static int call_args(P *p, jnode *n)
         p->i++;
     }
     return expect_op(p, ")");
+}
+
+/* more comma-separated expressions into l up to close (consumed); a trailing comma is allowed */
+static int items_until(P *p, jnode *l, const char *close)
+{
+    while (!is_op(p, close)) {
+        jnode *e = expr(p);
+        if (!e)
+            return -1;
+        if (kid(l, e))
+            return oom(p);
+        if (!is_op(p, ","))
+            break;
+        p->i++;
+    }
+    return expect_op(p, close);
 }
 
 static jnode *primary(P *p)
@@ -200,17 +224,11 @@ static jnode *primary(P *p)
         break;
     }
     case JT_INT:
-        n = node(p, JN_CONST, t->line);
-        if (!n)
-            return oom(p), NULL;
-        n->val = jv_int(t->i);
-        p->i++;
-        break;
     case JT_FLOAT:
         n = node(p, JN_CONST, t->line);
         if (!n)
             return oom(p), NULL;
-        n->val = jv_float(t->f);
+        n->val = t->t == JT_INT ? jv_int(t->i) : jv_float(t->f);
         p->i++;
         break;
     case JT_OP:
@@ -232,18 +250,13 @@ static jnode *primary(P *p)
                 if (!l || kid(l, n))
                     return oom(p), NULL;
                 l->op = 1; /* a tuple */
-                while (is_op(p, ",")) {
-                    p->i++;
-                    if (is_op(p, ")"))
-                        break;
-                    jnode *e = expr(p);
-                    if (!e || kid(l, e))
-                        return e ? (oom(p), NULL) : NULL;
-                }
+                p->i++;
+                if (items_until(p, l, ")"))
+                    return NULL;
                 n = l;
-            }
-            if (expect_op(p, ")"))
+            } else if (expect_op(p, ")")) {
                 return NULL;
+            }
             break;
         }
         if (is_op(p, "[")) {
@@ -251,15 +264,7 @@ static jnode *primary(P *p)
             n = node(p, JN_LIST, t->line);
             if (!n)
                 return oom(p), NULL;
-            while (!is_op(p, "]")) {
-                jnode *e = expr(p);
-                if (!e || kid(n, e))
-                    return e ? (oom(p), NULL) : NULL;
-                if (!is_op(p, ","))
-                    break;
-                p->i++;
-            }
-            if (expect_op(p, "]"))
+            if (items_until(p, n, "]"))
                 return NULL;
             break;
         }
@@ -284,19 +289,9 @@ static jnode *primary(P *p)
             break;
         }
         /* fall through */
-    default: {
-        char what[64];
-        if (t->t == JT_VAR_END || t->t == JT_BLOCK_END)
-            snprintf(what, sizeof what, "the end of the tag");
-        else if (t->t == JT_EOF)
-            snprintf(what, sizeof what, "the end of the template");
-        else
-            snprintf(what, sizeof what, "'%.*s'", (int)(t->n > 40 ? 40 : t->n), t->s);
-        if (!p->err->code)
-            lq_err_set(p->err, LQ_EINVAL, "template line %d: expected an expression but found %s", t->line,
-                       what);
+    default:
+        unexpected(p, "an expression");
         return NULL;
-    }
     }
     p->depth--;
     return n;
@@ -483,58 +478,39 @@ static jnode *bin(P *p, jn_type t, int op, jnode *l, jnode *r, int line)
     return n;
 }
 
-static jnode *power(P *p)
-{
-    jnode *l = unary(p, 1);
-    while (l && is_op(p, "**")) {
-        int line = cur(p)->line;
-        p->i++;
-        jnode *r = unary(p, 1);
-        l = r ? bin(p, JN_BIN, OP_POW, l, r, line) : NULL;
-    }
-    return l;
-}
+/* The binary operator levels, loosest first (Jinja2's math1, concat, math2, pow); each is
+ * left-associative, ** included, as Jinja2 parses it. */
+static const struct {
+    const char *op[4];
+    int code[4];
+} LEVELS[] = {
+    {{"+", "-"}, {OP_ADD, OP_SUB}},
+    {{"~"}, {OP_CAT}},
+    {{"*", "/", "//", "%"}, {OP_MUL, OP_DIV, OP_FDIV, OP_MOD}},
+    {{"**"}, {OP_POW}},
+};
 
-static jnode *math2(P *p)
+static jnode *binary(P *p, size_t level)
 {
-    jnode *l = power(p);
+    if (level == sizeof LEVELS / sizeof LEVELS[0])
+        return unary(p, 1);
+    jnode *l = binary(p, level + 1);
     while (l) {
-        int op = is_op(p, "*") ? OP_MUL : is_op(p, "/") ? OP_DIV : is_op(p, "//") ? OP_FDIV
-                 : is_op(p, "%") ? OP_MOD : 0;
+        int op = 0;
+        for (size_t k = 0; k < 4 && LEVELS[level].op[k] && !op; k++)
+            if (is_op(p, LEVELS[level].op[k]))
+                op = LEVELS[level].code[k];
         if (!op)
             break;
         int line = cur(p)->line;
         p->i++;
-        jnode *r = power(p);
+        jnode *r = binary(p, level + 1);
         l = r ? bin(p, JN_BIN, op, l, r, line) : NULL;
     }
     return l;
 }
 
-static jnode *concat(P *p)
-{
-    jnode *l = math2(p);
-    while (l && is_op(p, "~")) {
-        int line = cur(p)->line;
-        p->i++;
-        jnode *r = math2(p);
-        l = r ? bin(p, JN_BIN, OP_CAT, l, r, line) : NULL;
-    }
-    return l;
-}
-
-static jnode *math1(P *p)
-{
-    jnode *l = concat(p);
-    while (l && (is_op(p, "+") || is_op(p, "-"))) {
-        int op = is_op(p, "+") ? OP_ADD : OP_SUB;
-        int line = cur(p)->line;
-        p->i++;
-        jnode *r = concat(p);
-        l = r ? bin(p, JN_BIN, op, l, r, line) : NULL;
-    }
-    return l;
-}
+static jnode *math1(P *p) { return binary(p, 0); }
 
 /* a < b < c: a JN_CMP node with kid operands and per-link operators in ops (kept in the
  * node's op as a chain: we store links as nested CMP with op and an AND-like chain) */
@@ -650,15 +626,8 @@ static jnode *body(P *p, const char *const *stops, const char **stopped);
 
 static int end_tag(P *p)
 {
-    if (cur(p)->t != JT_BLOCK_END) {
-        jtok *t = cur(p);
-        char m[96];
-        snprintf(m, sizeof m, "expected '%%}' but found '%.*s'", (int)(t->n > 40 ? 40 : t->n),
-                 t->t == JT_EOF ? "end of template" : t->s);
-        if (!p->err->code)
-            lq_err_set(p->err, LQ_EINVAL, "template line %d: %s", t->line, m);
-        return -1;
-    }
+    if (cur(p)->t != JT_BLOCK_END)
+        return unexpected(p, "'%}'");
     p->i++;
     return 0;
 }

@@ -430,36 +430,6 @@ void jv_to_str(lq_sb *b, jv v)
     }
 }
 
-static void put_json_str(lq_sb *b, const char *s, size_t n)
-{
-    lq_sb_put(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default: break;
-        }
-        if (!esc && c >= 0x20)
-            continue;
-        lq_sb_put(b, s + run, i - run);
-        run = i + 1;
-        if (esc)
-            lq_sb_puts(b, esc);
-        else
-            lq_sb_printf(b, "\\u%04x", c);
-    }
-    lq_sb_put(b, s + run, n - run);
-    lq_sb_put(b, "\"", 1);
-}
-
 static void put_indent(lq_sb *b, int indent, int level)
 {
     lq_sb_put(b, "\n", 1);
@@ -491,7 +461,7 @@ static int to_json(lq_sb *b, jv v, int indent, int sort, const char *isep, const
         else
             put_float(b, v.u.f);
         return 0;
-    case JV_STR: put_json_str(b, v.u.s->s, v.u.s->n); return 0;
+    case JV_STR: lq_sb_json_str(b, v.u.s->s, v.u.s->n); return 0;
     case JV_LIST:
         if (v.u.l->gen)
             return -1;
@@ -533,7 +503,7 @@ static int to_json(lq_sb *b, jv v, int indent, int sort, const char *isep, const
                 lq_sb_puts(b, isep);
             if (indent >= 0)
                 put_indent(b, indent, level + 1);
-            put_json_str(b, keys[i]->s, keys[i]->n);
+            lq_sb_json_str(b, keys[i]->s, keys[i]->n);
             lq_sb_puts(b, ksep);
             rc = to_json(b, *jd_get(v.u.d, keys[i]->s, keys[i]->n), indent, sort, isep, ksep, level + 1);
         }
