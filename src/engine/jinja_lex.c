@@ -171,6 +171,7 @@ static const char *lex_tag(jlex *lx, const char *p, const char *end, char close,
     static const char *const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%",
                                       "~", "<", ">", "=", "(", ")", "[", "]", "{", "}", ",", ".",
                                       ":", "|"};
+    int bal = 0; /* open brackets */
     while (p < end) {
         while (p < end && is_ws(*p)) {
             line += *p == '\n';
@@ -178,12 +179,13 @@ static const char *lex_tag(jlex *lx, const char *p, const char *end, char close,
         }
         if (p >= end)
             break;
-        /* the closing delimiter, with an optional "-" or "+" before it */
-        if ((*p == '-' || *p == '+') && end - p >= 3 && p[1] == close && p[2] == '}') {
+        /* the closing delimiter, with an optional "-" or "+" before it; only outside brackets,
+         * as Jinja2's lexer balances them ("{{ {'a': {}} }}") */
+        if (bal == 0 && (*p == '-' || *p == '+') && end - p >= 3 && p[1] == close && p[2] == '}') {
             *strip_after = *p == '-';
             return p + 3;
         }
-        if (*p == close && p + 1 < end && p[1] == '}') {
+        if (bal == 0 && *p == close && p + 1 < end && p[1] == '}') {
             *strip_after = 0;
             return p + 2;
         }
@@ -270,6 +272,10 @@ static const char *lex_tag(jlex *lx, const char *p, const char *end, char close,
             t.t = JT_OP;
             t.s = p;
             t.n = strlen(ops[i]);
+            if (t.n == 1 && strchr("([{", *p))
+                bal++;
+            else if (t.n == 1 && strchr(")]}", *p) && bal > 0)
+                bal--;
             p += t.n;
         }
         if (push(lx, t))
