@@ -265,7 +265,7 @@ int jv_equal(jv a, jv b)
     if (a.t != b.t)
         return 0;
     switch (a.t) {
-    case JV_UNDEF: return 0; /* Undefined == Undefined is False in Jinja2's default Undefined? */
+    case JV_UNDEF: return 1; /* Jinja2's Undefined equals any Undefined */
     case JV_NONE: return 1;
     case JV_STR: return a.u.s->n == b.u.s->n && !memcmp(a.u.s->s, b.u.s->s, a.u.s->n);
     case JV_LIST:
