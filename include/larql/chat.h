@@ -69,7 +69,7 @@ typedef struct lq_chat_format lq_chat_format;
 
 /* The format for a model. spec NULL: the file's tokenizer.chat_template when it has one
  * (rendered with bos_token/eos_token from the model's vocabulary), else the built-in that
- * lq_chat_template_for_model picks. spec "plain", "llama3" or "bitnet": that built-in. Any
+ * lq_chat_template_for_model picks (and bitnet for the 2B-4T GGUF's placeholder, above). spec "plain", "llama3" or "bitnet": that built-in. Any
  * other spec is Jinja template text (the CLI reads --chat-template FILE). m may be NULL
  * (then bos/eos are "" and spec NULL means plain). */
 int lq_chat_format_open(const lq_model *m, const char *spec, lq_chat_format **out, lq_err *err);
@@ -78,7 +78,10 @@ int lq_chat_format_jinja(const char *src, size_t len, const char *bos_token, con
                          int strip_bos, lq_chat_format **out, lq_err *err);
 /* "plain", "llama3", "bitnet" or "jinja". */
 const char *lq_chat_format_name(const lq_chat_format *f);
-/* Where a Jinja format's text came from: "tokenizer.chat_template", "--chat-template" ... */
+/* Where the format came from: "tokenizer.chat_template", "--chat-template", "template"
+ * (lq_chat_format_jinja), or "built-in: <why>" when a model's file has no template or carries
+ * microsoft's 2B-4T GGUF placeholder ("Human: ... BITNETAssistant: "), which is replaced by
+ * the built-in bitnet format the model was trained with. */
 const char *lq_chat_format_source(const lq_chat_format *f);
 
 /* Renders messages (+ the assistant prefix when add_generation_prompt). tools_json: a JSON

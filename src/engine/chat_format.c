@@ -124,7 +124,7 @@ const char *lq_chat_format_name(const lq_chat_format *f)
 
 const char *lq_chat_format_source(const lq_chat_format *f)
 {
-    return !f ? "" : f->builtin ? "built-in" : f->source;
+    return !f ? "" : f->source;
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -181,15 +181,26 @@ int lq_chat_format_open(const lq_model *m, const char *spec, lq_chat_format **ou
     const char *source = "--chat-template";
     if (!spec) {
         const struct lq_gguf *g = m ? lq_model_gguf(m) : NULL;
-        if (!g || lq_gguf_get_str(g, "tokenizer.chat_template", &src, &slen, NULL) != LQ_OK || !slen)
-            builtin = lq_chat_template_for_model(m);
         source = "tokenizer.chat_template";
+        if (!g || lq_gguf_get_str(g, "tokenizer.chat_template", &src, &slen, NULL) != LQ_OK || !slen) {
+            builtin = lq_chat_template_for_model(m);
+            source = "built-in: the file has no chat template";
+        } else if (memmem(src, (size_t)slen, "BITNETAssistant", 15)) {
+            /* microsoft/bitnet-b1.58-2B-4T's GGUF (ggml-model-i2_s.gguf) carries a placeholder
+             * its conversion script wrote ("Human: ... BITNETAssistant: " + eos_token), not
+             * the template the model was trained with (its tokenizer_config.json's, the
+             * built-in bitnet format); under it the model does not stop. Said by
+             * lq_chat_format_source and `larql info`; --chat-template FILE renders it anyway. */
+            builtin = LQ_CHAT_BITNET;
+            source = "built-in: the file's Human:/BITNETAssistant: template is a conversion placeholder";
+        }
     }
     if (builtin > 0) {
         lq_chat_format *f = calloc(1, sizeof *f);
         if (!f)
             return lq_err_set(err, LQ_ENOMEM, "chat: out of memory");
         f->builtin = builtin;
+        f->source = source;
         *out = f;
         return LQ_OK;
     }

@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tiny_gguf.h"
 
 #include "larql/chat.h"
+#include "larql/model.h"
 
 /* renders src with vars (a JSON object text); returns the output or NULL (err filled) */
 static char *render(const char *src, const char *vars, lq_err *err)
@@ -208,6 +210,47 @@ static void test_chat_format(void)
     CHECK(lq_chat_format_open(NULL, "{% if %}", &f, &err) == LQ_EINVAL && !f);
 }
 
+/* a model file's template: rendered from the file; microsoft's 2B-4T GGUF placeholder and a
+ * file without a template get the built-in format */
+static void test_model_template(void)
+{
+    char path[4200];
+    const char *dir = harness_tmpdir();
+    static const char *const tpl[] = {
+        "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}",
+        "{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}{% if message['role'] == 'user' %}"
+        "{{ 'Human: ' + message['content'] + '\n\nBITNETAssistant: ' + eos_token }}{% elif message['role'] == "
+        "'assistant' %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}",
+        NULL};
+    /* (no template and no vocabulary: the built-in plain format, as lq_chat_template_for_model) */
+    static const char *const name[] = {"jinja", "bitnet", "plain"};
+    static const char *const want[] = {"[user:Hi]", "User: Hi<|eot_id|>Assistant: ", "User: Hi\nAssistant: "};
+    for (int k = 0; k < 3; k++) {
+        tg_opts o = tg_default();
+        o.chat_template = tpl[k];
+        snprintf(path, sizeof path, "%s/t%d.gguf", dir, k);
+        lq_err err = {0};
+        lq_model *m = NULL;
+        lq_model_opts mo = {0};
+        mo.n_threads = 1;
+        if (tg_write(&o, path, &err) || lq_model_open(path, &mo, &m, &err)) {
+            CHECK_MSG(0, "fixture: %s", err.msg);
+            continue;
+        }
+        lq_chat_format *f = NULL;
+        char *out = NULL;
+        const lq_chat_msg msg = {"user", "Hi"};
+        CHECK(lq_chat_format_open(m, NULL, &f, &err) == LQ_OK);
+        CHECK_MSG(f && !strcmp(lq_chat_format_name(f), name[k]), "%d: %s (%s)", k, lq_chat_format_name(f),
+                  lq_chat_format_source(f));
+        CHECK(lq_chat_format_render(f, &msg, 1, 1, NULL, &out, &err) == LQ_OK);
+        CHECK_MSG(out && !strcmp(out, want[k]), "%d: got [%s]", k, out ? out : err.msg);
+        free(out);
+        lq_chat_format_free(f);
+        lq_model_close(m);
+    }
+}
+
 int main(void)
 {
     RUN(test_expressions);
@@ -217,5 +260,6 @@ int main(void)
     RUN(test_errors);
     RUN(test_bounds);
     RUN(test_chat_format);
+    RUN(test_model_template);
     return harness_done();
 }
