@@ -581,7 +581,7 @@ static int eval_call(jctx *c, const jnode *n, jv *out)
     return rc;
 }
 
-static int eval(jctx *c, const jnode *n, jv *out)
+static int eval_node(jctx *c, const jnode *n, jv *out)
 {
     *out = jv_undef();
     if (step(c, n->line))
@@ -820,6 +820,19 @@ static int eval(jctx *c, const jnode *n, jv *out)
     }
 }
 
+/* eval and exec count their nesting: the C stack a template can make a render use is bounded */
+static int eval(jctx *c, const jnode *n, jv *out)
+{
+    if (++c->recursion > JJ_MAX_RECURSION) {
+        c->recursion--;
+        *out = jv_undef();
+        return jj_fail(c, n->line, "the template nests evaluations more than %d deep", JJ_MAX_RECURSION);
+    }
+    int rc = eval_node(c, n, out);
+    c->recursion--;
+    return rc;
+}
+
 static int emit(jctx *c, int line, jv v)
 {
     if (v.t == JV_LIST && v.u.l->gen)
@@ -959,7 +972,7 @@ static int exec_for(jctx *c, const jnode *n)
     return 0;
 }
 
-static int exec_stmt(jctx *c, const jnode *n)
+static int exec_node(jctx *c, const jnode *n)
 {
     jv v;
     if (step(c, n->line))
@@ -1073,6 +1086,17 @@ static int exec_stmt(jctx *c, const jnode *n)
     default:
         return jj_fail(c, n->line, "internal: expression in statement position");
     }
+}
+
+static int exec_stmt(jctx *c, const jnode *n)
+{
+    if (++c->recursion > JJ_MAX_RECURSION) {
+        c->recursion--;
+        return jj_fail(c, n->line, "the template nests evaluations more than %d deep", JJ_MAX_RECURSION);
+    }
+    int rc = exec_node(c, n);
+    c->recursion--;
+    return rc;
 }
 
 /* 0, -1 on error, 1 break, 2 continue */

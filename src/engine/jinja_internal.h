@@ -17,6 +17,8 @@
 /* Bounds for untrusted templates: a template is data from a model file. */
 #define JJ_MAX_SRC (1u << 20)          /* template source bytes */
 #define JJ_MAX_DEPTH 200               /* parser nesting, macro call depth */
+#define JJ_MAX_RECURSION 2000          /* nested evaluations (expressions, statements, macro
+                                        * calls together): the C stack a render may use */
 #define JJ_MAX_STEPS 5000000ull        /* evaluated nodes + loop iterations per render */
 #define JJ_MAX_OUT ((size_t)16 << 20)  /* rendered bytes (also the bound on any one string) */
 #define JJ_MAX_ITEMS 1000000u          /* elements of one list (range(), repetition) */
@@ -197,7 +199,8 @@ typedef struct jctx {
     jframe *root;
     lq_sb *out;
     uint64_t steps;
-    int depth;
+    int depth;      /* macro calls */
+    int recursion;  /* nested eval/exec frames */
     lq_err *err;
     int failed;
 } jctx;

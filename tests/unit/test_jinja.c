@@ -138,6 +138,17 @@ static void test_bounds(void)
     expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NULL,
                  "more than", "steps");
     expect_error("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", NULL, "macro calls nested", NULL);
+    /* nesting inside each macro level counts too: the C stack is bounded, not just the calls */
+    {
+        char src[1024] = "{% macro f() %}";
+        for (int i = 0; i < 30; i++)
+            strcat(src, "{% if true %}");
+        strcat(src, "{{ f() }}");
+        for (int i = 0; i < 30; i++)
+            strcat(src, "{% endif %}");
+        strcat(src, "{% endmacro %}{{ f() }}");
+        expect_error(src, NULL, "nests evaluations more than", NULL);
+    }
     expect_error("{% set s = 'xxxxxxxxxxxxxxxx' * 1048576 %}{% for i in range(4) %}{{ s }}{% endfor %}", NULL,
                  "output is over", NULL);
     expect_error("{{ range(100000000) }}", NULL, "range of more than", NULL);
