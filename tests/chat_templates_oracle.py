@@ -60,6 +60,8 @@ CASES = [
                         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                    {"role": "tool", "name": "get_weather", "tool_call_id": "call00001", "content": "{\"temp\": 21.5}"}],
      True, TOOLS),
+    ("long", [SYSTEM] + [{"role": ("user", "assistant")[i % 2], "content": "turn %d: %s" % (i, "word " * i)}
+                         for i in range(40)], True, None),
     ("content-parts", [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}], True, None),
 ]
 
