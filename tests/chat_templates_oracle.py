@@ -7,7 +7,8 @@ json.dumps with ensure_ascii=False; raise_exception and strftime_now globals), a
 
 usage: chat_templates_oracle.py LARQL TEMPLATE_DIR [--verbose]
 Prints one line per mismatch and a summary; exits 1 if any case differs. A case where Jinja2
-raises must make larql fail too (counted as "both refuse")."""
+raises must make larql fail too (counted as "both refuse"); when the template itself raised
+(raise_exception), larql's error must carry the same message."""
 import json
 import os
 import subprocess
@@ -86,16 +87,23 @@ def main():
                 ctx = {"messages": msgs, "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": agp}
                 if tools is not None:
                     ctx["tools"] = tools
+                raised = None
                 try:
                     want = env.from_string(src).render(**ctx).encode("utf-8")
                     py_err = None
                 except Exception as e:  # any refusal: the template's own or Jinja2's
                     want, py_err = None, "%s: %s" % (type(e).__name__, e)
+                    if type(e) is jinja2.exceptions.TemplateError:  # raise_exception(message)
+                        raised = str(e)
                 vpath = os.path.join(tmp, "vars.json")
                 with open(vpath, "w", encoding="utf-8") as f:
                     json.dump(ctx, f, ensure_ascii=False)
                 r = subprocess.run([larql, "chat-template", path, vpath], capture_output=True)
-                if want is None and r.returncode != 0:
+                # the template's own raise_exception must be ours too, with its message
+                if raised is not None and ("raised an exception: " + raised).encode() not in r.stderr:
+                    differ += 1
+                    print("DIFFER %s [%s]: jinja2 raised %r, larql: %r" % (name, cname, raised, r.stderr[:300]))
+                elif want is None and r.returncode != 0:
                     refused += 1
                     ok_t += 1
                     if verbose:
