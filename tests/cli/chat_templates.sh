@@ -3,8 +3,10 @@
 # oracle, tests/chat_templates_oracle.py, configured as transformers renders chat templates)
 # on every template in tests/data/chat_templates/ with several conversations, byte for byte;
 # the trained model's own template rendering as the built-in bitnet format; and the
-# --chat-template / chat-template errors. The oracle part skips without python3-jinja2.
+# --chat-template / chat-template errors (run, chat, serve and its chat route). The oracle
+# part skips without python3-jinja2.
 . "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TPL="$ROOT/tests/data/chat_templates"
 M="$ROOT/models/tinystories-ternary.gguf"
@@ -51,6 +53,18 @@ if [ -f "$M" ]; then
     echo hi | "$LARQL" chat "$M" -n 2 --chat-template "$T_TMP/r.jinja" >/dev/null 2>"$T_TMP/err"
     if grep -q "raised an exception: Only user roles" "$T_TMP/err"; then pass "chat: a template that raises is reported"; else fail "chat: a template that raises is reported" "$(cat "$T_TMP/err")"; fi
     check_fails "serve --chat-template: a template that does not parse" "never closed" "$LARQL" serve "$M" --port 0 --chat-template "$T_TMP/u.jinja"
+    # the server renders with --chat-template: a template that raises is the request's 400
+    if start_server raising "$M" --chat-template "$T_TMP/r.jinja"; then
+        code=$(curl -s -o "$T_TMP/chat.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/chat/completions" \
+            -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}')
+        if [ "$code" = 400 ] && grep -q "raised an exception: Only user roles" "$T_TMP/chat.json"; then
+            pass "serve --chat-template: the template's raise_exception is a 400 with its message"
+        else
+            fail "serve --chat-template: the template's raise_exception is a 400 with its message" "$code $(head -c 300 "$T_TMP/chat.json")"
+        fi
+    else
+        fail "larql serve --chat-template starts"
+    fi
 else
     skip "the file's template answers as the built-in bitnet format" "models/tinystories-ternary.gguf absent"
 fi
