@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/sb.h"
 #include "larql/status.h"
@@ -224,6 +225,27 @@ int jj_test(jctx *c, int line, const char *name, size_t n, jv in, jarg *args, si
 int jj_method(jctx *c, int line, jv obj, const char *name, size_t n, jarg *args, size_t na, jv *out);
 int jj_call_builtin(jctx *c, int line, int which, jarg *args, size_t na, jv *out);
 int jj_as_list(jctx *c, int line, jv v, jv *out);
+
+/* Helpers the filters, tests and methods share (jinja_text.c). */
+static inline int jj_eq(const char *s, size_t n, const char *lit) { return n == strlen(lit) && !memcmp(s, lit, n); }
+int jj_in_list(const char *const *names, const char *s, size_t n); /* names ends with NULL */
+int jj_oom(jctx *c, int line);
+int jj_put_str(jctx *c, int line, lq_sb *b, jv *out); /* b's text as a value; frees b */
+jv *jj_arg(jarg *a, size_t na, size_t pos, const char *name); /* positional pos or keyword name */
+int jj_check_args(jctx *c, int line, const char *what, jarg *a, size_t na, size_t max_pos,
+                  const char *const *kw);
+size_t jj_prev_char(const char *s, size_t e);
+int jj_is_alpha(unsigned char ch);
+/* which: 1 left, 2 right, 3 both; chars NULL: Unicode whitespace */
+void jj_strip(const char *s, size_t n, int which, const char *chars, size_t cn, size_t *a, size_t *b);
+int jj_to_str(jctx *c, int line, jv v, jv *out);
+int jj_case_map(jctx *c, int line, jv v, int mode, jv *out); /* 0 upper, 1 lower, 2 title, 3 capitalize */
+int jj_replace(jctx *c, int line, jv s, jv *old, jv *nw, jv *cnt, jv *out);
+int jj_split(jctx *c, int line, jv s, jv *sep, jv *maxs, jv *out);
+size_t jj_len_of(jv v);
+jv jj_attr_path(jv item, jv path);
+int jj_items_list(jctx *c, int line, jv v, jv *out);
+int jj_join(jctx *c, int line, jv in, jarg *a, size_t na, jv *out);
 /* obj.name as Jinja's getattr: dict key, namespace attribute; Undefined when absent. */
 jv jj_getattr(jv obj, const char *name, size_t n);
 

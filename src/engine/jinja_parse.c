@@ -297,6 +297,15 @@ static jnode *primary(P *p)
     return n;
 }
 
+/* callee(args...) at '(' */
+static jnode *call(P *p, jnode *callee, int line)
+{
+    jnode *c = node(p, JN_CALL, line);
+    if (!c || kid(c, callee))
+        return oom(p), NULL;
+    return call_args(p, c) ? NULL : c;
+}
+
 static jnode *postfix(P *p, jnode *n)
 {
     for (;;) {
@@ -352,12 +361,8 @@ static jnode *postfix(P *p, jnode *n)
                     return oom(p), NULL;
             n = s;
         } else if (is_op(p, "(")) {
-            jnode *c = node(p, JN_CALL, line);
-            if (!c || kid(c, n))
-                return oom(p), NULL;
-            if (call_args(p, c))
+            if (!(n = call(p, n, line)))
                 return NULL;
-            n = c;
         } else {
             return n;
         }
@@ -429,12 +434,8 @@ static jnode *filters_tests(P *p, jnode *n)
             }
             n = tn;
         } else if (is_op(p, "(")) {
-            jnode *c = node(p, JN_CALL, line);
-            if (!c || kid(c, n))
-                return oom(p), NULL;
-            if (call_args(p, c))
+            if (!(n = call(p, n, line)))
                 return NULL;
-            n = c;
         } else {
             return n;
         }
