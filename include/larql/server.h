@@ -69,6 +69,10 @@ typedef struct lq_server_opts {
     int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
     int cache_ttl_s;          /* GET /v1/describe: Cache-Control max-age (0 = "no-cache": clients
                                  revalidate with If-None-Match, answered 304 while unchanged) */
+    const char *chat_template; /* NULL: each model's own tokenizer.chat_template (else the
+                                 built-in format for it); "plain", "llama3", "bitnet": that
+                                 built-in; anything else: Jinja template text for
+                                 /v1/chat/completions (`serve --chat-template NAME|FILE`) */
     lq_server_log_fn log;
     void *log_user;
 } lq_server_opts;

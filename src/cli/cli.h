@@ -39,6 +39,8 @@ int lq_cli_verify(int argc, char **argv);
 int lq_cli_journal(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */
 int lq_cli_serve(int argc, char **argv);
+/* chat template rendering (src/cli/cmd_template.c) */
+int lq_cli_chat_template(int argc, char **argv);
 
 /* Helpers shared by the subcommands (args.c). */
 
@@ -55,6 +57,16 @@ int lq_parse_ids(const char *s, int32_t **ids, size_t *n);
 /* Reads all of stdin or a file into a malloc'd NUL-terminated buffer. */
 int lq_read_file(const char *path, char **out, size_t *len);
 
+
+/* --chat-template NAME|FILE (common.c): a built-in name ("plain", "llama3", "bitnet") as is,
+ * else the text of FILE, in *spec (malloc'd; NULL when arg is NULL). Prints the error and
+ * returns 1 when FILE cannot be read or holds a NUL byte. */
+int lq_cli_chat_template_arg(const char *cmd, const char *arg, char **spec);
+struct lq_chat_format;
+struct lq_model;
+/* The chat format for run --chat and chat: arg as above, NULL for the model's own template.
+ * Prints the error (a template that does not parse names its line) and returns 1. */
+int lq_cli_chat_format(const char *cmd, const struct lq_model *m, const char *arg, struct lq_chat_format **out);
 
 /* Options every model-loading command shares (common.c). */
 struct lq_model;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "larql/chat.h"
 #include "larql/gguf.h"
 #include "larql/model.h"
 
@@ -69,6 +70,16 @@ int lq_cli_info(int argc, char **argv)
         if (tok)
             printf(", bos %d, eos %d, eot %d", lq_tokenizer_bos(tok), lq_tokenizer_eos(tok), lq_tokenizer_eot(tok));
         printf(")\n");
+        {
+            /* which chat format chat/run --chat/serve use: the file's template or a built-in */
+            lq_chat_format *f = NULL;
+            lq_err ferr = {0};
+            if (lq_chat_format_open(m, NULL, &f, &ferr) == LQ_OK)
+                printf("chat template:   %s (%s)\n", lq_chat_format_name(f), lq_chat_format_source(f));
+            else
+                printf("chat template:   unusable: %s\n", ferr.msg);
+            lq_chat_format_free(f);
+        }
         printf("context (train): %d\n", in->n_ctx_train);
         printf("rope theta:      %g\n", in->rope_theta);
         printf("rms eps:         %g\n", in->norm_eps);

@@ -16,7 +16,7 @@ typedef struct gen_args {
     lq_generate_params gen;
     const char *stops[16];
     int n_stops;
-    const char *tmpl; /* --template plain|llama3|bitnet */
+    const char *tmpl; /* --chat-template (or --template) NAME|FILE */
     const char *system;
 } gen_args;
 
@@ -31,7 +31,7 @@ static int gen_opt(const char *C, const char *U, int argc, char **argv, int *i, 
     static const char *const with_value[] = {"-n", "--max-tokens", "--temp", "--top-k", "--top-p",
                                              "--min-p", "--seed", "--repeat-penalty",
                                              "--frequency-penalty", "--presence-penalty", "--stop",
-                                             "--template", "--system"};
+                                             "--template", "--chat-template", "--system"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(o, with_value[k]);
@@ -64,12 +64,8 @@ static int gen_opt(const char *C, const char *U, int argc, char **argv, int *i, 
             return -1;
         }
         g->stops[g->n_stops++] = v;
-    } else if (!strcmp(o, "--template")) {
-        if (lq_chat_template_from_name(v) < 0) {
-            lq_cli_usage(C, U, "--template: '%s' (expected plain, llama3 or bitnet)", v);
-            return -1;
-        }
-        g->tmpl = v;
+    } else if (!strcmp(o, "--template") || !strcmp(o, "--chat-template")) {
+        g->tmpl = v; /* a name or a file: read and parsed once the model is open */
     } else if (!strcmp(o, "--system")) {
         g->system = v;
     } else {
@@ -158,7 +154,7 @@ static const char *RUN_USAGE =
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "       [--weights auto|copy|mmap]\n"
-    "       [--chat [--template T] [--system S]]\n"
+    "       [--chat [--chat-template NAME|FILE] [--system S]]\n"
     "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
     "  PROMPT may follow MODEL as LARQL takes it; without a prompt (and without --ids) run is\n"
     "  larql chat on MODEL, as in LARQL";
@@ -260,13 +256,17 @@ int lq_cli_run(int argc, char **argv)
         const char *text = prompt;
         unsigned fl = lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0;
         if (chat) {
-            int t = g.tmpl ? lq_chat_template_from_name(g.tmpl) : lq_chat_template_for_model(m);
+            lq_chat_format *fmt = NULL;
+            if (lq_cli_chat_format(C, m, g.tmpl, &fmt))
+                goto out;
             lq_chat_msg msgs[2];
             size_t nm = 0;
             if (g.system)
                 msgs[nm++] = (lq_chat_msg){"system", g.system};
             msgs[nm++] = (lq_chat_msg){"user", prompt};
-            if (lq_chat_render(t, msgs, nm, 1, &rendered, &err)) {
+            int fe = lq_chat_format_render(fmt, msgs, nm, 1, NULL, &rendered, &err);
+            lq_chat_format_free(fmt);
+            if (fe) {
                 lq_cli_error(C, "%s", err.msg);
                 goto out;
             }
@@ -308,7 +308,7 @@ out:
 /* ---- chat ---- */
 
 static const char *CHAT_USAGE =
-    "larql chat MODEL [--system TEXT] [--template plain|llama3|bitnet] [-n N] [--temp T]\n"
+    "larql chat MODEL [--system TEXT] [--chat-template NAME|FILE] [-n N] [--temp T]\n"
     "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
     "       [--lm-head f16|q8] [--kv f32|f16|q8]\n"
     "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
@@ -372,6 +372,7 @@ int lq_cli_chat(int argc, char **argv)
     lq_err err = {0};
     int rc = 1, tty = isatty(0);
     lq_chat_msg *msgs = NULL;
+    lq_chat_format *fmt = NULL;
     size_t nm = 0, cap = 0;
     char *line = NULL;
     size_t line_cap = 0;
@@ -381,11 +382,12 @@ int lq_cli_chat(int argc, char **argv)
         lq_cli_error(C, "%s", err.msg);
         goto out;
     }
-    int tmpl = g.tmpl ? lq_chat_template_from_name(g.tmpl) : lq_chat_template_for_model(m);
+    if (lq_cli_chat_format(C, m, g.tmpl, &fmt))
+        goto out;
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     if (tty)
-        fprintf(stderr, "larql chat: %s template, /reset to start over, /quit to leave\n",
-                lq_chat_template_name(tmpl));
+        fprintf(stderr, "larql chat: %s template (%s), /reset to start over, /quit to leave\n",
+                lq_chat_format_name(fmt), lq_chat_format_source(fmt));
     for (;;) {
         if (tty) {
             fputs("> ", stdout);
@@ -429,7 +431,7 @@ int lq_cli_chat(int argc, char **argv)
         int32_t *ids = NULL;
         size_t n = 0;
         unsigned fl = (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0) | LQ_TOK_PARSE_SPECIAL;
-        if (lq_chat_render(tmpl, msgs, nm, 1, &text, &err) ||
+        if (lq_chat_format_render(fmt, msgs, nm, 1, NULL, &text, &err) ||
             lq_tokenizer_encode(tok, text, strlen(text), fl, &ids, &n, &err)) {
             free(text);
             lq_cli_error(C, "%s", err.msg);
@@ -463,6 +465,7 @@ int lq_cli_chat(int argc, char **argv)
 oom:
     lq_cli_error(C, "out of memory");
 out:
+    lq_chat_format_free(fmt);
     for (size_t k = 0; k < nm; k++)
         free((char *)msgs[k].content);
     free(msgs);

@@ -17,7 +17,7 @@ static const char *SERVE_USAGE =
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
-    "       [--cache-ttl S] [--memory-limit BYTES]\n"
+    "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
@@ -61,6 +61,8 @@ int lq_cli_serve(int argc, char **argv)
     lq_cli_model_args ma;
     lq_cli_model_args_init(&ma);
     o.api_key = getenv("LARQL_API_KEY");
+    const char *chat_template_arg = NULL;
+    char *chat_template = NULL;
     for (int i = 1; i < argc; i++) {
         int r = lq_cli_model_opt(C, SERVE_USAGE, argc, argv, &i, &ma);
         if (r < 0)
@@ -128,6 +130,8 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 1, 0x7fffffffffffffffL, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--memory-limit: '%s' is not a byte count", argv[i]);
             o.memory_limit = (uint64_t)v;
+        } else if (!strcmp(a, "--chat-template") && has_val) {
+            chat_template_arg = argv[++i];
         } else if (a[0] == '-') {
             return lq_cli_usage(C, SERVE_USAGE, "unknown option or missing value: '%s'", a);
         } else if (!o.model_path) {
@@ -140,6 +144,9 @@ int lq_cli_serve(int argc, char **argv)
         return lq_cli_usage(C, SERVE_USAGE, "MODEL is required (or --dir DIR)");
     if (o.model_path && o.models_dir)
         return lq_cli_usage(C, SERVE_USAGE, "give MODEL or --dir DIR, not both");
+    if (lq_cli_chat_template_arg(C, chat_template_arg, &chat_template))
+        return 1;
+    o.chat_template = chat_template;
     lq_cli_model_opts(&ma, &o.model);
     o.n_ctx = ma.ctx;
     o.log = log_line;
@@ -159,7 +166,9 @@ int lq_cli_serve(int argc, char **argv)
     sigaction(SIGBUS, &sb, NULL);
 
     lq_err err = {0};
-    if (lq_server_start(&o, &g_server, &err)) {
+    int started = lq_server_start(&o, &g_server, &err);
+    free(chat_template); /* the server keeps its own copy */
+    if (started) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         return lq_cli_error(C, "%s", err.msg);
     }

@@ -1,8 +1,10 @@
 /* Option parsing and model opening shared by the model commands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "larql/chat.h"
 #include "larql/model.h"
 
 void lq_cli_model_args_init(lq_cli_model_args *a)
@@ -201,5 +203,39 @@ int lq_cli_parse(const char *cmd, const char *usage, int argc, char **argv, int 
     }
     if (n_pos)
         *n_pos = np;
+    return 0;
+}
+
+int lq_cli_chat_template_arg(const char *cmd, const char *arg, char **spec)
+{
+    *spec = NULL;
+    if (!arg)
+        return 0;
+    if (lq_chat_template_from_name(arg) >= 0) {
+        *spec = strdup(arg);
+        return *spec ? 0 : lq_cli_error(cmd, "out of memory");
+    }
+    size_t n = 0;
+    if (lq_read_file(arg, spec, &n))
+        return lq_cli_error(cmd, "--chat-template: '%s' is not plain, llama3, bitnet or a readable template file",
+                            arg);
+    if (strlen(*spec) != n) {
+        free(*spec);
+        *spec = NULL;
+        return lq_cli_error(cmd, "--chat-template: '%s' holds a NUL byte", arg);
+    }
+    return 0;
+}
+
+int lq_cli_chat_format(const char *cmd, const struct lq_model *m, const char *arg, struct lq_chat_format **out)
+{
+    char *spec = NULL;
+    if (lq_cli_chat_template_arg(cmd, arg, &spec))
+        return 1;
+    lq_err err = {0};
+    int rc = lq_chat_format_open(m, spec, out, &err);
+    free(spec);
+    if (rc)
+        return lq_cli_error(cmd, "%s", err.msg);
     return 0;
 }

@@ -15,6 +15,7 @@ static const struct {
     {"perplexity", lq_cli_perplexity, "MODEL --file TEXT [--ctx N] [--json] perplexity and bits per byte"},
     {"run", lq_cli_run, "MODEL [PROMPT] [-n N]        stream a continuation (no PROMPT: chat)"},
     {"chat", lq_cli_chat, "MODEL                      interactive chat with the model's template"},
+    {"chat-template", lq_cli_chat_template, "TEMPLATE VARS.json      render a Jinja chat template (as chat does)"},
     {"tokenize", lq_cli_tokenize, "SOURCE TEXT [--special]  text -> ids (JSON)"},
     {"detokenize", lq_cli_detokenize, "SOURCE 1,2,3            ids -> text (JSON)"},
     {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|demo|2b] random BitNet GGUF fixture"},

@@ -22,5 +22,9 @@ void lq_sb_printf(lq_sb *b, const char *fmt, ...) __attribute__((format(printf, 
 int lq_sb_finish(lq_sb *b, char **out, lq_err *err);
 /* Frees the buffer without handing it over. */
 void lq_sb_free(lq_sb *b);
+/* s[0..n) as a JSON string, escaped as serde_json and Python's json.dumps(ensure_ascii=False)
+ * both do: '"', '\\', \n \r \t \b \f by name, other bytes below 0x20 as \u00XX, the rest
+ * (UTF-8 included) as is. */
+void lq_sb_json_str(lq_sb *b, const char *s, size_t n);
 
 #endif

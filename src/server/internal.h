@@ -93,7 +93,7 @@ typedef struct metrics {
 
 struct lq_server {
     lq_server_opts o;
-    char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir; /* owned copies of o's strings */
+    char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
     int is_dir;

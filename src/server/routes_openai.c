@@ -450,7 +450,7 @@ static char *message_content(json_t *c, size_t i, reply *r)
 }
 
 /* Renders messages with the model's chat template and encodes them. */
-static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
+static int parse_messages(const char *chat_template, lq_model *m, job *jb, json_t *j, reply *r)
 {
     json_t *msgs = json_object_get(j, "messages");
     if (!msgs || json_is_null(msgs)) {
@@ -521,7 +521,6 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
     }
     lq_err err = {0};
     const lq_tokenizer *tok = lq_model_tokenizer(m);
-    int tmpl = lq_chat_template_for_model(m);
     lq_chat_msg *use = cm;
     size_t n_use = n;
     char *sys = NULL;
@@ -545,12 +544,18 @@ static int parse_messages(lq_model *m, job *jb, json_t *j, reply *r)
         memcpy(use + 1, cm + merge, (n - (size_t)merge) * sizeof *cm);
         n_use = n + 1 - (size_t)merge;
     }
-    int rrc = lq_chat_render(tmpl, use, n_use, 1, &text, &err);
+    /* the model file's own template (or serve --chat-template), parsed per request: a few
+     * microseconds, and nothing to share between threads */
+    lq_chat_format *fmt = NULL;
+    int fe = lq_chat_format_open(m, chat_template, &fmt, &err);
+    if (!fe)
+        fe = lq_chat_format_render(fmt, use, n_use, 1, NULL, &text, &err);
+    lq_chat_format_free(fmt);
     if (use != cm)
         free(use);
     free(sys);
-    if (rrc) {
-        reply_oai_err(r, 400, "messages", "%s", err.msg);
+    if (fe) {
+        reply_oai_err(r, fe == LQ_ENOMEM ? 500 : 400, "messages", "%s", err.msg);
         goto out;
     }
     unsigned fl = (lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0) | LQ_TOK_PARSE_SPECIAL;
@@ -1062,7 +1067,7 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
     jb->n_vocab = lq_model_get_info(m)->n_vocab;
     if (parse_constraints(jb, j, r))
         goto fail;
-    if (chat ? parse_messages(m, jb, j, r) : parse_prompt(m, jb, j, r))
+    if (chat ? parse_messages(s->o.chat_template, m, jb, j, r) : parse_prompt(m, jb, j, r))
         goto fail;
     json_decref(j);
     j = NULL;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "larql/chat.h"
 #include "server/internal.h"
 
 void lq_server_opts_init(lq_server_opts *o)
@@ -78,6 +79,7 @@ static void server_free(lq_server *s)
     free(s->kernels);
     free(s->state_dir);
     free(s->patch_dir);
+    free(s->chat_template);
     free(s->models);
     free(s);
 }
@@ -132,6 +134,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->patch_dir = dupz(o->patch_dir);
     s->o.state_dir = s->state_dir;
     s->o.patch_dir = s->patch_dir;
+    s->chat_template = dupz(o->chat_template);
+    s->o.chat_template = s->chat_template;
     s->o.host = s->host;
     s->o.api_key = s->api_key;
     s->o.model_path = s->model_path;
@@ -146,9 +150,19 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
     if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
-        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || pipe2(s->stop_pipe, O_CLOEXEC)) {
+        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) ||
+        (o->chat_template && !s->chat_template) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
+    }
+    if (o->chat_template) { /* a bad --chat-template fails the start, not every chat request */
+        lq_chat_format *f = NULL;
+        int rc = lq_chat_format_open(NULL, o->chat_template, &f, err);
+        lq_chat_format_free(f);
+        if (rc) {
+            server_free(s);
+            return rc;
+        }
     }
     s->is_dir = S_ISDIR(st.st_mode);
     if (s->is_dir) {

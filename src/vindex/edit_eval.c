@@ -223,9 +223,11 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, con
         lq_chat_msg msg = {"user", json_string_value(v)};
         char *text = NULL;
         gen_buf g;
-        if (!(rc = lq_chat_render(lq_chat_template_for_model(m), &msg, 1, 1, &text, err)) &&
-            !(rc = greedy(m, h, text, &g, err)))
+        lq_chat_format *f = NULL; /* the file's own template, as the chat routes render it */
+        if (!(rc = lq_chat_format_open(m, NULL, &f, err)) &&
+            !(rc = lq_chat_format_render(f, &msg, 1, 1, NULL, &text, err)) && !(rc = greedy(m, h, text, &g, err)))
             chat += strstr(g.s, c->target) != NULL, nch++;
+        lq_chat_format_free(f);
         free(text);
     }
     /* generation: the canonical prompt continues with the whole target */

@@ -208,8 +208,10 @@ static char *chat_text(const lq_model *m, const char *entity, const char *relati
         return NULL;
     }
     lq_chat_msg msg = {"user", q};
-    if (lq_chat_render(lq_chat_template_for_model(m), &msg, 1, 1, &out, err))
+    lq_chat_format *f = NULL; /* the file's own template, as the chat routes render it */
+    if (lq_chat_format_open(m, NULL, &f, err) || lq_chat_format_render(f, &msg, 1, 1, NULL, &out, err))
         out = NULL;
+    lq_chat_format_free(f);
     free(q);
     return out;
 }

@@ -11,38 +11,6 @@
 
 #include "vindex/vindex_internal.h"
 
-void lq_sb_json_str(lq_sb *b, const char *s, size_t n)
-{
-    lq_sb_put(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char u[8];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) {
-                snprintf(u, sizeof u, "\\u%04x", c);
-                esc = u;
-            }
-        }
-        if (esc) {
-            lq_sb_put(b, s + run, i - run);
-            lq_sb_puts(b, esc);
-            run = i + 1;
-        }
-    }
-    lq_sb_put(b, s + run, n - run);
-    lq_sb_put(b, "\"", 1);
-}
-
 /* Rust's ryu layout for a value with significant digits `dig` (no leading/trailing zeros)
  * and decimal point position kk (value = 0.dig * 10^kk). max_kk: 16 for f64, 13 for f32. */
 static void ryu_layout(lq_sb *b, int neg, const char *dig, int kk, int max_kk)

@@ -30,8 +30,7 @@ void lq_sha256_final(lq_sha256 *s, uint8_t out[32]);
 void lq_sha256_hex(const void *data, size_t n, char hex[65]);
 
 /* ---- JSON output on the core string builder (core/sb.h) ---- */
-/* JSON string literal the way serde_json escapes (", \, control chars; UTF-8 raw). */
-void lq_sb_json_str(lq_sb *b, const char *s, size_t n);
+/* (JSON string literals: lq_sb_json_str in core/sb.h) */
 /* Shortest round-trip decimal, Rust/ryu style ("5.0", "12.3", "0.00001", "1e-7", "1e16"). */
 void lq_sb_f64(lq_sb *b, double v);
 void lq_sb_f32(lq_sb *b, float v);

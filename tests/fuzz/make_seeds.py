@@ -35,6 +35,21 @@ put('fuzz_chat', 'llama3', chat(2 | 8, '{% for m in messages %}<|start_header_id
                                  'system', 'Be brief.', 'user', 'What is 2+2?', 'assistant', '4', 'user', 'And 3+3?'))
 put('fuzz_chat', 'bitnet', chat(4, "{{ 'Assistant: ' }}<|eot_id|>", 'user', 'Bonjour \u00e9t\u00e9', 'tool', 'x'))
 
+# ---- jinja: template NUL variables (JSON); the templates are chat-template test data ----
+TPL = os.path.join(HERE, '..', 'data', 'chat_templates')
+VARS = json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                {"role": "assistant", "content": " Hello "}, {"role": "user", "content": "2+2?"}],
+                   "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": True})
+for name in ['chatml', 'meta-llama-Llama-3.1-8B-Instruct', 'tiiuae-Falcon3-Instruct', 'llamacpp-25-Mistral-Large-Instruct-2407-mistralai-v3-template-modified-t',
+             'llamacpp-31-yandex-YandexGPT-5-Lite-8B-instruct', 'Qwen-Qwen2.5-7B-Instruct', 'bitnet-b1.58-2B-4T']:
+    with open(os.path.join(TPL, name + '.jinja'), 'rb') as f:
+        put('fuzz_jinja', name.split('-')[0] + '-' + str(len(name)), f.read() + b'\0' + VARS.encode())
+put('fuzz_jinja', 'constructs', "{% set ns = namespace(a=0) %}{% for k, v in {'x': [1, 2.5, none]}.items() if k %}"
+    "{%- set ns.a = ns.a + 1 -%}{{ k ~ v | tojson(indent=1) }}{{ loop.index }}{% else %}e{% endfor %}"
+    "{% macro m(a, b='d') %}{{ a[::-1] | upper }}{{ b | default('x') | trim }}{% endmacro %}{{ m('ab') }}"
+    "{{ 'a,b'.split(',') | join('|') }}{% raw %}{{{% endraw %}{{ 7 // 2 ** 2 if true else 0 }}")
+put('fuzz_jinja', 'errors', "{{ raise_exception('no') if messages | length > 9 }}{{ u.x }}\0{\"messages\": []}")
+
 # ---- lql: one statement of each form ----
 LQL = [
     'USE "a/b.vindex";',

@@ -29,6 +29,7 @@ typedef struct tg_opts {
     const char *string_key;       /* write this <arch>.KEY as a string instead of a number */
     int theta_as_u32;             /* write rope.freq_base as u32 (any numeric type must work) */
     int untied;                   /* add output.weight */
+    const char *chat_template;    /* tokenizer.chat_template, when set */
 } tg_opts;
 
 static inline tg_opts tg_default(void)
@@ -177,6 +178,8 @@ static inline int tg_write(const tg_opts *o, const char *path, lq_err *err)
     int bitnet = strncmp(A, "bitnet", 6) == 0;
     lq_gguf_writer_add_str(w, "general.architecture", A);
     lq_gguf_writer_add_str(w, "general.name", "tiny-test");
+    if (o->chat_template)
+        lq_gguf_writer_add_str(w, "tokenizer.chat_template", o->chat_template);
 #define KEY(k) (snprintf(key, sizeof key, "%s." k, A), key)
 #define U32(k, v)                                                                          \
     do {                                                                                   \
