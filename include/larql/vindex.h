@@ -136,6 +136,10 @@ int lq_vindex_rewrite(const lq_vindex *v, const char *out_dir, lq_err *err);
  * outside [0, num_layers). */
 int lq_vindex_gate_layer(const lq_vindex *v, int layer, const void **rows, int *n_features,
                          lq_err *err);
+/* Reads one byte a page of the gate rows of each layer of layers [n] (all layers when layers
+ * is NULL), so the first queries do not wait on the page cache (LARQL's /v1/warmup). Layers
+ * outside the vindex or empty are skipped; returns how many were read. */
+int lq_vindex_prefetch_gates(const lq_vindex *v, const int *layers, size_t n);
 /* Embedding row of token id as f32 times embed_scale (out has hidden floats). */
 int lq_vindex_embed_row(const lq_vindex *v, int32_t id, float *out, lq_err *err);
 

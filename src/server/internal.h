@@ -242,6 +242,7 @@ void route_select(lq_server *s, req *q, reply *r);
 void route_relations(lq_server *s, req *q, reply *r);
 void route_infer(lq_server *s, req *q, reply *r);
 void route_explain(lq_server *s, req *q, reply *r); /* POST /v1/explain-infer */
+void route_warmup(lq_server *s, req *q, reply *r);  /* POST /v1/warmup */
 void route_tok_encode(lq_server *s, req *q, reply *r);
 void route_tok_decode(lq_server *s, req *q, reply *r);
 void route_embed(lq_server *s, req *q, reply *r);     /* POST /v1/embed: JSON or binary */

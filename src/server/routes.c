@@ -113,6 +113,13 @@ static const route ROUTES[] = {
       OBJ("\"model\":" STR ",\"input\":" "{}" ",\"encoding_format\":" STR), NULL,
       OBJ("\"object\":" STR ",\"data\":" ARR(OBJ("\"embedding\":" ARR(NUM) ",\"index\":" INT)) ",\"model\":" STR),
       NULL}},
+    {"/v1/warmup", M_POST, route_warmup, LARQL,
+     {"Read the gate rows of the given layers (all by default) into memory and load the weights unless "
+      "skip_weights (LARQL's warmup)",
+      NULL, OBJ("\"skip_weights\":" BOOL ",\"layers\":" ARR(INT)), NULL,
+      OBJ("\"model\":" STR ",\"weights_loaded\":" BOOL ",\"layers_prefetched\":" INT ",\"hnsw_built\":" BOOL
+          ",\"total_ms\":" INT),
+      NULL}},
     {"/v1/explain-infer", M_POST, route_explain, LARQL,
      {"Inference with the features each layer fired", NULL,
       OBJ("\"prompt\":" STR ",\"top\":" INT ",\"per_layer\":" INT ",\"band\":" STR ",\"relations_only\":" BOOL

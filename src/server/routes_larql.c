@@ -978,3 +978,46 @@ out:
     free(logits);
     json_decref(j);
 }
+
+/* POST /v1/warmup (LARQL's): {skip_weights?, layers?: [int]} -> the gate rows of those layers
+ * (all by default) read into memory, the weights loaded unless skip_weights. */
+void route_warmup(lq_server *s, req *q, reply *r)
+{
+    double t0 = lq_now();
+    json_t *j = q->len ? req_json_body(q, r) : json_object();
+    if (!j)
+        return;
+    int skip = 0;
+    json_t *ls = json_object_get(j, "layers");
+    if (jget_bool(q->rt, j, "skip_weights", &skip, r) < 0 ||
+        (ls && !json_is_null(ls) && !json_is_array(ls))) {
+        if (!r->body)
+            reply_larql_err(r, 400, "'layers' must be an array of layer numbers");
+        json_decref(j);
+        return;
+    }
+    size_t n = json_array_size(ls);
+    int *layers = malloc((n ? n : 1) * sizeof *layers);
+    if (!layers) {
+        json_decref(j);
+        reply_larql_err(r, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(ls, i);
+        layers[i] = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) < (1 << 20)
+                        ? (int)json_integer_value(x) : -1;
+    }
+    int prefetched = s->vx ? lq_vindex_prefetch_gates(s->vx, ls && !json_is_null(ls) ? layers : NULL, n) : 0;
+    free(layers);
+    json_decref(j);
+    int loaded = 0;
+    if (!skip && !s->o.no_infer) {
+        lq_model *m = NULL;
+        lq_err e = {0};
+        loaded = srv_model(s, &m, &e) == 0;
+    }
+    reply_json(r, 200, json_pack("{s:s,s:b,s:i,s:b,s:I}", "model", s->model_id, "weights_loaded", loaded,
+                                 "layers_prefetched", prefetched, "hnsw_built", 0, "total_ms",
+                                 (json_int_t)((lq_now() - t0) * 1000.0)));
+}

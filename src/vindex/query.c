@@ -1334,3 +1334,26 @@ int lq_vindex_show_layers_json(const lq_vindex *v, char **json_out, lq_err *err)
     lq_sb_puts(&b, "]}");
     return lq_sb_finish(&b, json_out, err);
 }
+
+/* ---- warmup ---- */
+
+int lq_vindex_prefetch_gates(const lq_vindex *v, const int *layers, size_t n)
+{
+    int L = v->info.num_layers, count = 0;
+    size_t el = v->info.dtype == LQ_VDT_F16 ? 2 : 4;
+    volatile unsigned char sink = 0;
+    for (size_t i = 0; i < (layers ? n : (size_t)L); i++) {
+        int l = layers ? layers[i] : (int)i;
+        const void *rows = NULL;
+        int nf = 0;
+        if (l < 0 || l >= L || lq_vindex_gate_layer(v, l, &rows, &nf, NULL) || !rows || nf <= 0)
+            continue;
+        const unsigned char *b = rows;
+        size_t bytes = (size_t)nf * (size_t)v->info.hidden_size * el;
+        for (size_t o = 0; o < bytes; o += 4096)
+            sink ^= b[o];
+        count++;
+    }
+    (void)sink;
+    return count;
+}

@@ -215,6 +215,27 @@ def openapi():
     ok("every documented path and method is answered (no 404/405 from the router)", not missing, missing)
 
 
+def warmup():
+    """LARQL's POST /v1/warmup: its fields, the layer list, bad input"""
+    st, _, b = call("plain", "POST", "/v1/warmup", {"skip_weights": True})
+    j = json.loads(b) if st == 200 else {}
+    ok("warmup skip_weights -> 200, weights_loaded false, layers_prefetched and total_ms integers",
+       st == 200 and j.get("weights_loaded") is False and isinstance(j.get("layers_prefetched"), int)
+       and isinstance(j.get("total_ms"), int), (st, b[:200]))
+    st, _, b = call("plain", "POST", "/v1/warmup", {})
+    j = json.loads(b) if st == 200 else {}
+    ok("warmup {} -> 200 with model, hnsw_built and the weights loaded",
+       st == 200 and isinstance(j.get("model"), str) and isinstance(j.get("hnsw_built"), bool)
+       and j.get("weights_loaded") is True, (st, b[:200]))
+    st, _, b = call("plain", "POST", "/v1/warmup", {"skip_weights": True, "layers": [0]})
+    ok("warmup of layer [0] prefetches 1", st == 200 and json.loads(b).get("layers_prefetched") == 1, (st, b[:200]))
+    st, _, b = call("plain", "POST", "/v1/warmup", {"skip_weights": True, "layers": [999]})
+    ok("warmup of a layer out of range prefetches 0", st == 200 and json.loads(b).get("layers_prefetched") == 0,
+       (st, b[:200]))
+    st, _, b = call("plain", "POST", "/v1/warmup", {"layers": "all"})
+    ok("warmup with layers not an array -> 400", st == 400, (st, b[:200]))
+
+
 def main():
     for a in sys.argv[2:]:
         k, v = a.split("=")
@@ -222,6 +243,7 @@ def main():
     if "cached" in PORTS and "plain" in PORTS:
         describe_caching()
         binary_wire()
+        warmup()
     if "dense" in PORTS:
         dense_only()
     if "multi" in PORTS and "plain" in PORTS:
