@@ -38,6 +38,7 @@ typedef struct job {
     struct MHD_Connection *conn;
     const route *rt;
     int chat, stream, include_usage, echo;
+    int n, has_seed;         /* choices asked for (n); a seed was given (choice i uses seed + i) */
     int logprobs;            /* chat: bool; completions: number of alternatives, -1 = off */
     int top_logprobs;        /* alternatives per token (0..20) */
     int want_lp;             /* record logprobs for each token */
@@ -145,10 +146,7 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
     }
     if (jget_int(rt, j, "n", 1, 128, &n, r) < 0)
         return -1;
-    if (n > 1) {
-        reply_oai_err(r, 400, "n", "n>1 not yet supported; only n=1 (single completion per prompt)");
-        return -1;
-    }
+    jb->n = (int)n;
     if (jget_int(rt, j, "best_of", 1, 1, &lpn, r) < 0)
         return -1;
     if (jget_bool(rt, j, "stream", &jb->stream, r) < 0)
@@ -182,6 +180,7 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
     sp->repeat_penalty = 1.0f;
     sp->frequency_penalty = (float)fp;
     sp->presence_penalty = (float)pp;
+    jb->has_seed = has_seed;
     if (has_seed) {
         sp->seed = (uint64_t)seed;
         sp->has_seed = 1;
@@ -971,24 +970,24 @@ static void stream_free(void *cls)
 
 /* ---- the two generation routes ---- */
 
-static void non_stream_reply(job *jb, reply *r)
+/* One choice of a finished job (index i); NULL with r filled on an error. */
+static json_t *choice_json(job *jb, int i, reply *r)
 {
-    lq_server *s = jb->s;
     if (jb->gen_rc) {
         reply_oai_err(r, status_from_lq(jb->gen_rc), NULL, "%s", jb->err.msg);
-        return;
+        return NULL;
     }
     json_t *choice;
     if (jb->chat && jb->tools.mode != TOOLS_NONE)
         jb->calls = oai_tool_calls(jb->text ? jb->text : "", jb->text_len);
     if (jb->chat && jb->calls) {
         json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
-        choice = json_pack("{s:i,s:{s:s,s:n,s:O},s:o,s:s}", "index", 0, "message", "role", "assistant",
+        choice = json_pack("{s:i,s:{s:s,s:n,s:O},s:o,s:s}", "index", i, "message", "role", "assistant",
                            "content", "tool_calls", jb->calls, "logprobs", lp, "finish_reason",
                            finish_reason(jb));
     } else if (jb->chat) {
         json_t *lp = jb->want_lp ? json_pack("{s:O}", "content", jb->lp_all) : json_null();
-        choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
+        choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content",
                            lq_jstr(jb->text ? jb->text : "", jb->text_len), "logprobs", lp, "finish_reason",
                            finish_reason(jb));
     } else {
@@ -997,7 +996,7 @@ static void non_stream_reply(job *jb, reply *r)
             char *all = malloc(jb->prompt_len + jb->text_len + 1);
             if (!all) {
                 reply_oai_err(r, 500, NULL, "out of memory");
-                return;
+                return NULL;
             }
             memcpy(all, jb->prompt_text, jb->prompt_len);
             if (jb->text_len)
@@ -1007,27 +1006,49 @@ static void non_stream_reply(job *jb, reply *r)
         } else {
             txt = lq_jstr(jb->text ? jb->text : "", jb->text_len);
         }
-        choice = json_pack("{s:o,s:i,s:o,s:s}", "text", txt, "index", 0, "logprobs",
+        choice = json_pack("{s:o,s:i,s:o,s:s}", "text", txt, "index", i, "logprobs",
                            jb->want_lp ? take_completion_logprobs(jb) : json_null(), "finish_reason",
                            finish_reason(jb));
     }
-    reply_json(r, 200, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", jb->id, "object",
-                                 jb->chat ? "chat.completion" : "text_completion", "created",
-                                 (json_int_t)jb->created, "model", s->model_id, "choices", choice, "usage",
-                                 usage_json(jb)));
+    if (!choice)
+        reply_oai_err(r, 500, NULL, "out of memory");
+    return choice;
 }
 
-static void generate_route(lq_server *s, req *q, reply *r, int chat)
+/* The reply of n finished jobs (the choices in order; usage: the prompt once, every choice's
+ * completion tokens). */
+static void non_stream_reply(job *const *jbs, int n, reply *r)
 {
-    json_t *j = req_json_body(q, r);
-    if (!j)
-        return;
+    lq_server *s = jbs[0]->s;
+    json_t *choices = json_array();
+    long completion = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *c = choice_json(jbs[i], i, r);
+        if (!c) {
+            json_decref(choices);
+            return;
+        }
+        json_array_append_new(choices, c);
+        completion += jbs[i]->res.n_generated;
+    }
+    json_t *usage = usage_json(jbs[0]);
+    json_object_set_new(usage, "completion_tokens", json_integer(completion));
+    json_object_set_new(usage, "total_tokens", json_integer((json_int_t)jbs[0]->res.n_prompt + completion));
+    reply_json(r, 200, json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", jbs[0]->id, "object",
+                                 jbs[0]->chat ? "chat.completion" : "text_completion", "created",
+                                 (json_int_t)jbs[0]->created, "model", s->model_id, "choices", choices, "usage",
+                                 usage));
+}
+
+/* A job from the request body j: every field parsed and checked, the prompt encoded. NULL
+ * with r filled on an error. */
+static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
+{
     lq_model *m;
     job *jb = calloc(1, sizeof *jb);
     if (!jb) {
         reply_oai_err(r, 500, NULL, "out of memory");
-        json_decref(j);
-        return;
+        return NULL;
     }
     pthread_mutex_init(&jb->mu, NULL);
     pthread_cond_init(&jb->cv, NULL);
@@ -1061,6 +1082,11 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
             goto fail;
         }
     }
+    if (jb->n > 1 && jb->stream) {
+        reply_oai_err(r, 400, "n", "n>1 with 'stream': true is not supported yet; stream one choice, or ask "
+                                   "for n choices without streaming");
+        goto fail;
+    }
     if (need_model(s, q->rt, r, &m, 1))
         goto fail;
     jb->tok = lq_model_tokenizer(m);
@@ -1069,8 +1095,6 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
         goto fail;
     if (chat ? parse_messages(s->o.chat_template, m, jb, j, r) : parse_prompt(m, jb, j, r))
         goto fail;
-    json_decref(j);
-    j = NULL;
     jb->want_lp = chat ? jb->logprobs > 0 : jb->logprobs >= 0;
     if (jb->want_lp) {
         jb->lp_all = json_array();
@@ -1080,35 +1104,103 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
         jb->c_tops = json_array();
         jb->c_offs = json_array();
     }
-    lq_scheduler *sched = srv_sched(s);
-    int n_ctx = lq_scheduler_n_ctx(sched);
+    int n_ctx = lq_scheduler_n_ctx(srv_sched(s));
     if (jb->n_ids >= (size_t)n_ctx) {
         reply_oai_err(r, 400, chat ? "messages" : "prompt",
                       "prompt is %zu tokens; the context holds %d (prompt + completion)", jb->n_ids, n_ctx);
         goto fail;
     }
-    if (jb->stream && chat)
-        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
+    return jb;
+fail:
+    job_free(jb);
+    return NULL;
+}
+
+/* Hands the job to the scheduler with the request's knowledge state (its X-Session-Id's, or
+ * the global one) editing the forward pass. 0, or r filled. */
+static int job_submit(lq_server *s, req *q, reply *r, job *jb)
+{
     lq_err err = {0};
-    /* the request's knowledge state edits the forward pass (X-Session-Id's, or the global) */
     lq_resid_hook *hook = NULL;
     int st = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
                            &hook, &err);
     if (st) {
         reply_oai_err(r, st, NULL, "%s", err.msg);
-        goto fail;
+        return -1;
     }
     jb->gp.hook = hook;
-    int rc = lq_scheduler_submit(sched, jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);
+    int rc = lq_scheduler_submit(srv_sched(s), jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);
     jb->gp.hook = NULL; /* the scheduler owns it now, or it is freed here */
-    if (rc)
-        lq_edit_hook_free(hook);
     if (rc) {
+        lq_edit_hook_free(hook);
         reply_oai_err(r, status_from_lq(rc), NULL, "%s", err.msg);
         if (rc == LQ_EBUSY)
             r->retry_after = 1;
-        goto fail;
+        return -1;
     }
+    return 0;
+}
+
+/* n > 1 (not streamed): n jobs of the same request, choice i sampling with seed + i when a seed
+ * was given (else each its own), submitted together so the scheduler decodes them in one
+ * batch; the reply waits for all of them. */
+static void many_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, job *first)
+{
+    int n = first->n;
+    job **jbs = calloc((size_t)n, sizeof *jbs);
+    if (!jbs) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        job_free(first);
+        return;
+    }
+    jbs[0] = first;
+    int ok = 1;
+    for (int i = 1; ok && i < n; i++) {
+        if (!(jbs[i] = job_prepare(s, q, r, chat, j)))
+            ok = 0;
+        else if (jbs[i]->has_seed)
+            jbs[i]->gp.sampling.seed += (uint64_t)i;
+    }
+    for (int i = 0; ok && i < n; i++)
+        ok = job_submit(s, q, r, jbs[i]) == 0;
+    for (int i = 0; i < n; i++) {
+        if (!jbs[i] || !jbs[i]->h)
+            continue;
+        if (!ok)
+            lq_sched_cancel(jbs[i]->h);
+        while (!lq_sched_wait(jbs[i]->h, 20)) {
+            if (srv_conn_gone(q->conn) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
+                for (int k = 0; k < n; k++)
+                    if (jbs[k] && jbs[k]->h)
+                        lq_sched_cancel(jbs[k]->h);
+        }
+    }
+    if (ok)
+        non_stream_reply(jbs, n, r);
+    for (int i = 0; i < n; i++)
+        if (jbs[i])
+            job_free(jbs[i]);
+    free(jbs);
+}
+
+static void generate_route(lq_server *s, req *q, reply *r, int chat)
+{
+    json_t *j = req_json_body(q, r);
+    if (!j)
+        return;
+    job *jb = job_prepare(s, q, r, chat, j);
+    if (jb && jb->n > 1) {
+        many_choices(s, q, r, chat, j, jb);
+        json_decref(j);
+        return;
+    }
+    json_decref(j);
+    if (!jb)
+        return;
+    if (jb->stream && chat)
+        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
+    if (job_submit(s, q, r, jb))
+        goto fail;
     if (!jb->stream) {
         /* wait in the connection's thread, watching for a client that hangs up and for
          * the server's shutdown */
@@ -1116,7 +1208,7 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
             if (srv_conn_gone(q->conn) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
                 lq_sched_cancel(jb->h);
         }
-        non_stream_reply(jb, r);
+        non_stream_reply(&jb, 1, r);
         job_free(jb);
         return;
     }
@@ -1133,7 +1225,6 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
     MHD_add_response_header(r->stream, "X-Accel-Buffering", "no");
     return;
 fail:
-    json_decref(j);
     job_free(jb);
 }
 

@@ -480,7 +480,21 @@ def main_tests():
     st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, response_format={"type": "text"}, tools=[], frequency_penalty=0.5, presence_penalty=-0.5))
     ok("response_format text, empty tools, penalties accepted", st == 200, raw)
 
-    expect_error("n=2 -> 400", "POST", "/v1/chat/completions", dict(chat, n=2), contains="n>1")
+    st, _, j, raw = jreq("POST", "/v1/chat/completions", dict(chat, n=3, max_tokens=4, temperature=1.0, seed=7))
+    ok("n=3 -> three choices, index 0..2, usage counts every choice's tokens",
+       st == 200 and [c["index"] for c in j["choices"]] == [0, 1, 2]
+       and all(c["message"]["role"] == "assistant" for c in j["choices"])
+       and j["usage"]["completion_tokens"] >= 3, raw)
+    st, _, j2, raw2 = jreq("POST", "/v1/chat/completions", dict(chat, n=3, max_tokens=4, temperature=1.0, seed=7))
+    ok("n=3 with a seed is reproducible (choice i samples with seed + i)",
+       st == 200 and [c["message"]["content"] for c in j2["choices"]] == [c["message"]["content"] for c in j["choices"]],
+       (raw, raw2))
+    st, _, j3, raw3 = jreq("POST", "/v1/chat/completions", dict(chat, max_tokens=4, temperature=1.0, seed=8))
+    ok("choice 1 of n=3 at seed 7 is the single choice at seed 8",
+       st == 200 and j3["choices"][0]["message"]["content"] == j["choices"][1]["message"]["content"], (raw, raw3))
+    st, _, j, raw = jreq("POST", "/v1/completions", dict(base, n=2, max_tokens=3))
+    ok("completions n=2 -> two choices", st == 200 and [c["index"] for c in j["choices"]] == [0, 1], raw)
+    expect_error("n=2 streamed -> 400", "POST", "/v1/chat/completions", dict(chat, n=2, stream=True), contains="n>1")
     expect_error("n=0 -> 400", "POST", "/v1/completions", dict(base, n=0))
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     # tools are served (tests/cli/grammar.sh checks the calls); here: accepted, a text or a call
