@@ -491,6 +491,8 @@ static int call_macro(jctx *c, int line, const jnode *m, jarg *args, size_t na, 
         }
     }
     jframe *saved = c->top;
+    /* the macro's frame is on top only while its body runs; c->top is restored below */
+    // cppcheck-suppress autoVariables
     c->top = &f;
     for (size_t k = 0; k < np && !rc; k++) {
         const jnode *pn = m->kid[1 + k];
