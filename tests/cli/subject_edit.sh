@@ -49,6 +49,18 @@ out=$(cd "$T_TMP" && "$LARQL" lql "$V" -c "APPLY PATCH \"s.vlp\"; INFER \"The ca
 echo "$out" | grep -q "^Deleted edit $ID" && [ "$(echo "$out" | grep -c '1\.  *(99\|1\.  *(100')" = 1 ] && echo "$out" | grep -q "edit '$ID' not found" &&
     pass "LQL DELETE FROM EDGES WHERE id = … removes one subject edit (a second time: not found)" ||
     fail "LQL DELETE FROM EDGES WHERE id = … removes one subject edit (a second time: not found)" "$ID $out"
+# 10,000 edits in one patch: applied whole (or refused whole), never a crash; the model still
+# answers and the edit at the end of the patch is there
+python3 - "$T_TMP/big.vlp" <<'PY'
+import base64, json, struct, sys
+key = base64.b64encode(struct.pack("<256f", *([0.01] * 255 + [1.0]))).decode()
+ops = [{"op": "insert_knn", "layer": 2, "entity": "E%d" % i, "relation": "capital", "target": "Paris",
+        "target_id": 1174, "key_vector_b64": key} for i in range(10000)]
+json.dump({"version": 1, "base_model": "", "description": "big", "operations": ops}, open(sys.argv[1], "w"))
+PY
+out=$(cd "$T_TMP" && "$LARQL" lql "$V" -c 'APPLY PATCH "big.vlp"; SHOW PATCHES; INFER "The capital of France is" TOP 1;' 2>&1)
+echo "$out" | grep -q '10000' && echo "$out" | grep -q 'Paris' && pass "a patch of 10,000 edits applies whole and the model answers" ||
+    fail "a patch of 10,000 edits applies whole and the model answers" "$(echo "$out" | head -c 400)"
 if start_server main "$V" --threads 1 --state-dir "$T_TMP/state"; then
     run_py http.log "$HTTP_DIR/subject_edit.py" "$PORT"
     kill -9 "$PID"
