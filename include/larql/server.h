@@ -38,6 +38,8 @@ typedef struct lq_server_opts {
                                  index.json (LARQL's --dir), each under its model id (the last
                                  '/' segment of index.json's "model"): /v1/{id}/describe ...;
                                  the unprefixed routes answer for the first in name order */
+    int follow_symlinks;      /* --dir: also serve subdirectories that are symbolic links leading
+                               * outside it (by default they are skipped, with a log line) */
     const char *host;         /* bind address; default "127.0.0.1" */
     int port;                 /* default 8080; 0 = any free port (see lq_server_port) */
     const char *api_key;      /* NULL/"" = no auth; else "Authorization: Bearer KEY" everywhere

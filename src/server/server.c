@@ -269,7 +269,22 @@ static int by_name(const void *a, const void *b)
 
 /* LARQL's discover_vindexes: every subdirectory of dir that holds an index.json, in name
  * order. *names is malloc'd (each name too). */
-static int discover_vindexes(const char *dir, char ***names, int *n, lq_err *err)
+/* 1 when entry (a name in dir) is a symbolic link whose target lies outside dir: a link
+ * planted in the models directory must not serve a vindex from anywhere on the machine. */
+static int links_outside(const char *dir, const char *entry)
+{
+    char p[4096], real_dir[4096], real_p[4096];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, entry) >= sizeof p || lstat(p, &st) || !S_ISLNK(st.st_mode))
+        return 0;
+    if (!realpath(dir, real_dir) || !realpath(p, real_p))
+        return 1;
+    size_t dl = strlen(real_dir);
+    return strncmp(real_p, real_dir, dl) || real_p[dl] != '/';
+}
+
+static int discover_vindexes(const lq_server_opts *o, const char *dir, int follow_symlinks, char ***names, int *n,
+                             lq_err *err)
 {
     *names = NULL;
     *n = 0;
@@ -286,6 +301,15 @@ static int discover_vindexes(const char *dir, char ***names, int *n, lq_err *err
         if ((size_t)snprintf(p, sizeof p, "%s/%s/index.json", dir, e->d_name) >= sizeof p || stat(p, &st) ||
             !S_ISREG(st.st_mode))
             continue;
+        if (!follow_symlinks && links_outside(dir, e->d_name)) {
+            if (o->log) {
+                char line[512];
+                snprintf(line, sizeof line, "--dir: skipping '%.255s', a symbolic link that leads outside the directory "
+                                            "(--follow-symlinks serves it)", e->d_name);
+                o->log(o->log_user, line);
+            }
+            continue;
+        }
         if (*n == LQ_SERVER_MAX_MODELS) {
             rc = lq_err_set(err, LQ_ERANGE, "--dir %s: more than %d vindexes", dir, LQ_SERVER_MAX_MODELS);
             break;
@@ -324,7 +348,7 @@ static void free_models(lq_server *front)
 static int open_models(const lq_server_opts *o, lq_server **out, lq_err *err)
 {
     char **names = NULL;
-    int n = 0, rc = discover_vindexes(o->models_dir, &names, &n, err);
+    int n = 0, rc = discover_vindexes(o, o->models_dir, o->follow_symlinks, &names, &n, err);
     lq_server **ms = rc ? NULL : calloc((size_t)n, sizeof *ms);
     if (!rc && !ms)
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");

@@ -88,7 +88,12 @@ MD="$T_TMP/models"; mkdir -p "$MD/notes"
     fail "make-model for --dir"
 check "convert alpha" "$LARQL" convert gguf-to-vindex "$T_TMP/a.gguf" --output "$MD/a" --keep-quant --level inference
 check "convert beta" "$LARQL" convert gguf-to-vindex "$T_TMP/b.gguf" --output "$MD/b" --keep-quant --level inference
+# a symbolic link in the models directory to a vindex outside it is not served by default
+mkdir -p "$T_TMP/outside"; cp -r "$MD/b" "$T_TMP/outside/c"; ln -s "$T_TMP/outside/c" "$MD/zlink"
 start_server multi --dir "$MD" --threads 1 && ports="$ports multi=$PORT" || fail "serve --dir starts"
+grep -q "skipping 'zlink', a symbolic link" "$T_TMP/multi.err" && ! curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q zlink &&
+    pass "serve --dir skips a symbolic link leading outside the directory" ||
+    fail "serve --dir skips a symbolic link leading outside the directory" "$(cat "$T_TMP/multi.err")"
 check_fails "serve --dir and MODEL together" "not both" "$LARQL" serve "$V" --dir "$MD"
 check_fails "serve --dir without vindexes" "no subdirectory holds an index.json" "$LARQL" serve --dir "$MD/notes"
 mkdir -p "$T_TMP/dup"; cp -r "$MD/b" "$T_TMP/dup/b1"; cp -r "$MD/b" "$T_TMP/dup/b2"
