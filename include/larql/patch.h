@@ -265,6 +265,10 @@ typedef enum lq_insert_mode { LQ_INSERT_KNN = 0, LQ_INSERT_COMPOSE = 1, LQ_INSER
  * within them is refused). */
 #define LQ_EDIT_MAX_TEXT 256
 #define LQ_EDIT_ID_MAX 64
+/* Every component of every vector an op carries is finite and at most this in magnitude
+ * (else the op is refused): a thousand edits adding such values to one residual stay far
+ * inside float range, so no sequence of accepted edits can make a forward pass overflow. */
+#define LQ_EDIT_MAX_COMPONENT 1e6f
 #define LQ_EDIT_MAX_ALPHA 16
 
 typedef struct lq_insert_params {

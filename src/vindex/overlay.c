@@ -255,13 +255,14 @@ static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_
 
 /* ---- validation and application of one op ---- */
 
-/* Every vector of op holds finite values (an edit must never make the forward pass NaN). */
+/* Every vector of op holds finite values within LQ_EDIT_MAX_COMPONENT (an edit must never
+ * make the forward pass NaN or infinite). */
 static int vectors_finite(const lq_overlay *o, const lq_patch_op *op)
 {
     const float *vs[4] = {op->gate, op->up, op->down, op->key};
     for (int k = 0; k < 4; k++)
         for (int i = 0; vs[k] && i < o->hidden; i++)
-            if (!isfinite(vs[k][i]))
+            if (!(fabsf(vs[k][i]) <= LQ_EDIT_MAX_COMPONENT)) /* NaN fails too */
                 return 0;
     return 1;
 }
@@ -295,7 +296,8 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
 {
     const lq_vindex *v = o->base;
     if (!vectors_finite(o, op))
-        return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN or infinity", pname, i);
+        return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: a vector holds NaN, infinity or a value past %g",
+                          pname, i, (double)LQ_EDIT_MAX_COMPONENT);
     if (op->kind == LQ_OP_DELETE_KNN)
         return op->entity ? LQ_OK : lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: delete_knn needs an entity", pname, i);
     if (op->kind == LQ_OP_DELETE_EDIT)

@@ -583,6 +583,89 @@ static void test_generate_with_edits(void)
     lq_overlay_free(o);
 }
 
+/* No sequence of accepted edits makes an unrelated prompt's logits non-finite: 1,000 random
+ * edits of every kind (composed features, KNN entries, subject edits), their vectors as large
+ * as the bound allows, in batches of random size; a vector past the bound is refused. */
+static uint64_t prng = 0x2545f4914f6cdd1dULL;
+static float rnd(void)
+{
+    prng ^= prng << 13, prng ^= prng >> 7, prng ^= prng << 17;
+    return (float)((prng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static void test_edits_never_overflow(void)
+{
+    const lq_vindex_info *vi = lq_vindex_get_info(V);
+    int D = vi->hidden_size, L = vi->num_layers, V_ = lq_model_get_info(M)->n_vocab;
+    lq_err err = {0};
+    lq_overlay *o = NULL;
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    float *g = malloc((size_t)D * sizeof *g), *d = malloc((size_t)D * sizeof *d), *lg = malloc((size_t)V_ * sizeof *lg);
+    int applied = 0, refused_big = 0;
+    for (int done = 0; o && done < 1000;) {
+        lq_patch *p = NULL;
+        lq_patch_create("prop", "", D, &p, &err);
+        int batch = 1 + (int)((rnd() + 1) * 20);
+        for (int b = 0; b < batch && done < 1000; b++, done++) {
+            for (int i = 0; i < D; i++)
+                g[i] = rnd() * LQ_EDIT_MAX_COMPONENT, d[i] = rnd() * LQ_EDIT_MAX_COMPONENT;
+            char ent[32], id[32];
+            snprintf(ent, sizeof ent, "Prop%d", done);
+            snprintf(id, sizeof id, "p%d", done);
+            lq_patch_op op;
+            int kind = done % 3;
+            lq_patch_op_init(&op, kind == 0 ? LQ_OP_INSERT : kind == 1 ? LQ_OP_INSERT_KNN : LQ_OP_INSERT_SUBJECT);
+            op.layer = done % L;
+            op.entity = ent;
+            op.relation = "r";
+            op.target = "Paris";
+            op.id = id;
+            if (kind == 0) {
+                op.feature = done % 8;
+                op.gate = g;
+                op.down = d;
+            } else if (kind == 1) {
+                op.key = g;
+                op.target_id = 1;
+            } else {
+                op.feature = 0;
+                op.target_id = 1;
+                op.gate = g;
+                op.gate_threshold = -1.0f; /* fires wherever its subject stands */
+                op.down = d;
+            }
+            lq_patch_add(p, &op, &err);
+        }
+        if (lq_overlay_record(o, p, &err) == 0)
+            applied++;
+        lq_patch_free(p);
+    }
+    /* one component past the bound: refused, nothing kept */
+    lq_patch *big = NULL;
+    lq_patch_create("big", "", D, &big, &err);
+    for (int i = 0; i < D; i++)
+        g[i] = i == 3 ? LQ_EDIT_MAX_COMPONENT * 4 : 0.5f;
+    lq_patch_op op;
+    lq_patch_op_init(&op, LQ_OP_INSERT_KNN);
+    op.layer = 0, op.entity = "Big", op.relation = "r", op.target = "Paris", op.target_id = 1, op.key = g;
+    lq_patch_add(big, &op, &err);
+    refused_big = lq_overlay_record(o, big, &err) != 0;
+    lq_patch_free(big);
+    CHECK(applied > 0);
+    CHECK(refused_big);
+    /* the prompts name none of the subjects, and one names a subject whose edits fire everywhere */
+    const char *prompts[] = {"the model", "The capital of France is", "Prop2 is a Prop5 and Prop8", "Paris"};
+    for (size_t k = 0; o && k < sizeof prompts / sizeof *prompts; k++) {
+        CHECK(walk_logits(o, prompts[k], lg) == 0);
+        int finite = 1;
+        for (int i = 0; i < V_; i++)
+            finite &= isfinite(lg[i]) != 0;
+        CHECK(finite);
+    }
+    lq_overlay_free(o);
+    free(g), free(d), free(lg);
+}
+
 int main(void)
 {
     if (setup())
@@ -594,6 +677,7 @@ int main(void)
     RUN(test_vlp_round_trip_and_compile);
     RUN(test_bad_patches);
     RUN(test_journal);
+    RUN(test_edits_never_overflow);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();
