@@ -48,6 +48,9 @@ typedef struct lq_server_opts {
     lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
                                  lm_head_q8, kv_f16, hugepages; larql/model.h): the same
                                  choices as every other command; reported by /v1/runtime */
+    int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
+                               * address cannot take every connection thread). Default 0 = no cap:
+                               * behind a reverse proxy every client shares one address */
     int max_concurrent;       /* requests in flight (health/metrics excluded); beyond it 503
                                  with Retry-After. Default 64. Also caps pooled sessions. */
     int n_ctx;                /* session context; 0 = model default */

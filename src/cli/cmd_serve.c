@@ -13,7 +13,7 @@
 
 static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
-    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-body BYTES]\n"
+    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-conns-per-ip N] [--max-body BYTES]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
@@ -81,6 +81,10 @@ int lq_cli_serve(int argc, char **argv)
             o.lazy_weights = 1;
         } else if (!strcmp(a, "--cors")) {
             o.cors = 1;
+        } else if (!strcmp(a, "--max-conns-per-ip") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 100000, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-conns-per-ip: '%s' is not in 0..100000", argv[i]);
+            o.max_conns_per_ip = (int)v;
         } else if (!strcmp(a, "--follow-symlinks")) {
             o.follow_symlinks = 1;
         } else if (!strcmp(a, "--allowed-hosts") && has_val) {

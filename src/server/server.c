@@ -243,6 +243,7 @@ static int srv_listen(lq_server *s, lq_err *err)
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.request_timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_conns_per_ip > 0 ? o->max_conns_per_ip : 0),
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
                             MHD_OPTION_NOTIFY_COMPLETED, srv_http_on_completed, s,

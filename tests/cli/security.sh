@@ -23,6 +23,12 @@ if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 -
     else
         fail "a server with --api-key starts"
     fi
+    if start_server capped "$V" --max-conns-per-ip 4 --threads 1; then
+        run_py cap.log "$HTTP_DIR/conn_cap.py" "$PORT" 4
+        kill -TERM "$PID"
+    else
+        fail "a server with --max-conns-per-ip starts"
+    fi
     PID=$OPEN_PID
     kill -TERM "$PID"; wait "$PID"
     # every file the server wrote is inside --state-dir; nothing escaped next to it
