@@ -271,7 +271,8 @@ static int repeat(parser *P, elvec *out, size_t start, uint32_t rule, uint32_t m
     gr_el *prev = malloc((n ? n : 1) * sizeof *prev);
     if (!prev)
         return oom(P);
-    memcpy(prev, out->v + start, n * sizeof *prev);
+    if (n) /* out->v may still be NULL when nothing precedes */
+        memcpy(prev, out->v + start, n * sizeof *prev);
     out->n = start;
     for (uint32_t i = 0; i < min && !P->rc; i++)
         push_all(P, out, prev, n);

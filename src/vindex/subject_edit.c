@@ -120,7 +120,8 @@ static int add_text(const lq_model *m, se_text *t, const char *text, const char 
         free(ids);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    memcpy(all + n, extra, n_extra * sizeof *all);
+    if (n_extra) /* extra may be NULL when there is none */
+        memcpy(all + n, extra, n_extra * sizeof *all);
     t->ids = all;
     t->n = n + n_extra;
     t->subj_lo = t->subj_hi = -1;
