@@ -51,6 +51,10 @@ typedef struct lq_server_opts {
     int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
                                * address cannot take every connection thread). Default 0 = no cap:
                                * behind a reverse proxy every client shares one address */
+    const char *rate_limit;   /* "N/unit" (s, sec, second, m, min, minute, h, hour): a token bucket
+                               * per client address, 429 + Retry-After past it; NULL = none */
+    int trust_forwarded_for;  /* --rate-limit counts the first X-Forwarded-For address (set it
+                               * only behind a proxy that writes that header) */
     int max_concurrent;       /* requests in flight (health/metrics excluded); beyond it 503
                                  with Retry-After. Default 64. Also caps pooled sessions. */
     int n_ctx;                /* session context; 0 = model default */

@@ -4,6 +4,7 @@
  * gate (503 + Retry-After, never a queue), and the reply's headers. The handlers are the
  * table's; this file knows none of them by name. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +277,22 @@ static int screen_request(lq_server *s, req *q, reply *r)
                                        "origin may do that only with --api-key or --cors",
                         q->rt->path);
         return -1;
+    }
+    if (s->rl && !(q->rt && (q->rt->flags & RT_UNMETERED))) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const char *fwd = s->o.trust_forwarded_for
+                              ? MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Forwarded-For")
+                              : NULL;
+        char key[48];
+        srv_ratelimit_key(ci ? ci->client_addr : NULL, fwd, key, sizeof key);
+        double wait = srv_ratelimit_take(s->rl, key, lq_now());
+        if (wait > 0) {
+            __atomic_add_fetch(&s->m.rejected_rate, 1, __ATOMIC_RELAXED);
+            reply_route_err(r, q->rt, 429, "rate limit exceeded: %s requests from one address (--rate-limit); "
+                                           "retry after the Retry-After seconds", s->o.rate_limit);
+            r->retry_after = (int)ceil(wait);
+            return -1;
+        }
     }
     return 0;
 }

@@ -37,6 +37,7 @@ enum {
     RT_CONDITIONAL = 64,  /* may answer 304 Not Modified (ETag) */
     RT_WRITE = 128,       /* changes state (or opens a socket): refused from another origin
                            * without --api-key or --cors */
+    RT_UNMETERED = 256,   /* not counted by --rate-limit (health, the API document, metrics) */
 };
 
 /* What GET /v1/openapi.json says of a route (openapi.c). Schemas are JSON Schema text;
@@ -84,15 +85,30 @@ typedef struct metrics {
     uint64_t prefill_tokens, prefill_us; /* prompt tokens run and wall time spent on them */
     uint64_t decode_tokens, decode_us;   /* decode steps and wall time spent on them */
     uint64_t rejected_busy;              /* 503 at --max-concurrent */
+    uint64_t rejected_rate;              /* 429 at --rate-limit */
     uint64_t errors;                     /* 4xx + 5xx responses */
     uint64_t streams_canceled;           /* client went away mid-stream */
     int64_t active_requests, active_streams, active_sessions;
 } metrics;
 
+/* ---- --rate-limit (ratelimit.c) ---- */
+
+typedef struct srv_ratelimit srv_ratelimit;
+struct sockaddr;
+/* "N/s|sec|second|m|min|minute|h|hour" -> bucket capacity N and refill per second; -1 if not */
+int srv_ratelimit_parse(const char *spec, double *cap, double *per_s);
+srv_ratelimit *srv_ratelimit_new(double cap, double per_s);
+void srv_ratelimit_free(srv_ratelimit *rl);
+/* take a token for key at monotonic time now: 0 when granted, else seconds until one is */
+double srv_ratelimit_take(srv_ratelimit *rl, const char *key, double now);
+/* the key a request counts under (forwarded: the X-Forwarded-For value when trusted, or NULL) */
+void srv_ratelimit_key(const struct sockaddr *sa, const char *forwarded, char *out, size_t cap);
+
 /* ---- the server ---- */
 
 struct lq_server {
     lq_server_opts o;
+    srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */

@@ -129,6 +129,8 @@ void route_metrics(lq_server *s, req *q, reply *r)
          (double)st.queued},
         {"larql_rejected_busy_total", "counter", "Requests refused with 503 at --max-concurrent.",
          (double)LD(m->rejected_busy)},
+        {"larql_rejected_rate_total", "counter", "Requests refused with 429 at --rate-limit.",
+         (double)LD(m->rejected_rate)},
         {"larql_errors_total", "counter", "Responses with status >= 400.", (double)LD(m->errors)},
         {"larql_streams_canceled_total", "counter", "Streams stopped because the client went away.",
          (double)LD(m->streams_canceled)},

@@ -26,7 +26,7 @@
 #define OPENAI (RT_OPENAI | RT_GATED)
 
 static const route ROUTES[] = {
-    {"/v1/health", M_GET, route_health, RT_PUBLIC,
+    {"/v1/health", M_GET, route_health, RT_PUBLIC | RT_UNMETERED,
      {"Liveness: status, uptime and requests served", NULL, NULL, NULL,
       OBJ("\"status\":" STR ",\"uptime_seconds\":" INT ",\"requests_served\":" INT), NULL}},
     {"/v1/models", M_GET, route_models, RT_OPENAI,
@@ -35,7 +35,7 @@ static const route ROUTES[] = {
                                                ",\"owned_by\":" STR ",\"path\":" STR ",\"features\":" INT
                                                ",\"loaded\":" BOOL))),
       NULL}},
-    {"/v1/openapi.json", M_GET, route_openapi, 0,
+    {"/v1/openapi.json", M_GET, route_openapi, RT_UNMETERED,
      {"This document", NULL, NULL, NULL, ANY_OBJ, NULL}},
     {"/v1/stats", M_GET, route_stats, RT_MODEL_SCOPED | RT_FROM_MEMORY,
      {"Model and vindex statistics (layers, features, bands, what is loaded)", NULL, NULL, NULL,
@@ -43,7 +43,7 @@ static const route ROUTES[] = {
     {"/v1/runtime", M_GET, route_runtime, RT_MODEL_SCOPED,
      {"How the model runs: kernels, threads, activation mode, KV and lm_head formats", NULL, NULL, NULL, ANY_OBJ,
       NULL}},
-    {"/metrics", M_GET, route_metrics, RT_FROM_MEMORY,
+    {"/metrics", M_GET, route_metrics, RT_FROM_MEMORY | RT_UNMETERED,
      {"Prometheus text metrics", NULL, NULL, NULL, NULL, "text/plain"}},
     {"/v1/describe", M_GET, route_describe, LARQL | RT_CONDITIONAL,
      {"What the model knows about an entity: edges from gate KNN over the band's layers (ETag, Cache-Control; "

@@ -67,6 +67,7 @@ static void server_free(lq_server *s)
     if (s->knowledge_ready)
         srv_knowledge_free(s);
     lq_vindex_close(s->vx);
+    srv_ratelimit_free(s->rl);
     if (s->stop_pipe[0] > 0)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] > 0)
@@ -404,11 +405,17 @@ int lq_server_start(const lq_server_opts *o, lq_server **out, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "server: no options");
     if (o->models_dir && o->model_path && *o->model_path)
         return lq_err_set(err, LQ_EINVAL, "server: give a model path or a models directory (--dir), not both");
+    double rl_cap = 0, rl_per_s = 0;
+    if (o->rate_limit && srv_ratelimit_parse(o->rate_limit, &rl_cap, &rl_per_s))
+        return lq_err_set(err, LQ_EINVAL, "server: --rate-limit '%s' is not N/unit (unit s, sec, second, m, min, "
+                                          "minute, h or hour; N a whole number from 1)", o->rate_limit);
     lq_server *s = NULL;
     int rc = o->models_dir ? open_models(o, &s, err) : srv_open(o, &s, err);
     if (rc)
         return rc;
-    if ((rc = srv_listen(s, err))) {
+    if (o->rate_limit && !(s->rl = srv_ratelimit_new(rl_cap, rl_per_s)))
+        rc = lq_err_set(err, LQ_ENOMEM, "server: out of memory");
+    if (rc || (rc = srv_listen(s, err))) {
         free_models(s);
         server_free(s);
         return rc;

@@ -29,6 +29,12 @@ if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 -
     else
         fail "a server with --max-conns-per-ip starts"
     fi
+    if start_server limited "$V" --rate-limit 5/min --trust-forwarded-for --threads 1; then
+        run_py rate.log "$HTTP_DIR/rate_limit.py" "$PORT" 5
+        kill -TERM "$PID"
+    else
+        fail "a server with --rate-limit starts"
+    fi
     PID=$OPEN_PID
     kill -TERM "$PID"; wait "$PID"
     # every file the server wrote is inside --state-dir; nothing escaped next to it
@@ -36,4 +42,10 @@ if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 -
         [ ! -e "$T_TMP/escape.lqj" ]; then pass "session journals only under --state-dir"
     else fail "session journals only under --state-dir" "$(find "$T_TMP" -name '*.lqj')"; fi
 fi
+for spec in 10/fortnight 0/s x/min 1.5/s 10; do
+    if "$LARQL" serve "$V" --port 0 --rate-limit "$spec" >"$T_TMP/rl.out" 2>&1; then
+        fail "--rate-limit $spec: refused at start" "it started"
+    elif grep -q -- "--rate-limit '$spec' is not N/unit" "$T_TMP/rl.out"; then pass "--rate-limit $spec: refused at start, naming the form"
+    else fail "--rate-limit $spec: refused at start, naming the form" "$(cat "$T_TMP/rl.out")"; fi
+done
 done_tests
