@@ -208,6 +208,8 @@ void reply_json(reply *r, int status, json_t *j); /* steals j */
 void reply_larql_err(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void reply_oai_err(reply *r, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* 422 on LARQL routes, 400 on OpenAI ones: a JSON body of the wrong shape (util.c) */
+int srv_shape_status(const route *rt);
 void reply_route_err(reply *r, const route *rt, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int status_from_lq(int code);             /* LQ_E* -> HTTP status */

@@ -550,7 +550,9 @@ void route_insert(lq_server *s, req *q, reply *r)
         return;
     }
     if (!ip.entity || !*ip.entity || !ip.relation || !*ip.relation || !ip.target || !*ip.target) {
-        reply_larql_err(r, 400, "'entity', 'relation' and 'target' are required and non-empty");
+        /* absent: the body is not an insert (422); empty: a bad value (400) */
+        reply_larql_err(r, !ip.entity || !ip.relation || !ip.target ? 422 : 400,
+                        "'entity', 'relation' and 'target' are required and non-empty");
         json_decref(j);
         return;
     }
@@ -659,7 +661,7 @@ void route_patches(lq_server *s, req *q, reply *r)
                   : lq_err_set(&e, LQ_ENOMEM, "out of memory");
         free(text);
     } else if (inl && !json_is_null(inl)) {
-        reply_larql_err(r, 400, "'patch' must be a JSON object (a .vlp)");
+        reply_larql_err(r, 422, "'patch' must be a JSON object (a .vlp)");
         json_decref(j);
         return;
     } else if (url) {

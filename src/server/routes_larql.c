@@ -376,7 +376,7 @@ void route_infer(lq_server *s, req *q, reply *r)
         jget_str(q->rt, j, "mode", &mode, NULL, r) < 0)
         goto out;
     if (!prompt) {
-        reply_larql_err(r, 400, "missing field 'prompt'");
+        reply_larql_err(r, 422, "missing field 'prompt'");
         goto out;
     }
     if (plen == 0 || strlen(prompt) != plen) {
@@ -424,7 +424,7 @@ void route_explain(lq_server *s, req *q, reply *r)
         jget_bool(q->rt, j, "relations_only", &ro, r) < 0 || jget_bool(q->rt, j, "with_attention", &wa, r) < 0)
         goto out;
     if (!ep.prompt || !plen || strlen(ep.prompt) != plen) {
-        reply_larql_err(r, 400, ep.prompt ? "empty prompt" : "missing field 'prompt'");
+        reply_larql_err(r, ep.prompt ? 400 : 422, ep.prompt ? "empty prompt" : "missing field 'prompt'");
         goto out;
     }
     ep.top = (int)top;
@@ -669,7 +669,7 @@ static int read_ids(const route *rt, json_t *a, const char *field, int32_t nv, s
                     size_t *n, reply *r)
 {
     if (!json_is_array(a)) {
-        reply_route_err(r, rt, 400, "'%s' must be an array of token ids", field);
+        reply_route_err(r, rt, srv_shape_status(rt), "'%s' must be an array of token ids", field);
         return -1;
     }
     size_t k = json_array_size(a);
@@ -789,7 +789,7 @@ void route_embed(lq_server *s, req *q, reply *r)
         goto out;
     json_t *a = json_object_get(j, "token_ids");
     if (!a) {
-        reply_larql_err(r, 400, "missing field 'token_ids'");
+        reply_larql_err(r, 422, "missing field 'token_ids'");
         goto out;
     }
     if (read_ids(q->rt, a, "token_ids", e.nv, EMBED_MAX_IDS, &ids, &n, r))
@@ -904,17 +904,17 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
     }
     json_t *a = json_object_get(j, "residual");
     if (!a) {
-        reply_larql_err(r, 400, "missing field 'residual'");
+        reply_larql_err(r, 422, "missing field 'residual'");
         return -1;
     }
     if (!json_is_array(a) || json_array_size(a) != h) {
-        reply_larql_err(r, 400, "'residual' must be an array of %zu numbers (hidden size)", h);
+        reply_larql_err(r, json_is_array(a) ? 400 : 422, "'residual' must be an array of %zu numbers (hidden size)", h);
         return -1;
     }
     for (size_t i = 0; i < h; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-            reply_larql_err(r, 400, "'residual'[%zu] must be a finite number", i);
+            reply_larql_err(r, 422, "'residual'[%zu] must be a finite number", i);
             return -1;
         }
         x[i] = (float)json_number_value(v);
@@ -992,7 +992,7 @@ void route_warmup(lq_server *s, req *q, reply *r)
     if (jget_bool(q->rt, j, "skip_weights", &skip, r) < 0 ||
         (ls && !json_is_null(ls) && !json_is_array(ls))) {
         if (!r->body)
-            reply_larql_err(r, 400, "'layers' must be an array of layer numbers");
+            reply_larql_err(r, 422, "'layers' must be an array of layer numbers");
         json_decref(j);
         return;
     }

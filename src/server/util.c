@@ -149,24 +149,33 @@ json_t *req_json_body(req *q, reply *r)
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        reply_route_err(r, q->rt, 400, "request body must be a JSON object");
+        reply_route_err(r, q->rt, srv_shape_status(q->rt), "request body must be a JSON object");
         return NULL;
     }
     return j;
 }
 
-static void field_err(const route *rt, reply *r, const char *k, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void field_err(const route *rt, reply *r, const char *k, const char *fmt, ...)
+/* A body that is JSON but not of the shape a route takes (a field missing or of another
+ * type): 422 on LARQL's routes, as LARQL's JSON extractor answers; 400 on the OpenAI routes,
+ * as OpenAI does. A value of the right type out of range is 400 on both. */
+int srv_shape_status(const route *rt)
+{
+    return rt && (rt->flags & RT_OPENAI) ? 400 : 422;
+}
+
+static void field_err(const route *rt, reply *r, const char *k, int shape, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void field_err(const route *rt, reply *r, const char *k, int shape, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    int status = shape ? srv_shape_status(rt) : 400;
     if (rt && (rt->flags & RT_OPENAI)) {
-        oai_err_v(r, 400, k, fmt, ap);
+        oai_err_v(r, status, k, fmt, ap);
     } else {
         char msg[1024];
         vsnprintf(msg, sizeof msg, fmt, ap);
-        reply_larql_err(r, 400, "%s", msg);
+        reply_larql_err(r, status, "%s", msg);
     }
     va_end(ap);
 }
@@ -179,7 +188,7 @@ int jget_int(const route *rt, json_t *o, const char *k, long lo, long hi, long *
     if (json_is_integer(v)) {
         json_int_t x = json_integer_value(v);
         if (x < lo || x > hi) {
-            field_err(rt, r, k, "'%s' is %lld: must be between %ld and %ld", k, (long long)x, lo, hi);
+            field_err(rt, r, k, 0, "'%s' is %lld: must be between %ld and %ld", k, (long long)x, lo, hi);
             return -1;
         }
         *out = (long)x;
@@ -194,10 +203,10 @@ int jget_int(const route *rt, json_t *o, const char *k, long lo, long hi, long *
         }
     }
     if (json_is_real(v)) {
-        field_err(rt, r, k, "'%s' must be an integer between %ld and %ld", k, lo, hi);
+        field_err(rt, r, k, 1, "'%s' must be an integer between %ld and %ld", k, lo, hi);
         return -1;
     }
-    field_err(rt, r, k, "'%s' must be an integer", k);
+    field_err(rt, r, k, 1, "'%s' must be an integer", k);
     return -1;
 }
 
@@ -207,12 +216,12 @@ int jget_num(const route *rt, json_t *o, const char *k, double lo, double hi, do
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_number(v)) {
-        field_err(rt, r, k, "'%s' must be a number", k);
+        field_err(rt, r, k, 1, "'%s' must be a number", k);
         return -1;
     }
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi)) {
-        field_err(rt, r, k, "'%s' is %g: must be between %g and %g", k, x, lo, hi);
+        field_err(rt, r, k, 0, "'%s' is %g: must be between %g and %g", k, x, lo, hi);
         return -1;
     }
     *out = x;
@@ -225,7 +234,7 @@ int jget_bool(const route *rt, json_t *o, const char *k, int *out, reply *r)
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_boolean(v)) {
-        field_err(rt, r, k, "'%s' must be true or false", k);
+        field_err(rt, r, k, 1, "'%s' must be true or false", k);
         return -1;
     }
     *out = json_is_true(v);
@@ -238,7 +247,7 @@ int jget_str(const route *rt, json_t *o, const char *k, const char **out, size_t
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_string(v)) {
-        field_err(rt, r, k, "'%s' must be a string", k);
+        field_err(rt, r, k, 1, "'%s' must be a string", k);
         return -1;
     }
     *out = json_string_value(v);

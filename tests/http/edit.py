@@ -149,7 +149,16 @@ def main(patch_dir):
     ok("apply a patch file from --patch-dir", st == 200 and j.get("applied") == "good", j)
     # bad input
     bad = [
-        ("insert without target", "POST", "/v1/insert", {"entity": "a", "relation": "b"}, 400, "required"),
+        # a body of the wrong shape (a field missing or of another type) is 422, as LARQL's
+        # JSON extractor answers; a value of the right type that is wrong is 400
+        ("insert without target", "POST", "/v1/insert", {"entity": "a", "relation": "b"}, 422, "required"),
+        ("insert with an empty target", "POST", "/v1/insert", {"entity": "a", "relation": "b", "target": ""},
+         400, "required"),
+        ("insert with a target that is not a string", "POST", "/v1/insert",
+         {"entity": "a", "relation": "b", "target": 7}, 422, "target"),
+        ("insert with a body that is a JSON array", "POST", "/v1/insert", ["a", "b", "c"], 422, "JSON object"),
+        ("apply a patch that is not an object", "POST", "/v1/patches/apply", {"patch": [1]}, 422, "patch"),
+        ("warmup with layers that are not an array", "POST", "/v1/warmup", {"layers": 3}, 422, "layers"),
         ("insert into a layer that does not exist", "POST", "/v1/insert",
          {"entity": "a", "relation": "b", "target": "c", "layer": 99}, 400, "layer"),
         ("insert with an unknown mode", "POST", "/v1/insert",
@@ -166,7 +175,7 @@ def main(patch_dir):
         ("apply a malformed patch", "POST", "/v1/patches/apply", {"patch": {"operations": [{"op": "zap"}]}},
          400, "op"),
         ("delete an unknown patch", "DELETE", "/v1/patches/ghost", None, 404, "not found"),
-        ("explain-infer without a prompt", "POST", "/v1/explain-infer", {"top": 3}, 400, "prompt"),
+        ("explain-infer without a prompt", "POST", "/v1/explain-infer", {"top": 3}, 422, "prompt"),
         ("explain-infer with a negative per_layer", "POST", "/v1/explain-infer",
          {"prompt": "x", "per_layer": -1}, 400, "per_layer"),
         ("explain-infer with an unknown band", "POST", "/v1/explain-infer", {"prompt": "x", "band": "middle"},
