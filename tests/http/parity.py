@@ -233,7 +233,7 @@ def warmup():
     ok("warmup of a layer out of range prefetches 0", st == 200 and json.loads(b).get("layers_prefetched") == 0,
        (st, b[:200]))
     st, _, b = call("plain", "POST", "/v1/warmup", {"layers": "all"})
-    ok("warmup with layers not an array -> 400", st == 400, (st, b[:200]))
+    ok("warmup with layers not an array -> 422 (as LARQL)", st == 422, (st, b[:200]))
 
 
 def main():

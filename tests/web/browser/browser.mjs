@@ -779,9 +779,16 @@ test('export: describe, walk and infer results as CSV and JSON files', () => wit
   mkdirSync(dir, { recursive: true });
   const cdp = await page.createCDPSession();
   await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: dir, browserContextId: page.ctx.id });
+  // the file can appear under its name before Chrome has written all of it (seen under
+  // load): wait until it is non-empty and the same over two polls
   const fetched = async (name) => {
-    for (let i = 0; i < 200; i++) {
-      if (readdirSync(dir).includes(name)) return readFileSync(dir + '/' + name, 'utf8');
+    let last = null;
+    for (let i = 0; i < 400; i++) {
+      if (readdirSync(dir).includes(name)) {
+        const body = readFileSync(dir + '/' + name, 'utf8');
+        if (body.length && body === last) return body;
+        last = body;
+      }
       await new Promise((r) => setTimeout(r, 25));
     }
     throw new Error(name + ' was not downloaded: ' + readdirSync(dir).join(' '));
