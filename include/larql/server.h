@@ -51,6 +51,9 @@ typedef struct lq_server_opts {
     int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
                                * address cannot take every connection thread). Default 0 = no cap:
                                * behind a reverse proxy every client shares one address */
+    const char *tls_cert;     /* PEM certificate chain and private key files: serve HTTPS and
+                               * WSS (libmicrohttpd with GnuTLS); both or neither */
+    const char *tls_key;
     const char *rate_limit;   /* "N/unit" (s, sec, second, m, min, minute, h, hour): a token bucket
                                * per client address, 429 + Retry-After past it; NULL = none */
     int trust_forwarded_for;  /* --rate-limit counts the first X-Forwarded-For address (set it

@@ -14,7 +14,7 @@
 static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-conns-per-ip N] [--max-body BYTES]\n"
-    "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for]\n"
+    "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
@@ -86,6 +86,10 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 0, 100000, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-conns-per-ip: '%s' is not in 0..100000", argv[i]);
             o.max_conns_per_ip = (int)v;
+        } else if (!strcmp(a, "--tls-cert") && has_val) {
+            o.tls_cert = argv[++i];
+        } else if (!strcmp(a, "--tls-key") && has_val) {
+            o.tls_key = argv[++i];
         } else if (!strcmp(a, "--rate-limit") && has_val) {
             o.rate_limit = argv[++i];
         } else if (!strcmp(a, "--trust-forwarded-for")) {
@@ -191,7 +195,7 @@ int lq_cli_serve(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
     /* the listening line on stdout lets scripts read the port when --port 0 */
-    printf("listening on http://%s:%d\n", o.host, lq_server_port(g_server));
+    printf("listening on %s://%s:%d\n", o.tls_cert ? "https" : "http", o.host, lq_server_port(g_server));
     fflush(stdout);
     lq_server_wait(g_server);
     log_line(NULL, "shutting down");

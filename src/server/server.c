@@ -217,15 +217,62 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     return 0;
 }
 
+/* A PEM file, whole and NUL-terminated (libmicrohttpd takes the text). At most 1 MiB: a
+ * certificate chain is a few KiB. */
+static int read_pem(const char *what, const char *path, char **out, lq_err *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return lq_err_set(err, LQ_EIO, "server: %s '%s': %s", what, path, strerror(errno));
+    size_t cap = 1u << 20, n = 0;
+    char *b = malloc(cap + 1);
+    ssize_t r = 1;
+    while (b && n < cap && (r = read(fd, b + n, cap - n)) > 0)
+        n += (size_t)r;
+    char extra;
+    int too_big = b && n == cap && read(fd, &extra, 1) > 0;
+    close(fd);
+    if (!b)
+        return lq_err_set(err, LQ_ENOMEM, "server: out of memory");
+    if (r < 0 || too_big || !n || memchr(b, 0, n)) {
+        free(b);
+        return lq_err_set(err, LQ_EINVAL, "server: %s '%s' %s", what, path,
+                          r < 0 ? "cannot be read" : too_big ? "is over 1 MiB" : "is not a PEM text file");
+    }
+    b[n] = 0;
+    *out = b;
+    return 0;
+}
+
 static int srv_listen(lq_server *s, lq_err *err)
 {
     const lq_server_opts *o = &s->o;
+    int tls = o->tls_cert || o->tls_key;
+    char *cert = NULL, *key = NULL;
+    if (tls) {
+        if (!o->tls_cert || !o->tls_key)
+            return lq_err_set(err, LQ_EINVAL, "server: HTTPS needs both --tls-cert and --tls-key");
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            return lq_err_set(err, LQ_EINVAL, "server: this libmicrohttpd was built without TLS; terminate HTTPS "
+                                              "in a proxy in front (README)");
+        int rc = read_pem("--tls-cert", o->tls_cert, &cert, err);
+        if (rc || (rc = read_pem("--tls-key", o->tls_key, &key, err))) {
+            free(cert);
+            return rc;
+        }
+    }
+    struct MHD_OptionItem tls_opts[] = {
+        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, key},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, cert},
+        {MHD_OPTION_END, 0, NULL},
+    };
 
     struct sockaddr_in sa4;
     struct sockaddr_in6 sa6;
     struct sockaddr *sa;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC | MHD_ALLOW_UPGRADE;
+                     MHD_USE_ITC | MHD_ALLOW_UPGRADE | (tls ? MHD_USE_TLS : 0);
     memset(&sa4, 0, sizeof sa4);
     memset(&sa6, 0, sizeof sa6);
     if (inet_pton(AF_INET, s->host, &sa4.sin_addr) == 1) {
@@ -238,6 +285,8 @@ static int srv_listen(lq_server *s, lq_err *err)
         sa = (struct sockaddr *)&sa6;
         flags |= MHD_USE_IPv6;
     } else {
+        free(cert);
+        free(key);
         return lq_err_set(err, LQ_EINVAL, "server: host '%s' is not an IPv4 or IPv6 address", o->host);
     }
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, srv_http_on_request, s,
@@ -249,16 +298,26 @@ static int srv_listen(lq_server *s, lq_err *err)
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
                             MHD_OPTION_NOTIFY_COMPLETED, srv_http_on_completed, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, srv_http_unescape, NULL,
+                            MHD_OPTION_ARRAY, tls_opts,
                             MHD_OPTION_END);
+    int e = errno;
+    /* libmicrohttpd keeps its own copies of the key and certificate (GnuTLS credentials) */
+    if (key)
+        memset(key, 0, strlen(key));
+    free(key);
+    free(cert);
     if (!s->d) {
-        int e = errno;
+        if (tls)
+            return lq_err_set(err, LQ_EINVAL, "server: cannot start HTTPS on %s:%d: check that --tls-cert and "
+                                              "--tls-key are a PEM certificate and its private key (%s)",
+                              s->host, o->port, e ? strerror(e) : "libmicrohttpd refused them");
         return lq_err_set(err, LQ_EIO, "server: cannot listen on %s:%d: %s", o->host ? o->host : "127.0.0.1",
                           o->port, e ? strerror(e) : "libmicrohttpd refused to start");
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
-    srv_log(s, "listening on http://%s:%d (%s '%s'%s, max %d concurrent, body limit %zu bytes%s%s)",
-            s->host, s->port, s->n_models > 1 ? "models" : "model", s->model_id,
+    srv_log(s, "listening on %s://%s:%d (%s '%s'%s, max %d concurrent, body limit %zu bytes%s%s)",
+            tls ? "https" : "http", s->host, s->port, s->n_models > 1 ? "models" : "model", s->model_id,
             s->n_models > 1 ? " and more: see /v1/models" : "", s->o.max_concurrent, s->o.max_body,
             s->api_key ? ", api key required" : "", s->o.cors ? ", CORS on" : "");
     return 0;
@@ -475,6 +534,13 @@ void lq_server_stop(lq_server *s)
             for (int k = 0; k < s->n_models; k++)
                 __atomic_store_n(&s->models[k]->cancel_all, 1, __ATOMIC_RELEASE);
             wait_idle(s, 10.0);
+        }
+        /* WebSocket sessions over TLS run on their own threads and need the daemon to relay
+         * their close frames: they see stopping, close and end before it stops */
+        double end = lq_now() + s->o.shutdown_grace_s + 12.0;
+        while (__atomic_load_n(&s->ws_threads, __ATOMIC_ACQUIRE) > 0 && lq_now() < end) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
         }
         MHD_stop_daemon(s->d);
         s->d = NULL;

@@ -42,6 +42,7 @@
 
 typedef struct ws {
     lq_server *s;
+    struct MHD_UpgradeResponseHandle *urh;
     int sock, efd;
     unsigned char *in;        /* bytes read, not yet parsed */
     size_t in_len, in_cap;
@@ -49,6 +50,7 @@ typedef struct ws {
     size_t msg_len, msg_cap;
     int msg_op;               /* 0 = none in progress, 1 text, 2 binary */
     int closing;              /* a close frame was queued: stop after flushing */
+    int gone;                 /* set up failed: close at once */
     double close_t;           /* when it was queued (a peer that never reads gets 2 s) */
     double stop_t;            /* when this session saw the server stopping (0: not yet) */
 
@@ -686,6 +688,9 @@ static int read_more(ws *w)
 
 /* ---- the session ---- */
 
+static void ws_run(ws *w);
+static void *ws_thread(void *arg);
+
 static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const char *extra,
                        size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
@@ -702,15 +707,16 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id");
     w->sid = sid ? strdup(sid) : NULL;
     w->sock = sock;
+    w->urh = urh;
     w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&w->mu, NULL);
     __atomic_add_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
-    int gone = w->efd < 0;
-    if (!gone && extra_len) {
+    w->gone = w->efd < 0;
+    if (!w->gone && extra_len) {
         /* bytes the client sent right after its request are the first frames */
         w->in = malloc(extra_len + 65536);
         if (!w->in)
-            gone = 1;
+            w->gone = 1;
         else {
             memcpy(w->in, extra, extra_len);
             w->in_len = extra_len;
@@ -718,6 +724,31 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
             parse_frames(w);
         }
     }
+    /* Over TLS, libmicrohttpd relays between the TLS connection and sock on this very
+     * thread once the callback returns: the session then runs on a thread of its own, which
+     * lq_server_stop waits for. In the clear it runs here. */
+    lq_server *front = s->front ? s->front : s;
+    if (front->o.tls_cert) {
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        __atomic_add_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
+        if (!pthread_create(&t, &at, ws_thread, w)) {
+            pthread_attr_destroy(&at);
+            return;
+        }
+        pthread_attr_destroy(&at);
+        __atomic_sub_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
+        w->gone = 1;
+    }
+    ws_run(w);
+}
+
+static void ws_run(ws *w)
+{
+    lq_server *s = w->s;
+    int gone = w->gone;
     while (!gone) {
         if (w->h) {
             pthread_mutex_lock(&w->mu);
@@ -783,6 +814,16 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
     free(w->msg);
     free(w->out);
     free(w->sid);
+    struct MHD_UpgradeResponseHandle *urh = w->urh;
     free(w);
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+static void *ws_thread(void *arg)
+{
+    ws *w = arg;
+    lq_server *front = w->s->front ? w->s->front : w->s;
+    ws_run(w);
+    __atomic_sub_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
+    return NULL;
 }
