@@ -156,7 +156,7 @@ struct lq_server {
     lq_server *front;
 
     int stopping;             /* set by lq_server_stop: new generation work refused */
-    int ws_threads;           /* front: WebSocket sessions on threads of their own (TLS) */
+    int64_t ws_threads;       /* front: WebSocket sessions on threads of their own (TLS) */
     int cancel_all;           /* set after the grace period: running generations stop */
     metrics m;
 };

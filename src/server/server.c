@@ -508,10 +508,11 @@ int lq_server_wait(lq_server *s)
     }
 }
 
-static void wait_idle(lq_server *s, double seconds)
+/* until *count is 0 or seconds pass */
+static void wait_zero(const int64_t *count, double seconds)
 {
     double end = lq_now() + seconds;
-    while (__atomic_load_n(&s->m.active_requests, __ATOMIC_ACQUIRE) > 0 && lq_now() < end) {
+    while (__atomic_load_n(count, __ATOMIC_ACQUIRE) > 0 && lq_now() < end) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -527,21 +528,17 @@ void lq_server_stop(lq_server *s)
         MHD_socket ls = MHD_quiesce_daemon(s->d); /* stop accepting; in-flight go on */
         if (ls != MHD_INVALID_SOCKET)
             close(ls);
-        wait_idle(s, s->o.shutdown_grace_s);
+        wait_zero(&s->m.active_requests, s->o.shutdown_grace_s);
         long left = __atomic_load_n(&s->m.active_requests, __ATOMIC_ACQUIRE);
         if (left > 0) {
             srv_log(s, "cancelling %ld in-flight request(s)", left);
             for (int k = 0; k < s->n_models; k++)
                 __atomic_store_n(&s->models[k]->cancel_all, 1, __ATOMIC_RELEASE);
-            wait_idle(s, 10.0);
+            wait_zero(&s->m.active_requests, 10.0);
         }
         /* WebSocket sessions over TLS run on their own threads and need the daemon to relay
          * their close frames: they see stopping, close and end before it stops */
-        double end = lq_now() + s->o.shutdown_grace_s + 12.0;
-        while (__atomic_load_n(&s->ws_threads, __ATOMIC_ACQUIRE) > 0 && lq_now() < end) {
-            struct timespec ts = {0, 20 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
+        wait_zero(&s->ws_threads, s->o.shutdown_grace_s + 12.0);
         MHD_stop_daemon(s->d);
         s->d = NULL;
     }
