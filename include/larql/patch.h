@@ -406,6 +406,40 @@ int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
  * journal replays it). Unknown id -> LQ_ENOTFOUND. */
 int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err);
 
+/* ---- edits shared through a table (src/vindex/edit_log.c) ----
+ *
+ * pg_infer's infer.edits and `larql serve --state-db` keep edits as rows that several
+ * processes share. The process that writes an edit computes it once against its current
+ * state (a plan: the ops the direct edit would append, as a patch of their own named name,
+ * o unchanged; *out NULL when the edit changes nothing), stores the patch's .vlp in a row,
+ * and every process folds the rows it sees into an lq_edit_log in id order. */
+int lq_overlay_plan_insert(const lq_overlay *o, struct lq_model *m, const lq_insert_params *p, const char *name,
+                           lq_insert_result *r, lq_patch **out, lq_err *err);
+int lq_overlay_plan_delete(const lq_overlay *o, const lq_edit_where *w, const char *name, size_t *n,
+                           lq_patch **out, lq_err *err);
+int lq_overlay_plan_update(const lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_confidence,
+                           const char *name, size_t *n, lq_patch **out, lq_err *err);
+
+/* An overlay over base that is the fold of a table's rows (id, .vlp), each applied as the
+ * patch "edit:<id>" (lq_edit_log_row_name). init_knn (may be NULL) is copied. */
+typedef struct lq_edit_log lq_edit_log;
+int lq_edit_log_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_edit_log **out, lq_err *err);
+void lq_edit_log_free(lq_edit_log *l); /* NULL-safe */
+/* The fold (owned by the log; a sync that refolds replaces it: fetch it again after one). */
+lq_overlay *lq_edit_log_overlay(const lq_edit_log *l);
+size_t lq_edit_log_n_applied(const lq_edit_log *l);
+size_t lq_edit_log_n_failed(const lq_edit_log *l);
+/* Sync, step 1: want = the ids the table holds now, ascending. *from = the index in want of
+ * the first row to apply (step 2, in order). When the applied ids are not a prefix of want
+ * (a row removed, or a lower id committed after a higher one was applied) the fold restarts
+ * from the base: *reset = 1 and *from = 0. */
+int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from, int *reset, lq_err *err);
+/* Step 2: row id (above every applied id) with its .vlp text. A row that does not apply
+ * (another model's patch, a damaged row) returns its error but counts as applied
+ * (lq_edit_log_n_failed), so later syncs do not refold for it. */
+int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *vlp, size_t len, lq_err *err);
+void lq_edit_log_row_name(int64_t id, char out[32]);
+
 /* REBALANCE (LARQL's global pass over compose-mode installs): each fact's canonical prompt
  * ("The {relation} of {entity} is") runs with every edit; facts whose target probability is
  * below floor get their down vectors x1.6, above ceiling x0.7 (UPDATE operations in the live
