@@ -429,6 +429,7 @@ void lq_edit_log_free(lq_edit_log *l); /* NULL-safe */
 lq_overlay *lq_edit_log_overlay(const lq_edit_log *l);
 size_t lq_edit_log_n_applied(const lq_edit_log *l);
 size_t lq_edit_log_n_failed(const lq_edit_log *l);
+int64_t lq_edit_log_last_id(const lq_edit_log *l); /* -1 before the first row */
 /* Sync, step 1: want = the ids the table holds now, ascending. *from = the index in want of
  * the first row to apply (step 2, in order). When the applied ids are not a prefix of want
  * (a row removed, or a lower id committed after a higher one was applied) the fold restarts

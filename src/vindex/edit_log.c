@@ -163,6 +163,7 @@ void lq_edit_log_free(lq_edit_log *l)
 lq_overlay *lq_edit_log_overlay(const lq_edit_log *l) { return l ? l->o : NULL; }
 size_t lq_edit_log_n_applied(const lq_edit_log *l) { return l ? l->n : 0; }
 size_t lq_edit_log_n_failed(const lq_edit_log *l) { return l ? l->n_failed : 0; }
+int64_t lq_edit_log_last_id(const lq_edit_log *l) { return l && l->n ? l->ids[l->n - 1] : -1; }
 
 int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from, int *reset, lq_err *err)
 {

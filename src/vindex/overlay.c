@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <sys/types.h>
 
+#include "core/json_obj.h"
 #include "core/f16.h"
 #include "core/softmax.h"
 #include "larql/model.h"
@@ -1614,7 +1615,7 @@ static const char *op_mode(int kind)
 int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
 {
     *json_out = NULL;
-    json_t *rows = json_array(), *seen = json_object();
+    json_t *rows = json_array(), *seen = lq_json_object();
     for (size_t i = 0; o && i < o->np; i++) {
         lq_patch_op op;
         for (size_t k = 0; lq_patch_op_at(o->patches[i], k, &op); k++) {

@@ -115,7 +115,7 @@ HANG_PORT=$(cat "$T_TMP/hang.port")
 
 # ---- the SQL files ----
 export PGI_FIXDIR="$F" PGI_TOP="$TOP" PGI_REMOTE="http://127.0.0.1:$SRV_PORT" PGI_HANG="http://127.0.0.1:$HANG_PORT"
-for sql in "$EXT"/test/sql/*.sql; do
+for sql in "$EXT"/test/sql/${PGI_SQL:-*}.sql; do  # PGI_SQL=name: one file
     name=$(basename "$sql" .sql)
     exp="$EXT/test/expected/$name.out"
     if [ "$name" = remote ] && [ -z "$SRV_PORT" ]; then fail "sql $name" "larql serve did not start: $(cat "$T_TMP/srv.err")"; continue; fi
