@@ -82,6 +82,7 @@ apply_rows(PgiModel *m, size_t from)
 		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &nid));
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &nvec);
 		bytea	   *b;
+		char	   *name;
 		lq_err		err = {0};
 		int			rc;
 
@@ -90,7 +91,8 @@ apply_rows(PgiModel *m, size_t from)
 		if (nvec)
 			elog(ERROR, "infer.edits row %lld has no vectors", (long long) id);
 		b = DatumGetByteaPP(d);
-		rc = lq_edit_log_apply(m->log, id, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b), &err);
+		name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+		rc = lq_edit_log_apply(m->log, id, name, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b), &err);
 		if (rc == LQ_ENOMEM)
 			pgi_lq_error(rc, &err, "cannot apply edits");
 		if (rc)
@@ -100,15 +102,16 @@ apply_rows(PgiModel *m, size_t from)
 	}
 }
 
-/* (id, vectors) of the model's rows in id order; vectors only past after_id. Inside SPI. */
+/* (id, vectors, patch name) of the model's rows in id order; vectors only past after_id; the
+ * name of a patch applied by name (op 'patch', named by entity), else NULL. Inside SPI. */
 static void
 rows_query(const char *model, int64 after_id)
 {
 	Oid			argt[2] = {TEXTOID, INT8OID};
 	Datum		argv[2] = {CStringGetTextDatum(model), Int64GetDatum(after_id)};
 
-	if (SPI_execute_with_args("SELECT id, CASE WHEN id > $2 THEN vectors END FROM infer.edits WHERE model = $1 "
-							  "ORDER BY id", 2, argt, argv, NULL, false, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args("SELECT id, CASE WHEN id > $2 THEN vectors END, CASE WHEN op = 'patch' THEN entity END "
+							  "FROM infer.edits WHERE model = $1 ORDER BY id", 2, argt, argv, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "cannot read infer.edits");
 }
 
@@ -148,8 +151,6 @@ pgi_edits_sync(PgiModel *m)
 
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	/* the fold is replaced on a refold: nothing may point at the old one meanwhile */
-	m->vx = m->base;
 	if ((rc = lq_edit_log_sync(m->log, ids, n, &from, &reset, &err)) != 0)
 		pgi_lq_error(rc, &err, "cannot sync the model's edits");
 	if (reset)
@@ -262,7 +263,7 @@ store_edit(PgiModel *m, int64 id, lq_patch *p, const EditRow *r)
 	}
 	/* ids come from a sequence taken after every row this backend applied was committed or
 	 * written, so this one is above them all */
-	rc = lq_edit_log_apply(m->log, id, json, len, &err);
+	rc = lq_edit_log_apply(m->log, id, NULL, json, len, &err);
 	free(json);
 	if (rc)
 		pgi_lq_error(rc, &err, "cannot apply the edit");

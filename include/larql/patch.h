@@ -151,6 +151,8 @@ uint64_t lq_overlay_version(const lq_overlay *o);
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err);
 /* Removes the patch named name and rebuilds the state from the rest. LQ_ENOTFOUND. */
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err);
+/* Removes every patch (of every scope): the base state again, the version still rising. */
+int lq_overlay_clear(lq_overlay *o, lq_err *err);
 size_t lq_overlay_n_patches(const lq_overlay *o);
 const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i);
 /* The live patch of direct edits ("edits"), or NULL before the first edit. */
@@ -425,7 +427,8 @@ int lq_overlay_plan_update(const lq_overlay *o, const lq_edit_where *w, const ch
 typedef struct lq_edit_log lq_edit_log;
 int lq_edit_log_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_edit_log **out, lq_err *err);
 void lq_edit_log_free(lq_edit_log *l); /* NULL-safe */
-/* The fold (owned by the log; a sync that refolds replaces it: fetch it again after one). */
+/* The fold (owned by the log; the same object for the log's life, its version rising with
+ * every change, refolds included). */
 lq_overlay *lq_edit_log_overlay(const lq_edit_log *l);
 size_t lq_edit_log_n_applied(const lq_edit_log *l);
 size_t lq_edit_log_n_failed(const lq_edit_log *l);
@@ -435,10 +438,11 @@ int64_t lq_edit_log_last_id(const lq_edit_log *l); /* -1 before the first row */
  * (a row removed, or a lower id committed after a higher one was applied) the fold restarts
  * from the base: *reset = 1 and *from = 0. */
 int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from, int *reset, lq_err *err);
-/* Step 2: row id (above every applied id) with its .vlp text. A row that does not apply
- * (another model's patch, a damaged row) returns its error but counts as applied
- * (lq_edit_log_n_failed), so later syncs do not refold for it. */
-int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *vlp, size_t len, lq_err *err);
+/* Step 2: row id (above every applied id) with its .vlp text, applied as the patch name
+ * (NULL: "edit:<id>"; a patch a server applied by name keeps it). A row that does not apply
+ * (another model's patch, a damaged row, a name already applied) returns its error but
+ * counts as applied (lq_edit_log_n_failed), so later syncs do not refold for it. */
+int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err);
 void lq_edit_log_row_name(int64_t id, char out[32]);
 
 /* REBALANCE (LARQL's global pass over compose-mode installs): each fact's canonical prompt

@@ -182,12 +182,9 @@ int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from
         return LQ_OK;
     }
     /* a row the log applied is gone or one arrived below it: fold everything again */
-    lq_overlay *fresh = NULL;
-    int rc = lq_overlay_create(l->base, l->init_knn, &fresh, err);
+    int rc = lq_overlay_clear(l->o, err);
     if (rc)
         return rc;
-    lq_overlay_free(l->o);
-    l->o = fresh;
     l->n = 0;
     l->n_failed = 0;
     if (reset)
@@ -211,15 +208,15 @@ static int push_id(lq_edit_log *l, int64_t id, lq_err *err)
 
 void lq_edit_log_row_name(int64_t id, char out[32]) { snprintf(out, 32, "edit:%" PRId64, id); }
 
-int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *vlp, size_t len, lq_err *err)
+int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err)
 {
     if (l->n && id <= l->ids[l->n - 1])
         return lq_err_set(err, LQ_EINVAL, "edit log: row %" PRId64 " is not after the last applied (%" PRId64 ")",
                           id, l->ids[l->n - 1]);
-    char name[32];
-    lq_edit_log_row_name(id, name);
+    char rname[32];
+    lq_edit_log_row_name(id, rname);
     lq_patch *p = NULL;
-    int rc = lq_patch_parse(vlp, len, name, lq_vindex_get_info(l->base)->hidden_size, &p, err);
+    int rc = lq_patch_parse(vlp, len, name && *name ? name : rname, lq_vindex_get_info(l->base)->hidden_size, &p, err);
     if (!rc)
         rc = lq_overlay_apply(l->o, p, err);
     lq_patch_free(p);

@@ -782,6 +782,16 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
     return rc;
 }
 
+int lq_overlay_clear(lq_overlay *o, lq_err *err)
+{
+    if (!o)
+        return lq_err_set(err, LQ_EINVAL, "overlay clear: no overlay");
+    for (size_t i = 0; i < o->np; i++)
+        lq_patch_free(o->patches[i]);
+    o->np = 0;
+    return rebuild(o, err);
+}
+
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
 {
     ssize_t f = find_patch(o, name);

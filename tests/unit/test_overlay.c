@@ -711,14 +711,17 @@ static void test_edit_log(void)
     size_t from = 9;
     int reset = 9;
     CHECK(lq_edit_log_sync(a, ids12, 2, &from, &reset, &err) == 0 && from == 0 && !reset);
-    CHECK_MSG(lq_edit_log_apply(a, 1, r1, strlen(r1), &err) == 0, "%s", err.msg);
-    CHECK_MSG(lq_edit_log_apply(a, 2, r2, strlen(r2), &err) == 0, "%s", err.msg);
-    CHECK(lq_edit_log_apply(a, 2, r2, strlen(r2), &err) == LQ_EINVAL); /* not after the last */
+    CHECK_MSG(lq_edit_log_apply(a, 1, NULL, r1, strlen(r1), &err) == 0, "%s", err.msg);
+    CHECK_MSG(lq_edit_log_apply(a, 2, NULL, r2, strlen(r2), &err) == 0, "%s", err.msg);
+    CHECK(lq_edit_log_apply(a, 2, NULL, r2, strlen(r2), &err) == LQ_EINVAL); /* not after the last */
     CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && from == 0 && !reset);
-    CHECK(lq_edit_log_apply(b, 2, r2, strlen(r2), &err) == 0);
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
+    lq_overlay *ob = lq_edit_log_overlay(b);
+    uint64_t vb = lq_overlay_version(ob);
     CHECK(lq_edit_log_sync(b, ids12, 2, &from, &reset, &err) == 0 && from == 0 && reset);
-    CHECK(lq_edit_log_n_applied(b) == 0);
-    CHECK(lq_edit_log_apply(b, 1, r1, strlen(r1), &err) == 0 && lq_edit_log_apply(b, 2, r2, strlen(r2), &err) == 0);
+    CHECK(lq_edit_log_n_applied(b) == 0 && lq_edit_log_overlay(b) == ob && lq_overlay_version(ob) > vb);
+    CHECK(lq_overlay_n_patches(ob) == 0 && lq_knn_store_count(lq_overlay_knn(ob)) == 0);
+    CHECK(lq_edit_log_apply(b, 1, NULL, r1, strlen(r1), &err) == 0 && lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
     CHECK(lq_edit_log_sync(b, ids12, 2, &from, &reset, &err) == 0 && from == 2 && !reset);
     char ta[64], tb[64];
     int fa = 0, fb = 0;
@@ -729,14 +732,14 @@ static void test_edit_log(void)
 
     /* row 1 removed (a rollback, a DELETE): b refolds with row 2 alone */
     CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && from == 0 && reset);
-    CHECK(lq_edit_log_apply(b, 2, r2, strlen(r2), &err) == 0);
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
     CHECK(infer_top(lq_edit_log_overlay(b), "The capital of Atlantis is", tb, sizeof tb, NULL, &fb) == 0);
     CHECK(!fb && lq_knn_store_count(lq_overlay_knn(lq_edit_log_overlay(b))) == 1);
 
     /* a damaged row: an error, counted, and the next sync does not refold for it */
     int64_t ids23[] = {2, 3};
     CHECK(lq_edit_log_sync(b, ids23, 2, &from, &reset, &err) == 0 && from == 1 && !reset);
-    CHECK(lq_edit_log_apply(b, 3, "{\"operations\": 7}", 17, &err) == LQ_EFORMAT);
+    CHECK(lq_edit_log_apply(b, 3, NULL, "{\"operations\": 7}", 17, &err) == LQ_EFORMAT);
     CHECK(lq_edit_log_n_failed(b) == 1 && lq_edit_log_n_applied(b) == 2);
     CHECK(lq_edit_log_sync(b, ids23, 2, &from, &reset, &err) == 0 && from == 2 && !reset);
     int64_t bad[] = {3, 2};
