@@ -11,7 +11,7 @@
 #                     (tests/cli/pg_infer.sh reports itself skipped without them)
 #   --with-lint       cppcheck, for `make lint`
 set -e
-PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl openssl python3 python3-jinja2"
+PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev libpq-dev curl openssl python3 python3-jinja2"
 node=""
 for a in "$@"; do
     case "$a" in

@@ -151,6 +151,8 @@ uint64_t lq_overlay_version(const lq_overlay *o);
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err);
 /* Removes the patch named name and rebuilds the state from the rest. LQ_ENOTFOUND. */
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err);
+/* What lq_overlay_apply would refuse p for, without applying it. */
+int lq_overlay_check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err);
 /* Removes every patch (of every scope): the base state again, the version still rising. */
 int lq_overlay_clear(lq_overlay *o, lq_err *err);
 size_t lq_overlay_n_patches(const lq_overlay *o);
@@ -422,6 +424,11 @@ int lq_overlay_plan_delete(const lq_overlay *o, const lq_edit_where *w, const ch
 int lq_overlay_plan_update(const lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_confidence,
                            const char *name, size_t *n, lq_patch **out, lq_err *err);
 
+/* The live patch's ops from index n0 on, moved into a patch of their own named name (the
+ * live patch cut back to n0): a direct edit made on a log's fold, taken out to be stored as
+ * a row and applied back as one. *out NULL when there are none. */
+int lq_overlay_take_edits(lq_overlay *o, size_t n0, const char *name, lq_patch **out, lq_err *err);
+
 /* An overlay over base that is the fold of a table's rows (id, .vlp), each applied as the
  * patch "edit:<id>" (lq_edit_log_row_name). init_knn (may be NULL) is copied. */
 typedef struct lq_edit_log lq_edit_log;
@@ -443,6 +450,8 @@ int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from
  * (another model's patch, a damaged row, a name already applied) returns its error but
  * counts as applied (lq_edit_log_n_failed), so later syncs do not refold for it. */
 int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err);
+/* The same with the patch already parsed (p is copied; its own name is not used). */
+int lq_edit_log_apply_patch(lq_edit_log *l, int64_t id, const char *name, const lq_patch *p, lq_err *err);
 void lq_edit_log_row_name(int64_t id, char out[32]);
 
 /* REBALANCE (LARQL's global pass over compose-mode installs): each fact's canonical prompt

@@ -20,6 +20,27 @@
  * plan's live patch starts empty whatever live edits the overlay already has. */
 #define PLAN_SCOPE 0x504c414e
 
+/* ops [from, n) of src as a new patch named name (src's base model and header kept) */
+static int copy_ops(const lq_patch *src, size_t from, const char *name, int hidden, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
+    int rc = lq_patch_create(name, lq_patch_base_model(src), hidden, out, err);
+    for (size_t i = from; !rc && i < lq_patch_n_ops(src); i++) {
+        lq_patch_op op;
+        lq_patch_op_at(src, i, &op);
+        rc = lq_patch_add(*out, &op, err);
+    }
+    if (!rc && lq_patch_base_checksum(src))
+        rc = lq_patch_set_info(*out, lq_patch_created_at(src), lq_patch_base_checksum(src), lq_patch_author(src), err);
+    if (rc) {
+        lq_patch_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static int hidden_of(const lq_overlay *o) { return lq_vindex_get_info(lq_overlay_vindex(o))->hidden_size; }
+
 typedef struct plan {
     lq_overlay *scratch;
 } plan;
@@ -42,21 +63,25 @@ static int plan_end(plan *pl, int rc, const char *name, lq_patch **out, lq_err *
 {
     *out = NULL;
     const lq_patch *e = rc ? NULL : lq_overlay_edits(pl->scratch);
-    if (e && lq_patch_n_ops(e)) {
-        const lq_vindex_info *in = lq_vindex_get_info(lq_overlay_vindex(pl->scratch));
-        rc = lq_patch_create(name, lq_patch_base_model(e), in->hidden_size, out, err);
-        for (size_t i = 0; !rc && i < lq_patch_n_ops(e); i++) {
-            lq_patch_op op;
-            lq_patch_op_at(e, i, &op);
-            rc = lq_patch_add(*out, &op, err);
-        }
-        if (rc) {
-            lq_patch_free(*out);
-            *out = NULL;
-        }
-    }
+    if (e && lq_patch_n_ops(e))
+        rc = copy_ops(e, 0, name, hidden_of(pl->scratch), out, err);
     lq_overlay_free(pl->scratch);
     pl->scratch = NULL;
+    return rc;
+}
+
+int lq_overlay_take_edits(lq_overlay *o, size_t n0, const char *name, lq_patch **out, lq_err *err)
+{
+    *out = NULL;
+    const lq_patch *e = lq_overlay_edits(o);
+    size_t n = e ? lq_patch_n_ops(e) : 0;
+    if (n0 >= n)
+        return LQ_OK;
+    int rc = copy_ops(e, n0, name, hidden_of(o), out, err);
+    if (!rc && (rc = lq_overlay_truncate_edits(o, n0, err))) {
+        lq_patch_free(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
@@ -208,18 +233,20 @@ static int push_id(lq_edit_log *l, int64_t id, lq_err *err)
 
 void lq_edit_log_row_name(int64_t id, char out[32]) { snprintf(out, 32, "edit:%" PRId64, id); }
 
-int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err)
+static int log_apply(lq_edit_log *l, int64_t id, const char *name, const lq_patch *p, const char *vlp, size_t len,
+                     lq_err *err)
 {
     if (l->n && id <= l->ids[l->n - 1])
         return lq_err_set(err, LQ_EINVAL, "edit log: row %" PRId64 " is not after the last applied (%" PRId64 ")",
                           id, l->ids[l->n - 1]);
     char rname[32];
     lq_edit_log_row_name(id, rname);
-    lq_patch *p = NULL;
-    int rc = lq_patch_parse(vlp, len, name && *name ? name : rname, lq_vindex_get_info(l->base)->hidden_size, &p, err);
+    const char *nm = name && *name ? name : rname;
+    lq_patch *own = NULL;
+    int rc = p ? copy_ops(p, 0, nm, hidden_of(l->o), &own, err) : lq_patch_parse(vlp, len, nm, lq_vindex_get_info(l->base)->hidden_size, &own, err);
     if (!rc)
-        rc = lq_overlay_apply(l->o, p, err);
-    lq_patch_free(p);
+        rc = lq_overlay_apply(l->o, own, err);
+    lq_patch_free(own);
     if (rc == LQ_ENOMEM)
         return rc;
     /* a row that cannot apply here (another model's patch, a damaged row) stays counted as
@@ -230,4 +257,16 @@ int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *
     if (rc)
         l->n_failed++;
     return rc;
+}
+
+int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err)
+{
+    return log_apply(l, id, name, NULL, vlp, len, err);
+}
+
+int lq_edit_log_apply_patch(lq_edit_log *l, int64_t id, const char *name, const lq_patch *p, lq_err *err)
+{
+    if (!p)
+        return lq_err_set(err, LQ_EINVAL, "edit log: no patch");
+    return log_apply(l, id, name, p, NULL, 0, err);
 }

@@ -736,6 +736,21 @@ static void test_edit_log(void)
     CHECK(infer_top(lq_edit_log_overlay(b), "The capital of Atlantis is", tb, sizeof tb, NULL, &fb) == 0);
     CHECK(!fb && lq_knn_store_count(lq_overlay_knn(lq_edit_log_overlay(b))) == 1);
 
+    /* a row that removes an edit by id (DELETE /v1/edits/{id} elsewhere): the KNN entry goes */
+    lq_overlay *ov2 = lq_edit_log_overlay(b);
+    const lq_patch *p2 = lq_overlay_patch_at(ov2, 0);
+    lq_patch_op op2;
+    CHECK(p2 && lq_patch_op_at(p2, 0, &op2) && op2.id);
+    char del[300];
+    snprintf(del, sizeof del, "{\"version\": 1, \"operations\": [{\"op\": \"delete_edit\", \"id\": \"%s\"}]}",
+             op2.id ? op2.id : "");
+    int64_t ids24[] = {2, 4};
+    CHECK(lq_edit_log_sync(b, ids24, 2, &from, &reset, &err) == 0 && from == 1 && !reset);
+    CHECK_MSG(lq_edit_log_apply(b, 4, NULL, del, strlen(del), &err) == 0, "%s", err.msg);
+    CHECK(lq_knn_store_count(lq_overlay_knn(ov2)) == 0);
+    CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && reset); /* row 4 gone again */
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0 && lq_knn_store_count(lq_overlay_knn(ov2)) == 1);
+
     /* a damaged row: an error, counted, and the next sync does not refold for it */
     int64_t ids23[] = {2, 3};
     CHECK(lq_edit_log_sync(b, ids23, 2, &from, &reset, &err) == 0 && from == 1 && !reset);

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""larql serve --state-db: the global edits of several servers are rows of one PostgreSQL
+infer.edits (pg_infer's table). Two servers on one vindex and one database: an edit
+acknowledged by one is applied by the other (LISTEN/NOTIFY), one written from SQL by both;
+patches and edit removals travel too; a server killed with -9 comes back with every edit; with
+the database stopped an edit is refused with 503 (and not applied anywhere later) while reads go
+on, and after it restarts edits flow again. Prints the propagation latency (acknowledgement on
+one server to the answer on the other) as a figure, not an assertion.
+
+usage: state_db.py  (environment: LARQL, VINDEX, CONNINFO, PSQL, PG_STOP, PG_START)"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from tap import ok
+
+LARQL, VINDEX, CONNINFO = os.environ["LARQL"], os.environ["VINDEX"], os.environ["CONNINFO"]
+PSQL, PG_STOP, PG_START = os.environ["PSQL"], os.environ["PG_STOP"], os.environ["PG_START"]
+PROMPT = "The capital of %s is"
+
+
+LOGS = []
+
+
+def start():
+    log = open(os.path.join(os.environ.get("TMPDIR_LOGS", "/tmp"), "state_db.%d.log" % len(LOGS)), "w+")
+    LOGS.append(log)
+    p = subprocess.Popen([LARQL, "serve", VINDEX, "--port", "0", "--threads", "1", "--state-db", CONNINFO,
+                          "--state-model", "kq"], stdout=subprocess.PIPE, stderr=log, text=True)
+    line = p.stdout.readline()
+    m = re.search(r"listening on http://[^:]+:(\d+)", line)
+    if not m:
+        p.kill()
+        p.wait()
+        log.seek(0)
+        return p, None, log.read()[-600:]
+    return p, int(m.group(1)), ""
+
+
+def call(port, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method)
+    if data:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"{}")
+        except ValueError:
+            return e.code, {}
+
+
+def top(port, entity):
+    st, b = call(port, "POST", "/v1/infer", {"prompt": PROMPT % entity, "top": 1, "mode": "walk"})
+    preds = b.get("predictions") or []
+    return preds[0]["token"].strip() if st == 200 and preds else None
+
+
+def insert(port, entity, target):
+    return call(port, "POST", "/v1/insert", {"entity": entity, "relation": "capital", "target": target, "mode": "knn"})
+
+
+def wait_for(port, entity, target, limit=10.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if top(port, entity) == target:
+            return time.monotonic() - t0
+        time.sleep(0.002)
+    return None
+
+
+def sql(q):
+    r = subprocess.run(PSQL + " -At -c " + json.dumps(q), shell=True, capture_output=True, text=True)
+    return r.stdout.strip(), r.stderr.strip()
+
+
+a, pa, err = start()
+b, pb, err2 = start()
+ok("two servers start with --state-db on one database", pa and pb, err + err2)
+if not (pa and pb):
+    sys.exit(0)
+
+# one edit each way, then a run of them: acknowledged on one, answered by the other
+st, body = insert(pa, "Atlantis", "Tokyo")
+ok("an insert on server A is acknowledged (after its COMMIT)", st == 200 and body.get("id"), (st, body))
+ok("server A answers with it at once", top(pa, "Atlantis") == "Tokyo")
+ok("server B answers with it (its row arrived by NOTIFY)", wait_for(pb, "Atlantis", "Tokyo") is not None)
+lat = []
+targets = ["Berlin", "Paris", "Rome", "Tokyo"]
+for i in range(40):
+    src, dst = (pa, pb) if i % 2 else (pb, pa)
+    ent, tgt = "Isle%d" % i, targets[i % 4]
+    st, _ = insert(src, ent, tgt)
+    if st != 200:
+        lat.append(None)
+        continue
+    lat.append(wait_for(dst, ent, tgt))
+seen = [x for x in lat if x is not None]
+ok("40 inserts alternating between the servers: each seen by the other", len(seen) == 40, lat)
+if seen:
+    seen.sort()
+    print("# propagation (acknowledged on one server -> answered by the other, loopback, polled every 2 ms): "
+          "p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d edits" %
+          (seen[len(seen) // 2] * 1000, seen[min(len(seen) - 1, int(len(seen) * 0.99))] * 1000, seen[-1] * 1000,
+           len(seen)))
+n, e = sql("SELECT count(*) FROM infer.edits WHERE model = 'kq'")
+ok("infer.edits holds one row per acknowledged edit (41)", n == "41", (n, e))
+
+# an edit from SQL reaches both servers
+out, e = sql("SELECT infer_insert('Lemuria', 'capital', 'Paris', 'kq', 'knn')")
+ok("infer_insert from SQL commits a row", out.isdigit(), (out, e))
+ok("server A applies the SQL edit", wait_for(pa, "Lemuria", "Paris") is not None)
+ok("server B applies the SQL edit", wait_for(pb, "Lemuria", "Paris") is not None)
+
+# a patch applied on A is listed by B; removed on B, gone from A
+patch = {"version": 1, "base_model": "", "description": "cap.vlp", "operations": [
+    {"op": "delete", "layer": 1, "feature": 17, "reason": "test"}]}
+st, body = call(pa, "POST", "/v1/patches/apply", {"patch": patch})
+ok("a patch applied on A (a row, op 'patch')", st == 200, (st, body))
+
+
+def patches(port):
+    return [p["name"] for p in call(port, "GET", "/v1/patches")[1].get("patches", [])]
+
+
+def until(cond, limit=10.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+ok("B lists the patch by its name", until(lambda: "cap.vlp" in patches(pb)), patches(pb))
+st, body = call(pa, "POST", "/v1/patches/apply", {"patch": patch})
+ok("the same name again is refused (400), no row written", st == 400 and
+   sql("SELECT count(*) FROM infer.edits WHERE op = 'patch'")[0] == "1", (st, body))
+st, body = call(pb, "DELETE", "/v1/patches/cap.vlp")
+ok("B removes it (its row deleted)", st == 200, (st, body))
+ok("A no longer lists it", until(lambda: "cap.vlp" not in patches(pa)), patches(pa))
+
+# DELETE /v1/edits/{id} on B takes an edit of A's away everywhere
+st, body = insert(pa, "Mu", "Rome")
+eid = body.get("id")
+ok("B sees Mu", wait_for(pb, "Mu", "Rome") is not None)
+st, body = call(pb, "DELETE", "/v1/edits/%s" % eid)
+ok("B deletes A's edit by id", st == 200, (st, body))
+ok("A forgets it", until(lambda: top(pa, "Mu") != "Rome"))
+
+# kill -9 A and restart it: every acknowledged edit comes back from the table
+a.kill()
+a.wait()
+a, pa, err = start()
+ok("A restarts after kill -9", pa is not None, err)
+if pa:
+    ok("A answers with the edits made before (Atlantis, Isle7, Lemuria)",
+       top(pa, "Atlantis") == "Tokyo" and top(pa, "Isle7") == "Tokyo" and top(pa, "Lemuria") == "Paris",
+       (top(pa, "Atlantis"), top(pa, "Isle7"), top(pa, "Lemuria")))
+    ok("... and not the deleted one (Mu)", top(pa, "Mu") != "Rome")
+
+# the database stops: edits are refused (503), reads go on; after the restart edits flow again
+r = subprocess.run(PG_STOP, shell=True, capture_output=True, text=True)
+ok("PostgreSQL stops", r.returncode == 0, r.stderr)
+st, body = insert(pa, "Hyperborea", "Berlin")
+ok("with the database down an insert is 503 and says why", st == 503 and "state database" in json.dumps(body),
+   (st, body))
+ok("... and is not applied", top(pa, "Hyperborea") != "Berlin")
+ok("reads go on with the last state (Atlantis -> Tokyo)", top(pa, "Atlantis") == "Tokyo")
+r = subprocess.run(PG_START, shell=True, capture_output=True, text=True)
+ok("PostgreSQL starts again", r.returncode == 0, r.stderr)
+st, body = insert(pa, "Thule", "Rome")
+ok("an insert after the restart is acknowledged (the connection was re-established)", st == 200, (st, body))
+ok("B applies it (its LISTEN connection came back)", wait_for(pb, "Thule", "Rome", 15.0) is not None)
+ok("the refused edit exists nowhere (no phantom)", top(pb, "Hyperborea") != "Berlin" and
+   sql("SELECT count(*) FROM infer.edits WHERE entity = 'Hyperborea'")[0] == "0")
+for p in (a, b):
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        ok("a server stops on SIGTERM", False)
