@@ -18,7 +18,7 @@ for a in "$@"; do
     --with-node) node=1 ;;
     --with-chromium) PKGS="$PKGS chromium" ;;
     --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
-    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
+    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15 haproxy" ;;
     --with-lint) PKGS="$PKGS cppcheck" ;;
     *) echo "usage: $0 [--with-node] [--with-chromium] [--with-clang] [--with-postgres] [--with-lint]" >&2; exit 2 ;;
     esac

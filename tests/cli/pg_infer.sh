@@ -242,6 +242,17 @@ if $PSQL -d pgi_state -c "CREATE EXTENSION pg_infer" >/dev/null 2>"$T_TMP/state.
         PG_STOP="$RUN $PGBIN/pg_ctl -D $DATA -m fast -w stop" \
         PG_START="sh $T_TMP/pg_start.sh" \
         run_py state_db.log "$ROOT/tests/http/state_db.py"
+    # the load-balanced deployment (README): three replicas behind HAProxy
+    HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+    if [ -x "$HAPROXY" ]; then
+        $PSQL -d pgi_state -c "TRUNCATE infer.edits" >/dev/null 2>&1
+        LARQL="$LARQL" VINDEX="$F/kq" CONNINFO="host=$T_TMP port=$PORT dbname=pgi_state user=postgres" \
+            PSQL="$PSQL -d pgi_state" TMPDIR_LOGS="$T_TMP/sdlogs" HAPROXY="$HAPROXY" \
+            PG_STOP="$RUN $PGBIN/pg_ctl -D $DATA -m fast -w stop" PG_START="sh $T_TMP/pg_start.sh" \
+            run_py state_db_lb.log "$ROOT/tests/http/state_db_lb.py"
+    else
+        skip "three --state-db replicas behind HAProxy" "haproxy is not installed (scripts/deps.sh --with-postgres installs it)"
+    fi
 else
     fail "pg_infer installs in a database for --state-db" "$(cat "$T_TMP/state.err")"
 fi

@@ -7,78 +7,16 @@ the database stopped an edit is refused with 503 (and not applied anywhere later
 on, and after it restarts edits flow again. Prints the propagation latency (acknowledgement on
 one server to the answer on the other) as a figure, not an assertion.
 
-usage: state_db.py  (environment: LARQL, VINDEX, CONNINFO, PSQL, PG_STOP, PG_START)"""
+usage: state_db.py  (environment: as replicas.py, and PG_STOP, PG_START)"""
 import json
 import os
-import re
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
+from replicas import call, insert, percentiles, sql, start, stop, top, until, wait_for
 from tap import ok
 
-LARQL, VINDEX, CONNINFO = os.environ["LARQL"], os.environ["VINDEX"], os.environ["CONNINFO"]
-PSQL, PG_STOP, PG_START = os.environ["PSQL"], os.environ["PG_STOP"], os.environ["PG_START"]
-PROMPT = "The capital of %s is"
-
-
-LOGS = []
-
-
-def start():
-    log = open(os.path.join(os.environ.get("TMPDIR_LOGS", "/tmp"), "state_db.%d.log" % len(LOGS)), "w+")
-    LOGS.append(log)
-    p = subprocess.Popen([LARQL, "serve", VINDEX, "--port", "0", "--threads", "1", "--state-db", CONNINFO,
-                          "--state-model", "kq"], stdout=subprocess.PIPE, stderr=log, text=True)
-    line = p.stdout.readline()
-    m = re.search(r"listening on http://[^:]+:(\d+)", line)
-    if not m:
-        p.kill()
-        p.wait()
-        log.seek(0)
-        return p, None, log.read()[-600:]
-    return p, int(m.group(1)), ""
-
-
-def call(port, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method)
-    if data:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"{}")
-        except ValueError:
-            return e.code, {}
-
-
-def top(port, entity):
-    st, b = call(port, "POST", "/v1/infer", {"prompt": PROMPT % entity, "top": 1, "mode": "walk"})
-    preds = b.get("predictions") or []
-    return preds[0]["token"].strip() if st == 200 and preds else None
-
-
-def insert(port, entity, target):
-    return call(port, "POST", "/v1/insert", {"entity": entity, "relation": "capital", "target": target, "mode": "knn"})
-
-
-def wait_for(port, entity, target, limit=10.0):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if top(port, entity) == target:
-            return time.monotonic() - t0
-        time.sleep(0.002)
-    return None
-
-
-def sql(q):
-    r = subprocess.run(PSQL + " -At -c " + json.dumps(q), shell=True, capture_output=True, text=True)
-    return r.stdout.strip(), r.stderr.strip()
+PG_STOP, PG_START = os.environ["PG_STOP"], os.environ["PG_START"]
 
 
 a, pa, err = start()
@@ -104,12 +42,8 @@ for i in range(40):
     lat.append(wait_for(dst, ent, tgt))
 seen = [x for x in lat if x is not None]
 ok("40 inserts alternating between the servers: each seen by the other", len(seen) == 40, lat)
-if seen:
-    seen.sort()
-    print("# propagation (acknowledged on one server -> answered by the other, loopback, polled every 2 ms): "
-          "p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d edits" %
-          (seen[len(seen) // 2] * 1000, seen[min(len(seen) - 1, int(len(seen) * 0.99))] * 1000, seen[-1] * 1000,
-           len(seen)))
+print("# propagation (acknowledged on one server -> answered by the other, loopback, polled every 2 ms): " +
+      percentiles(seen) + " edits")
 n, e = sql("SELECT count(*) FROM infer.edits WHERE model = 'kq'")
 ok("infer.edits holds one row per acknowledged edit (41)", n == "41", (n, e))
 
@@ -130,22 +64,13 @@ def patches(port):
     return [p["name"] for p in call(port, "GET", "/v1/patches")[1].get("patches", [])]
 
 
-def until(cond, limit=10.0):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-ok("B lists the patch by its name", until(lambda: "cap.vlp" in patches(pb)), patches(pb))
+ok("B lists the patch by its name", until(lambda: "cap.vlp" in patches(pb)) is not None, patches(pb))
 st, body = call(pa, "POST", "/v1/patches/apply", {"patch": patch})
 ok("the same name again is refused (400), no row written", st == 400 and
    sql("SELECT count(*) FROM infer.edits WHERE op = 'patch'")[0] == "1", (st, body))
 st, body = call(pb, "DELETE", "/v1/patches/cap.vlp")
 ok("B removes it (its row deleted)", st == 200, (st, body))
-ok("A no longer lists it", until(lambda: "cap.vlp" not in patches(pa)), patches(pa))
+ok("A no longer lists it", until(lambda: "cap.vlp" not in patches(pa)) is not None, patches(pa))
 
 # DELETE /v1/edits/{id} on B takes an edit of A's away everywhere
 st, body = insert(pa, "Mu", "Rome")
@@ -153,7 +78,7 @@ eid = body.get("id")
 ok("B sees Mu", wait_for(pb, "Mu", "Rome") is not None)
 st, body = call(pb, "DELETE", "/v1/edits/%s" % eid)
 ok("B deletes A's edit by id", st == 200, (st, body))
-ok("A forgets it", until(lambda: top(pa, "Mu") != "Rome"))
+ok("A forgets it", until(lambda: top(pa, "Mu") != "Rome") is not None)
 
 # kill -9 A and restart it: every acknowledged edit comes back from the table
 a.kill()
@@ -181,10 +106,4 @@ ok("an insert after the restart is acknowledged (the connection was re-establish
 ok("B applies it (its LISTEN connection came back)", wait_for(pb, "Thule", "Rome", 15.0) is not None)
 ok("the refused edit exists nowhere (no phantom)", top(pb, "Hyperborea") != "Berlin" and
    sql("SELECT count(*) FROM infer.edits WHERE entity = 'Hyperborea'")[0] == "0")
-for p in (a, b):
-    p.terminate()
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        ok("a server stops on SIGTERM", False)
+ok("both servers stop on SIGTERM", all([stop(a), stop(b)]))
