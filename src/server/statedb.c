@@ -198,6 +198,23 @@ static int sync_rows(lq_server *s, PGconn *c, int locked, lq_err *e)
 
 /* ---- writes (the caller holds the global write lock) ---- */
 
+/* The write connection, synced. A connection the database dropped since its last use (a
+ * restart) is found dead only now: it is re-established and the sync tried once more. Safe
+ * to repeat: nothing has been written yet. */
+static int sync_first(lq_server *s, PGconn **c, lq_err *e)
+{
+    srv_statedb *d = s->statedb;
+    int rc = LQ_EBUSY;
+    for (int attempt = 0; attempt < 2 && rc == LQ_EBUSY; attempt++) {
+        if (attempt && d->w)
+            PQreset(d->w);
+        if (!(*c = wconn(d, e)))
+            return LQ_EBUSY;
+        rc = sync_rows(s, *c, 1, e);
+    }
+    return rc;
+}
+
 /* The row's descriptive columns, from the first op of the edit. */
 static void describe_ops(const lq_patch *p, const char **op, const char **entity, const char **relation,
                          const char **target, const char **mode, const char **edit_id, char *layer, size_t cap)
@@ -252,11 +269,11 @@ int srv_statedb_edit(lq_server *s, lq_overlay *ov, size_t n0, lq_err *e)
     if (rc || !p)
         return rc;
     char *vlp = NULL;
-    PGconn *c = wconn(d, e);
-    rc = c ? lq_patch_json(p, &vlp, e) : LQ_EBUSY;
+    PGconn *c = NULL;
+    rc = lq_patch_json(p, &vlp, e);
     /* the rows committed elsewhere first, so that this one lands on top of them */
     if (!rc)
-        rc = sync_rows(s, c, 1, e);
+        rc = sync_first(s, &c, e);
     const char *op, *entity, *relation, *target, *mode, *edit_id;
     char layer[16];
     describe_ops(p, &op, &entity, &relation, &target, &mode, &edit_id, layer, sizeof layer);
@@ -281,10 +298,10 @@ int srv_statedb_apply(lq_server *s, const lq_patch *p, lq_err *e)
     if (rc)
         return rc;
     char *vlp = NULL;
-    PGconn *c = wconn(d, e);
-    rc = c ? lq_patch_json(p, &vlp, e) : LQ_EBUSY;
+    PGconn *c = NULL;
+    rc = lq_patch_json(p, &vlp, e);
     if (!rc)
-        rc = sync_rows(s, c, 1, e);
+        rc = sync_first(s, &c, e);
     if (!rc) /* the sync may have brought a patch of that name */
         rc = lq_overlay_check_patch(s->global, p, e);
     int64_t id = 0;
@@ -301,9 +318,10 @@ int srv_statedb_apply(lq_server *s, const lq_patch *p, lq_err *e)
 int srv_statedb_remove(lq_server *s, const char *name, lq_err *e)
 {
     srv_statedb *d = s->statedb;
-    PGconn *c = wconn(d, e);
-    if (!c)
-        return LQ_EBUSY;
+    PGconn *c = NULL;
+    int rc = sync_first(s, &c, e);
+    if (rc)
+        return rc;
     const char *pv[2] = {d->model, name};
     PGresult *r = PQexecParams(c, "DELETE FROM infer.edits WHERE model = $1 AND op = 'patch' AND entity = $2", 2, NULL,
                                pv, NULL, NULL, 0);

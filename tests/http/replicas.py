@@ -74,6 +74,13 @@ def top(port, entity):
     return preds[0]["token"].strip() if st == 200 and preds else None
 
 
+def exact_override(port, entity):
+    """True when the KNN entry that answers "The capital of <entity> is" was keyed on that very
+    prompt (cosine ~1): the entity's own edit, not a neighbour's whose prompt is alike."""
+    st, b = call(port, "POST", "/v1/infer", {"prompt": PROMPT % entity, "top": 1, "mode": "walk"})
+    return st == 200 and (b.get("knn_override") or {}).get("cosine", 0) > 0.9999
+
+
 def insert(port, entity, target):
     return call(port, "POST", "/v1/insert", {"entity": entity, "relation": "capital", "target": target, "mode": "knn"})
 
