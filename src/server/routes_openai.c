@@ -152,6 +152,12 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
         return -1;
     if (jget_bool(rt, j, "stream", &jb->stream, r) < 0)
         return -1;
+    /* llama-server's cache_prompt (default true): false keeps this request out of the prompt
+     * cache both ways */
+    int cache_prompt = 1;
+    if (jget_bool(rt, j, "cache_prompt", &cache_prompt, r) < 0)
+        return -1;
+    jb->gp.no_prompt_cache = !cache_prompt;
     json_t *so = json_object_get(j, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -1124,7 +1130,7 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
     lq_err err = {0};
     lq_resid_hook *hook = NULL;
     int st = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
-                           &hook, &err);
+                           &hook, &jb->gp.cache_key, &err);
     if (st) {
         reply_oai_err(r, st, NULL, "%s", err.msg);
         return -1;

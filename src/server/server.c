@@ -27,6 +27,7 @@ void lq_server_opts_init(lq_server_opts *o)
     o->request_timeout_s = 30;
     o->shutdown_grace_s = 5;
     o->max_sessions = 64;
+    o->cache_ram = (uint64_t)1 << 30;
     o->session_ttl_s = 3600;
 }
 
