@@ -1,6 +1,6 @@
 /* OpenAI routes: /v1/completions and /v1/chat/completions (streaming over SSE and not),
- * /v1/embeddings. Request validation follows OpenAI's API (types, ranges; n > 1 and tools
- * refused with a 400 for now); structured output (response_format json_object /
+ * /v1/embeddings. Request validation follows OpenAI's API (types, ranges); n > 1 choices,
+ * streamed or not, tools (oai_tools.c), structured output (response_format json_object /
  * json_schema, llama-server's grammar / json_schema) and logit_bias constrain lq_generate;
  * sampling, stop strings, UTF-8-complete text and logprobs come from lq_generate.
  *
