@@ -61,6 +61,18 @@ st, m = call("GET", "/metrics")
 ok("/metrics counts prompt cache hits and reused tokens",
    st == 200 and "larql_prompt_cache_hits_total " in m and "larql_prompt_cache_reused_tokens_total " in m)
 
+# the choices of an n > 1 request share the prompt's KV: prefilled once, copied to the others
+c7 = cache()
+st, b = call("POST", "/v1/completions", {"prompt": "A shared prompt for three choices: " + p1, "max_tokens": 3,
+                                         "n": 3, "temperature": 1.0, "seed": 3})
+c8 = cache()
+# (a choice that starts after the first one finished takes its KV from the cache instead)
+reuses = (c8.get("shared_hits", 0) + c8.get("hits", 0)) - (c7.get("shared_hits", 0) + c7.get("hits", 0))
+reused = (c8.get("shared_tokens", 0) + c8.get("reused_tokens", 0)) - (c7.get("shared_tokens", 0) +
+                                                                       c7.get("reused_tokens", 0))
+ok("n=3: two choices take the first one's prompt KV (copied while it runs, or cached) instead of prefilling it",
+   st == 200 and reuses == 2 and reused >= 40, (c7, c8))
+
 # an edit changes the forward pass: KV cached before it is not reused after it
 st, _ = complete(p2)  # leaves p2 + its answer in the cache
 st, b = call("POST", "/v1/insert", {"entity": "Atlantis", "relation": "capital", "target": "Paris", "mode": "knn"})
