@@ -48,6 +48,9 @@ typedef struct lq_server_opts {
     lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
                                  lm_head_q8, kv_f16, hugepages; larql/model.h): the same
                                  choices as every other command; reported by /v1/runtime */
+    int max_connections;      /* open connections (each holds a thread while open, idle
+                               * keep-alive included); beyond it new ones are refused. Default
+                               * 1000; 1..100000 */
     int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
                                * address cannot take every connection thread). Default 0 = no cap:
                                * behind a reverse proxy every client shares one address */
