@@ -412,30 +412,6 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
  * vindex's layout stays. */
 void lq_vindex_remove_dir(const char *dir);
 
-/* ---- planted facts (fixtures) ---- */
-
-typedef struct lq_fact {
-    const char *entity;     /* text encoded without special tokens (as describe does) */
-    const char *target;     /* " " + target must be one vocabulary token */
-    int layer, feature;
-} lq_fact;
-
-/* Parses "Entity>Target@layer:feature" into f (pointers into buf, which is modified). */
-int lq_fact_parse(char *buf, lq_fact *f, lq_err *err);
-
-/* Plants facts into a BitNet GGUF in place, the way shared/tools/plant_facts.py does: gate
- * row `feature` of blk.L.ffn_gate becomes the ternary sign pattern of the entity's mean
- * token embedding (components within 0.5 sigma of zero set to 0, sigma = RMS of the whole
- * embedding); column `feature` of blk.L.ffn_down becomes the sign pattern (+1/-1) of the
- * target token's embedding. Errors: non-BitNet GGUF, layer/feature out of range, target not
- * a single token, entity encoding to nothing. */
-int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err);
-/* Plants facts that form one relation: first moves every target's embedding row to the bare
- * entity word's embedding plus one shared offset (a random vector from seed, orthogonal to
- * the planted gate rows), so that relation clustering finds them together as in a real
- * model; then lq_fixture_plant. Needs an F32 token embedding. */
-int lq_fixture_plant_relation(const char *gguf_path, const lq_fact *facts, size_t n, uint64_t seed, lq_err *err);
-
 /* ---- inference (LARQL's POST /v1/infer) ----
  *
  * The model comes from lq_model_open (include/larql/model.h) on a vindex directory or a GGUF.

@@ -39,6 +39,12 @@ if nm -D --defined-only "$EXT/pg_infer.so" | awk '{print $3}' | grep -v '^pgi_\|
 else
     pass "module exports only its SQL entry points"
 fi
+# test fixtures (the random-model writer, fact planting) live in their own module, not linked here
+if nm "$EXT/pg_infer.so" 2>/dev/null | grep -q 'lq_fixture\|lq_fact_parse'; then
+    fail "the module holds no fixture code" "$(nm "$EXT/pg_infer.so" | grep 'lq_fixture\|lq_fact_parse' | head -3)"
+else
+    pass "the module holds no fixture code"
+fi
 
 # ---- fixtures ----
 F=$T_TMP/fix
