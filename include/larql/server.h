@@ -72,6 +72,9 @@ typedef struct lq_server_opts {
                                * localhost, 127.0.0.1, ::1 and the bind address (any host when
                                * bound to 0.0.0.0 or ::); "*" = any */
     size_t max_body;          /* request body limit in bytes; default 2 MiB; over -> 413 */
+    size_t max_stream_buffer; /* an SSE stream's output waiting for a slow reader, in bytes;
+                               * past it the generation stops with an error event. Default
+                               * 8 MiB; 4 KiB..1 GiB */
     int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
     int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */
     uint64_t memory_limit;    /* bytes; 0 = read the cgroup v2 memory.max (none -> no check) */

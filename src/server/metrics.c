@@ -146,6 +146,9 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_errors_total", "counter", "Responses with status >= 400.", (double)LD(m->errors)},
         {"larql_streams_canceled_total", "counter", "Streams stopped because the client went away.",
          (double)LD(m->streams_canceled)},
+        {"larql_streams_overflow_total", "counter",
+         "SSE streams stopped because the client read too slowly (--max-stream-buffer).",
+         (double)LD(m->streams_overflow)},
         {"larql_uptime_seconds", "gauge", "Seconds since start.", lq_now() - s->t_boot},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

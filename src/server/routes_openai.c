@@ -82,6 +82,7 @@ typedef struct job {
     int finished;            /* stream: on_done appended the end (under mu) */
     int cancel;              /* client gone (set by the reader) */
     int oom;
+    int overflow;            /* owner: more than --max-stream-buffer bytes were waiting (under mu) */
 
     /* a stream of n > 1 choices: every choice's events go through one buffer, its owner's
      * (choice 0), tagged with the choice's index; the owner ends the stream when the last
@@ -744,9 +745,17 @@ static json_t *take_completion_logprobs(job *jb)
 
 static void sse_raw(job *jb, const char *data, size_t len)
 {
+    job *self = jb;
     if (jb->owner)
         jb = jb->owner;
     pthread_mutex_lock(&jb->mu);
+    /* a client that reads slower than the stream is written: past --max-stream-buffer bytes
+     * waiting in this buffer the generation is stopped (the events already buffered, and its
+     * end, still go out), so one slow reader cannot grow the server without bound */
+    if (!jb->overflow && jb->out_len - jb->out_off + len > jb->s->o.max_stream_buffer && !self->finished) {
+        jb->overflow = 1;
+        __atomic_add_fetch(&jb->s->m.streams_overflow, 1, __ATOMIC_RELAXED);
+    }
     if (jb->out_len + len > jb->out_cap) {
         size_t nc = (jb->out_len + len) * 2;
         char *no = realloc(jb->out, nc);
@@ -824,6 +833,15 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
     sse_event(jb, c);
 }
 
+static int stream_overflowed(job *jb)
+{
+    job *o = jb->owner ? jb->owner : jb;
+    pthread_mutex_lock(&o->mu);
+    int v = o->overflow;
+    pthread_mutex_unlock(&o->mu);
+    return v;
+}
+
 static int on_token(void *user, int32_t id, const char *text, size_t len, float logprob, const float *logits)
 {
     (void)logprob;
@@ -838,6 +856,8 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
         return 0;
     }
     if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
+        return 1;
+    if (jb->stream && stream_overflowed(jb))
         return 1;
     if (jb->want_lp)
         record_logprobs(jb, id, logits);
@@ -923,6 +943,11 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
     if (rc) {
         json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
         sse_event(jb, e);
+    } else if (res->finish == LQ_FINISH_CANCELED && stream_overflowed(jb)) {
+        sse_event(jb, json_pack("{s:{s:s,s:s}}", "error", "message",
+                                "the stream was stopped: the client read too slowly (more than --max-stream-buffer "
+                                "bytes were waiting)",
+                                "type", "server_error"));
     } else {
         if (jb->tool_buf)
             sse_tool_end(jb);

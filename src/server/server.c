@@ -28,6 +28,7 @@ void lq_server_opts_init(lq_server_opts *o)
     o->shutdown_grace_s = 5;
     o->max_sessions = 64;
     o->max_connections = 1000;
+    o->max_stream_buffer = (size_t)8 << 20;
     o->cache_ram = (uint64_t)1 << 30;
     o->session_ttl_s = 3600;
 }
@@ -101,6 +102,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     if (o->max_sessions < 1 || o->max_sessions > 100000 || o->session_ttl_s < 1)
         return lq_err_set(err, LQ_EINVAL, "server: max_sessions %d (1..100000) / session_ttl %d s (>= 1)",
                           o->max_sessions, o->session_ttl_s);
+    if (o->max_stream_buffer < 4096 || o->max_stream_buffer > ((size_t)1 << 30))
+        return lq_err_set(err, LQ_EINVAL, "server: max_stream_buffer %zu is outside 4 KiB..1 GiB", o->max_stream_buffer);
     if (o->max_connections < 1 || o->max_connections > 100000)
         return lq_err_set(err, LQ_EINVAL, "server: max_connections %d is outside 1..100000", o->max_connections);
     if (o->max_concurrent < 1 || o->max_concurrent > 4096)
