@@ -100,6 +100,7 @@ _PG_init(void)
 							NULL, &pgi_rerank_oversampling, 4, 1, 32, PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("infer");
 	pgi_am_init();
+	pgi_guard_init();
 }
 
 int
@@ -137,6 +138,9 @@ pgi_lq_error(int rc, const lq_err *err, const char *what)
 {
 	const char *msg = err && err->msg[0] ? err->msg : lq_status_str(rc);
 
+	/* a page of a mapped file vanished under the call (any status may follow from the zero
+	 * page, or the hook stopped the scan): that is the error to report */
+	pgi_mapcheck();
 	/* the scan stopped for a cancel or a terminate: PostgreSQL reports it its own way */
 	if (rc == LQ_ECANCELED)
 		CHECK_FOR_INTERRUPTS();

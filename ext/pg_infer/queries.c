@@ -231,6 +231,7 @@ fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, P
 		lq_describe_result_free(&r);
 		check_prompt("");
 	}
+	pgi_mapcheck();
 	return take_edges(&r, out);
 }
 
@@ -322,6 +323,8 @@ pgi_describe(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -404,6 +407,8 @@ pgi_describe_many(PG_FUNCTION_ARGS)
 			put_many_rows(fcinfo, ents[j], rows, k);
 		}
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -453,6 +458,8 @@ pgi_describe_layers(PG_FUNCTION_ARGS)
 		v[4] = text_datum(feature_also(m->vx, e[i].layer, feature, e[i].target, entity));
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -596,6 +603,8 @@ pgi_walk(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -623,6 +632,8 @@ pgi_explain_walk(PG_FUNCTION_ARGS)
 		v[5] = text_datum(m->vx ? feature_also(m->vx, h[i].layer, h[i].feature, NULL, NULL) : "");
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -713,6 +724,8 @@ pgi_nearest_to(PG_FUNCTION_ARGS)
 	j = parse_body(body);
 	arr = pgi_jarr(j, "hits", &n);
 	put_feature_rows(fcinfo, arr, n);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -743,6 +756,8 @@ pgi_show_features(PG_FUNCTION_ARGS)
 	arr = pgi_jarr(j, "features", &n);
 	InitMaterializedSRF(fcinfo, 0);
 	put_feature_rows(fcinfo, arr, n);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -791,6 +806,8 @@ pgi_show_relations(PG_FUNCTION_ARGS)
 		v[4] = text_datum(b.data);
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -831,6 +848,8 @@ pgi_show_layers(PG_FUNCTION_ARGS)
 		v[2] = Int32GetDatum(nf);
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -881,6 +900,8 @@ pgi_select(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (size_t i = 0; i < n; i++)
 		put_row(fcinfo, &vals[5 * i], &isnull[5 * i]);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -899,6 +920,7 @@ pgi_similar(PgiModel *m, const char *a, const char *b)
 		return pgi_remote_similar(m, a, b);
 	if ((rc = lq_vindex_similar(m->vx, a, b, &s, &err)) != 0)
 		pgi_lq_error(rc, &err, "similar_to failed");
+	pgi_mapcheck();
 	return s;
 }
 
@@ -1062,6 +1084,8 @@ pgi_infer(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -1173,5 +1197,7 @@ pgi_diff(PG_FUNCTION_ARGS)
 			rows++;
 		}
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }

@@ -216,6 +216,11 @@ void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx)
     tl_cancel_ctx = fn ? ctx : NULL;
 }
 
+int lq_vx_cancelled(void)
+{
+    return tl_cancel && tl_cancel(tl_cancel_ctx);
+}
+
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err)
 {
     if (n_threads < 0 || n_threads > 256)
@@ -286,9 +291,13 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         else if (!tl_cancel)
             scan_chunk(&j, 0, (int64_t)total, 0);
         else {
-            /* inline with a cancel hook: asked between blocks of rows (a block is a few ms
-               even on wide f16 gates), on this thread */
-            const uint64_t block = 4096;
+            /* inline with a cancel hook: asked between blocks of rows, on this thread. A block
+               is 4096 rows for one query (a few ms even on wide f16 gates); n queries score
+               each row n times, so the block shrinks with them (describe_many of 1000
+               entities would otherwise run seconds between two polls) */
+            uint64_t block = 4096 / (uint64_t)(nq ? nq : 1);
+            if (block < 8)
+                block = 8;
             for (uint64_t a = 0; a < total; a += block) {
                 if (tl_cancel(tl_cancel_ctx)) {
                     free(row_start);
@@ -413,11 +422,17 @@ int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_la
     if (!rc)
         rc = scan(v, layers, n_layers, Q, n_q, scores, 0, pre, err);
     if (!rc && !pre) {
-        for (size_t i = 0; i < n_layers; i++) {
+        for (size_t i = 0; !rc && i < n_layers; i++) {
             const void *rows;
             int nf;
             lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
             for (size_t q = 0; q < n_q && nf; q++) {
+                /* the top-k pass over many queries' scores is itself long (1000 queries x
+                   30 layers of 6912 rows): asked every 32 queries */
+                if (q % 32 == 31 && lq_vx_cancelled()) {
+                    rc = lq_err_set(err, LQ_ECANCELED, "gate scan cancelled");
+                    break;
+                }
                 /* an overlay's re-gated and deleted features leave the race (NaN is never a
                  * hit): the overlay adds its own scores for them */
                 if (v->ov)

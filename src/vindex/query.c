@@ -478,6 +478,12 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
         row[i] = (size_t)-1;
         if (!entities[i] || !*entities[i])
             continue;
+        /* the caller's cancel hook between entities: thousands of them take seconds to
+           encode and merge */
+        if (i % 16 == 15 && lq_vx_cancelled()) {
+            rc = lq_err_set(err, LQ_ECANCELED, "describe_many cancelled");
+            break;
+        }
         rc = lq_vindex_entity_vector(v, entities[i], Q + nq * D, &ntok, err);
         results[i].n_tokens = ntok;
         if (!rc && ntok > 0)
@@ -488,6 +494,10 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
     for (size_t i = 0; !rc && i < n; i++) {
         if (row[i] == (size_t)-1)
             continue;
+        if (i % 16 == 15 && lq_vx_cancelled()) {
+            rc = lq_err_set(err, LQ_ECANCELED, "describe_many cancelled");
+            break;
+        }
         lq_describe_params pi = *p;
         pi.entity = entities[i];
         rc = describe_merge(v, &pi, hits + row[i] * stride, nh[row[i]], &results[i], err);
