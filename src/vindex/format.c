@@ -643,7 +643,9 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         else if (!file_exists(v->dir, "tokenizer.json"))
             rc = lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
-        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err))) {
+        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err)) == LQ_ECANCELED) {
+            /* cancelled: not worth a second parse as a Unigram file */
+        } else if (rc) {
             /* SentencePiece vocabularies come as a Unigram model (tokjson.c) */
             lq_err e2 = {0};
             int r2 = lq_vx_tokenizer_from_unigram(p, &v->tok, &e2);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/cancel.h"
 #include "vindex/vindex_internal.h"
 
 lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
@@ -207,18 +208,16 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
 /* Per calling thread: how its queries scan (lq_vindex_set_thread_scan). */
 static _Thread_local int tl_scan_threads; /* 0 = the vindex's pool, 1 = inline, n = tl_pool */
 static _Thread_local lq_pool *tl_pool;
-static _Thread_local lq_vindex_cancel_fn tl_cancel;
-static _Thread_local void *tl_cancel_ctx;
 
+/* the hook lives in core (cancel.c) so that the tokenizer's parse polls it too */
 void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx)
 {
-    tl_cancel = fn;
-    tl_cancel_ctx = fn ? ctx : NULL;
+    lq_cancel_set(fn, ctx);
 }
 
 int lq_vx_cancelled(void)
 {
-    return tl_cancel && tl_cancel(tl_cancel_ctx);
+    return lq_cancel_poll();
 }
 
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err)
@@ -288,7 +287,7 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         lq_pool *pool = scan_pool(v);
         if (pool && total >= 256)
             lq_pool_for(pool, (int64_t)total, 64, scan_chunk, &j);
-        else if (!tl_cancel)
+        else if (!lq_cancel_active())
             scan_chunk(&j, 0, (int64_t)total, 0);
         else {
             /* inline with a cancel hook: asked between blocks of rows, on this thread. A block
@@ -299,7 +298,7 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
             if (block < 8)
                 block = 8;
             for (uint64_t a = 0; a < total; a += block) {
-                if (tl_cancel(tl_cancel_ctx)) {
+                if (lq_cancel_poll()) {
                     free(row_start);
                     free(q8), free(qs), free(qsum);
                     return lq_err_set(err, LQ_ECANCELED, "gate scan cancelled");
