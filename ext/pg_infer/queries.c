@@ -506,7 +506,7 @@ walk_mean(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
 				nl = 0,
 				n = 0,
 				rc;
-	size_t		k = (size_t) (top <= 0 ? max_features(m->vx) : top),
+	size_t		k = (size_t) (top <= 0 || top > max_features(m->vx) ? max_features(m->vx) : top),
 				ntok = 0;
 	float	   *q = palloc(sizeof(float) * in->hidden_size);
 	int		   *layers = palloc(sizeof(int) * L);
@@ -718,7 +718,11 @@ pgi_nearest_to(PG_FUNCTION_ARGS)
 	lq_nearest_params_init(&p);
 	p.entity = entity;
 	p.layer = layer;
-	p.top = top <= 0 ? max_features(m->vx) : top;
+	/* top <= 0 means every feature; more than a layer holds is capped there as walk caps
+	 * it (2147483647 would otherwise size the result buffer for that many hits) */
+	p.top = max_features(m->vx);
+	if (top > 0 && top < p.top)
+		p.top = top;
 	if ((rc = lq_vindex_nearest_json(m->vx, &p, &body, &err)) != 0)
 		pgi_lq_error(rc, &err, "nearest_to failed");
 	j = parse_body(body);
@@ -918,7 +922,7 @@ pgi_similar(PgiModel *m, const char *a, const char *b)
 	check_prompt(b);
 	if (m->backend == PGI_REMOTE)
 		return pgi_remote_similar(m, a, b);
-	if ((rc = lq_vindex_similar(m->vx, a, b, &s, &err)) != 0)
+	if ((rc = lq_vindex_similar_layers(m->vx, a, b, pgi_similarity_max_layers, &s, &err)) != 0)
 		pgi_lq_error(rc, &err, "similar_to failed");
 	pgi_mapcheck();
 	return s;

@@ -360,6 +360,11 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
 /* similar_to(a, b) as pg_infer computes it (shared top-50 features per layer, else 10 x
  * cosine of the entity vectors). {"a","b","score","latency_ms"} */
 int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *score, lq_err *err);
+/* The same over a sample of the layers when max_layers > 0 and the vindex has more (pg_infer's
+ * infer.similarity_max_layers: every floor(L/m)-th gate layer from the first, m of them);
+ * max_layers <= 0 = every layer, as lq_vindex_similar. */
+int lq_vindex_similar_layers(const lq_vindex *v, const char *a, const char *b, int max_layers, double *score,
+                             lq_err *err);
 int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, char **json_out,
                            lq_err *err);
 

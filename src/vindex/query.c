@@ -1218,6 +1218,12 @@ int lq_vindex_show_features_json(const lq_vindex *v, int layer, const char *filt
 
 int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *score, lq_err *err)
 {
+    return lq_vindex_similar_layers(v, a, b, 0, score, err);
+}
+
+int lq_vindex_similar_layers(const lq_vindex *v, const char *a, const char *b, int max_layers, double *score,
+                             lq_err *err)
+{
     if (!a || !*a || !b || !*b)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     int rc = need_browse(v, err);
@@ -1230,6 +1236,13 @@ int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *
     if (!Q || band_layers(v, 3, &layers, &nl)) {
         free(Q);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    if (max_layers > 0 && nl > (size_t)max_layers) {
+        /* pg_infer's sampling: every floor(L/m)-th layer from the first, m of them */
+        size_t step = nl / (size_t)max_layers;
+        for (size_t i = 0; i < (size_t)max_layers; i++)
+            layers[i] = layers[i * step];
+        nl = (size_t)max_layers;
     }
     rc = lq_vindex_entity_vector(v, a, Q, &na, err);
     if (!rc)
