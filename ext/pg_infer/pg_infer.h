@@ -140,12 +140,19 @@ extern int	pgi_remote_describe(PgiModel *m, const char *entity, double explicit_
 								PgiEdge **out);
 extern int	pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out);
 extern double pgi_remote_similar(PgiModel *m, const char *a, const char *b);
+/* out[i] = similar_to(texts[i], q), the walks concurrently; NULL texts are skipped. */
+extern void pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q,
+									double *out);
 extern int	pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens,
 							 double **probs);
 /* GET path (with query string) against base; returns the body as palloc'd JSON text, or
  * NULL for HTTP 404 when allow_404. ERRORs on transport failures and other statuses. */
 extern char *pgi_http_request(const char *base, const char *path, const char *post_json,
 							  bool allow_404);
+/* n requests (posts NULL: all GET) on the backend's multi handle, up to 16 in flight at once;
+ * out[i] as pgi_http_request answers path i. The first failure in path order is the ERROR. */
+extern void pgi_http_many(const char *base, int n, const char *const *paths, const char *const *posts,
+						  bool allow_404, char **out);
 extern char *pgi_url_escape(const char *s);
 
 #endif

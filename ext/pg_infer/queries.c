@@ -957,11 +957,29 @@ pgi_similar_to_many(PG_FUNCTION_ARGS)
 	m = pgi_model_arg(fcinfo, 2);
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	out = palloc(sizeof(Datum) * (n + 1));
-	for (int i = 0; i < n; i++)
+	if (m->backend == PGI_REMOTE && n > 0)
 	{
-		CHECK_FOR_INTERRUPTS();
-		out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
+		/* every walk of the array at once (the server's latency overlaps) */
+		const char **texts = palloc(sizeof(char *) * n);
+		double	   *s = palloc(sizeof(double) * n);
+
+		check_prompt(q);
+		for (int i = 0; i < n; i++)
+		{
+			texts[i] = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
+			if (texts[i])
+				check_prompt(texts[i]);
+		}
+		pgi_remote_similar_many(m, texts, n, q, s);
+		for (int i = 0; i < n; i++)
+			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(s[i]);
 	}
+	else
+		for (int i = 0; i < n; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
+		}
 	dims[0] = n;
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(FLOAT8OID));

@@ -185,6 +185,49 @@ else
     fail "pg_cancel_backend stops a waiting remote request; the session goes on" "cancelled='$cancelled' $(cat "$T_TMP/cancel.out")"
 fi
 
+# ---- remote similar_to_many runs its walks concurrently: a fake server answering each walk
+# after 300 ms (threaded) sees 9 walks (8 candidates and the query) end in about one delay ----
+python3 -c '
+import json, sys, time, threading
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+lock = threading.Lock(); state = {"now": 0, "max": 0}
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if self.path.startswith("/v1/stats"):
+            body = {"model": "slow", "layers": 4, "hidden_size": 256}
+        elif self.path.startswith("/v1/maxconc"):
+            body = {"max": state["max"]}
+        else:
+            with lock:
+                state["now"] += 1; state["max"] = max(state["max"], state["now"])
+            time.sleep(0.3)
+            with lock:
+                state["now"] -= 1
+            body = {"hits": [{"layer": 1, "feature": 5, "gate_score": 2.5, "target": "x"}]}
+        b = json.dumps(body).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+' >"$T_TMP/slow.port" 2>/dev/null &
+SLOW_PID=$!
+i=0; while [ ! -s "$T_TMP/slow.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+SLOW_PORT=$(cat "$T_TMP/slow.port")
+$PSQL -d pgi_remote -At >"$T_TMP/slow.out" 2>&1 <<SQL
+SELECT infer_create_model_remote('slowfake', 'http://127.0.0.1:$SLOW_PORT') IS NOT NULL;
+WITH r AS MATERIALIZED (SELECT similar_to_many(ARRAY['a', 'b', NULL, 'c', 'd', 'e', 'f', 'g', 'h'], 'q', 'slowfake') AS s)
+SELECT s, round(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000) FROM r;
+SQL
+kill $SLOW_PID 2>/dev/null
+ms=$(sed -n 's/^{2.5,2.5,NULL,2.5,2.5,2.5,2.5,2.5,2.5}|\([0-9]*\)$/\1/p' "$T_TMP/slow.out")
+if [ -n "$ms" ] && [ "$ms" -lt 1500 ]; then
+    pass "remote similar_to_many: 9 walks of 300 ms each end in $ms ms (concurrent; sequential would be 2700)"
+else
+    fail "remote similar_to_many: 9 walks of 300 ms each end within 1500 ms (concurrent)" "$(cat "$T_TMP/slow.out")"
+fi
+
 # ---- vindex files that change under a session: between two queries (truncated, rewritten in
 # place, deleted) the files' identity differs and the vindex is re-opened (or refused while
 # broken); during a query (truncated under a running describe_many) the SIGBUS is recovered
