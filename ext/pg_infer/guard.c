@@ -115,12 +115,15 @@ pgi_cancel_hook(void *ctx)
 
 /* Files of a vindex whose change matters: what liblarql maps or reads when it opens one
  * (index.json, tokenizer.json, every *.bin but the KNN store, which is read into memory
- * and rewritten by edits). */
+ * and rewritten by edits), and every file of a subdirectory (an inference vindex keeps its
+ * per-tensor weights in bitnet/, mapped by infer()'s engine). */
 static bool
-watched(const char *name)
+watched(const char *name, bool top)
 {
 	size_t		n = strlen(name);
 
+	if (!top)
+		return name[0] != '.';
 	if (strcmp(name, "index.json") == 0 || strcmp(name, "tokenizer.json") == 0)
 		return true;
 	return n > 4 && strcmp(name + n - 4, ".bin") == 0 && strncmp(name, "knn_store", 9) != 0;
@@ -138,24 +141,34 @@ mix(uint64 h, uint64 x)
 	return h;
 }
 
-uint64
-pgi_files_identity(const char *dir)
+/* Sum of the per-file hashes of dir's watched files (a sum: the order of the directory's
+ * entries does not matter); top: the vindex directory itself, whose subdirectories are
+ * visited once (depth 1). *n counts the files. */
+static uint64
+dir_identity(const char *dir, bool top, int *n)
 {
 	DIR		   *d = opendir(dir);
 	struct dirent *e;
 	uint64		sum = 0;
-	int			n = 0;
 
 	if (d == NULL)
-		return 0;				/* gone: never equal to an identity taken at open */
+		return 0;
 	while ((e = readdir(d)) != NULL)
 	{
 		char		p[MAXPGPATH];
 		struct stat st;
 		uint64		h = UINT64CONST(14695981039346656037);
 
-		if (!watched(e->d_name) || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int) sizeof p ||
-			stat(p, &st) != 0 || !S_ISREG(st.st_mode))
+		if (e->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int) sizeof p ||
+			stat(p, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode))
+		{
+			if (top)
+				sum += mix(dir_identity(p, false, n), (uint64) st.st_ino);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode) || !watched(e->d_name, top))
 			continue;
 		for (const char *c = e->d_name; *c; c++)
 			h = mix(h, (unsigned char) *c);
@@ -165,10 +178,20 @@ pgi_files_identity(const char *dir)
 		h = mix(h, (uint64) st.st_mtim.tv_nsec);
 		h = mix(h, (uint64) st.st_ctim.tv_sec);
 		h = mix(h, (uint64) st.st_ctim.tv_nsec);
-		/* a sum: the directory's order of entries does not matter */
 		sum += h;
-		n++;
+		(*n)++;
 	}
 	closedir(d);
+	return sum;
+}
+
+uint64
+pgi_files_identity(const char *dir)
+{
+	int			n = 0;
+	uint64		sum = dir_identity(dir, true, &n);
+
+	if (n == 0)
+		return 0;				/* gone or empty: never equal to an identity taken at open */
 	return mix(sum, (uint64) n) | 1;	/* never 0 */
 }

@@ -234,7 +234,7 @@ fi
 # and the query ends in ERROR 58030. Never a crashed backend: same backend PID, same
 # postmaster, no "terminated by signal" ----
 PM0=$(head -n 1 "$DATA/postmaster.pid")
-cp -r "$F/v" "$F/mut" && cp -r "$F/mid" "$F/midmut" && chmod -R a+rwX "$F/mut" "$F/midmut"
+cp -r "$F/v" "$F/mut" && cp -r "$F/mid" "$F/midmut" && cp -r "$F/kq" "$F/kqmut" && chmod -R a+rwX "$F/mut" "$F/midmut" "$F/kqmut"
 $PSQL -d postgres -c "CREATE DATABASE pgi_files" >/dev/null 2>&1
 $PSQL -d pgi_files -v fixdir="$F" >"$T_TMP/files.out" 2>&1 <<'SQL'
 \set VERBOSITY verbose
@@ -255,18 +255,28 @@ SELECT 'q5 ' || string_agg(target, ',') FROM describe('France', 'mut');
 SELECT 'q6 ' || string_agg(target, ',') FROM describe('France', 'mut');
 \! cp "$PGI_FIXDIR"/v/*.bin "$PGI_FIXDIR/mut/"
 SELECT 'q7 ' || string_agg(target, ',') FROM describe('France', 'mut');
+-- infer()'s engine maps the per-tensor weights of bitnet/
+SELECT infer_create_model('kqmut', 'kqmut') IS NOT NULL AS registered;
+SELECT 'i1 ' || count(*) FROM infer('The capital of France is', 3, 'kqmut');
+\! truncate -s 100 "$PGI_FIXDIR/kqmut/bitnet/layers.0.mlp.down_proj.weight.i2s"
+SELECT 'i2 ' || count(*) FROM infer('The capital of France is', 3, 'kqmut');
+\! cp "$PGI_FIXDIR/kq/bitnet/layers.0.mlp.down_proj.weight.i2s" "$PGI_FIXDIR/kqmut/bitnet/"
+SELECT 'i3 ' || count(*) FROM infer('The capital of France is', 3, 'kqmut');
 SELECT 'same backend ' || (pg_backend_pid() = :pid0);
 SQL
 ok=1
-for want in "q1 Paris" "q3 Paris" "q4 " "q5 Paris" "q7 Paris" "same backend true"; do
+for want in "q1 Paris" "q3 Paris" "q4 " "q5 Paris" "q7 Paris" "i1 3" "i3 3" "same backend true"; do
     grep -q "^ *$want" "$T_TMP/files.out" || ok=0
 done
-# q2 (truncated) and q6 (deleted): refused when the vindex is re-opened
+# q2 (truncated) and q6 (deleted): refused when the vindex is re-opened; i2: the engine's
+# weights cut short, refused when infer() opens them again
 [ "$(grep -c 'ERROR:  .*cannot open vindex' "$T_TMP/files.out")" -eq 2 ] || ok=0
+grep -q "^ *i2 " "$T_TMP/files.out" && ok=0
+[ "$(grep -c 'ERROR:  .*cannot load the model weights' "$T_TMP/files.out")" -eq 1 ] || ok=0
 if [ $ok = 1 ]; then
-    pass "vindex truncated, rewritten in place, deleted, restored between queries of one session: re-opened or a clean ERROR"
+    pass "vindex (and infer()'s weights) truncated, rewritten in place, deleted, restored between queries of one session: re-opened or a clean ERROR"
 else
-    fail "vindex truncated, rewritten in place, deleted, restored between queries of one session: re-opened or a clean ERROR" "$(cat "$T_TMP/files.out")"
+    fail "vindex (and infer()'s weights) truncated, rewritten in place, deleted, restored between queries of one session: re-opened or a clean ERROR" "$(cat "$T_TMP/files.out")"
 fi
 
 # truncated while a describe_many reads it: a background session scans 3,000 entities (seconds),
