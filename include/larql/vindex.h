@@ -206,10 +206,14 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
  *   the next call with another count). */
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err);
 void lq_vindex_thread_release(void);
-/* A cancel hook for the calling thread's queries whose gate scans run on that thread
- * (lq_vindex_set_thread_scan(1)): fn(ctx) is called on the calling thread between blocks
- * of 4096 gate rows; non-zero stops the query with LQ_ECANCELED ("gate scan cancelled").
- * NULL (the default) removes it. A database front end reads its own interrupt flags here. */
+/* A cancel hook for the calling thread: fn(ctx) is called on that thread every few ms of
+ * work, and a non-zero answer stops the call with LQ_ECANCELED. It is asked between blocks
+ * of gate rows of queries whose scans run on the calling thread (lq_vindex_set_thread_scan(1);
+ * 4096 rows for one query, fewer for many), in the top-k pass over many queries, between the
+ * entities of lq_vindex_describe_many, between the stages of lq_vindex_open and inside its
+ * tokenizer.json parse (so also in any tokenizer.json load on this thread). NULL (the
+ * default) removes it. A database front end reads its own interrupt flags here: fn must not
+ * call back into the front end or jump out (the library unwinds itself). */
 typedef int (*lq_vindex_cancel_fn)(void *ctx);
 void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx);
 
@@ -360,6 +364,11 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
 /* similar_to(a, b) as pg_infer computes it (shared top-50 features per layer, else 10 x
  * cosine of the entity vectors). {"a","b","score","latency_ms"} */
 int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *score, lq_err *err);
+/* The same over a sample of the layers when max_layers > 0 and the vindex has more (pg_infer's
+ * infer.similarity_max_layers: every floor(L/m)-th gate layer from the first, m of them);
+ * max_layers <= 0 = every layer, as lq_vindex_similar. */
+int lq_vindex_similar_layers(const lq_vindex *v, const char *a, const char *b, int max_layers, double *score,
+                             lq_err *err);
 int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, char **json_out,
                            lq_err *err);
 
