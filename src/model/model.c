@@ -573,6 +573,14 @@ int lq_model_finish(lq_model *m, lq_err *err)
                           LQ_KV_Q8_BLOCK, m->head_dim);
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
         return rc;
+    if (m->opts.ffn_url && *m->opts.ffn_url) {
+        /* the opts' pointer is the caller's: the remote keeps its own copy of the URL */
+        if ((rc = lq_ffn_remote_open(m->opts.ffn_url, m->opts.ffn_timeout_ms, m->n_layer, m->n_embd, &m->ffn_remote,
+                                     err)) != 0)
+            return rc;
+        in->ffn_url = lq_ffn_remote_url(m->ffn_remote);
+    }
+    m->opts.ffn_url = NULL;
     in->load_ms = lq_now_ms() - m->t_open;
     if (m->copy_path) {
         in->weights_copied = 1; /* chosen; lq_model_weights_copied says when it is in use */
@@ -807,6 +815,7 @@ void lq_model_close(lq_model *m)
     lq_mapfile_close(&m->hp_copy);
     if (m->src_free)
         m->src_free(m->src);
+    lq_ffn_remote_close(m->ffn_remote);
     free(m);
 }
 
