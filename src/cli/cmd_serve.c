@@ -19,9 +19,13 @@ static const char *SERVE_USAGE =
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
+    "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
+    "  --ffn-only serves POST /v1/walk-ffn for `--ffn URL` clients (inference routes answer 503;\n"
+    "  --max-body defaults to 64 MiB); --layers A-B answers only those layers. --ffn URL runs\n"
+    "  every layer's feed-forward on such a server, attention here.\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
@@ -63,6 +67,7 @@ int lq_cli_serve(int argc, char **argv)
     lq_cli_model_args_init(&ma);
     o.api_key = getenv("LARQL_API_KEY");
     const char *chat_template_arg = NULL;
+    int max_body_set = 0;
     char *chat_template = NULL;
     for (int i = 1; i < argc; i++) {
         int r = lq_cli_model_opt(C, SERVE_USAGE, argc, argv, &i, &ma);
@@ -78,6 +83,20 @@ int lq_cli_serve(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--no-infer")) {
             o.no_infer = 1;
+        } else if (!strcmp(a, "--ffn-only")) {
+            o.ffn_only = 1;
+        } else if (!strcmp(a, "--layers") && has_val) {
+            /* "A-B" inclusive, as LARQL's larql-server takes it */
+            const char *lv = argv[++i], *dash = strchr(lv, '-');
+            char first[16];
+            long lo, hi;
+            if (!dash || (size_t)(dash - lv) >= sizeof first ||
+                (memcpy(first, lv, (size_t)(dash - lv)), first[dash - lv] = 0, lq_parse_long(first, 0, 1 << 20, &lo)) ||
+                lq_parse_long(dash + 1, 0, 1 << 20, &hi) || hi < lo)
+                return lq_cli_usage(C, SERVE_USAGE, "--layers: '%s' is not a range A-B of layers (0 <= A <= B)", lv);
+            o.layers_set = 1;
+            o.layer_first = (int)lo;
+            o.layer_last = (int)hi;
         } else if (!strcmp(a, "--lazy-weights")) {
             o.lazy_weights = 1;
         } else if (!strcmp(a, "--cors")) {
@@ -114,6 +133,7 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 1024, 1L << 30, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-body: '%s' is not in 1024..1073741824 bytes", argv[i]);
             o.max_body = (size_t)v;
+            max_body_set = 1;
         } else if (!strcmp(a, "--request-timeout") && has_val) {
             if (lq_parse_long(argv[++i], 1, 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--request-timeout: '%s' is not in 1..86400 seconds", argv[i]);
@@ -163,6 +183,12 @@ int lq_cli_serve(int argc, char **argv)
         return 1;
     o.chat_template = chat_template;
     lq_cli_model_opts(&ma, &o.model);
+    if (o.layers_set && !o.ffn_only)
+        return lq_cli_usage(C, SERVE_USAGE, "--layers A-B shards an FFN service: it needs --ffn-only");
+    /* LARQL reads walk-ffn bodies up to 64 MiB: a 64-row prefill of a wide model is more than
+     * the 2 MiB default of the other routes */
+    if (o.ffn_only && !max_body_set)
+        o.max_body = 64u << 20;
     o.n_ctx = ma.ctx;
     o.log = log_line;
 
