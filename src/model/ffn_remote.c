@@ -81,6 +81,7 @@ int lq_ffn_remote_open(const char *url, int timeout_ms, int n_layer, int n_embd,
     lq_httpc_resp resp;
     rc = lq_httpc_request(r->http, "GET", "/v1/stats", NULL, "application/json", NULL, 0, STATS_MAX, &resp, err);
     if (rc) {
+        lq_err_prefix(err, "remote FFN");
         lq_ffn_remote_close(r);
         return rc;
     }
@@ -125,8 +126,10 @@ int lq_ffn_remote_layer(lq_ffn_remote *r, int layer, const float *x, int T, int 
     size_t want = 12 + 4 * n; /* an error's JSON may be longer: room for it below */
     int rc = lq_httpc_request(r->http, "POST", "/v1/walk-ffn", FFN_CT, FFN_CT, b, blen, want + 4096, &resp, err);
     free(b);
-    if (rc)
+    if (rc) { /* down, silent past the deadline, or cut: say which call it was */
+        lq_err_prefix(err, "remote FFN, layer %d", layer);
         return rc;
+    }
     size_t cl = strlen(FFN_CT);
     const char *ct = resp.ctype;
     const unsigned char *p = (const unsigned char *)resp.body;

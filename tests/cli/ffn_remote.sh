@@ -159,6 +159,28 @@ check_fails "run --ffn shard: layer 2 refused, a clean error" "not served by thi
 check_fails "serve --layers without --ffn-only is a usage error" "needs --ffn-only" "$LARQL" serve "$M" --layers 0-1
 check_fails "serve --layers 3-1 is a usage error" "not a range" "$LARQL" serve "$M" --ffn-only --layers 3-1
 
+# ---- the FFN server goes away under a serving client, and comes back ----
+FP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$LARQL" serve "$M" --ffn-only --threads 1 --port "$FP" >/dev/null 2>&1 &
+F2=$!; PIDS="$PIDS $F2"; i=0
+while ! curl -sf "http://127.0.0.1:$FP/v1/health" >/dev/null 2>&1 && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+start_server cli "$M" --threads 1 --ffn "http://127.0.0.1:$FP" || fail "client server starts"
+CURL="http://127.0.0.1:$PORT"
+kill "$F2"; wait "$F2" 2>/dev/null
+code=$(curl -s -o "$T_TMP/c.json" -w '%{http_code}' -H 'Content-Type: application/json' -d "$body" "$CURL/v1/completions")
+if [ "$code" = 500 ] && grep -q "remote FFN, layer 0" "$T_TMP/c.json"; then pass "FFN server gone: /v1/completions 500 naming the remote layer"
+else fail "FFN server gone: completions error" "$code $(head -c 300 "$T_TMP/c.json")"; fi
+curl -sN -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":5,"stream":true}' "$CURL/v1/completions" >"$T_TMP/sse.txt"
+if grep -q '"error".*remote FFN' "$T_TMP/sse.txt" && grep -q 'data: \[DONE\]' "$T_TMP/sse.txt"; then pass "FFN server gone: the stream ends with an error event and [DONE]"
+else fail "FFN server gone: stream" "$(head -c 300 "$T_TMP/sse.txt")"; fi
+curl -sf "$CURL/v1/health" >/dev/null && pass "FFN server gone: the client server stays up" || fail "client server survives"
+"$LARQL" serve "$M" --ffn-only --threads 1 --port "$FP" >/dev/null 2>&1 &
+F2=$!; PIDS="$PIDS $F2"; i=0
+while ! curl -sf "http://127.0.0.1:$FP/v1/health" >/dev/null 2>&1 && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+b=$(curl -s -H 'Content-Type: application/json' -d "$body" "$CURL/v1/completions" | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+[ -n "$a" ] && [ "$b" = "$(curl -s -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$LPORT/v1/completions" | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')" ] \
+    && pass "FFN server back: the client reconnects, same text" || fail "FFN server back: reconnect" "'$b'"
+
 # ---- the server is down, of another shape, silent, or answers garbage ----
 check_fails "server down: cannot connect" "cannot connect" "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn http://127.0.0.1:1
 check_fails "https URL refused" "not an http:// URL" "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn https://127.0.0.1:1
