@@ -19,7 +19,7 @@ static const char *SERVE_USAGE =
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
-    "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS]]\n"
+    "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS | --ffn-timeout-secs S]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
@@ -189,6 +189,10 @@ int lq_cli_serve(int argc, char **argv)
      * the 2 MiB default of the other routes */
     if (o.ffn_only && !max_body_set)
         o.max_body = 64u << 20;
+    /* a shard touches only its layers' pages of a shared read-only mapping; a private copy
+     * (--weights copy, the default for big files) would hold every layer */
+    if (o.layers_set && ma.hugepages == 0)
+        o.model.hugepages = -1;
     o.n_ctx = ma.ctx;
     o.log = log_line;
 

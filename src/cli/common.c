@@ -19,7 +19,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
     const char *o = argv[*i];
     int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
                 !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv") ||
-                !strcmp(o, "--weights") || !strcmp(o, "--ffn") || !strcmp(o, "--ffn-timeout");
+                !strcmp(o, "--weights") || !strcmp(o, "--ffn") || !strcmp(o, "--ffn-timeout") ||
+                !strcmp(o, "--ffn-timeout-secs");
     if (!known)
         return 0;
     if (*i + 1 >= argc) {
@@ -72,6 +73,12 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             return -1;
         }
         a->ffn_timeout_ms = (int)n;
+    } else if (!strcmp(o, "--ffn-timeout-secs")) { /* LARQL's spelling of the same deadline */
+        if (lq_parse_long(v, 1, 3600, &n)) {
+            lq_cli_usage(cmd, usage, "--ffn-timeout-secs: '%s' is not a number of seconds in [1, 3600]", v);
+            return -1;
+        }
+        a->ffn_timeout_ms = (int)n * 1000;
     } else if (!strcmp(o, "--weights")) {
         /* copy: 2 MB-page private copy (fast streaming); mmap: shared read-only file pages */
         if (!strcmp(v, "copy") || !strcmp(v, "mmap") || !strcmp(v, "auto"))

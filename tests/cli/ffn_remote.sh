@@ -224,6 +224,7 @@ fake slow
 t0=$(date +%s)
 check_fails "silent server: --ffn-timeout 500 ms" "timed out" "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn "$FAKE_URL" --ffn-timeout 500
 [ $(( $(date +%s) - t0 )) -lt 4 ] && pass "timeout is prompt" || fail "timeout is prompt"
+check_fails "silent server: LARQL's --ffn-timeout-secs 1" "timed out" "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn "$FAKE_URL" --ffn-timeout-secs 1
 kill "$FAKE" 2>/dev/null
 for mode in short nan huge 500 html; do
     fake $mode
