@@ -619,7 +619,10 @@ static int want_hugepage_copy(const lq_model_opts *o, const char *path)
 {
     struct stat st;
     uint64_t size = stat(path, &st) == 0 && st.st_size > 0 ? (uint64_t)st.st_size : 0;
-    return lq_want_huge_copy(o->hugepages, size);
+    /* with a remote FFN (ffn_url) the FFN weights are never read here: auto maps the file,
+     * so that their pages are not copied into memory */
+    int mode = o->hugepages == 0 && o->ffn_url && *o->ffn_url ? -1 : o->hugepages;
+    return lq_want_huge_copy(mode, size);
 }
 
 static const void *rebased(const void *p, const uint8_t *from, uint64_t size, const uint8_t *to)
