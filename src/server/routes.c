@@ -100,8 +100,6 @@ static const route ROUTES[] = {
       OBJ("\"layer\":" INT ",\"output\":" ARR(NUM) ",\"features\":" ARR(INT) ",\"scores\":" ARR(NUM)
           ",\"seq_len\":" INT ",\"results\":" ARR(ANY_OBJ) ",\"latency_ms\":" NUM),
       FFN}},
-    {"/v1/walk-ffn-q8k", M_POST, route_walk_ffn_q8k, RT_GATED,
-     {"LARQL's Q8K FFN batch: needs Q4_K data, which ternary models have not (404)", NULL, NULL, NULL, NULL, NULL}},
     {"/v1/completions", M_POST, route_completions, OPENAI,
      {"OpenAI completions (stream with \"stream\": true)", NULL,
       OBJ("\"model\":" STR ",\"prompt\":" STR ",\"max_tokens\":" INT ",\"temperature\":" NUM ",\"top_p\":" NUM

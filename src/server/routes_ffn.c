@@ -1,5 +1,6 @@
-/* POST /v1/walk-ffn and /v1/walk-ffn-q8k: LARQL's remote-FFN service (larql-server
- * routes/walk_ffn). A client runs attention itself and sends each layer's normed FFN input;
+/* POST /v1/walk-ffn: LARQL's remote-FFN service (larql-server routes/walk_ffn). Its Q8K
+ * variant, POST /v1/walk-ffn-q8k, needs a Q4_K vindex's interleaved FFN data, which ternary
+ * models have not: LARQL answers 404 without it, and so does our router (no row). A client runs attention itself and sends each layer's normed FFN input;
  * this answers the layer's FFN output (full_output) or the gate KNN features of the residual
  * (features-only, the default). `larql serve --ffn-only` serves this and refuses inference;
  * `--layers A-B` restricts it to a shard of layers. Bodies are LARQL's JSON or its binary
@@ -430,14 +431,4 @@ done:
     free(out);
     free(f.layers);
     free(f.x);
-}
-
-/* POST /v1/walk-ffn-q8k: LARQL serves it only from a Q4_K vindex's interleaved FFN data and
- * answers 404 otherwise (q8k.rs). Ternary models have no Q4_K data: always that 404. */
-void route_walk_ffn_q8k(lq_server *s, req *q, reply *r)
-{
-    (void)s;
-    (void)q;
-    reply_larql_err(r, 404, "this server does not have interleaved Q4K data \xe2\x80\x94 /v1/walk-ffn-q8k not "
-                            "available");
 }
