@@ -159,6 +159,19 @@ check_fails "run --ffn shard: layer 2 refused, a clean error" "not served by thi
 check_fails "serve --layers without --ffn-only is a usage error" "needs --ffn-only" "$LARQL" serve "$M" --layers 0-1
 check_fails "serve --layers 3-1 is a usage error" "not a range" "$LARQL" serve "$M" --ffn-only --layers 3-1
 
+# ---- a vindex as the FFN service: the same numbers, and its gate KNN in features-only mode ----
+if "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/vx" --keep-quant --level inference >/dev/null 2>&1 &&
+    start_server vx "$T_TMP/vx" --ffn-only --threads 1; then
+    "$LARQL" logits "$M" --prompt "$P" --top 4096 --threads 1 --ffn "http://127.0.0.1:$PORT" >"$T_TMP/vx.logits" 2>"$T_TMP/err4"
+    cmp -s "$T_TMP/loc.logits" "$T_TMP/vx.logits" && pass "vindex FFN service: logits identical" \
+        || fail "vindex FFN service: logits identical" "$(head -c 300 "$T_TMP/err4")"
+    curl -s -H 'Content-Type: application/json' -d "{\"layers\":[0,3],\"top_k\":3,\"residual\":[$(python3 -c 'print(",".join(["0.5"]*256))')]}" \
+        "http://127.0.0.1:$PORT/v1/walk-ffn" >"$T_TMP/feat.json"
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r=j["results"]; assert [e["layer"] for e in r]==[0,3] and all(len(e["features"])==3==len(e["scores"]) for e in r)' \
+        "$T_TMP/feat.json" 2>/dev/null && pass "vindex: features-only gate KNN, 3 features per layer" \
+        || fail "vindex features-only" "$(head -c 300 "$T_TMP/feat.json")"
+else fail "vindex FFN service starts"; fi
+
 # ---- the FFN server goes away under a serving client, and comes back ----
 FP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$LARQL" serve "$M" --ffn-only --threads 1 --port "$FP" >/dev/null 2>&1 &
