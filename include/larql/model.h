@@ -60,7 +60,9 @@ typedef struct lq_model_opts {
                          environment overrides. */
     const char *ffn_url; /* NULL = local. "http://host:port": every layer's feed-forward runs on
                             that server (`larql serve --ffn-only`, or LARQL's server) through
-                            POST /v1/walk-ffn, attention here (LARQL's remote FFN). The open
+                            POST /v1/walk-ffn, attention here (LARQL's remote FFN). Or LARQL's
+                            shard map "0-14=http://a:9000,15-29=http://b:9000": each inclusive
+                            layer range on its own server; every layer must be covered. The open
                             fails when the server is down or its hidden size or layer count
                             differ; a failed call later is an LQ_EIO from the evaluation. */
     int ffn_timeout_ms;  /* each remote FFN request's deadline; 0 = 60000 (LARQL's) */

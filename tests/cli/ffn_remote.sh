@@ -156,6 +156,17 @@ code=$(curl -s -o "$T_TMP/big.json" -w '%{http_code}' -H 'Content-Type: applicat
 [ "$code" = 413 ] && pass "body over --max-body -> 413" || fail "oversize body 413" "$code $(head -c 200 "$T_TMP/big.json")"
 check_fails "run --ffn shard: layer 2 refused, a clean error" "not served by this shard" \
     "$LARQL" run "$M" "$P" -n 4 --temp 0 --threads 1 --ffn "$SURL"
+# LARQL's shard map: layers 0-1 on one server, 2-3 on another
+start_server shard2 "$M" --ffn-only --layers 2-3 --threads 1 || fail "second shard server starts"
+MAP="0-1=$SURL,2-3=http://127.0.0.1:$PORT"
+"$LARQL" logits "$M" --prompt "$P" --top 4096 --threads 1 --ffn "$MAP" >"$T_TMP/map.logits" 2>"$T_TMP/err5"
+cmp -s "$T_TMP/loc.logits" "$T_TMP/map.logits" && pass "shard map 0-1=URL,2-3=URL: logits identical" \
+    || fail "shard map logits" "$(head -c 300 "$T_TMP/err5")"
+"$LARQL" run "$M" "$P" -n 40 --temp 0 --threads 1 --ids-out --ffn "$MAP" >"$T_TMP/map.gen" 2>/dev/null
+cmp -s "$T_TMP/loc.gen" "$T_TMP/map.gen" && pass "shard map: 40 greedy tokens equal" || fail "shard map tokens"
+check_fails "shard map leaving layer 3 uncovered is refused" "serves layer 3" \
+    "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn "0-2=$SURL"
+check_fails "malformed shard map is refused" "bad shard" "$LARQL" run "$M" "$P" -n 4 --threads 1 --ffn "0-x=$SURL"
 check_fails "serve --layers without --ffn-only is a usage error" "needs --ffn-only" "$LARQL" serve "$M" --layers 0-1
 check_fails "serve --layers 3-1 is a usage error" "not a range" "$LARQL" serve "$M" --ffn-only --layers 3-1
 

@@ -12,6 +12,26 @@
 static char g_path[4200], g_other[4200], g_url[64];
 static lq_server *g_srv;
 
+static int start_one(int layers_set, int first, int last, lq_server **out, char *url, size_t cap)
+{
+    lq_server_opts o;
+    lq_server_opts_init(&o);
+    o.model_path = g_path;
+    o.port = 0;
+    o.ffn_only = 1;
+    o.layers_set = layers_set;
+    o.layer_first = first;
+    o.layer_last = last;
+    o.model.n_threads = 1;
+    lq_err err = {0};
+    if (lq_server_start(&o, out, &err)) {
+        printf("#   server: %s\n", err.msg);
+        return -1;
+    }
+    snprintf(url, cap, "http://127.0.0.1:%d", lq_server_port(*out));
+    return 0;
+}
+
 static int start_server(int layers_set, int first, int last)
 {
     lq_server_opts o;
@@ -160,6 +180,55 @@ static void test_server_down(void)
     lq_model_close(m);
 }
 
+/* LARQL's shard map over two servers of one layer each gives the local logits; a map that
+ * leaves a layer without a server, or that does not parse, is refused at open */
+static void test_shard_map(void)
+{
+    lq_server *a = NULL, *b = NULL;
+    char ua[64], ub[64], spec[200];
+    if (start_one(1, 0, 0, &a, ua, sizeof ua) || start_one(1, 1, 1, &b, ub, sizeof ub)) {
+        CHECK(0);
+        lq_server_stop(a);
+        return;
+    }
+    lq_err err = {0};
+    snprintf(spec, sizeof spec, "0-0=%s, 1-1=%s", ua, ub);
+    lq_model *loc = open_model(g_path, NULL, &err), *rem = open_model(g_path, spec, &err);
+    CHECK_MSG(loc && rem, "%s", err.msg);
+    if (loc && rem) {
+        size_t V = (size_t)lq_model_get_info(loc)->n_vocab;
+        int32_t ids[70];
+        for (int i = 0; i < 70; i++)
+            ids[i] = (i * 11 + 3) % (int)V;
+        float *x = malloc(70 * V * sizeof *x), *y = malloc(70 * V * sizeof *y);
+        float *dx = malloc(3 * V * sizeof *dx), *dy = malloc(3 * V * sizeof *dy);
+        CHECK(run(loc, ids, x, dx, &err) == 0);
+        CHECK_MSG(run(rem, ids, y, dy, &err) == 0, "%s", err.msg);
+        CHECK_MSG(!memcmp(x, y, 70 * V * sizeof *x) && !memcmp(dx, dy, 3 * V * sizeof *dx),
+                  "sharded remote logits differ from local");
+        CHECK(!strcmp(lq_model_get_info(rem)->ffn_url, spec));
+        free(x);
+        free(y);
+        free(dx);
+        free(dy);
+    }
+    lq_model_close(loc);
+    lq_model_close(rem);
+    snprintf(spec, sizeof spec, "0-0=%s", ua);
+    rem = open_model(g_path, spec, &err);
+    CHECK(!rem && err.code == LQ_EINVAL);
+    CHECK_MSG(strstr(err.msg, "serves layer 1"), "%s", err.msg);
+    lq_model_close(rem);
+    const char *bad[] = {"0-=http://x", "1-0=http://127.0.0.1:1", "a-b=http://x", "0-1", ",", "0-1=ftp://x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rem = open_model(g_path, bad[i], &err);
+        CHECK_MSG(!rem && err.code == LQ_EINVAL, "'%s' accepted or %d: %s", bad[i], err.code, err.msg);
+        lq_model_close(rem);
+    }
+    lq_server_stop(a);
+    lq_server_stop(b);
+}
+
 /* --layers 0-0: layer 1 is refused with the shard's 400, which the client reports */
 static void test_shard(void)
 {
@@ -204,6 +273,7 @@ int main(void)
     RUN(test_wrong_shape);
     RUN(test_server_down);
     RUN(test_shard);
+    RUN(test_shard_map);
     lq_server_stop(g_srv);
     return harness_done();
 }
