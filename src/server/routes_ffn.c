@@ -65,14 +65,20 @@ static void putf(unsigned char *p, float f)
     put32(p, u);
 }
 
+static int type_is(const char *v, const char *mt)
+{
+    size_t n = strlen(mt);
+    return !strncasecmp(v, mt, n) && (v[n] == 0 || v[n] == ';' || v[n] == ' ');
+}
+
+/* LARQL's binary type, or plain octets as our other binary routes take them (embed, logits) */
 static int is_binary(req *q)
 {
     const char *v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!v)
         return 0;
     v += strspn(v, " \t");
-    size_t n = strlen(FFN_CT);
-    return !strncasecmp(v, FFN_CT, n) && (v[n] == 0 || v[n] == ';' || v[n] == ' ');
+    return type_is(v, FFN_CT) || type_is(v, "application/octet-stream");
 }
 
 /* LARQL's binary request (binary.rs decode_binary_request). -1 with r filled. */
