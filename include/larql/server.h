@@ -81,6 +81,10 @@ typedef struct lq_server_opts {
     const char *state_dir;    /* NULL: edits live in memory; else the global overlay's journal
                                  (DIR/journal.lqj) is replayed at start and every acknowledged
                                  edit is persisted there before its 200 */
+    const char *state_db;     /* NULL, or a libpq connection string: the global edits are rows of
+                                 that database's infer.edits (pg_infer's table), shared with every
+                                 server and SQL session on it; exclusive with state_dir */
+    const char *state_model;  /* the rows' model name (NULL: the served model's id) */
     const char *patch_dir;    /* POST /v1/patches/apply {"url": NAME} reads NAME (a plain file
                                  name) from this directory only; NULL: inline patches only */
     int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */

@@ -17,7 +17,8 @@ static const char *SERVE_USAGE =
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
-    "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
+    "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
+    "       [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS | --ffn-timeout-secs S]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
@@ -26,6 +27,9 @@ static const char *SERVE_USAGE =
     "  --ffn-only serves POST /v1/walk-ffn for `--ffn URL` clients (inference routes answer 503;\n"
     "  --max-body defaults to 64 MiB); --layers A-B answers only those layers. --ffn URL runs\n"
     "  every layer's feed-forward on such a server, attention here.\n"
+    "  --state-db CONNINFO keeps the global edits as rows of that PostgreSQL database's\n"
+    "  infer.edits (CREATE EXTENSION pg_infer there first), shared by every server on it;\n"
+    "  --state-model names the rows' model (default: the model id).\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
@@ -144,6 +148,10 @@ int lq_cli_serve(int argc, char **argv)
             o.shutdown_grace_s = (int)v;
         } else if (!strcmp(a, "--state-dir") && has_val) {
             o.state_dir = argv[++i];
+        } else if (!strcmp(a, "--state-db") && has_val) {
+            o.state_db = argv[++i];
+        } else if (!strcmp(a, "--state-model") && has_val) {
+            o.state_model = argv[++i];
         } else if (!strcmp(a, "--patch-dir") && has_val) {
             o.patch_dir = argv[++i];
         } else if (!strcmp(a, "--max-sessions") && has_val) {

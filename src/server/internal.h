@@ -104,6 +104,26 @@ double srv_ratelimit_take(srv_ratelimit *rl, const char *key, double now);
 /* the key a request counts under (forwarded: the X-Forwarded-For value when trusted, or NULL) */
 void srv_ratelimit_key(const struct sockaddr *sa, const char *forwarded, char *out, size_t cap);
 
+/* ---- --state-db (statedb.c): global edits as rows of PostgreSQL's infer.edits ---- */
+typedef struct srv_statedb srv_statedb;
+typedef struct srv_statedb_fig {
+    int on, connected;
+    uint64_t applied, failed, syncs, reconnects;
+} srv_statedb_fig;
+struct lq_server;
+struct lq_overlay;
+struct lq_patch;
+/* Connects, loads the model's rows into s->global (created here), starts the LISTEN thread. */
+int srv_statedb_start(struct lq_server *s, lq_err *e);
+void srv_statedb_stop(struct lq_server *s);
+/* With the global write lock: the live edits from n0 on, stored as a row (committed) and
+ * applied back as it; on error they are undone (LQ_EBUSY: the database is unreachable). */
+int srv_statedb_edit(struct lq_server *s, struct lq_overlay *ov, size_t n0, lq_err *e);
+/* With the global write lock: a patch applied as a row / a patch's row deleted. */
+int srv_statedb_apply(struct lq_server *s, const struct lq_patch *p, lq_err *e);
+int srv_statedb_remove(struct lq_server *s, const char *name, lq_err *e);
+void srv_statedb_figures(const struct lq_server *s, srv_statedb_fig *f);
+
 /* ---- the server ---- */
 
 struct lq_server {
@@ -111,6 +131,7 @@ struct lq_server {
     srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
     char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */
+    char *state_db, *state_model;
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
     int is_dir;
@@ -144,6 +165,7 @@ struct lq_server {
     pthread_rwlock_t kmu;
     struct lq_journal *journal;
     int state_lock;           /* flock'd state_dir/lock (one server per state directory), or -1 */
+    struct srv_statedb *statedb; /* --state-db: the global overlay is the fold of infer.edits */
     struct srv_ksession **sess;
     int n_sess;
     pthread_mutex_t sess_mu;

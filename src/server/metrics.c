@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_obj.h"
 #include "core/sb.h"
 #include "server/internal.h"
 
@@ -172,7 +173,7 @@ static json_t *counters_json(lq_server *s)
     metrics *m = &s->m;
     lq_scheduler_stats sst;
     sched_stats(s, &sst);
-    json_t *by = json_object();
+    json_t *by = lq_json_object();
     for (size_t i = 0; i < n_route_slots(); i++) {
         /* rows that share a path (one per method) share its entry */
         json_t *st = json_object_get(by, route_label(i));
@@ -181,7 +182,7 @@ static json_t *counters_json(lq_server *s)
             if (!v)
                 continue;
             if (!st) {
-                st = json_object();
+                st = lq_json_object();
                 json_object_set_new(by, route_label(i), st);
             }
             char k[16];
@@ -224,7 +225,7 @@ void route_stats(lq_server *s, req *q, reply *r)
             return;
         }
     }
-    j = json_object();
+    j = lq_json_object();
     json_object_set_new(j, "model", json_string(s->model_id));
     if (m) {
         const lq_model_info *mi = lq_model_get_info(m);
@@ -280,7 +281,7 @@ void route_runtime(lq_server *s, req *q, reply *r)
                                                      : mo->hugepages > 0 ? "copy" : mo->hugepages < 0 ? "mmap" : "auto"));
     json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
     /* continuous batching: how many streams each decode step carried */
-    json_t *hist = json_object();
+    json_t *hist = lq_json_object();
     for (int k = 0; k < LQ_SCHED_HIST; k++) {
         if (!st.batch_hist[k])
             continue;

@@ -262,8 +262,9 @@ out:
 }
 
 /* Features-only mode: the gate KNN of the residual at each layer, scores rounded to 2
- * decimals (dispatch.rs run_features_only). A server without a vindex (a GGUF) has no gate
- * index: no features, as LARQL answers for a dense-only vindex. */
+ * decimals (dispatch.rs run_features_only), over the vindex's own gates (LARQL reads its
+ * patched view; inserted features are not scanned here). A server without a vindex (a GGUF)
+ * has no gate index: no features, as LARQL answers for a dense-only vindex. */
 static json_t *features_json(lq_server *s, const ffn_req *f, reply *r)
 {
     json_t *results = json_array();

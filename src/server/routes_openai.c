@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/json_obj.h"
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
@@ -695,7 +696,7 @@ static void record_logprobs(job *jb, int32_t id, const float *logits)
                               bytes_json(t, len), "top_logprobs", tops);
         json_array_append_new(jb->stream ? jb->lp_pending : jb->lp_all, e);
     } else {
-        json_t *tops = json_object();
+        json_t *tops = lq_json_object();
         for (int i = 0; i < k; i++) {
             size_t l2;
             char *t2 = token_text(jb->tok, ids[i], &l2);
@@ -790,7 +791,7 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
         lp = take_completion_logprobs(jb);
     }
     if (jb->chat) {
-        json_t *delta = json_object();
+        json_t *delta = lq_json_object();
         if (role)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (text)

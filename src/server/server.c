@@ -79,6 +79,8 @@ static void server_free(lq_server *s)
     free(s->model_path);
     free(s->kernels);
     free(s->state_dir);
+    free(s->state_db);
+    free(s->state_model);
     free(s->patch_dir);
     free(s->chat_template);
     free(s->ffn_url);
@@ -109,6 +111,9 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     if (o->layers_set && (o->layer_first < 0 || o->layer_last < o->layer_first))
         return lq_err_set(err, LQ_EINVAL, "server: --layers %d-%d is not a range A-B with 0 <= A <= B",
                           o->layer_first, o->layer_last);
+    if (o->state_db && o->state_dir)
+        return lq_err_set(err, LQ_EINVAL, "server: --state-db and --state-dir keep the same edits in two places: "
+                                          "give one (sessions are in memory with --state-db)");
 
     struct stat st;
     if (stat(o->model_path, &st))
@@ -137,7 +142,11 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->kernels = dupz(o->model.kernels);
     s->state_dir = dupz(o->state_dir);
     s->patch_dir = dupz(o->patch_dir);
+    s->state_db = dupz(o->state_db);
+    s->state_model = dupz(o->state_model);
     s->o.state_dir = s->state_dir;
+    s->o.state_db = s->state_db;
+    s->o.state_model = s->state_model;
     s->o.patch_dir = s->patch_dir;
     s->chat_template = dupz(o->chat_template);
     s->o.chat_template = s->chat_template;
@@ -159,8 +168,9 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
     if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
-        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) ||
-        (o->chat_template && !s->chat_template) || (o->model.ffn_url && !s->ffn_url) || pipe2(s->stop_pipe, O_CLOEXEC)) {
+        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || (o->state_db && !s->state_db) ||
+        (o->state_model && !s->state_model) || (o->model.ffn_url && !s->ffn_url) ||
+        (o->chat_template && !s->chat_template) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
     }
@@ -428,6 +438,7 @@ static int open_models(const lq_server_opts *o, lq_server **out, lq_err *err)
         snprintf(path, sizeof path, "%s/%s", o->models_dir, names[k]);
         so.model_path = path;
         so.models_dir = NULL;
+        so.state_model = NULL; /* --dir: each model's rows under its own id */
         if (o->state_dir) {
             snprintf(state, sizeof state, "%s/%s", o->state_dir, names[k]);
             if (mkdir(state, 0755) && errno != EEXIST) {
