@@ -31,8 +31,10 @@
 #define FFN_CT "application/x-larql-ffn"
 #define BATCH_MARKER 0xFFFFFFFFu
 #define FFN_DEFAULT_TOP_K 8092      /* LARQL's default */
-#define FFN_MAX_OUT (256u << 20)    /* bytes of output one request may ask for */
+#define FFN_MAX_OUT (256u << 20)    /* bytes of binary output one request may ask for */
+#define FFN_MAX_JSON_OUT (2u << 20) /* numbers of JSON output (each a jansson value, ~50 bytes) */
 #define FFN_MAX_TOP_K 65536
+#define FFN_MAX_LAYERS 1024         /* layers one request may name (repeats allowed, as LARQL) */
 
 typedef struct ffn_req {
     int *layers;    /* malloc'd */
@@ -328,6 +330,12 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 400, "must provide 'layer' or 'layers'");
         goto done;
     }
+    /* what a request may make the server compute and hold is bounded by more than the body:
+     * a 64 MiB body can name millions of layers */
+    if (f.n_layers > FFN_MAX_LAYERS) {
+        reply_larql_err(r, 400, "%zu layers in one request; at most %d", f.n_layers, FFN_MAX_LAYERS);
+        goto done;
+    }
     for (size_t i = 0; i < f.n_layers; i++) {
         int l = f.layers[i];
         if (s->o.layers_set && (l < s->o.layer_first || l > s->o.layer_last)) {
@@ -346,6 +354,12 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
         goto done;
     }
     if (!f.full_output) {
+        uint64_t k = f.top_k > FFN_MAX_TOP_K ? FFN_MAX_TOP_K : f.top_k;
+        if (k * f.n_layers > FFN_MAX_JSON_OUT) {
+            reply_larql_err(r, 400, "top_k %llu x %zu layers is over the %u features a request may ask for",
+                            (unsigned long long)k, f.n_layers, FFN_MAX_JSON_OUT);
+            goto done;
+        }
         json_t *res = features_json(s, &f, r);
         if (!res)
             goto done;
@@ -362,9 +376,10 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
     }
     /* the output is n_layers x seq_len x hidden floats: bounded before it is allocated */
     size_t n_out;
-    if (__builtin_mul_overflow(want, f.n_layers, &n_out) || n_out > FFN_MAX_OUT / 4) {
-        reply_larql_err(r, 400, "%zu layers x %zu floats of output is over the %u MiB a request may ask for",
-                        f.n_layers, want, FFN_MAX_OUT >> 20);
+    if (__builtin_mul_overflow(want, f.n_layers, &n_out) || n_out > (binary ? FFN_MAX_OUT / 4 : FFN_MAX_JSON_OUT)) {
+        reply_larql_err(r, 400, "%zu layers x %zu floats of output is over the %u %s a request may ask for%s",
+                        f.n_layers, want, binary ? FFN_MAX_OUT >> 20 : FFN_MAX_JSON_OUT, binary ? "MiB" : "numbers",
+                        binary ? "" : " as JSON (the binary form takes more)");
         goto done;
     }
     out = malloc((n_out ? n_out : 1) * sizeof *out);
