@@ -58,7 +58,26 @@ if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "serve --ffn: /v1/completions text 
 a=$(curl -s -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","top":5}' "http://127.0.0.1:$LPORT/v1/infer" | python3 -c 'import json,sys; print(json.load(sys.stdin)["predictions"])')
 b=$(curl -s -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","top":5}' "http://127.0.0.1:$RPORT/v1/infer" | python3 -c 'import json,sys; print(json.load(sys.stdin)["predictions"])')
 if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "serve --ffn: /v1/infer predictions equal"; else fail "serve --ffn infer" "'$a' vs '$b'"; fi
-curl -s "http://127.0.0.1:$RPORT/v1/runtime" >/dev/null
+# concurrent requests through one remote-FFN model: the connection pool under load
+run_py conc.log - "http://127.0.0.1:$LPORT" "http://127.0.0.1:$RPORT" <<'EOF2'
+import json, sys, threading, urllib.request
+def infer(base, prompt):
+    req = urllib.request.Request(base + "/v1/infer", data=json.dumps({"prompt": prompt, "top": 3}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)["predictions"]
+prompts = ["Once upon a time %d" % i for i in range(12)] + ["The cat sat on the mat and %d" % i for i in range(12)]
+want = {p: infer(sys.argv[1], p) for p in prompts}
+got, errs = {}, []
+def work(p):
+    try: got[p] = infer(sys.argv[2], p)
+    except Exception as e: errs.append(repr(e))
+ts = [threading.Thread(target=work, args=(p,)) for p in prompts]
+[t.start() for t in ts]; [t.join() for t in ts]
+bad = [p for p in prompts if got.get(p) != want[p]]
+print(("ok - " if not errs and not bad else "not ok - ") + "24 concurrent /v1/infer through the remote FFN equal the local server's")
+if errs or bad: print("#   %s %s" % (errs[:2], bad[:2]))
+EOF2
 
 # ---- the route, LARQL's wire format ----
 run_py wire.log - "$FURL" <<'EOF'
