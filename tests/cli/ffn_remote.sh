@@ -46,6 +46,11 @@ else fail "run: 40 greedy tokens equal" "$(head -c 300 "$T_TMP/err3")"; fi
 if [ -s "$T_TMP/loc.gen2" ] && cmp -s "$T_TMP/loc.gen2" "$T_TMP/rem.gen2"; then pass "run: sampled tokens (seed 5) equal"
 else fail "run: sampled tokens equal"; fi
 
+head -c 6000 README.md >"$T_TMP/ppl.txt"
+a=$("$LARQL" perplexity "$M" --file "$T_TMP/ppl.txt" --ctx 64 --threads 1 2>&1 | tail -n 1)
+b=$("$LARQL" perplexity "$M" --file "$T_TMP/ppl.txt" --ctx 64 --threads 1 --ffn "$FURL" 2>&1 | tail -n 1)
+case "$a" in perplexity*) [ "$a" = "$b" ] && pass "perplexity equal ($a)" || fail "perplexity equal" "'$a' vs '$b'";; *) fail "perplexity runs" "$a";; esac
+
 # serve --ffn URL: a full server whose FFN is remote answers as a local one
 start_server loc "$M" --threads 1 || fail "local server starts"
 LPORT=$PORT
