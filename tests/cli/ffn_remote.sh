@@ -163,6 +163,32 @@ req = urllib.request.Request(sys.argv[1] + "/v1/walk-ffn-q8k", data=b"\x00" * 16
 try: urllib.request.urlopen(req, timeout=10); s = 200
 except urllib.error.HTTPError as e: s = e.code; b = e.read()
 ok(s == 404, "/v1/walk-ffn-q8k -> 404 as LARQL without Q4_K data", (s, b[:200]))
+# mutated bodies (seeded): every answer a 200 or a 4xx, the server alive after them
+import os, random
+rnd = random.Random(int(os.environ.get("FFN_FUZZ_SEED", "7")))
+seeds = [struct.pack("<4I", 1, 1, 1, 8092) + struct.pack("<%df" % H, *x[:H]),
+         struct.pack("<5I", 0xFFFFFFFF, 2, 0, 3, 2) + struct.pack("<2I", 1, 8) + struct.pack("<%df" % (2 * H), *x),
+         json.dumps({"layers": [0, 1], "residual": x, "seq_len": 2, "full_output": True}).encode()]
+bad = []
+N = int(os.environ.get("FFN_FUZZ_N", "400"))
+for i in range(N):
+    b = bytearray(rnd.choice(seeds))
+    for _ in range(rnd.randint(1, 8)):
+        op = rnd.randrange(4); k = rnd.randrange(len(b)) if b else 0
+        if op == 0 and b: b[k] = rnd.randrange(256)
+        elif op == 1: del b[k:k + rnd.randint(1, 64)]
+        elif op == 2: b[k:k] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 16)))
+        elif b: b[k:k + 4] = struct.pack("<I", rnd.choice([0, 1, 2, 3, 4, 64, 65, 255, 0x7FFFFFFF, 0xFFFFFFFE, 0xFFFFFFFF]))
+    ct = "application/json" if b[:1] == b"{" and rnd.random() < 0.8 else "application/x-larql-ffn"
+    try:
+        s, _, _ = post(bytes(b), ct)
+    except Exception as e:
+        s = repr(e)
+    if s not in (200, 400, 413):
+        bad.append((i, s))
+ok(not bad, "%d mutated bodies: each 200, 400 or 413" % N, bad[:5])
+s, _, _ = post({"layer": 0, "residual": x[:H], "full_output": True})
+ok(s == 200, "the server answers after them")
 EOF
 code=$(curl -s -o "$T_TMP/inf.json" -w '%{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"hi"}' "$FURL/v1/infer")
 if [ "$code" = 503 ] && grep -q "inference disabled" "$T_TMP/inf.json"; then pass "--ffn-only: /v1/infer 503"; else fail "--ffn-only infer 503" "$code $(cat "$T_TMP/inf.json")"; fi
