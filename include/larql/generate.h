@@ -67,6 +67,11 @@ typedef struct lq_generate_params {
     const lq_logit_bias *logit_bias; /* copied; ids outside the vocabulary or non-finite
                                       * biases -> LQ_EINVAL */
     size_t n_logit_bias;       /* <= 1024 */
+    int no_prompt_cache;       /* lq_scheduler_submit: neither reuse a cached prompt prefix nor
+                                * leave this request's KV to the cache (lq_scheduler_opts) */
+    uint64_t cache_key;        /* with a hook: what its edits are (lq_edit_set_serial of the
+                                * set it runs); requests share cached KV only under equal keys,
+                                * and a hooked request with key 0 never does */
 } lq_generate_params;
 
 typedef struct lq_generate_result {

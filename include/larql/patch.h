@@ -355,6 +355,9 @@ lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err);
 /* A set of only the KNN entries of ks (entries of other widths are skipped). */
 lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidden, lq_err *err);
 lq_edit_set *lq_edit_set_ref(lq_edit_set *s);
+/* A number no other set of this process has (>= 1): what a set is, for keys such as
+ * lq_generate_params.cache_key. 0 for NULL. */
+uint64_t lq_edit_set_serial(const lq_edit_set *s);
 void lq_edit_set_unref(lq_edit_set *s); /* NULL-safe */
 size_t lq_edit_set_n_knn(const lq_edit_set *s);
 size_t lq_edit_set_n_features(const lq_edit_set *s);

@@ -48,6 +48,9 @@ typedef struct lq_server_opts {
     lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
                                  lm_head_q8, kv_f16, hugepages; larql/model.h): the same
                                  choices as every other command; reported by /v1/runtime */
+    int max_connections;      /* open connections (each holds a thread while open, idle
+                               * keep-alive included); beyond it new ones are refused. Default
+                               * 1000; 1..100000 */
     int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
                                * address cannot take every connection thread). Default 0 = no cap:
                                * behind a reverse proxy every client shares one address */
@@ -87,6 +90,10 @@ typedef struct lq_server_opts {
     const char *state_model;  /* the rows' model name (NULL: the served model's id) */
     const char *patch_dir;    /* POST /v1/patches/apply {"url": NAME} reads NAME (a plain file
                                  name) from this directory only; NULL: inline patches only */
+    uint64_t cache_ram;       /* prompt cache: bytes of finished generations' KV kept for
+                                 requests that start with the same tokens (a chat's next turn,
+                                 a shared system prompt); default 1 GiB, 0 = off; within
+                                 memory_limit when one applies */
     int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */
     int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
     int cache_ttl_s;          /* GET /v1/describe: Cache-Control max-age (0 = "no-cache": clients

@@ -13,17 +13,19 @@
 
 static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
-    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-conns-per-ip N] [--max-body BYTES]\n"
+    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-connections N] [--max-conns-per-ip N] [--max-body BYTES]\n"
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
     "       [--max-sessions N] [--session-ttl S]\n"
-    "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
+    "       [--cache-ttl S] [--cache-ram MIB] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS | --ffn-timeout-secs S]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
+    "  --cache-ram MIB (default 1024, 0 = off) keeps finished generations' KV for requests\n"
+    "  that start with the same tokens (a chat's next turn prefills only its new tokens).\n"
     "  --ffn-only serves POST /v1/walk-ffn for `--ffn URL` clients (inference routes answer 503;\n"
     "  --max-body defaults to 64 MiB); --layers A-B answers only those layers. --ffn URL runs\n"
     "  every layer's feed-forward on such a server, attention here.\n"
@@ -105,6 +107,10 @@ int lq_cli_serve(int argc, char **argv)
             o.lazy_weights = 1;
         } else if (!strcmp(a, "--cors")) {
             o.cors = 1;
+        } else if (!strcmp(a, "--max-connections") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 100000, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-connections: '%s' is not in 1..100000", argv[i]);
+            o.max_connections = (int)v;
         } else if (!strcmp(a, "--max-conns-per-ip") && has_val) {
             if (lq_parse_long(argv[++i], 0, 100000, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-conns-per-ip: '%s' is not in 0..100000", argv[i]);
@@ -164,6 +170,10 @@ int lq_cli_serve(int argc, char **argv)
             o.session_ttl_s = (int)v;
         } else if (!strcmp(a, "--dir") && has_val) {
             o.models_dir = argv[++i];
+        } else if (!strcmp(a, "--cache-ram") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 1L << 30, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--cache-ram: '%s' is not a number of MiB", argv[i]);
+            o.cache_ram = (uint64_t)v << 20;
         } else if (!strcmp(a, "--cache-ttl") && has_val) {
             if (lq_parse_long(argv[++i], 0, 365L * 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--cache-ttl: '%s' is not a number of seconds", argv[i]);

@@ -24,6 +24,7 @@
 
 #include "core/clock.h"
 #include "engine/gen_step.h"
+#include "engine/prompt_cache.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
 
@@ -47,6 +48,14 @@ struct lq_sched_req {
     int rc;
     lq_err err;
     uint64_t faults;         /* lq_mapfault_count() when submitted */
+    int cacheable;           /* may take a cached prefix and leave its KV to the cache */
+    uint64_t key;            /* the prompt cache's key (its edits) */
+    int32_t *gen_fed;        /* generated tokens fed to the session, after the prompt */
+    size_t n_gen_fed, gen_cap;
+    uint64_t seq;            /* admission order (1, 2, ...): a donor is always admitted first */
+    uint64_t donor;          /* waiting for the running request of this seq to have fed share
+                              * prompt positions, to copy their KV (0: not waiting) */
+    size_t share;
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -73,6 +82,8 @@ struct lq_scheduler {
     /* loop thread only */
     lq_session **pool;       /* [max_active] free sessions */
     int n_pool, n_sessions;
+    pcache *cache;           /* finished requests' sessions, for prompt-prefix reuse */
+    uint64_t next_seq;
     lq_session **b_sess;     /* [max_active] one decode step's batch */
     int32_t *b_ids;          /* [max_active + prefill_chunk] the step's ids, session by session */
     int *b_counts;           /* [max_active] ids per session in the step */
@@ -87,6 +98,7 @@ void lq_scheduler_opts_init(lq_scheduler_opts *o)
     o->max_queued = 64;
     o->n_ctx = 0;
     o->prefill_chunk = 64;
+    o->prompt_cache = 0;
 }
 
 int lq_scheduler_n_ctx(const lq_scheduler *s)
@@ -100,6 +112,7 @@ static void req_free(lq_sched_req *r)
         r->hook.release(r->hook.ctx);
     lq_gen_free(&r->g);
     free(r->prompt);
+    free(r->gen_fed);
     pthread_mutex_destroy(&r->cb_mu);
     free(r);
 }
@@ -138,8 +151,39 @@ static void session_put(lq_scheduler *S, lq_session *sess)
     S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
 }
 
-/* Ends r: session back to the pool, done callback, waiters woken. r stays in the active
- * list (state RS_DONE) until the loop compacts it. */
+/* A session the prompt cache lets go: back to the pool, or freed when the pool is full
+ * (the cache's sessions come on top of max_active's). */
+static void drop_session(void *ctx, lq_session *sess)
+{
+    lq_scheduler *S = ctx;
+    if (S->n_pool < S->o.max_active) {
+        session_put(S, sess);
+        return;
+    }
+    lq_session_free(sess);
+    S->n_sessions--;
+}
+
+/* r's session into the prompt cache with the tokens its KV holds: the prompt positions fed
+ * and the generated tokens fed after them. */
+static void cache_session(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t n = r->n_fed + r->n_gen_fed;
+    int32_t *toks = n ? malloc(n * sizeof *toks) : NULL;
+    if (!toks) {
+        drop_session(S, r->sess);
+        return;
+    }
+    memcpy(toks, r->prompt, r->n_fed * sizeof *toks);
+    if (r->n_gen_fed)
+        memcpy(toks + r->n_fed, r->gen_fed, r->n_gen_fed * sizeof *toks);
+    lq_session_set_hook(r->sess, NULL);
+    pcache_put(S->cache, r->sess, toks, n, r->key, drop_session, S);
+    free(toks);
+}
+
+/* Ends r: session back to the pool (or the prompt cache), done callback, waiters woken. r
+ * stays in the active list (state RS_DONE) until the loop compacts it. */
 static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
 {
     r->rc = rc;
@@ -148,7 +192,11 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     if (rc)
         r->res.finish = LQ_FINISH_NONE;
     if (r->sess) {
-        session_put(S, r->sess);
+        /* an error may have left the KV half-written: only a clean end is kept */
+        if (r->cacheable && !rc && pcache_cap(S->cache) > 0)
+            cache_session(S, r);
+        else
+            session_put(S, r->sess);
         r->sess = NULL;
     }
     lq_gen_free(&r->g);
@@ -164,6 +212,8 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     else if (r->res.finish == LQ_FINISH_CANCELED)
         S->st.canceled++;
     S->st.finished++;
+    S->st.cache_entries = pcache_count(S->cache);
+    S->st.sessions = S->n_sessions;
     pthread_cond_broadcast(&S->done_cv);
     pthread_mutex_unlock(&S->mu);
 }
@@ -189,6 +239,25 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
 static int get_session(lq_scheduler *S, lq_sched_req *r)
 {
     const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
+    if (r->cacheable && pcache_cap(S->cache) > 0) {
+        size_t reused = 0;
+        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, &reused);
+        pthread_mutex_lock(&S->mu);
+        if (c) {
+            S->st.cache_hits++;
+            S->st.cache_reused_tokens += reused;
+        } else {
+            S->st.cache_misses++;
+        }
+        S->st.cache_entries = pcache_count(S->cache);
+        pthread_mutex_unlock(&S->mu);
+        if (c) { /* the prefix's KV is there: prefill starts after it */
+            r->sess = c;
+            r->n_fed = reused;
+            lq_session_set_hook(r->sess, h);
+            return LQ_OK;
+        }
+    }
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
         lq_session_set_hook(r->sess, h);
@@ -203,6 +272,86 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     S->st.sessions = S->n_sessions;
     pthread_mutex_unlock(&S->mu);
     return LQ_OK;
+}
+
+/* ---- prompts shared with a running request ----
+ * A request admitted while another one (same cache key) is running whose prompt starts with
+ * the same tokens - the choices of one n > 1 request, concurrent requests behind one system
+ * prompt - does not prefill them again: it waits until that request has fed them, then
+ * copies their KV (lq_session_copy_prefix: the same numbers) and prefills only the rest. */
+#define SHARE_MIN 8
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t k = 0;
+    while (k < na && k < nb && a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* Picks the running request r copies the longest prompt prefix from, if one beats what r
+ * already has (a prompt-cache hit) by SHARE_MIN positions. */
+static void find_donor(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t best = r->n_fed + SHARE_MIN;
+    for (int i = 0; i < S->n_active; i++) {
+        lq_sched_req *d = S->active[i];
+        if (d == r || d->seq >= r->seq || d->donor || !d->cacheable || d->key != r->key || !d->sess ||
+            (d->state != RS_PREFILL && d->state != RS_DECODE))
+            continue;
+        /* the last prompt token is always r's own to evaluate, for its logits */
+        size_t l = common_prefix(d->prompt, d->n_prompt, r->prompt, r->n_prompt - 1);
+        if (l >= best) {
+            best = l;
+            r->donor = d->seq;
+            r->share = l;
+        }
+    }
+}
+
+/* r's donor, if still running; NULL when it ended (r then prefills on its own). */
+static lq_sched_req *donor_of(lq_scheduler *S, const lq_sched_req *r)
+{
+    for (int i = 0; i < S->n_active; i++)
+        if (S->active[i]->seq == r->donor)
+            return S->active[i]->state == RS_DONE ? NULL : S->active[i];
+    return NULL;
+}
+
+/* 1: r may prefill this step (its donor's KV copied, or no donor any more); 0: wait. */
+static int take_shared(lq_scheduler *S, lq_sched_req *r)
+{
+    if (!r->donor)
+        return 1;
+    lq_sched_req *d = donor_of(S, r);
+    if (d && d->n_fed < r->share)
+        return 0;
+    if (d && !lq_session_copy_prefix(r->sess, d->sess, (int)r->share, NULL)) {
+        r->n_fed = r->share;
+        pthread_mutex_lock(&S->mu);
+        S->st.shared_hits++;
+        S->st.shared_tokens += r->share;
+        pthread_mutex_unlock(&S->mu);
+    }
+    r->donor = 0;
+    return 1;
+}
+
+/* The generated token a decode step fed r's session (for the prompt cache). Out of memory:
+ * the request is simply not cached. */
+static void remember_fed(lq_sched_req *r, int32_t id)
+{
+    if (r->n_gen_fed == r->gen_cap) {
+        size_t cap = r->gen_cap ? r->gen_cap * 2 : 64;
+        int32_t *g = realloc(r->gen_fed, cap * sizeof *g);
+        if (!g) {
+            r->cacheable = 0;
+            return;
+        }
+        r->gen_fed = g;
+        r->gen_cap = cap;
+    }
+    r->gen_fed[r->n_gen_fed++] = id;
 }
 
 /* One lq_session_eval_batch per loop turn (continuous batching with chunked prefill): every
@@ -234,7 +383,7 @@ static void batch_step(lq_scheduler *S)
     size_t budget = (size_t)S->o.prefill_chunk;
     for (int i = 0; i < S->n_active && budget > 0; i++) {
         lq_sched_req *r = S->active[i];
-        if (r->state != RS_PREFILL || !r->sess)
+        if (r->state != RS_PREFILL || !r->sess || !take_shared(S, r))
             continue;
         size_t left = r->n_prompt - r->n_fed;
         size_t n = left < budget ? left : budget;
@@ -273,8 +422,11 @@ static void batch_step(lq_scheduler *S)
     S->st.prefill_tokens += n_pre;
     S->st.prefill_ms += dt - dec_ms;
     pthread_mutex_unlock(&S->mu);
+    size_t off = 0;
     for (int b = 0; b < B; b++) {
         lq_sched_req *r = S->b_req[b];
+        size_t at = off;
+        off += (size_t)S->b_counts[b];
         if (rc) {
             /* every check happens before anything changes (prompts and token limits were
              * checked at submit): this is a bug somewhere, so fail the batch */
@@ -289,6 +441,8 @@ static void batch_step(lq_scheduler *S)
         }
         if (r->state == RS_DECODE) {
             r->res.decode_ms += dt;
+            if (r->cacheable)
+                remember_fed(r, S->b_ids[at]);
             step_token(S, r);
             continue;
         }
@@ -341,6 +495,7 @@ static void *loop_main(void *arg)
             S->n_queued--;
             r->next = NULL;
             r->state = RS_PREFILL;
+            r->seq = ++S->next_seq;
             S->active[S->n_active++] = r;
         }
         /* cancelled while waiting for a slot: end them now, not when a slot frees up */
@@ -396,6 +551,8 @@ static void *loop_main(void *arg)
                 int rc = get_session(S, r);
                 if (rc)
                     finish(S, r, rc);
+                else if (r->cacheable)
+                    find_donor(S, r);
             }
         }
         batch_step(S);
@@ -432,6 +589,8 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
                           o->prefill_chunk);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "scheduler: n_ctx %d is negative", o->n_ctx);
+    if (o->prompt_cache < 0 || o->prompt_cache > 4096)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: prompt_cache %d outside 0..4096", o->prompt_cache);
     lq_scheduler *S = calloc(1, sizeof *S);
     if (!S)
         return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
@@ -450,7 +609,8 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
     pthread_cond_init(&S->done_cv, NULL);
     S->st.max_active = o->max_active;
     int rc;
-    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_counts || !S->b_logits || !S->b_req) {
+    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_counts || !S->b_logits || !S->b_req ||
+        pcache_create(o->prompt_cache, &S->cache)) {
         rc = lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory for %d slots", o->max_active);
         goto fail;
     }
@@ -492,6 +652,7 @@ void lq_scheduler_free(lq_scheduler *S)
     }
     for (int i = 0; i < S->n_pool; i++)
         lq_session_free(S->pool[i]);
+    pcache_free(S->cache);
     free(S->active);
     free(S->pool);
     free(S->b_sess);
@@ -540,6 +701,9 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     r->refs = 2; /* the caller and the loop */
     if (p && p->hook)
         r->hook = *p->hook;
+    /* KV computed with edits is shared only with requests running the same edits */
+    r->cacheable = S->o.prompt_cache > 0 && !(p && p->no_prompt_cache) && (!(p && p->hook) || p->cache_key);
+    r->key = p && p->hook ? p->cache_key : 0;
 
     pthread_mutex_lock(&S->mu);
     if (S->stopping) {

@@ -158,6 +158,7 @@ struct lq_server {
     size_t kv_bytes_per_session; /* lq_model_kv_bytes(model, n_ctx): f32 or f16 as loaded */
     uint64_t mem_limit;       /* --memory-limit or the cgroup's memory.max; 0 = none */
     int pool_cap;             /* single-pass sessions the memory limit allows (<= max_concurrent) */
+    int prompt_cache_cap;     /* the scheduler's prompt cache: sessions (--cache-ram / KV size) */
 
     /* what the model knows (knowledge.c): the global overlay over vx (NULL for a GGUF),
      * its journal (--state-dir), the X-Session-Id sessions */
@@ -334,7 +335,7 @@ void srv_dcache_stats(lq_server *s, uint64_t *hits, uint64_t *misses);
 /* The forward-pass edits a generation for this request runs (sid's session, or the global
  * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
  * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
-int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e);
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *key, lq_err *e);
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */

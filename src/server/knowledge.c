@@ -435,9 +435,10 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
     return 0;
 }
 
-int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *key, lq_err *e)
 {
     *out = NULL;
+    *key = 0;
     if (!s->global)
         return 0;
     kview kv;
@@ -446,8 +447,10 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
         return st;
     lq_edit_set *es = lq_edit_set_ref(kv.edits);
     srv_kview_put(&kv);
-    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es))
+    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es)) {
         st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? 500 : 0;
+        *key = lq_edit_set_serial(es); /* the prompt cache shares KV only under the same edits */
+    }
     lq_edit_set_unref(es);
     return st;
 }

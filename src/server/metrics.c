@@ -121,6 +121,17 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_decode_steps_total", "counter", "Batched decode steps (one weight pass for every running stream).",
          (double)st.steps},
         {"larql_decode_batch_max", "gauge", "Largest number of streams one decode step has run.", (double)st.max_batch},
+        {"larql_prompt_cache_hits_total", "counter",
+         "Generations that reused a cached prompt prefix (--cache-ram).", (double)st.cache_hits},
+        {"larql_prompt_cache_misses_total", "counter", "Generations that found no cached prefix to reuse.",
+         (double)st.cache_misses},
+        {"larql_prompt_cache_reused_tokens_total", "counter",
+         "Prompt positions not prefilled because their KV was cached.", (double)st.cache_reused_tokens},
+        {"larql_prompt_cache_entries", "gauge", "Finished generations' KV caches held for reuse.",
+         (double)st.cache_entries},
+        {"larql_prompt_shared_tokens_total", "counter",
+         "Prompt positions copied from a running request's KV (n > 1 choices, a shared system prompt).",
+         (double)st.shared_tokens},
         {"larql_active_requests", "gauge", "Requests in flight (counted against --max-concurrent).",
          (double)LD(m->active_requests)},
         {"larql_active_streams", "gauge", "Streaming generations in flight.", (double)LD(m->active_streams)},
@@ -289,6 +300,12 @@ void route_runtime(lq_server *s, req *q, reply *r)
         snprintf(key, sizeof key, k == LQ_SCHED_HIST - 1 ? "%d+" : "%d", k + 1);
         json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
     }
+    json_object_set_new(j, "prompt_cache",
+                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries",
+                                  st.cache_entries, "hits", (json_int_t)st.cache_hits, "misses",
+                                  (json_int_t)st.cache_misses, "reused_tokens", (json_int_t)st.cache_reused_tokens,
+                                  "shared_hits", (json_int_t)st.shared_hits, "shared_tokens",
+                                  (json_int_t)st.shared_tokens));
     json_object_set_new(j, "scheduler",
                         json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,

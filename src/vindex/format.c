@@ -233,6 +233,13 @@ static int parse_index(lq_vindex *v, lq_err *err)
         if (first)
             in->features_per_layer = (int)nf, first = 0;
     }
+    /* a list that leaves layers out while claiming them is damaged (or cut): every query would
+     * read those layers as empty, so it is refused rather than half-answered */
+    for (int l = 0; nl && l < L; l++)
+        if (!v->layers[l].present)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "index.json: num_layers is %d but layers[] lists %zu of them (layer %d is missing)", L,
+                              nl, l);
     return LQ_OK;
 }
 
