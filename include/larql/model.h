@@ -58,6 +58,14 @@ typedef struct lq_model_opts {
                          embeddings, lm_head.bin and the repacked ternary projections (auto:
                          by the size of embeddings.bin x 2). LQ_HUGEPAGES=0|1 in the
                          environment overrides. */
+    const char *ffn_url; /* NULL = local. "http://host:port": every layer's feed-forward runs on
+                            that server (`larql serve --ffn-only`, or LARQL's server) through
+                            POST /v1/walk-ffn, attention here (LARQL's remote FFN). Or LARQL's
+                            shard map "0-14=http://a:9000,15-29=http://b:9000": each inclusive
+                            layer range on its own server; every layer must be covered. The open
+                            fails when the server is down or its hidden size or layer count
+                            differ; a failed call later is an LQ_EIO from the evaluation. */
+    int ffn_timeout_ms;  /* each remote FFN request's deadline; 0 = 60000 (LARQL's) */
 } lq_model_opts;
 
 typedef struct lq_model_info {
@@ -80,6 +88,7 @@ typedef struct lq_model_info {
     int lm_head_q8;              /* the lm_head in use is the int8 per-row copy */
     int kv_type;                 /* lq_kv_type of the sessions' KV cache */
     uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
+    const char *ffn_url;         /* the remote FFN server (lq_model_opts.ffn_url), or NULL */
     double repack_ms;            /* time spent building them (part of load_ms) */
 } lq_model_info;
 
@@ -115,6 +124,12 @@ int lq_model_embed(const lq_model *m, const int32_t *ids, size_t n, float *out, 
  * f32, the q8 copy with lq_model_opts.lm_head_q8) into logits [n, n_vocab] — exactly what
  * the forward pass computes after its last layer. Safe from several threads at once. */
 int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *logits, lq_err *err);
+/* One layer's feed-forward on n rows x [n, n_embd] that already went through that layer's
+ * ffn_norm, into out [n, n_embd] before the residual add (relu^2 or SiLU gate . up, sub-norm,
+ * down): what the forward pass adds at that layer, always computed here even when the model
+ * itself runs with a remote FFN. The server side of POST /v1/walk-ffn (LARQL's full_output).
+ * layer outside 0..n_layer-1 -> LQ_ERANGE. Safe from several threads at once. */
+int lq_model_ffn(lq_model *m, int layer, const float *x, size_t n, float *out, lq_err *err);
 /* The output head's rows for ids, with the final RMSNorm's weight folded in: out [n, n_embd],
  * row i = norm_weight * lm_head[ids[i]], so that logit j of a hidden state h is out_j . h /
  * rms(h) (what an edit needs to know which way raises a token). Ids outside the vocabulary ->

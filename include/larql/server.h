@@ -65,6 +65,12 @@ typedef struct lq_server_opts {
                                  with Retry-After. Default 64. Also caps pooled sessions. */
     int n_ctx;                /* session context; 0 = model default */
     int no_infer;             /* refuse inference routes (503) */
+    int ffn_only;             /* LARQL's --ffn-only: an FFN service for `--ffn URL` clients (POST
+                               * /v1/walk-ffn); inference routes 503 as with no_infer, stats say
+                               * "mode": "ffn-service" */
+    int layers_set;           /* --layers A-B: /v1/walk-ffn answers only layers layer_first ..
+                               * layer_last (inclusive; others 400), a shard of the model */
+    int layer_first, layer_last;
     int lazy_weights;         /* load the model on the first request that needs it */
     int cors;                 /* Access-Control-Allow-Origin: * and OPTIONS preflight (also lets
                                * other origins write without an API key) */

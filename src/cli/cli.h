@@ -78,6 +78,8 @@ typedef struct lq_cli_model_args {
     int kv_type;         /* --kv f32|f16|q8 (lq_kv_type, default f32) */
     int hugepages;       /* --weights copy|mmap|auto -> 1 / -1 / 0 (lq_model_opts.hugepages) */
     int ctx;             /* --ctx N (0 = model default) */
+    const char *ffn_url; /* --ffn URL: each layer's FFN on that larql serve (lq_model_opts.ffn_url) */
+    int ffn_timeout_ms;  /* --ffn-timeout MS (0 = the library's 60 s) */
 } lq_cli_model_args;
 
 void lq_cli_model_args_init(lq_cli_model_args *a);

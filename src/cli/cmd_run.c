@@ -153,7 +153,7 @@ static const char *RUN_USAGE =
     "larql run MODEL [PROMPT | --prompt TEXT | --ids 1,2,3] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
-    "       [--weights auto|copy|mmap]\n"
+    "       [--weights auto|copy|mmap] [--ffn URL [--ffn-timeout-secs S]]\n"
     "       [--chat [--chat-template NAME|FILE] [--system S]]\n"
     "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
     "  PROMPT may follow MODEL as LARQL takes it; without a prompt (and without --ids) run is\n"

@@ -20,11 +20,15 @@ static const char *SERVE_USAGE =
     "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
     "       [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--cache-ram MIB] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
+    "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS | --ffn-timeout-secs S]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
     "  --cache-ram MIB (default 1024, 0 = off) keeps finished generations' KV for requests\n"
     "  that start with the same tokens (a chat's next turn prefills only its new tokens).\n"
+    "  --ffn-only serves POST /v1/walk-ffn for `--ffn URL` clients (inference routes answer 503;\n"
+    "  --max-body defaults to 64 MiB); --layers A-B answers only those layers. --ffn URL runs\n"
+    "  every layer's feed-forward on such a server, attention here.\n"
     "  --state-db CONNINFO keeps the global edits as rows of that PostgreSQL database's\n"
     "  infer.edits (CREATE EXTENSION pg_infer there first), shared by every server on it;\n"
     "  --state-model names the rows' model (default: the model id).\n"
@@ -69,6 +73,7 @@ int lq_cli_serve(int argc, char **argv)
     lq_cli_model_args_init(&ma);
     o.api_key = getenv("LARQL_API_KEY");
     const char *chat_template_arg = NULL;
+    int max_body_set = 0;
     char *chat_template = NULL;
     for (int i = 1; i < argc; i++) {
         int r = lq_cli_model_opt(C, SERVE_USAGE, argc, argv, &i, &ma);
@@ -84,6 +89,20 @@ int lq_cli_serve(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--no-infer")) {
             o.no_infer = 1;
+        } else if (!strcmp(a, "--ffn-only")) {
+            o.ffn_only = 1;
+        } else if (!strcmp(a, "--layers") && has_val) {
+            /* "A-B" inclusive, as LARQL's larql-server takes it */
+            const char *lv = argv[++i], *dash = strchr(lv, '-');
+            char first[16];
+            long lo, hi;
+            if (!dash || (size_t)(dash - lv) >= sizeof first ||
+                (memcpy(first, lv, (size_t)(dash - lv)), first[dash - lv] = 0, lq_parse_long(first, 0, 1 << 20, &lo)) ||
+                lq_parse_long(dash + 1, 0, 1 << 20, &hi) || hi < lo)
+                return lq_cli_usage(C, SERVE_USAGE, "--layers: '%s' is not a range A-B of layers (0 <= A <= B)", lv);
+            o.layers_set = 1;
+            o.layer_first = (int)lo;
+            o.layer_last = (int)hi;
         } else if (!strcmp(a, "--lazy-weights")) {
             o.lazy_weights = 1;
         } else if (!strcmp(a, "--cors")) {
@@ -128,6 +147,7 @@ int lq_cli_serve(int argc, char **argv)
             if (lq_parse_long(argv[++i], 1024, 1L << 30, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-body: '%s' is not in 1024..1073741824 bytes", argv[i]);
             o.max_body = (size_t)v;
+            max_body_set = 1;
         } else if (!strcmp(a, "--request-timeout") && has_val) {
             if (lq_parse_long(argv[++i], 1, 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--request-timeout: '%s' is not in 1..86400 seconds", argv[i]);
@@ -185,6 +205,16 @@ int lq_cli_serve(int argc, char **argv)
         return 1;
     o.chat_template = chat_template;
     lq_cli_model_opts(&ma, &o.model);
+    if (o.layers_set && !o.ffn_only)
+        return lq_cli_usage(C, SERVE_USAGE, "--layers A-B shards an FFN service: it needs --ffn-only");
+    /* LARQL reads walk-ffn bodies up to 64 MiB: a 64-row prefill of a wide model is more than
+     * the 2 MiB default of the other routes */
+    if (o.ffn_only && !max_body_set)
+        o.max_body = 64u << 20;
+    /* a shard touches only its layers' pages of a shared read-only mapping; a private copy
+     * (--weights copy, the default for big files) would hold every layer */
+    if (o.layers_set && ma.hugepages == 0)
+        o.model.hugepages = -1;
     o.n_ctx = ma.ctx;
     o.log = log_line;
 

@@ -19,7 +19,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
     const char *o = argv[*i];
     int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
                 !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv") ||
-                !strcmp(o, "--weights");
+                !strcmp(o, "--weights") || !strcmp(o, "--ffn") || !strcmp(o, "--ffn-timeout") ||
+                !strcmp(o, "--ffn-timeout-secs");
     if (!known)
         return 0;
     if (*i + 1 >= argc) {
@@ -64,6 +65,20 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             lq_cli_usage(cmd, usage, "--kv: '%s' (expected f32, f16 or q8)", v);
             return -1;
         }
+    } else if (!strcmp(o, "--ffn")) {
+        a->ffn_url = v; /* checked (and connected to) when the model opens */
+    } else if (!strcmp(o, "--ffn-timeout")) {
+        if (lq_parse_long(v, 1, 3600000, &n)) {
+            lq_cli_usage(cmd, usage, "--ffn-timeout: '%s' is not a number of milliseconds in [1, 3600000]", v);
+            return -1;
+        }
+        a->ffn_timeout_ms = (int)n;
+    } else if (!strcmp(o, "--ffn-timeout-secs")) { /* LARQL's spelling of the same deadline */
+        if (lq_parse_long(v, 1, 3600, &n)) {
+            lq_cli_usage(cmd, usage, "--ffn-timeout-secs: '%s' is not a number of seconds in [1, 3600]", v);
+            return -1;
+        }
+        a->ffn_timeout_ms = (int)n * 1000;
     } else if (!strcmp(o, "--weights")) {
         /* copy: 2 MB-page private copy (fast streaming); mmap: shared read-only file pages */
         if (!strcmp(v, "copy") || !strcmp(v, "mmap") || !strcmp(v, "auto"))
@@ -82,7 +97,8 @@ void lq_cli_model_opts(const lq_cli_model_args *a, lq_model_opts *o)
 {
     *o = (lq_model_opts){.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
                          .lm_head_q8 = a->lm_head_q8, .kv_type = a->kv_type,
-                         .hugepages = a->hugepages};
+                         .hugepages = a->hugepages, .ffn_url = a->ffn_url,
+                         .ffn_timeout_ms = a->ffn_timeout_ms};
 }
 
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a, lq_model **m)

@@ -85,9 +85,16 @@ void lq_scratch_free(lq_scratch *sc);
  * receives row t's n_vocab logits; the lm_head runs only for rows that want them. capture:
  * NULL, or [n_layer, n_embd] receiving the last row's residual stream after each layer's
  * FFN add (the vindex walk mode's residual capture; it reads, never changes, the
- * computation). */
-void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
-                int T, float *const *out, float *capture);
+ * computation). Returns 0, or (only when the model's FFN is remote, --ffn URL) the remote
+ * call's error with err filled: the rows' K/V up to the failing layer are then written but
+ * the caller does not advance its position, so they are overwritten by the next pass. */
+int lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+               int T, float *const *out, float *capture, lq_err *err);
+
+/* One layer's feed-forward (ffn_norm already applied) on T <= LQ_MAX_BATCH rows x [T, n_embd]
+ * into out [T, n_embd], before the residual add: what the forward pass computes for that
+ * layer, always locally (the server side of POST /v1/walk-ffn). layer must be valid. */
+void lq_forward_ffn(const lq_model *m, lq_scratch *sc, int layer, const float *x, int T, float *out);
 
 /* Row id of the token embedding as f32 ([n_embd]); id must be validated. */
 void lq_forward_embed_row(const lq_model *m, int32_t id, float *out);

@@ -473,12 +473,54 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
 
 /* ---- the block ---- */
 
+/* One layer's feed-forward on T rows of its normed input sc->h [T, n_embd] into sc->tmp
+ * [T, n_embd] (before the residual add): gate/up, relu^2 or SiLU, sub-norm, down. sc->h is
+ * clobbered. The local path of the forward pass and the server side of the remote FFN
+ * (lq_forward_ffn) both run this, so a remote layer is the same arithmetic. */
+static void ffn_block(const lq_model *m, lq_scratch *sc, const lq_layer *L, int T)
+{
+    const int D = m->n_embd, F = m->n_ff;
+    {
+        const lq_wmat *w[2] = {&L->gate, &L->up};
+        float *y[2] = {sc->g, sc->u};
+        project(m, sc, sc->h, D, T, 2, w, y);
+    }
+    size_t nf = (size_t)T * F;
+    if (m->arch == LQ_ARCH_BITNET_B158) {
+        /* restrict + a branch-free select so that the loop vectorises (NaN -> 0 as before) */
+        float *restrict gp = sc->g;
+        const float *restrict up = sc->u;
+        for (size_t i = 0; i < nf; i++) {
+            float a = gp[i];
+            a = a > 0 ? a : 0.0f;
+            gp[i] = a * a * up[i];
+        }
+    } else {
+        for (size_t i = 0; i < nf; i++) {
+            float g = sc->g[i];
+            sc->g[i] = g / (1.0f + expf(-g)) * sc->u[i];
+        }
+    }
+    const float *din = sc->g;
+    if (L->ffn_sub_norm) {
+        for (int t = 0; t < T; t++)
+            rmsnorm(sc->g + (size_t)t * F, L->ffn_sub_norm, F, m->eps,
+                    sc->h + (size_t)t * F);
+        din = sc->h;
+    }
+    {
+        const lq_wmat *w[1] = {&L->down};
+        float *y[1] = {sc->tmp};
+        project(m, sc, din, F, T, 1, w, y);
+    }
+}
+
 static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout);
 
-static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
-                    int T, float *const *out, float *capture)
+static int forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+                   int T, float *const *out, float *capture, lq_err *err)
 {
-    const int D = m->n_embd, F = m->n_ff, QD = m->q_dim, KVD = m->kv_dim;
+    const int D = m->n_embd, QD = m->q_dim, KVD = m->kv_dim;
     float *x = sc->x; /* [T, D] */
     for (int t = 0; t < T; t++) {
         embed_row(m, ids[t], x + (size_t)t * D);
@@ -538,38 +580,12 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
         /* feed-forward */
         for (int t = 0; t < T; t++)
             rmsnorm(x + (size_t)t * D, L->ffn_norm, D, m->eps, sc->h + (size_t)t * D);
-        {
-            const lq_wmat *w[2] = {&L->gate, &L->up};
-            float *y[2] = {sc->g, sc->u};
-            project(m, sc, sc->h, D, T, 2, w, y);
-        }
-        size_t nf = (size_t)T * F;
-        if (m->arch == LQ_ARCH_BITNET_B158) {
-            /* restrict + a branch-free select so that the loop vectorises (NaN -> 0 as before) */
-            float *restrict gp = sc->g;
-            const float *restrict up = sc->u;
-            for (size_t i = 0; i < nf; i++) {
-                float a = gp[i];
-                a = a > 0 ? a : 0.0f;
-                gp[i] = a * a * up[i];
-            }
+        if (m->ffn_remote) { /* --ffn URL: this layer's FFN on another process (ffn_remote.c) */
+            int rc = lq_ffn_remote_layer(m->ffn_remote, l, sc->h, T, D, sc->tmp, err);
+            if (rc)
+                return rc;
         } else {
-            for (size_t i = 0; i < nf; i++) {
-                float g = sc->g[i];
-                sc->g[i] = g / (1.0f + expf(-g)) * sc->u[i];
-            }
-        }
-        const float *din = sc->g;
-        if (L->ffn_sub_norm) {
-            for (int t = 0; t < T; t++)
-                rmsnorm(sc->g + (size_t)t * F, L->ffn_sub_norm, F, m->eps,
-                        sc->h + (size_t)t * F);
-            din = sc->h;
-        }
-        {
-            const lq_wmat *w[1] = {&L->down};
-            float *y[1] = {sc->tmp};
-            project(m, sc, din, F, T, 1, w, y);
+            ffn_block(m, sc, L, T);
         }
         for (size_t i = 0; i < (size_t)T * D; i++)
             x[i] += sc->tmp[i];
@@ -582,7 +598,7 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
     }
 
     if (!out)
-        return;
+        return LQ_OK;
     /* Only the rows that want logits, gathered contiguously for the head. */
     float *lout[LQ_MAX_BATCH];
     int nl = 0;
@@ -598,6 +614,7 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
     for (int t = 0; t < T; t++)
         if (out[t] && rows[t].hook && rows[t].hook->on_logits)
             rows[t].hook->on_logits(rows[t].hook->ctx, rows[t].pos, out[t], m->n_vocab);
+    return LQ_OK;
 }
 
 static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
@@ -615,11 +632,22 @@ static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int 
 
 /* The entry points hold the model's weights (lq_model_weights_enter): a background copy
  * into 2 MB pages moves the weight pointers only between forward passes. */
-void lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
-                int T, float *const *out, float *capture)
+int lq_forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
+               int T, float *const *out, float *capture, lq_err *err)
 {
     int held = lq_model_weights_enter(m);
-    forward(m, sc, ids, rows, T, out, capture);
+    int rc = forward(m, sc, ids, rows, T, out, capture, err);
+    lq_model_weights_leave(m, held);
+    return rc;
+}
+
+void lq_forward_ffn(const lq_model *m, lq_scratch *sc, int layer, const float *x, int T, float *out)
+{
+    size_t n = (size_t)T * (size_t)m->n_embd;
+    int held = lq_model_weights_enter(m);
+    memcpy(sc->h, x, n * sizeof(float));
+    ffn_block(m, sc, &m->layers[layer], T);
+    memcpy(out, sc->tmp, n * sizeof(float));
     lq_model_weights_leave(m, held);
 }
 

@@ -44,6 +44,28 @@ int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *lo
     return LQ_OK;
 }
 
+int lq_model_ffn(lq_model *m, int layer, const float *x, size_t n, float *out, lq_err *err)
+{
+    if (!m || (!x && n) || (!out && n))
+        return lq_err_set(err, LQ_EINVAL, "lq_model_ffn: model, input and output are required");
+    if (layer < 0 || layer >= m->n_layer)
+        return lq_err_set(err, LQ_ERANGE, "layer %d out of range (num_layers = %d)", layer, m->n_layer);
+    if (n == 0)
+        return LQ_OK;
+    lq_scratch sc;
+    if (lq_scratch_init(&sc, m) != 0)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory for the feed-forward's scratch");
+    size_t D = (size_t)m->n_embd;
+    /* chunks of LQ_MAX_BATCH rows, as the forward pass batches them: a client's pass of T
+     * rows arrives whole, so the kernels see the same batch and give the same bits */
+    for (size_t r0 = 0; r0 < n; r0 += LQ_MAX_BATCH) {
+        int T = n - r0 < LQ_MAX_BATCH ? (int)(n - r0) : LQ_MAX_BATCH;
+        lq_forward_ffn(m, &sc, layer, x + r0 * D, T, out + r0 * D);
+    }
+    lq_scratch_free(&sc);
+    return LQ_OK;
+}
+
 /* Row id of the lm_head as f32, however the model holds it. */
 static void head_row(const lq_model *m, int32_t id, float *out)
 {

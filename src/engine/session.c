@@ -152,7 +152,9 @@ static int eval(lq_session *s, const int32_t *ids, size_t n, float *logits, floa
         }
         /* only the last chunk's capture is the last position's */
         float *cap = c0 + (size_t)T == n ? capture : NULL;
-        lq_forward(m, &s->sc, ids + c0, rows, T, want ? outp : NULL, cap);
+        rc = lq_forward(m, &s->sc, ids + c0, rows, T, want ? outp : NULL, cap, err);
+        if (rc)
+            return rc;
         s->pos += T;
     }
     if (logits && all_logits)
@@ -251,7 +253,11 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
         }
         if (T == LQ_MAX_BATCH || b == B) {
             /* the pass runs in its first session's scratch (sized for LQ_MAX_BATCH rows) */
-            lq_forward(m, &first->sc, ids + k0, rows, T, want ? outp : NULL, NULL);
+            /* a failed pass (remote FFN) leaves every position where it was: the KV rows
+             * already written are overwritten by the next call */
+            int rc = lq_forward(m, &first->sc, ids + k0, rows, T, want ? outp : NULL, NULL, err);
+            if (rc)
+                return rc;
             k0 += (size_t)T;
             T = 0;
             want = 0;

@@ -573,6 +573,14 @@ int lq_model_finish(lq_model *m, lq_err *err)
                           LQ_KV_Q8_BLOCK, m->head_dim);
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
         return rc;
+    if (m->opts.ffn_url && *m->opts.ffn_url) {
+        /* the opts' pointer is the caller's: the remote keeps its own copy of the URL */
+        if ((rc = lq_ffn_remote_open(m->opts.ffn_url, m->opts.ffn_timeout_ms, m->n_layer, m->n_embd, &m->ffn_remote,
+                                     err)) != 0)
+            return rc;
+        in->ffn_url = lq_ffn_remote_url(m->ffn_remote);
+    }
+    m->opts.ffn_url = NULL;
     in->load_ms = lq_now_ms() - m->t_open;
     if (m->copy_path) {
         in->weights_copied = 1; /* chosen; lq_model_weights_copied says when it is in use */
@@ -611,7 +619,10 @@ static int want_hugepage_copy(const lq_model_opts *o, const char *path)
 {
     struct stat st;
     uint64_t size = stat(path, &st) == 0 && st.st_size > 0 ? (uint64_t)st.st_size : 0;
-    return lq_want_huge_copy(o->hugepages, size);
+    /* with a remote FFN (ffn_url) the FFN weights are never read here: auto maps the file,
+     * so that their pages are not copied into memory */
+    int mode = o->hugepages == 0 && o->ffn_url && *o->ffn_url ? -1 : o->hugepages;
+    return lq_want_huge_copy(mode, size);
 }
 
 static const void *rebased(const void *p, const uint8_t *from, uint64_t size, const uint8_t *to)
@@ -807,6 +818,7 @@ void lq_model_close(lq_model *m)
     lq_mapfile_close(&m->hp_copy);
     if (m->src_free)
         m->src_free(m->src);
+    lq_ffn_remote_close(m->ffn_remote);
     free(m);
 }
 

@@ -110,7 +110,24 @@ struct lq_model {
     void *src;
     void (*src_free)(void *src);
     int tok_borrowed;
+
+    /* lq_model_opts.ffn_url: every layer's FFN runs on that server (POST /v1/walk-ffn,
+     * src/model/ffn_remote.c); NULL = local. Opened by lq_model_finish, closed at close. */
+    struct lq_ffn_remote *ffn_remote;
 };
+
+/* ---- the remote FFN client (src/model/ffn_remote.c) ---- */
+typedef struct lq_ffn_remote lq_ffn_remote;
+/* Connects to a larql serve (ours or LARQL's) at url, or to each server of LARQL's shard map
+ * "A-B=URL,C-D=URL", reads GET /v1/stats and checks that its hidden_size and layer count are
+ * n_embd and n_layer, and that every layer has a server. timeout_ms bounds every request. */
+int lq_ffn_remote_open(const char *url, int timeout_ms, int n_layer, int n_embd, lq_ffn_remote **out,
+                       lq_err *err);
+/* Layer's FFN of T normed rows x [T, D] into out [T, D]: one POST /v1/walk-ffn in LARQL's
+ * binary wire format. Safe from several threads (a pool of keep-alive connections). */
+int lq_ffn_remote_layer(lq_ffn_remote *r, int layer, const float *x, int T, int D, float *out, lq_err *err);
+const char *lq_ffn_remote_url(const lq_ffn_remote *r); /* the URL or shard map as given */
+void lq_ffn_remote_close(lq_ffn_remote *r);
 
 /* ---- the assembly step both loaders share (src/model/model.c) ----
  *

@@ -131,6 +131,7 @@ struct lq_server {
     lq_server_opts o;
     srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
+    char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */
     char *state_db, *state_model;
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
@@ -291,6 +292,7 @@ void route_tok_decode(lq_server *s, req *q, reply *r);
 void route_embed(lq_server *s, req *q, reply *r);     /* POST /v1/embed: JSON or binary */
 void route_embed_row(lq_server *s, req *q, reply *r); /* GET /v1/embed/{token_id} */
 void route_logits(lq_server *s, req *q, reply *r);
+void route_walk_ffn(lq_server *s, req *q, reply *r);     /* POST /v1/walk-ffn (routes_ffn.c) */
 /* Common preamble of model routes: model load (503 when it fails); with inference set,
  * --no-infer -> 503 too. 0 ok, else r is filled. */
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);

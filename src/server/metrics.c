@@ -232,6 +232,8 @@ void route_stats(lq_server *s, req *q, reply *r)
             json_t *ld = json_object_get(j, "loaded");
             if (json_is_object(ld))
                 json_object_set_new(ld, "inference", json_boolean(m != NULL && !s->o.no_infer));
+            if (s->o.ffn_only)
+                json_object_set_new(j, "mode", json_string("ffn-service"));
             json_object_update_new(j, counters_json(s));
             reply_json(r, 200, j);
             return;
@@ -242,7 +244,7 @@ void route_stats(lq_server *s, req *q, reply *r)
     if (m) {
         const lq_model_info *mi = lq_model_get_info(m);
         json_object_set_new(j, "family", json_string(mi->arch_name));
-        json_object_set_new(j, "mode", json_string("full"));
+        json_object_set_new(j, "mode", json_string(s->o.ffn_only ? "ffn-service" : "full"));
         json_object_set_new(j, "layers", json_integer(mi->n_layer));
         /* a GGUF has no gate index: zero browse features until served from a vindex */
         json_object_set_new(j, "features", json_integer(0));
@@ -252,11 +254,11 @@ void route_stats(lq_server *s, req *q, reply *r)
         json_object_set_new(j, "extract_level", json_string("inference"));
         json_object_set_new(j, "dtype", json_string(lq_ggml_type_name(mi->proj_type)));
     } else {
-        json_object_set_new(j, "mode", json_string("full"));
+        json_object_set_new(j, "mode", json_string(s->o.ffn_only ? "ffn-service" : "full"));
     }
     json_object_set_new(j, "layer_bands", json_null());
     json_object_set_new(j, "loaded", json_pack("{s:b,s:b,s:b,s:b}", "browse", 0, "inference",
-                                               m != NULL && !s->o.no_infer, "ffn_service", 0,
+                                               m != NULL && !s->o.no_infer, "ffn_service", m != NULL,
                                                "embed_service", 1));
     json_object_update_new(j, counters_json(s));
     reply_json(r, 200, j);

@@ -90,6 +90,17 @@ static const route ROUTES[] = {
       OBJ("\"residual\":" ARR(NUM) ",\"top_k\":" INT ",\"temperature\":" NUM), FFN,
       OBJ("\"top_k\":" ARR(OBJ("\"token_id\":" INT ",\"token\":" STR ",\"prob\":" NUM)) ",\"latency_ms\":" NUM),
       NULL}},
+    /* LARQL's remote-FFN service (routes_ffn.c): single-model only, as LARQL has it */
+    {"/v1/walk-ffn", M_POST, route_walk_ffn, RT_GATED,
+     {"One or more layers' FFN of a normed residual (full_output; binary " FFN " both ways), or the gate KNN "
+      "features of a residual (the default); serve --ffn-only, --layers A-B",
+      NULL,
+      OBJ("\"layer\":" INT ",\"layers\":" ARR(INT) ",\"residual\":" ARR(NUM) ",\"seq_len\":" INT ",\"top_k\":" INT
+          ",\"full_output\":" BOOL ",\"moe_layer\":" BOOL),
+      FFN,
+      OBJ("\"layer\":" INT ",\"output\":" ARR(NUM) ",\"features\":" ARR(INT) ",\"scores\":" ARR(NUM)
+          ",\"seq_len\":" INT ",\"results\":" ARR(ANY_OBJ) ",\"latency_ms\":" NUM),
+      FFN}},
     {"/v1/completions", M_POST, route_completions, OPENAI,
      {"OpenAI completions (stream with \"stream\": true)", NULL,
       OBJ("\"model\":" STR ",\"prompt\":" STR ",\"max_tokens\":" INT ",\"temperature\":" NUM ",\"top_p\":" NUM

@@ -19,7 +19,8 @@
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference)
 {
     if (inference && s->o.no_infer) {
-        reply_route_err(r, rt, 503, "inference disabled (--no-infer)");
+        reply_route_err(r, rt, 503, s->o.ffn_only ? "inference disabled (--no-infer / --embed-only / --ffn-only)"
+                                                  : "inference disabled (--no-infer)");
         return -1;
     }
     lq_err err = {0};

@@ -86,6 +86,7 @@ static void server_free(lq_server *s)
     free(s->state_model);
     free(s->patch_dir);
     free(s->chat_template);
+    free(s->ffn_url);
     free(s->models);
     free(s);
 }
@@ -114,6 +115,9 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "server: request timeout %d s is outside 1..86400", o->request_timeout_s);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "server: ctx %d is negative", o->n_ctx);
+    if (o->layers_set && (o->layer_first < 0 || o->layer_last < o->layer_first))
+        return lq_err_set(err, LQ_EINVAL, "server: --layers %d-%d is not a range A-B with 0 <= A <= B",
+                          o->layer_first, o->layer_last);
     if (o->state_db && o->state_dir)
         return lq_err_set(err, LQ_EINVAL, "server: --state-db and --state-dir keep the same edits in two places: "
                                           "give one (sessions are in memory with --state-db)");
@@ -157,6 +161,10 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->o.api_key = s->api_key;
     s->o.model_path = s->model_path;
     s->o.model.kernels = s->kernels;
+    s->ffn_url = dupz(o->model.ffn_url); /* the model may load lazily, after the caller's string is gone */
+    s->o.model.ffn_url = s->ffn_url;
+    if (s->o.ffn_only) /* LARQL's infer_disabled = --no-infer || --ffn-only */
+        s->o.no_infer = 1;
     if (s->o.shutdown_grace_s < 0)
         s->o.shutdown_grace_s = 0;
     pthread_mutex_init(&s->load_mu, NULL);
@@ -168,7 +176,7 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->created_unix = (long)time(NULL);
     if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
         (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || (o->state_db && !s->state_db) ||
-        (o->state_model && !s->state_model) ||
+        (o->state_model && !s->state_model) || (o->model.ffn_url && !s->ffn_url) ||
         (o->chat_template && !s->chat_template) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");

@@ -24,7 +24,7 @@ static const fz_route ROUTES[] = {
     {"GET", "/v1/relations", 1},         {"GET", "/v1/token/encode", 1}, {"GET", "/v1/token/decode", 1},
     {"GET", "/v1/patches", 1},           {"GET", "/v1/models", 1},       {"GET", "/v1/stats", 1},
     {"GET", "/v1/embed/", 2},            {"DELETE", "/v1/patches/", 2},
-    {"GET", "/assets/", 2},              {"GET", "/", 1},
+    {"GET", "/assets/", 2},              {"GET", "/", 1},                {"POST", "/v1/walk-ffn", 0},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 

@@ -101,7 +101,7 @@ put('fuzz_patch', 'delete.vlp', '{"description":"p1","operations":[{"op":"delete
 ROUTES = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/infer', '/v1/select', '/v1/embed',
           '/v1/logits', '/v1/explain-infer', '/v1/insert', '/v1/patches/apply', '/v1/describe', '/v1/walk',
           '/v1/relations', '/v1/token/encode', '/v1/token/decode', '/v1/patches', '/v1/models', '/v1/stats',
-          '/v1/embed/', 'DELETE /v1/patches/', '/assets/', '/']
+          '/v1/embed/', 'DELETE /v1/patches/', '/assets/', '/', '/v1/walk-ffn']
 HTTP = {
     '/v1/chat/completions': {'model': 'larql-fixture', 'messages': [{'role': 'system', 'content': 'Be brief.'},
                                                         {'role': 'user', 'content': 'Hi'}],
@@ -130,6 +130,8 @@ HTTP = {
     'DELETE /v1/patches/': 'seed',
     '/assets/': 'app.js',
     '/': '',
+    '/v1/walk-ffn': {'layers': [0, 1], 'residual': [0.01 * (i % 7 - 3) for i in range(256)], 'seq_len': 2,
+                     'full_output': True},
 }
 for i, r in enumerate(ROUTES):
     body = HTTP[r]
@@ -137,6 +139,10 @@ for i, r in enumerate(ROUTES):
         body = json.dumps(body)
     name = r.strip('/').replace('/', '_').replace(' ', '_').replace('-', '_') or 'web_index'
     put('fuzz_http', '%02d_%s' % (i, name), bytes([i, 1 | (2 if r == '/v1/insert' else 0)]) + body.encode())
+# walk-ffn's binary wire (flag bit 2: a binary Content-Type): a batch of both layers, 2 rows
+put('fuzz_http', '%02d_v1_walk_ffn_binary' % ROUTES.index('/v1/walk-ffn'),
+    bytes([ROUTES.index('/v1/walk-ffn'), 1 | 4]) + struct.pack('<5I', 0xFFFFFFFF, 2, 0, 1, 2) +
+    struct.pack('<2I', 1, 8092) + struct.pack('<256f', *[0.01 * (i % 5 - 2) for i in range(256)]))
 put('fuzz_http', 'noauth_chat', bytes([0, 0]) + json.dumps(HTTP['/v1/chat/completions']).encode())
 
 
