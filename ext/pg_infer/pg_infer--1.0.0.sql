@@ -1,5 +1,5 @@
 -- pg_infer 1.0.0: gburd/pg_infer's SQL surface (names, argument order, defaults and result
--- columns of its code, not its docs) over liblarql. See ext/pg_infer/README.md.
+-- columns of its code, not its docs) over liblarql. See the README's "PostgreSQL: pg_infer".
 \echo Use "CREATE EXTENSION pg_infer" to load this file. \quit
 
 CREATE SCHEMA IF NOT EXISTS infer;

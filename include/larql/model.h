@@ -141,7 +141,7 @@ const float *lq_model_output_norm(const lq_model *m);
 size_t lq_model_kv_bytes(const lq_model *m, int n_ctx);
 
 /* Edits that act inside the forward pass: a vindex overlay's composed features and its KNN
- * override (src/vindex/edits.c builds them). The engine calls them and knows nothing of what
+ * override (src/vindex/edit_set.c builds them). The engine calls them and knows nothing of what
  * they do. after_layer: after layer `layer`'s FFN add, on the residual x [n_embd] of the row
  * at position pos (logits: whether that row's logits are computed in this pass); it may
  * change x, and every later layer, the KV cache and the logits see the change. on_logits

@@ -43,7 +43,6 @@ int lq_err_set(lq_err *err, int code, const char *fmt, ...)
 /* Prepends "prefix: " to an existing message (adds context on the way up). */
 int lq_err_prefix(lq_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-void lq_err_clear(lq_err *err);
 
 /* Short name of a status code ("invalid argument", "format error", ...). */
 const char *lq_status_str(int code);

@@ -159,11 +159,9 @@ int lq_vindex_feature_meta(const lq_vindex *v, int layer, int feature, lq_featur
 /* Token text as the queries show it: decode([id], skip special) trimmed; "T{id}" when the
  * tokenizer cannot decode it. Points into a table owned by v. */
 const char *lq_vindex_token_text(const lq_vindex *v, int32_t id);
-/* The queries' token filters: readable = trimmed, 1..30 bytes, at least half of the
- * characters ASCII alphanumeric or one of " -'.,"; content = readable, 3..25 characters,
- * mostly ASCII letters, no lower-upper pair, not a stop word. 1 or 0 (NULL -> 0). */
+/* The queries' token filter: readable = trimmed, 1..30 bytes, at least half of the
+ * characters ASCII alphanumeric or one of " -'.,". 1 or 0 (NULL -> 0). */
 int lq_vindex_token_readable(const char *s);
-int lq_vindex_token_content(const char *s);
 /* Probe label of (layer, feature) from feature_labels.json, or NULL. */
 /* The label of the relation cluster (relation_clusters.json / feature_clusters.jsonl, written
  * by the builder for models with >= 8 layers, as LARQL does) that (layer, feature) belongs

@@ -217,8 +217,3 @@ int lq_want_huge_copy(int mode, uint64_t bytes)
     return bytes >= ((uint64_t)64 << 20);
 }
 
-void lq_mapfile_advise_willneed(const lq_mapfile *m)
-{
-    if (m && m->data)
-        madvise((void *)m->data, m->size, MADV_WILLNEED);
-}

@@ -32,7 +32,5 @@ int lq_mapfile_open_copy(lq_mapfile *m, const char *path, const int *cancel, lq_
  * LQ_HUGEPAGES=0|1 in the environment overrides mode. */
 int lq_want_huge_copy(int mode, uint64_t bytes);
 
-/* Hint the kernel to read ahead (MADV_WILLNEED) or to keep pages (used after load). */
-void lq_mapfile_advise_willneed(const lq_mapfile *m);
 
 #endif

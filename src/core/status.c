@@ -36,13 +36,6 @@ int lq_err_prefix(lq_err *err, const char *fmt, ...)
     return err->code;
 }
 
-void lq_err_clear(lq_err *err)
-{
-    if (err) {
-        err->code = 0;
-        err->msg[0] = 0;
-    }
-}
 
 const char *lq_status_str(int code)
 {

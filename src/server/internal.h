@@ -1,5 +1,6 @@
-/* Server internals shared by the HTTP glue (server.c), the routes (routes_*.c), the
- * generation jobs (gen.c) and the counters (metrics.c). Not a public header. */
+/* Server internals shared by the HTTP plumbing (http.c), model loading (models.c), the
+ * listener (server.c), the route table and routes (routes*.c, knowledge.c), --state-db
+ * (statedb.c) and the counters (metrics.c). Not a public header. */
 #ifndef LQ_SERVER_INTERNAL_H
 #define LQ_SERVER_INTERNAL_H
 

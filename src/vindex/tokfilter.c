@@ -7,8 +7,3 @@ int lq_vindex_token_readable(const char *s)
 {
     return s ? lq_vx_is_readable(s) : 0;
 }
-
-int lq_vindex_token_content(const char *s)
-{
-    return s ? lq_vx_is_content(s) : 0;
-}

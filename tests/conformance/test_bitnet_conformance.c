@@ -1,5 +1,6 @@
-/* BitNet b1.58 conformance: the engine against tools/ref_forward.py's logits for the two
- * tiny random models in ../shared/conformance/bitnet (modes "ms" = INT8 activations and
+/* BitNet b1.58 conformance: the engine against the reference logits recorded in
+ * ../shared/conformance (made by the shared reference forward pass) for the two tiny
+ * random models in ../shared/conformance/bitnet (modes "ms" = INT8 activations and
  * "float" = f32 activations). Per position: the top-10 ids, their logits and the
  * log-sum-exp within 1e-3; then the 16-token greedy continuation exactly. */
 #include <jansson.h>

@@ -6,7 +6,7 @@
  * encodes the detokenized text again.
  *
  * Built and run by `make fuzz` (seeds: tests/fuzz/corpus/fuzz_tokenizer/, a fixture's
- * tokenizer.json and GGUF, made by tests/fuzz/make_seeds.sh). Properties checked: no crash,
+ * tokenizer.json and GGUF, made by tests/fuzz/make_seeds.py). Properties checked: no crash,
  * no sanitizer report, no hang, every failure has a message, every id produced is in the
  * vocabulary, a failed load leaves no handle. */
 #include <stdint.h>
