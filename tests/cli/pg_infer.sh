@@ -431,6 +431,25 @@ else
     fail "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors" "$(tail -n 8 "$T_TMP/pgbench.out")"
 fi
 
+# ---- edits through SQL answer as edits through HTTP (the shipped trained model, the suite) ----
+TS_MODEL=$ROOT/models/tinystories-ternary.gguf
+if [ -f "$TS_MODEL" ] && "$LARQL" convert gguf-to-vindex "$TS_MODEL" --output "$F/ts" --keep-quant --level inference >/dev/null 2>&1 &&
+   $PSQL -d postgres -c "CREATE DATABASE pgi_sqledits" >/dev/null 2>&1 &&
+   $PSQL -d pgi_sqledits -c "CREATE EXTENSION pg_infer" -c "SET infer.data_directory = '$F'" \
+        -c "SELECT infer_create_model('ts', 'ts')" >/dev/null 2>"$T_TMP/ts.err"; then
+    "$LARQL" serve "$F/ts" --port 0 --threads 1 >"$T_TMP/ts.out" 2>>"$T_TMP/ts.err" &
+    TS_PID=$!
+    i=0; TS_PORT=""
+    while [ $i -lt 300 ] && [ -z "$TS_PORT" ]; do
+        TS_PORT=$(sed -n 's/^listening on http:\/\/[^:]*:\([0-9]*\)$/\1/p' "$T_TMP/ts.out"); sleep 0.1; i=$((i + 1))
+    done
+    PSQL="$PSQL -d pgi_sqledits" MODEL=ts run_py sqledits.log "$ROOT/tests/http/sql_vs_http_edits.py" "$TS_PORT" \
+        "$ROOT/tests/data/edits/trained.jsonl" 8
+    kill "$TS_PID" 2>/dev/null; wait "$TS_PID" 2>/dev/null
+else
+    fail "the trained model's vindex registers for the SQL-vs-HTTP edit check" "$(cat "$T_TMP/ts.err" 2>/dev/null | head -c 300)"
+fi
+
 # ---- larql serve --state-db: two servers share their edits through infer.edits ----
 $PSQL -d postgres -c "CREATE DATABASE pgi_state" >/dev/null 2>&1
 if $PSQL -d pgi_state -c "CREATE EXTENSION pg_infer" >/dev/null 2>"$T_TMP/state.err"; then
