@@ -67,6 +67,11 @@ typedef struct lq_generate_params {
     const lq_logit_bias *logit_bias; /* copied; ids outside the vocabulary or non-finite
                                       * biases -> LQ_EINVAL */
     size_t n_logit_bias;       /* <= 1024 */
+    int full_logits;           /* 1: every step's logits are the exact head's over the whole
+                                * vocabulary (logprobs, top_logprobs). 0: with the model's
+                                * bounded lm_head (lq_model_opts.lm_head_mode), only the rows
+                                * that can be chosen are computed exactly; the tokens are the
+                                * same, and the callback's logits hold -inf for the others */
 } lq_generate_params;
 
 typedef struct lq_generate_result {
@@ -75,6 +80,9 @@ typedef struct lq_generate_result {
     double prefill_ms;         /* the prompt's lq_session_eval (CLOCK_MONOTONIC) */
     double decode_ms;          /* sampling + decode steps after the prefill, callbacks excluded */
     double mask_ms;            /* of decode_ms: computing and applying grammar masks */
+    int lm_steps;              /* steps sampled from bounded lm_head logits */
+    int lm_full;               /* of them: computed over the whole vocabulary (fallback) */
+    int64_t lm_rows_exact;     /* lm_head rows computed exactly in those steps */
 } lq_generate_result;
 
 void lq_generate_defaults(lq_generate_params *p);

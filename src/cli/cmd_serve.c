@@ -16,7 +16,7 @@ static const char *SERVE_USAGE =
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-conns-per-ip N] [--max-body BYTES]\n"
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
-    "       [--kv f16|q8] [--lm-head q8] [--weights copy|mmap|auto]\n"
+    "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"

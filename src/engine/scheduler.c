@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "engine/engine_internal.h"
 #include "engine/gen_step.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
@@ -135,6 +136,7 @@ static void session_put(lq_scheduler *S, lq_session *sess)
 {
     lq_session_reset(sess);
     lq_session_set_hook(sess, NULL);
+    lq_session_set_head(sess, NULL);
     S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
 }
 
@@ -192,12 +194,14 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
         lq_session_set_hook(r->sess, h);
+        lq_session_set_head(r->sess, lq_gen_head(&r->g));
         return LQ_OK;
     }
     int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
     if (rc)
         return rc;
     lq_session_set_hook(r->sess, h);
+    lq_session_set_head(r->sess, lq_gen_head(&r->g));
     S->n_sessions++;
     pthread_mutex_lock(&S->mu);
     S->st.sessions = S->n_sessions;
