@@ -134,5 +134,9 @@ void lq_forward_embed_row(const lq_model *m, int32_t id, float *out);
 /* Final norm + lm_head of n <= LQ_MAX_BATCH rows of residual stream x [n, n_embd] (x is not
  * changed) into out[t] ([n_vocab] each): how lq_forward ends. */
 void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int n, float *const *out);
+/* The same with bounded-logits requests (reqs NULL, or n entries, each NULL or a request
+ * whose logits is out[t]): the decode's head, exposed for the unit tests. */
+void lq_forward_head_req(const lq_model *m, lq_scratch *sc, const float *x, int n,
+                         float *const *out, lq_head_req *const *reqs);
 
 #endif

@@ -903,3 +903,11 @@ void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, 
     forward_head(m, sc, x, nl, lout, NULL);
     lq_model_weights_leave(m, held);
 }
+
+void lq_forward_head_req(const lq_model *m, lq_scratch *sc, const float *x, int nl,
+                         float *const *lout, lq_head_req *const *reqs)
+{
+    int held = lq_model_weights_enter(m);
+    forward_head(m, sc, x, nl, lout, reqs);
+    lq_model_weights_leave(m, held);
+}
