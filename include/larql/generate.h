@@ -29,7 +29,9 @@ typedef enum lq_finish {
  * text is held back). logprob: log-probability of id under the sampling distribution
  * before truncation (temperature-scaled softmax of the penalised logits; temperature <= 0
  * counts as 1); logits: the penalised logits the token was drawn from (n_vocab floats,
- * valid only during the call). Return non-zero to stop (finish = LQ_FINISH_CANCELED).
+ * valid only during the call). With the bounded lm_head (the default when the model has it,
+ * unless lq_generate_params.full_logits), logits are -inf for the rows that were not
+ * computed exactly and logprob is over the computed rows only (>= the true value). Return non-zero to stop (finish = LQ_FINISH_CANCELED).
  * An EOS id is never passed (nor its text). When the stream ends by LENGTH or EOS with text
  * still held back (a stop-string prefix, an incomplete UTF-8 sequence), one last call
  * delivers it with id = -1, logprob 0 and logits NULL (its return value is ignored). */
