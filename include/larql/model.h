@@ -51,13 +51,15 @@ typedef struct lq_model_opts {
     const char *kernels; /* NULL = best for this CPU; "scalar", "avx2", "avx512" */
     int lm_head_q8;   /* 1: build at load an int8 copy of a dense lm_head with one f32 scale per
                          row (half the bytes of f16; small logit error) and use it for logits */
-    int lm_head_mode; /* lq_lm_head_mode: LQ_LM_HEAD_AUTO (0: bounded unless LQ_LM_HEAD=exact in
-                         the environment), LQ_LM_HEAD_EXACT, LQ_LM_HEAD_BOUNDED. Bounded builds
-                         at load an int8 copy of a dense lm_head with a per-row error bound;
-                         generation scores the vocabulary on it and computes exactly only the
-                         rows that can still be chosen, so its tokens are the exact model's
-                         (greedy and top-k bit for bit). Every other logits call stays exact.
-                         Ignored with lm_head_q8 or a non-dense lm_head. */
+    int lm_head_mode; /* lq_lm_head_mode. Bounded: an int8 copy of a dense lm_head with a per-row
+                         error bound; generation scores the vocabulary on it and computes exactly
+                         only the rows that can still be chosen, so its tokens are the exact
+                         model's (greedy and top-k bit for bit). Every other logits call stays
+                         exact. LQ_LM_HEAD_BOUNDED builds the copy before the open returns;
+                         LQ_LM_HEAD_AUTO (0) builds it in the background (the head is exact
+                         until it is ready), and LQ_LM_HEAD=exact|bounded in the environment
+                         turns it off / builds it at open; LQ_LM_HEAD_EXACT: no copy. Ignored
+                         with lm_head_q8 or a non-dense lm_head. */
     int kv_type;      /* lq_kv_type: how sessions keep their KV cache. LQ_KV_F32 (0, default),
                          LQ_KV_F16 (half the bytes; small logit error), LQ_KV_Q8 (int8 in
                          blocks of 32 with an f32 scale: 1.125 bytes a value, for long
@@ -126,6 +128,7 @@ const struct lq_gguf *lq_model_gguf(const lq_model *m);
  * rows_exact / tokens is the average per token. */
 typedef struct lq_head_stats {
     int enabled;
+    int ready;              /* the copy is built (a background build may still run) */
     uint64_t tokens;        /* rows of logits produced bounded */
     uint64_t rows_exact;    /* lm_head rows computed exactly for them */
     uint64_t full;          /* tokens computed over the whole vocabulary (fallback) */
@@ -137,6 +140,11 @@ typedef struct lq_head_stats {
     uint64_t exact_bytes;   /* the exact lm_head, for comparison */
 } lq_head_stats;
 void lq_model_head_stats(const lq_model *m, lq_head_stats *out);
+/* With lm_head_mode AUTO the copy is built by a background thread after the open (the head
+ * is exact until it is ready); BOUNDED builds it before the open returns. This waits for a
+ * background build to finish: 1 when the copy is ready, 0 when the model has none. Not
+ * thread-safe (call it from the thread that owns the model, as lq_model_close). */
+int lq_model_head_wait(lq_model *m);
 
 /* Token embedding rows: out [n, n_embd] receives row ids[i] of the model's embedding as f32
  * (from a GGUF's token_embd or a vindex's embeddings.bin). Ids outside the vocabulary ->

@@ -779,7 +779,7 @@ static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int 
         rmsnorm(x + (size_t)t * D, m->output_norm, D, m->eps, sc->h + (size_t)t * D);
     /* Bounded only when every row of the pass asks for it: a row that wants the exact head
      * reads all of it anyway, and the other rows then share that read. */
-    int bounded = m->lmb.q8.data != NULL && reqs != NULL;
+    int bounded = lq_lmb_ready(&m->lmb) && reqs != NULL;
     int nreq = 0;
     for (int t = 0; t < nl; t++) {
         lq_head_req *h = reqs ? reqs[t] : NULL;
@@ -795,7 +795,7 @@ static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int 
     }
     if (!bounded) {
         head_exact(m, sc, sc->h, nl, lout);
-        if (nreq && m->lmb.q8.data)
+        if (nreq && lq_lmb_ready(&m->lmb))
             head_count(m, (uint64_t)nreq, (uint64_t)nreq * (uint64_t)m->lm_head.rows, (uint64_t)nreq);
         return;
     }

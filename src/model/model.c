@@ -515,15 +515,41 @@ static void lmb_fn(void *ctx, int64_t r0, int64_t r1, int tid)
     }
 }
 
+/* The background builder: rows in chunks, each under the weights' read lock (the 2 MB-page
+ * copier may move the lm_head's pointer between chunks; a chunk of 1024 rows is a few ms, so
+ * the copier's write never waits long). One thread, not the pool: forward passes keep the
+ * pool. */
+static void *lmb_builder_main(void *arg)
+{
+    lq_model *m = arg;
+    lq_lm_bound *b = &m->lmb;
+    const int64_t rows = m->lm_head.rows, chunk = 1024;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        if (__atomic_load_n(&b->cancel, __ATOMIC_ACQUIRE))
+            return NULL;
+        int held = lq_model_weights_enter(m);
+        lq_dense_mat src = m->lm_head.dense;
+        lmb_job j = {&src, (int8_t *)b->q8.data, (float *)b->q8.scale, (float *)b->err, (float *)b->norm, 0};
+        lmb_fn(&j, r0, r0 + chunk < rows ? r0 + chunk : rows, 0);
+        lq_model_weights_leave(m, held);
+        if (j.failed)
+            return NULL; /* out of memory for a row buffer: the head stays exact */
+    }
+    /* (info is not written here: other threads read it without a lock) */
+    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 /* Chooses the lm_head mode (opts, then LQ_LM_HEAD in the environment for AUTO) and builds the
- * compact copy on the pool when bounded applies: a dense lm_head (f16/bf16/f32) and no q8
- * lm_head. */
+ * compact copy when bounded applies (a dense lm_head: f16/bf16/f32, and no q8 lm_head): on the
+ * pool before the open returns when the caller asked for BOUNDED, else in the background. */
 static int build_lm_bound(lq_model *m, lq_err *err)
 {
-    int mode = m->opts.lm_head_mode;
+    int mode = m->opts.lm_head_mode, sync = mode == LQ_LM_HEAD_BOUNDED;
     if (mode == LQ_LM_HEAD_AUTO) {
         const char *e = getenv("LQ_LM_HEAD");
         mode = e && !strcmp(e, "exact") ? LQ_LM_HEAD_EXACT : LQ_LM_HEAD_BOUNDED;
+        sync = e && !strcmp(e, "bounded");
     }
     const lq_wmat *w = &m->lm_head;
     if (mode != LQ_LM_HEAD_BOUNDED || m->opts.lm_head_q8 || w->kind != LQ_WK_DENSE)
@@ -545,18 +571,39 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     b->map = map;
     b->map_size = total;
     float *sc = (float *)((uint8_t *)map + qbytes);
+    b->q8 = (lq_q8_mat){map, sc, w->rows, w->cols};
+    b->err = sc + w->rows;
+    b->norm = sc + 2 * w->rows;
+    m->info.lm_head_bounded = 1;
+    m->info.lm_bound_bytes = (uint64_t)n + (uint64_t)fl;
+    m->info.repack_bytes += total;
+    if (!sync) {
+        if (pthread_create(&b->builder, NULL, lmb_builder_main, m) == 0) {
+            b->builder_started = 1;
+            return LQ_OK;
+        }
+        /* no thread: build it now */
+    }
     lmb_job j = {&w->dense, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
     lq_pool_for_dyn(m->pool, w->rows, 256, lmb_fn, &j);
     if (j.failed)
         return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");
-    b->q8 = (lq_q8_mat){map, sc, w->rows, w->cols};
-    b->err = j.err;
-    b->norm = j.norm;
-    m->info.lm_head_bounded = 1;
-    m->info.lm_bound_bytes = (uint64_t)n + (uint64_t)fl;
-    m->info.repack_bytes += total;
     m->info.repack_ms += lq_now_ms() - t0;
+    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
     return LQ_OK;
+}
+
+/* Blocks until a background build of the bounded copy has finished (tests, benchmarks).
+ * Returns 1 when the copy is ready, 0 when there is none. */
+int lq_model_head_wait(lq_model *m)
+{
+    if (!m || !m->lmb.q8.data)
+        return 0;
+    if (m->lmb.builder_started) {
+        pthread_join(m->lmb.builder, NULL);
+        m->lmb.builder_started = 0;
+    }
+    return lq_lmb_ready(&m->lmb);
 }
 
 void lq_model_head_stats(const lq_model *m, lq_head_stats *out)
@@ -566,6 +613,7 @@ void lq_model_head_stats(const lq_model *m, lq_head_stats *out)
         return;
     const lq_lm_bound *b = &m->lmb;
     out->enabled = b->q8.data != NULL;
+    out->ready = lq_lmb_ready(b);
     out->tokens = __atomic_load_n(&b->n_tokens, __ATOMIC_RELAXED);
     out->rows_exact = __atomic_load_n(&b->n_exact, __ATOMIC_RELAXED);
     out->full = __atomic_load_n(&b->n_full, __ATOMIC_RELAXED);
@@ -922,6 +970,10 @@ void lq_model_close(lq_model *m)
 {
     if (!m)
         return;
+    if (m->lmb.builder_started) { /* before anything it reads goes away */
+        __atomic_store_n(&m->lmb.cancel, 1, __ATOMIC_RELEASE);
+        pthread_join(m->lmb.builder, NULL);
+    }
     if (m->copier_started) { /* a short run need not wait for the rest of the copy */
         __atomic_store_n(&m->copy_cancel, 1, __ATOMIC_RELEASE);
         pthread_join(m->copier, NULL);

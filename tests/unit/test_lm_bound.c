@@ -605,6 +605,44 @@ static void test_variants_fixture(void)
         compare_variants(p);
 }
 
+/* The default mode builds the copy in the background: generation is exact (and equal) before
+ * it is ready and bounded after; closing while it builds is safe. */
+static void test_auto_background(void)
+{
+    const char *path = fixture_path();
+    CHECK(path != NULL);
+    if (!path)
+        return;
+    unsetenv("LQ_LM_HEAD");
+    lq_model *ma = NULL, *me = NULL, *mc = NULL;
+    if (open_mode(path, LQ_LM_HEAD_AUTO, &ma) || open_mode(path, LQ_LM_HEAD_EXACT, &me) ||
+        open_mode(path, LQ_LM_HEAD_AUTO, &mc)) {
+        CHECK(0);
+    } else {
+        lq_model_close(mc); /* at once, while its builder may still run */
+        mc = NULL;
+        lq_generate_params p;
+        lq_generate_defaults(&p);
+        p.max_tokens = 32;
+        p.sampling.temperature = 0;
+        p.ignore_eos = 1;
+        static rec ra, re;
+        lq_generate_result r1, r2;
+        int32_t prompt[3] = {1, 50, 60};
+        CHECK(gen(ma, prompt, 3, &p, &ra, &r1) == 0);
+        CHECK(gen(me, prompt, 3, &p, &re, &r2) == 0);
+        CHECK(ra.n == re.n && memcmp(ra.ids, re.ids, (size_t)re.n * sizeof(int32_t)) == 0);
+        CHECK_EQ_INT(lq_model_head_wait(ma), 1);
+        CHECK_EQ_INT(lq_model_head_wait(me), 0);
+        CHECK(gen(ma, prompt, 3, &p, &ra, &r1) == 0);
+        CHECK(ra.n == re.n && memcmp(ra.ids, re.ids, (size_t)re.n * sizeof(int32_t)) == 0);
+        CHECK(r1.lm_steps > 0 && r1.lm_full == 0);
+    }
+    lq_model_close(ma);
+    lq_model_close(me);
+    lq_model_close(mc);
+}
+
 int main(void)
 {
     RUN(test_copy_bounds);
@@ -614,5 +652,6 @@ int main(void)
     RUN(test_greedy_fixture);
     RUN(test_variants_trained);
     RUN(test_variants_fixture);
+    RUN(test_auto_background);
     return harness_done();
 }
