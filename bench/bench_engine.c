@@ -83,7 +83,8 @@ static void make_ids(int32_t *ids, int n, int V, unsigned seed)
 
 /* ---- lmbits: bound tightness of compact lm_head copies ---- */
 
-/* Row w [d] quantised by scheme (8, 4: per-row absmax to +-127 / +-7, round half even; 2: the
+/* Row w [d] quantised by scheme (8..3 bits: per-row absmax to +-(2^(bits-1) - 1), round half
+ * even; 2: the
  * vindex sketch, trits where |w| > 0.5 mean|w| with scale = mean of the kept |w|) into wq [d];
  * returns ||w - wq|| (double). */
 static double quant_err(const float *w, int d, int bits, float *wq)
@@ -108,7 +109,7 @@ static double quant_err(const float *w, int d, int bits, float *wq)
         float amax = 0;
         for (int i = 0; i < d; i++)
             amax = fabsf(w[i]) > amax ? fabsf(w[i]) : amax;
-        float lv = bits == 8 ? 127.0f : 7.0f, sc = amax / lv;
+        float lv = (float)((1 << (bits - 1)) - 1), sc = amax / lv;
         for (int i = 0; i < d; i++)
             wq[i] = sc > 0 ? nearbyintf(w[i] / sc) * sc : 0.0f;
     }
@@ -130,9 +131,10 @@ static void bench_lmbits(const char *path, int nt)
      * weight is folded into the rows by lq_model_output_rows) */
     float *x = malloc(sizeof(float) * (size_t)P * D), *res = malloc(sizeof(float) * (size_t)L * D);
     float *rows = malloc(sizeof(float) * (size_t)CH * D), *wq = malloc(sizeof(float) * (size_t)D);
-    double *a[3], *e[3], *ex = malloc(sizeof(double) * (size_t)V * P);
+    enum { NB = 6 };
+    double *a[NB], *e[NB], *ex = malloc(sizeof(double) * (size_t)V * P);
     int32_t *ids = malloc(sizeof(int32_t) * CH);
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < NB; b++) {
         a[b] = malloc(sizeof(double) * (size_t)V * P);
         e[b] = malloc(sizeof(double) * (size_t)V);
     }
@@ -156,7 +158,7 @@ static void bench_lmbits(const char *path, int nt)
         xn[p] = sqrt(xn[p]);
         lq_session_free(s);
     }
-    const int bits[3] = {8, 4, 2};
+    const int bits[NB] = {8, 7, 6, 5, 4, 2};
     for (int r0 = 0; r0 < V; r0 += CH) {
         int n = V - r0 < CH ? V - r0 : CH;
         for (int i = 0; i < n; i++)
@@ -171,7 +173,7 @@ static void bench_lmbits(const char *path, int nt)
                     d += (double)w[c] * x[(size_t)p * D + c];
                 ex[(size_t)(r0 + i) * P + p] = d;
             }
-            for (int b = 0; b < 3; b++) {
+            for (int b = 0; b < NB; b++) {
                 e[b][r0 + i] = quant_err(w, D, bits[b], wq);
                 for (int p = 0; p < P; p++) {
                     double d = 0;
@@ -185,8 +187,8 @@ static void bench_lmbits(const char *path, int nt)
     double row_bytes = 2.0 * D; /* f16 rows */
     printf("\n### compact lm_head copies: rows whose bound reaches the best lower bound (k = 1), %d positions\n\n",
            P);
-    printf("| copy | bytes of the copy | mean err/||w|| | rows rescored per token (mean, min-max) | lm_head MB per token | top-1 of the copy = exact |\n|---|---|---|---|---|---|\n");
-    for (int b = 0; b < 3; b++) {
+    printf("| copy | bytes of the copy | mean err_r (row error norm) | rows rescored per token (mean, min-max) | lm_head MB per token | top-1 of the copy = exact |\n|---|---|---|---|---|---|\n");
+    for (int b = 0; b < NB; b++) {
         double copy = bits[b] == 2 ? (double)V * (D / 4 + 4) : (double)V * (D * bits[b] / 8.0 + 4);
         double cnt_sum = 0, cmin = 1e30, cmax = 0, rel = 0;
         int agree = 0;
@@ -210,12 +212,13 @@ static void bench_lmbits(const char *path, int nt)
         for (int r = 0; r < V; r += 97) /* a sample of rows for the relative error */
             rel += e[b][r];
         double cnt = cnt_sum / P;
-        printf("| %s | %.0f MB | %.4f (abs, sampled) | %.0f (%.0f-%.0f) of %d | %.1f | %d/%d |\n",
-               bits[b] == 8 ? "int8 per-row absmax" : bits[b] == 4 ? "int4 per-row absmax" : "2-bit sketch (vindex)",
+        char name[64];
+        snprintf(name, sizeof name, bits[b] == 2 ? "2-bit sketch (vindex)" : "int%d per-row absmax", bits[b]);
+        printf("| %s | %.0f MB | %.4f (sampled) | %.0f (%.0f-%.0f) of %d | %.1f | %d/%d |\n", name,
                copy / 1e6, rel / ((V + 96) / 97), cnt, cmin, cmax, V, (copy + cnt * row_bytes) / 1e6, agree, P);
     }
     printf("(exact f16 lm_head: %.1f MB per token)\n", (double)V * row_bytes / 1e6);
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < NB; b++) {
         free(a[b]);
         free(e[b]);
     }
