@@ -22,6 +22,7 @@
 #include "larql/grammar.h"
 #include "larql/model.h"
 #include "larql/sampler.h"
+#include "larql/scheduler.h"
 
 #define TRAINED "models/tinystories-ternary.gguf"
 
@@ -643,6 +644,70 @@ static void test_auto_background(void)
     lq_model_close(mc);
 }
 
+/* Batched decode: several requests through the scheduler (their rows share each step's head,
+ * one of them asking for full logits, which makes those steps exact for all) give each
+ * request the tokens of its solo run on the exact model. */
+static void test_scheduler_batched(void)
+{
+    const char *path = fixture_path();
+    CHECK(path != NULL);
+    if (!path)
+        return;
+    lq_model *mb = NULL, *me = NULL;
+    if (open_mode(path, LQ_LM_HEAD_BOUNDED, &mb) || open_mode(path, LQ_LM_HEAD_EXACT, &me)) {
+        CHECK(0);
+        lq_model_close(mb);
+        lq_model_close(me);
+        return;
+    }
+    enum { NR = 6 };
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = NR;
+    so.n_ctx = 256;
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK(lq_scheduler_create(mb, &so, &S, &err) == 0);
+    static rec got[NR], want[NR];
+    lq_generate_params ps[NR];
+    int32_t prompts[NR][5];
+    lq_sched_req *rq[NR] = {0};
+    for (int i = 0; i < NR; i++) {
+        lq_generate_defaults(&ps[i]);
+        ps[i].max_tokens = 40;
+        ps[i].ignore_eos = 1;
+        ps[i].sampling.temperature = i == 4 ? 0.8f : 0.0f; /* 4: top-k 40 seeded */
+        ps[i].sampling.has_seed = 1;
+        ps[i].sampling.seed = 99;
+        ps[i].full_logits = i == 5;
+        for (int j = 0; j < 5; j++)
+            prompts[i][j] = (int32_t)(1 + 13 * i + 7 * j);
+        memset(&got[i], 0, sizeof got[i]);
+        if (S)
+            CHECK(lq_scheduler_submit(S, prompts[i], 5, &ps[i], on_tok, NULL, &got[i], &rq[i], &err) == 0);
+    }
+    for (int i = 0; i < NR; i++) {
+        if (!rq[i])
+            continue;
+        CHECK(lq_sched_wait(rq[i], 60000) == 1);
+        lq_generate_result res;
+        CHECK(lq_sched_result(rq[i], &res, &err) == 0);
+        lq_sched_release(rq[i]);
+        lq_generate_result r2;
+        CHECK(gen(me, prompts[i], 5, &ps[i], &want[i], &r2) == 0);
+        CHECK_MSG(got[i].n == want[i].n && memcmp(got[i].ids, want[i].ids, sizeof(int32_t) * (size_t)want[i].n) == 0,
+                  "request %d", i);
+        if (i == 5)
+            CHECK_EQ_INT(res.lm_steps, 0);
+    }
+    lq_scheduler_free(S);
+    lq_head_stats hs;
+    lq_model_head_stats(mb, &hs);
+    CHECK(hs.tokens > 0);
+    lq_model_close(mb);
+    lq_model_close(me);
+}
+
 int main(void)
 {
     RUN(test_copy_bounds);
@@ -653,5 +718,6 @@ int main(void)
     RUN(test_variants_trained);
     RUN(test_variants_fixture);
     RUN(test_auto_background);
+    RUN(test_scheduler_batched);
     return harness_done();
 }
