@@ -9,8 +9,8 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Werror
 DEFS     = -D_GNU_SOURCE
-INCS     = -Iinclude -Isrc
-LIBS     = -lpcre2-8 -ljansson -lmicrohttpd -ledit -lm -lpthread
+INCS     = -Iinclude -Isrc $(shell pkg-config --cflags-only-I libpq 2>/dev/null || echo -I/usr/include/postgresql)
+LIBS     = -lpcre2-8 -ljansson -lmicrohttpd -ledit -lpq -lm -lpthread
 BUILD   ?= build
 SAN     ?=
 

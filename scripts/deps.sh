@@ -11,14 +11,14 @@
 #                     (tests/cli/pg_infer.sh reports itself skipped without them)
 #   --with-lint       cppcheck, for `make lint`
 set -e
-PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev curl openssl python3 python3-jinja2"
+PKGS="build-essential libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev libpq-dev curl openssl python3 python3-jinja2"
 node=""
 for a in "$@"; do
     case "$a" in
     --with-node) node=1 ;;
     --with-chromium) PKGS="$PKGS chromium" ;;
     --with-clang) PKGS="$PKGS clang libclang-rt-dev" ;;
-    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15" ;;
+    --with-postgres) PKGS="$PKGS postgresql-15 postgresql-server-dev-15 haproxy" ;;
     --with-lint) PKGS="$PKGS cppcheck" ;;
     *) echo "usage: $0 [--with-node] [--with-chromium] [--with-clang] [--with-postgres] [--with-lint]" >&2; exit 2 ;;
     esac

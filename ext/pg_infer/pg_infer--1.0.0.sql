@@ -117,3 +117,79 @@ CREATE ACCESS METHOD infer TYPE INDEX HANDLER infer_am_handler;
 CREATE OPERATOR FAMILY infer_ops USING infer;
 CREATE OPERATOR CLASS infer_text_ops DEFAULT FOR TYPE text USING infer FAMILY infer_ops AS
     OPERATOR 1 <~> (text, text) FOR ORDER BY float_ops;
+
+-- ---- knowledge edits: rows every backend (and `larql serve --state-db`) folds in id order ----
+-- An edit is computed once, by the backend that writes it (its ops and vectors as a .vlp in
+-- `vectors`), and is visible as its row is: to the writing transaction at once, to others
+-- after COMMIT, to nobody after ROLLBACK. Deleting a row (infer_revert) takes the edit away.
+CREATE TABLE infer.edits (
+    id         bigserial PRIMARY KEY,
+    model      text NOT NULL,
+    op         text NOT NULL CHECK (op IN ('insert', 'delete', 'update', 'patch')),
+    entity     text NOT NULL,
+    relation   text,
+    target     text,
+    layer      int,
+    mode       text,
+    edit_id    text,
+    vectors    bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    created_by text NOT NULL DEFAULT current_user
+);
+CREATE INDEX edits_model_id ON infer.edits (model, id);
+SELECT pg_catalog.pg_extension_config_dump('infer.edits', '');
+SELECT pg_catalog.pg_extension_config_dump('infer.edits_id_seq', '');
+-- A fresh sequence value per change of a model's rows: never reused, so a rolled-back change
+-- leaves a version nobody folded, and every reader re-checks.
+CREATE SEQUENCE infer.edit_version_seq;
+CREATE TABLE infer.edit_versions (
+    model   text PRIMARY KEY,
+    version bigint NOT NULL
+);
+CREATE FUNCTION infer.edits_bump(m text) RETURNS void AS $$
+    INSERT INTO infer.edit_versions AS v VALUES (m, nextval('infer.edit_version_seq'))
+    ON CONFLICT (model) DO UPDATE SET version = EXCLUDED.version;
+    SELECT pg_notify('infer_edits', m);
+$$ LANGUAGE sql VOLATILE;
+CREATE FUNCTION infer.edits_changed() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN PERFORM infer.edits_bump(OLD.model); END IF;
+    IF TG_OP <> 'DELETE' AND (TG_OP = 'INSERT' OR NEW.model <> OLD.model) THEN
+        PERFORM infer.edits_bump(NEW.model);
+    END IF;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE FUNCTION infer.edits_truncated() RETURNS trigger AS $$
+BEGIN
+    PERFORM infer.edits_bump(model) FROM infer.edit_versions;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER edits_changed AFTER INSERT OR UPDATE OR DELETE ON infer.edits
+    FOR EACH ROW EXECUTE FUNCTION infer.edits_changed();
+CREATE TRIGGER edits_truncated AFTER TRUNCATE ON infer.edits
+    FOR EACH STATEMENT EXECUTE FUNCTION infer.edits_truncated();
+
+-- INSERT INTO EDGES: mode 'subject' (every phrasing and chat read it back; needs a vindex with
+-- weights, the default then), 'knn' or 'compose' (the default without weights). The row's id.
+CREATE FUNCTION infer_insert(entity text, relation text, target text, model text DEFAULT NULL,
+                             mode text DEFAULT NULL, layer int DEFAULT NULL, alpha float8 DEFAULT NULL)
+RETURNS bigint AS 'MODULE_PATHNAME', 'pgi_insert' LANGUAGE C VOLATILE;
+-- DELETE FROM EDGES WHERE entity [AND relation]: the row's id, NULL when nothing matched.
+CREATE FUNCTION infer_delete(entity text, relation text DEFAULT NULL, model text DEFAULT NULL)
+RETURNS bigint AS 'MODULE_PATHNAME', 'pgi_delete' LANGUAGE C VOLATILE;
+-- UPDATE EDGES SET target WHERE entity [AND relation]: the row's id, NULL when nothing matched.
+CREATE FUNCTION infer_update(entity text, relation text, target text, model text DEFAULT NULL)
+RETURNS bigint AS 'MODULE_PATHNAME', 'pgi_update' LANGUAGE C VOLATILE;
+-- The model's edits in the order they fold (infer.default_model when model is NULL).
+CREATE FUNCTION infer_edits(model text DEFAULT NULL)
+RETURNS TABLE(id bigint, op text, entity text, relation text, target text, layer int, mode text,
+              edit_id text, created_at timestamptz, created_by text)
+AS $$ SELECT e.id, e.op, e.entity, e.relation, e.target, e.layer, e.mode, e.edit_id, e.created_at,
+             e.created_by
+      FROM infer.edits e
+      WHERE e.model = coalesce($1, nullif(current_setting('infer.default_model', true), ''))
+      ORDER BY e.id $$ LANGUAGE sql STABLE;
+-- Takes an edit away (its row deleted): true when there was one.
+CREATE FUNCTION infer_revert(id bigint)
+RETURNS boolean AS $$ WITH d AS (DELETE FROM infer.edits e WHERE e.id = $1 RETURNING 1)
+                      SELECT count(*) > 0 FROM d $$ LANGUAGE sql VOLATILE STRICT;

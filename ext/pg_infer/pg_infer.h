@@ -14,6 +14,8 @@
 
 #include "postgres.h"
 #include "fmgr.h"
+#include "datatype/timestamp.h"
+#include "storage/lock.h"
 
 #include "larql/model.h"
 #include "larql/status.h"
@@ -61,7 +63,13 @@ typedef struct PgiModel {
 	PgiBackend	backend;
 	char	   *path;			/* local: vindex directory */
 	char	   *url;			/* remote: base URL (no trailing '/') */
-	lq_vindex  *vx;				/* local: opened once per backend, read-only mappings */
+	lq_vindex  *base;			/* local: opened once per backend, read-only mappings */
+	const lq_vindex *vx;		/* local: what queries read: base, or the fold of the model's
+								 * edits over it (edits.c) */
+	struct lq_edit_log *log;	/* local: infer.edits folded (NULL before the first edit) */
+	int64		edits_version;	/* infer.edit_versions of the fold (-1: recheck the rows) */
+	LocalTransactionId edits_lxid;	/* the statement that last checked it */
+	TimestampTz edits_stmt;
 	lq_model   *lm;				/* local: the model for infer(), opened on first use */
 	int			num_layers, hidden_size;	/* remote: from GET /v1/stats */
 	struct PgiModel *next;
@@ -76,6 +84,14 @@ extern lq_model *pgi_model_engine(PgiModel *m);
 /* Runs sql (one parameter, $1 = name) on the registry through SPI; ERROR unless SPI answers
  * `expect` (SPI_OK_SELECT, SPI_OK_DELETE, ...); returns the rows processed. */
 extern uint64 pgi_registry_exec(const char *sql, const char *name, int expect);
+
+/* ---- edits (edits.c) ---- */
+/* Folds the rows of infer.edits this statement sees into m (at most one check a statement);
+ * called by pgi_model_by_name for local models. */
+extern void pgi_edits_sync(PgiModel *m);
+/* m's overlay when it has edits, else NULL. */
+struct lq_overlay;
+extern struct lq_overlay *pgi_edits_overlay(PgiModel *m);
 
 /* similar_to(a, b) with model m (queries.c): local liblarql or remote walks. */
 extern double pgi_similar(PgiModel *m, const char *a, const char *b);

@@ -5,6 +5,8 @@
  * into palloc'd rows and freed before anything can ereport, so an ERROR never leaks them. */
 #include "pg_infer.h"
 
+#include "larql/patch.h"
+
 #include <ctype.h>
 #include <float.h>
 #include <math.h>
@@ -1020,24 +1022,37 @@ pgi_infer(PG_FUNCTION_ARGS)
 		lq_err		err = {0};
 		int			rc;
 
+		struct lq_overlay *ov = pgi_edits_overlay(m);
+		const lq_prediction *pr;
+
 		lq_infer_params_init(&p);
 		p.prompt = prompt;
 		p.top = top;
-		p.mode = "dense";
-		if ((rc = lq_infer(lm, &p, &r, &err)) != 0)
+		/* with edits (infer.edits): the forward pass runs them (walk mode), without: dense,
+		 * which is the same pass with nothing added */
+		p.mode = ov ? "walk" : "dense";
+		if (ov && (p.edits = lq_overlay_edit_set(ov, &err)) == NULL)
+			pgi_lq_error(LQ_ENOMEM, &err, "infer failed");
+		rc = lq_infer(lm, &p, &r, &err);
+		lq_edit_set_unref(p.edits);
+		if (rc != 0)
 			pgi_lq_error(rc, &err, "infer failed");
-		n = (int) r.n_dense;
+		n = (int) (ov ? r.n_walk : r.n_dense);
+		pr = ov ? r.walk : r.dense;
 		ids = palloc(sizeof(int32) * (n + 1));
 		probs = palloc(sizeof(double) * (n + 1));
-		for (int i = 0; i < n; i++)
-		{
-			ids[i] = r.dense[i].id;
-			probs[i] = r.dense[i].probability;
-		}
-		lq_infer_result_free(&r);
 		toks = palloc(sizeof(char *) * (n + 1));
 		for (int i = 0; i < n; i++)
-			toks[i] = token_text(lq_model_tokenizer(lm), ids[i]);
+		{
+			ids[i] = pr[i].id;
+			probs[i] = pr[i].probability;
+			/* a KNN override's entry has no token id: its text is the edit's target */
+			toks[i] = ids[i] < 0 ? pstrdup(pr[i].token ? pr[i].token : "") : NULL;
+		}
+		lq_infer_result_free(&r);
+		for (int i = 0; i < n; i++)
+			if (ids[i] >= 0)
+				toks[i] = token_text(lq_model_tokenizer(lm), ids[i]);
 	}
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "catalog/pg_type.h"
+#include "larql/patch.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -40,7 +41,8 @@ static void
 model_free(PgiModel *m)
 {
 	lq_model_close(m->lm);
-	lq_vindex_close(m->vx);
+	lq_edit_log_free(m->log);
+	lq_vindex_close(m->base);
 	if (m->name)
 		pfree(m->name);
 	if (m->path)
@@ -178,7 +180,8 @@ model_load(const char *name)
 		m->path = MemoryContextStrdup(TopMemoryContext, path ? path : "");
 		PG_TRY();
 		{
-			m->vx = open_vindex(m->path);
+			m->base = open_vindex(m->path);
+			m->vx = m->base;
 		}
 		PG_CATCH();
 		{
@@ -222,11 +225,13 @@ pgi_model_by_name(const char *name)
 		if (strcmp(m->name, name) == 0)
 		{
 			stat_hits++;
+			pgi_edits_sync(m);
 			return m;
 		}
 	stat_misses++;
 	m = model_load(name);
 	cache_insert(m);
+	pgi_edits_sync(m);
 	return m;
 }
 
@@ -401,6 +406,7 @@ pgi_create_model(PG_FUNCTION_ARGS)
 	m->name = MemoryContextStrdup(TopMemoryContext, name);
 	m->path = MemoryContextStrdup(TopMemoryContext, canon);
 	m->backend = PGI_LOCAL;
+	m->base = vx;
 	m->vx = vx;
 	cache_insert(m);
 	PG_RETURN_TEXT_P(cstring_to_text(msg));

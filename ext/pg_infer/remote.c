@@ -348,7 +348,9 @@ pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens, doubl
 	initStringInfo(&req);
 	appendStringInfoString(&req, "{\"prompt\":");
 	escape_json(&req, prompt);
-	appendStringInfo(&req, ",\"top\":%d,\"mode\":\"dense\"}", top < 1 ? 1 : top);
+	/* walk: the forward pass with the server's edits (without any, the same as dense), as a
+	 * local model with rows in infer.edits answers */
+	appendStringInfo(&req, ",\"top\":%d,\"mode\":\"walk\"}", top < 1 ? 1 : top);
 	j = pgi_json_parse(pgi_http_request(m->url, "/v1/infer", req.data, false));
 	preds = pgi_jarr(j, "predictions", &n);
 	*tokens = palloc(sizeof(char *) * (n + 1));

@@ -74,6 +74,11 @@ typedef struct lq_generate_params {
                                 * bounded lm_head (lq_model_opts.lm_head_mode), only the rows
                                 * that can be chosen are computed exactly; the tokens are the
                                 * same, and the callback's logits hold -inf for the others */
+    int no_prompt_cache;       /* lq_scheduler_submit: neither reuse a cached prompt prefix nor
+                                * leave this request's KV to the cache (lq_scheduler_opts) */
+    uint64_t cache_key;        /* with a hook: what its edits are (lq_edit_set_serial of the
+                                * set it runs); requests share cached KV only under equal keys,
+                                * and a hooked request with key 0 never does */
 } lq_generate_params;
 
 typedef struct lq_generate_result {

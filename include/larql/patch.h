@@ -151,6 +151,10 @@ uint64_t lq_overlay_version(const lq_overlay *o);
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err);
 /* Removes the patch named name and rebuilds the state from the rest. LQ_ENOTFOUND. */
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err);
+/* What lq_overlay_apply would refuse p for, without applying it. */
+int lq_overlay_check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err);
+/* Removes every patch (of every scope): the base state again, the version still rising. */
+int lq_overlay_clear(lq_overlay *o, lq_err *err);
 size_t lq_overlay_n_patches(const lq_overlay *o);
 const lq_patch *lq_overlay_patch_at(const lq_overlay *o, size_t i);
 /* The live patch of direct edits ("edits"), or NULL before the first edit. */
@@ -351,6 +355,9 @@ lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err);
 /* A set of only the KNN entries of ks (entries of other widths are skipped). */
 lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidden, lq_err *err);
 lq_edit_set *lq_edit_set_ref(lq_edit_set *s);
+/* A number no other set of this process has (>= 1): what a set is, for keys such as
+ * lq_generate_params.cache_key. 0 for NULL. */
+uint64_t lq_edit_set_serial(const lq_edit_set *s);
 void lq_edit_set_unref(lq_edit_set *s); /* NULL-safe */
 size_t lq_edit_set_n_knn(const lq_edit_set *s);
 size_t lq_edit_set_n_features(const lq_edit_set *s);
@@ -405,6 +412,50 @@ int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
 /* Removes one edit (all its ops) by id, recorded as a delete_edit op in the live patch (a
  * journal replays it). Unknown id -> LQ_ENOTFOUND. */
 int lq_overlay_delete_edit(lq_overlay *o, const char *id, lq_err *err);
+
+/* ---- edits shared through a table (src/vindex/edit_log.c) ----
+ *
+ * pg_infer's infer.edits and `larql serve --state-db` keep edits as rows that several
+ * processes share. The process that writes an edit computes it once against its current
+ * state (a plan: the ops the direct edit would append, as a patch of their own named name,
+ * o unchanged; *out NULL when the edit changes nothing), stores the patch's .vlp in a row,
+ * and every process folds the rows it sees into an lq_edit_log in id order. */
+int lq_overlay_plan_insert(const lq_overlay *o, struct lq_model *m, const lq_insert_params *p, const char *name,
+                           lq_insert_result *r, lq_patch **out, lq_err *err);
+int lq_overlay_plan_delete(const lq_overlay *o, const lq_edit_where *w, const char *name, size_t *n,
+                           lq_patch **out, lq_err *err);
+int lq_overlay_plan_update(const lq_overlay *o, const lq_edit_where *w, const char *set_target, float set_confidence,
+                           const char *name, size_t *n, lq_patch **out, lq_err *err);
+
+/* The live patch's ops from index n0 on, moved into a patch of their own named name (the
+ * live patch cut back to n0): a direct edit made on a log's fold, taken out to be stored as
+ * a row and applied back as one. *out NULL when there are none. */
+int lq_overlay_take_edits(lq_overlay *o, size_t n0, const char *name, lq_patch **out, lq_err *err);
+
+/* An overlay over base that is the fold of a table's rows (id, .vlp), each applied as the
+ * patch "edit:<id>" (lq_edit_log_row_name). init_knn (may be NULL) is copied. */
+typedef struct lq_edit_log lq_edit_log;
+int lq_edit_log_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_edit_log **out, lq_err *err);
+void lq_edit_log_free(lq_edit_log *l); /* NULL-safe */
+/* The fold (owned by the log; the same object for the log's life, its version rising with
+ * every change, refolds included). */
+lq_overlay *lq_edit_log_overlay(const lq_edit_log *l);
+size_t lq_edit_log_n_applied(const lq_edit_log *l);
+size_t lq_edit_log_n_failed(const lq_edit_log *l);
+int64_t lq_edit_log_last_id(const lq_edit_log *l); /* -1 before the first row */
+/* Sync, step 1: want = the ids the table holds now, ascending. *from = the index in want of
+ * the first row to apply (step 2, in order). When the applied ids are not a prefix of want
+ * (a row removed, or a lower id committed after a higher one was applied) the fold restarts
+ * from the base: *reset = 1 and *from = 0. */
+int lq_edit_log_sync(lq_edit_log *l, const int64_t *want, size_t n, size_t *from, int *reset, lq_err *err);
+/* Step 2: row id (above every applied id) with its .vlp text, applied as the patch name
+ * (NULL: "edit:<id>"; a patch a server applied by name keeps it). A row that does not apply
+ * (another model's patch, a damaged row, a name already applied) returns its error but
+ * counts as applied (lq_edit_log_n_failed), so later syncs do not refold for it. */
+int lq_edit_log_apply(lq_edit_log *l, int64_t id, const char *name, const char *vlp, size_t len, lq_err *err);
+/* The same with the patch already parsed (p is copied; its own name is not used). */
+int lq_edit_log_apply_patch(lq_edit_log *l, int64_t id, const char *name, const lq_patch *p, lq_err *err);
+void lq_edit_log_row_name(int64_t id, char out[32]);
 
 /* REBALANCE (LARQL's global pass over compose-mode installs): each fact's canonical prompt
  * ("The {relation} of {entity} is") runs with every edit; facts whose target probability is

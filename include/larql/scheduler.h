@@ -55,6 +55,14 @@ typedef struct lq_scheduler_opts {
                         * 1..65536, default 64 (the engine's own prefill batch; chunked
                         * prefill computes exactly what one lq_session_eval of the whole
                         * prompt computes) */
+    int prompt_cache;  /* sessions of finished requests kept, with the tokens their KV holds,
+                        * for later requests whose prompts start with those tokens (they
+                        * prefill only the rest: a chat's next turn, a shared system prompt);
+                        * least recently used first out; 0..4096, default 0 (none). Each is
+                        * one session's KV (lq_model_kv_bytes) on top of max_active's. Answers
+                        * are identical with and without it. A request opts out with
+                        * lq_generate_params.no_prompt_cache; one with a hook shares only with
+                        * requests of the same cache_key (never when its key is 0) */
 } lq_scheduler_opts;
 
 void lq_scheduler_opts_init(lq_scheduler_opts *o);
@@ -108,6 +116,10 @@ typedef struct lq_scheduler_stats {
     double prefill_ms;         /* wall time inside prefill chunks */
     int max_batch;             /* largest batch one step has run */
     uint64_t batch_hist[LQ_SCHED_HIST]; /* [b-1]: steps that ran b streams */
+    int cache_entries;         /* prompt cache: sessions held now */
+    uint64_t cache_hits;       /* requests that took a cached prefix */
+    uint64_t cache_misses;     /* requests that looked and found none */
+    uint64_t cache_reused_tokens; /* prompt positions not prefilled thanks to it */
 } lq_scheduler_stats;
 
 void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);

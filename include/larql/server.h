@@ -75,8 +75,16 @@ typedef struct lq_server_opts {
     const char *state_dir;    /* NULL: edits live in memory; else the global overlay's journal
                                  (DIR/journal.lqj) is replayed at start and every acknowledged
                                  edit is persisted there before its 200 */
+    const char *state_db;     /* NULL, or a libpq connection string: the global edits are rows of
+                                 that database's infer.edits (pg_infer's table), shared with every
+                                 server and SQL session on it; exclusive with state_dir */
+    const char *state_model;  /* the rows' model name (NULL: the served model's id) */
     const char *patch_dir;    /* POST /v1/patches/apply {"url": NAME} reads NAME (a plain file
                                  name) from this directory only; NULL: inline patches only */
+    uint64_t cache_ram;       /* prompt cache: bytes of finished generations' KV kept for
+                                 requests that start with the same tokens (a chat's next turn,
+                                 a shared system prompt); default 1 GiB, 0 = off; within
+                                 memory_limit when one applies */
     int max_sessions;         /* X-Session-Id sessions held at once; default 64; beyond -> 503 */
     int session_ttl_s;        /* a session idle this long may be evicted; default 3600 */
     int cache_ttl_s;          /* GET /v1/describe: Cache-Control max-age (0 = "no-cache": clients

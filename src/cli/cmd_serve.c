@@ -17,11 +17,17 @@ static const char *SERVE_USAGE =
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
-    "       [--state-dir DIR] [--patch-dir DIR] [--max-sessions N] [--session-ttl S]\n"
-    "       [--cache-ttl S] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
+    "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
+    "       [--max-sessions N] [--session-ttl S]\n"
+    "       [--cache-ttl S] [--cache-ram MIB] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
+    "  --cache-ram MIB (default 1024, 0 = off) keeps finished generations' KV for requests\n"
+    "  that start with the same tokens (a chat's next turn prefills only its new tokens).\n"
+    "  --state-db CONNINFO keeps the global edits as rows of that PostgreSQL database's\n"
+    "  infer.edits (CREATE EXTENSION pg_infer there first), shared by every server on it;\n"
+    "  --state-model names the rows' model (default: the model id).\n"
     "  LARQL_API_KEY in the environment is used when --api-key is not given.";
 
 static lq_server *g_server;
@@ -124,6 +130,10 @@ int lq_cli_serve(int argc, char **argv)
             o.shutdown_grace_s = (int)v;
         } else if (!strcmp(a, "--state-dir") && has_val) {
             o.state_dir = argv[++i];
+        } else if (!strcmp(a, "--state-db") && has_val) {
+            o.state_db = argv[++i];
+        } else if (!strcmp(a, "--state-model") && has_val) {
+            o.state_model = argv[++i];
         } else if (!strcmp(a, "--patch-dir") && has_val) {
             o.patch_dir = argv[++i];
         } else if (!strcmp(a, "--max-sessions") && has_val) {
@@ -136,6 +146,10 @@ int lq_cli_serve(int argc, char **argv)
             o.session_ttl_s = (int)v;
         } else if (!strcmp(a, "--dir") && has_val) {
             o.models_dir = argv[++i];
+        } else if (!strcmp(a, "--cache-ram") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 1L << 30, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--cache-ram: '%s' is not a number of MiB", argv[i]);
+            o.cache_ram = (uint64_t)v << 20;
         } else if (!strcmp(a, "--cache-ttl") && has_val) {
             if (lq_parse_long(argv[++i], 0, 365L * 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--cache-ttl: '%s' is not a number of seconds", argv[i]);

@@ -8,6 +8,8 @@
  * SOURCE is a GGUF file (recognised by its magic) or a HuggingFace tokenizer.json. */
 #include <errno.h>
 #include <jansson.h>
+
+#include "core/json_obj.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +174,7 @@ int lq_cli_tokenize(int argc, char **argv)
         json_array_append_new(jids, json_integer(ids[i]));
         json_array_append_new(jtok, json_text(p, pl));
     }
-    json_t *obj = json_object();
+    json_t *obj = lq_json_object();
     json_object_set_new(obj, "ids", jids);
     json_object_set_new(obj, "tokens", jtok);
     json_object_set_new(obj, "count", json_integer((json_int_t)n));
@@ -223,7 +225,7 @@ int lq_cli_detokenize(int argc, char **argv)
     lq_tokenizer_free(t);
     if (rc)
         return lq_cli_error(cmd, "%s", err.msg);
-    json_t *obj = json_object();
+    json_t *obj = lq_json_object();
     json_object_set_new(obj, "text", json_text(text, len));
     free(text);
     if (print_json(obj))

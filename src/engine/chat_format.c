@@ -2,6 +2,8 @@
  * given with --chat-template, or one of the three built-in formats for files that carry no
  * template. Also the public lq_jinja_* entry points of the interpreter. */
 #include <jansson.h>
+
+#include "core/json_obj.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,7 +91,7 @@ int lq_jinja_render(const lq_jinja *j, const char *vars_json, size_t vars_len, c
         return lq_err_set(err, LQ_EINVAL, "jinja: NULL argument");
     *out = NULL;
     json_error_t je;
-    json_t *vars = vars_json ? json_loadb(vars_json, vars_len, JSON_ALLOW_NUL, &je) : json_object();
+    json_t *vars = vars_json ? json_loadb(vars_json, vars_len, JSON_ALLOW_NUL, &je) : lq_json_object();
     if (!vars)
         return lq_err_set(err, LQ_EINVAL, "jinja: variables are not JSON: %s (line %d)", je.text, je.line);
     int rc = render_json(j, vars, out, out_len, err);
@@ -257,7 +259,7 @@ static int render_fmt(const lq_chat_format *f, json_t *msgs, int add, const char
 {
     if (f->builtin)
         return builtin_from_json(f, msgs, add, out, err);
-    json_t *vars = json_object();
+    json_t *vars = lq_json_object();
     if (!vars)
         return lq_err_set(err, LQ_ENOMEM, "chat: out of memory");
     json_object_set(vars, "messages", msgs);
@@ -304,7 +306,7 @@ int lq_chat_format_render(const lq_chat_format *f, const lq_chat_msg *msgs, size
             json_decref(arr);
             return lq_err_set(err, LQ_EINVAL, "chat: message %zu has no role", i);
         }
-        json_t *o = json_object();
+        json_t *o = lq_json_object();
         json_object_set_new(o, "role", json_string(msgs[i].role));
         json_object_set_new(o, "content", msgs[i].content ? json_string(msgs[i].content) : json_null());
         if (!json_object_get(o, "role") || !json_object_get(o, "content")) {

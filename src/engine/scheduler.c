@@ -25,6 +25,7 @@
 #include "core/clock.h"
 #include "engine/engine_internal.h"
 #include "engine/gen_step.h"
+#include "engine/prompt_cache.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
 
@@ -48,6 +49,10 @@ struct lq_sched_req {
     int rc;
     lq_err err;
     uint64_t faults;         /* lq_mapfault_count() when submitted */
+    int cacheable;           /* may take a cached prefix and leave its KV to the cache */
+    uint64_t key;            /* the prompt cache's key (its edits) */
+    int32_t *gen_fed;        /* generated tokens fed to the session, after the prompt */
+    size_t n_gen_fed, gen_cap;
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -74,6 +79,7 @@ struct lq_scheduler {
     /* loop thread only */
     lq_session **pool;       /* [max_active] free sessions */
     int n_pool, n_sessions;
+    pcache *cache;           /* finished requests' sessions, for prompt-prefix reuse */
     lq_session **b_sess;     /* [max_active] one decode step's batch */
     int32_t *b_ids;          /* [max_active + prefill_chunk] the step's ids, session by session */
     int *b_counts;           /* [max_active] ids per session in the step */
@@ -88,6 +94,7 @@ void lq_scheduler_opts_init(lq_scheduler_opts *o)
     o->max_queued = 64;
     o->n_ctx = 0;
     o->prefill_chunk = 64;
+    o->prompt_cache = 0;
 }
 
 int lq_scheduler_n_ctx(const lq_scheduler *s)
@@ -101,6 +108,7 @@ static void req_free(lq_sched_req *r)
         r->hook.release(r->hook.ctx);
     lq_gen_free(&r->g);
     free(r->prompt);
+    free(r->gen_fed);
     pthread_mutex_destroy(&r->cb_mu);
     free(r);
 }
@@ -140,8 +148,40 @@ static void session_put(lq_scheduler *S, lq_session *sess)
     S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
 }
 
-/* Ends r: session back to the pool, done callback, waiters woken. r stays in the active
- * list (state RS_DONE) until the loop compacts it. */
+/* A session the prompt cache lets go: back to the pool, or freed when the pool is full
+ * (the cache's sessions come on top of max_active's). */
+static void drop_session(void *ctx, lq_session *sess)
+{
+    lq_scheduler *S = ctx;
+    if (S->n_pool < S->o.max_active) {
+        session_put(S, sess);
+        return;
+    }
+    lq_session_free(sess);
+    S->n_sessions--;
+}
+
+/* r's session into the prompt cache with the tokens its KV holds: the prompt positions fed
+ * and the generated tokens fed after them. */
+static void cache_session(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t n = r->n_fed + r->n_gen_fed;
+    int32_t *toks = n ? malloc(n * sizeof *toks) : NULL;
+    if (!toks) {
+        drop_session(S, r->sess);
+        return;
+    }
+    memcpy(toks, r->prompt, r->n_fed * sizeof *toks);
+    if (r->n_gen_fed)
+        memcpy(toks + r->n_fed, r->gen_fed, r->n_gen_fed * sizeof *toks);
+    lq_session_set_hook(r->sess, NULL);
+    lq_session_set_head(r->sess, NULL); /* r's bounded-logits buffers are freed with r->g */
+    pcache_put(S->cache, r->sess, toks, n, r->key, drop_session, S);
+    free(toks);
+}
+
+/* Ends r: session back to the pool (or the prompt cache), done callback, waiters woken. r
+ * stays in the active list (state RS_DONE) until the loop compacts it. */
 static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
 {
     r->rc = rc;
@@ -150,7 +190,11 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     if (rc)
         r->res.finish = LQ_FINISH_NONE;
     if (r->sess) {
-        session_put(S, r->sess);
+        /* an error may have left the KV half-written: only a clean end is kept */
+        if (r->cacheable && !rc && pcache_cap(S->cache) > 0)
+            cache_session(S, r);
+        else
+            session_put(S, r->sess);
         r->sess = NULL;
     }
     lq_gen_free(&r->g);
@@ -166,6 +210,8 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     else if (r->res.finish == LQ_FINISH_CANCELED)
         S->st.canceled++;
     S->st.finished++;
+    S->st.cache_entries = pcache_count(S->cache);
+    S->st.sessions = S->n_sessions;
     pthread_cond_broadcast(&S->done_cv);
     pthread_mutex_unlock(&S->mu);
 }
@@ -191,6 +237,26 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
 static int get_session(lq_scheduler *S, lq_sched_req *r)
 {
     const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
+    if (r->cacheable && pcache_cap(S->cache) > 0) {
+        size_t reused = 0;
+        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, &reused);
+        pthread_mutex_lock(&S->mu);
+        if (c) {
+            S->st.cache_hits++;
+            S->st.cache_reused_tokens += reused;
+        } else {
+            S->st.cache_misses++;
+        }
+        S->st.cache_entries = pcache_count(S->cache);
+        pthread_mutex_unlock(&S->mu);
+        if (c) { /* the prefix's KV is there: prefill starts after it */
+            r->sess = c;
+            r->n_fed = reused;
+            lq_session_set_hook(r->sess, h);
+            lq_session_set_head(r->sess, lq_gen_head(&r->g));
+            return LQ_OK;
+        }
+    }
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
         lq_session_set_hook(r->sess, h);
@@ -207,6 +273,23 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     S->st.sessions = S->n_sessions;
     pthread_mutex_unlock(&S->mu);
     return LQ_OK;
+}
+
+/* The generated token a decode step fed r's session (for the prompt cache). Out of memory:
+ * the request is simply not cached. */
+static void remember_fed(lq_sched_req *r, int32_t id)
+{
+    if (r->n_gen_fed == r->gen_cap) {
+        size_t cap = r->gen_cap ? r->gen_cap * 2 : 64;
+        int32_t *g = realloc(r->gen_fed, cap * sizeof *g);
+        if (!g) {
+            r->cacheable = 0;
+            return;
+        }
+        r->gen_fed = g;
+        r->gen_cap = cap;
+    }
+    r->gen_fed[r->n_gen_fed++] = id;
 }
 
 /* One lq_session_eval_batch per loop turn (continuous batching with chunked prefill): every
@@ -277,8 +360,11 @@ static void batch_step(lq_scheduler *S)
     S->st.prefill_tokens += n_pre;
     S->st.prefill_ms += dt - dec_ms;
     pthread_mutex_unlock(&S->mu);
+    size_t off = 0;
     for (int b = 0; b < B; b++) {
         lq_sched_req *r = S->b_req[b];
+        size_t at = off;
+        off += (size_t)S->b_counts[b];
         if (rc) {
             /* every check happens before anything changes (prompts and token limits were
              * checked at submit): this is a bug somewhere, so fail the batch */
@@ -293,6 +379,8 @@ static void batch_step(lq_scheduler *S)
         }
         if (r->state == RS_DECODE) {
             r->res.decode_ms += dt;
+            if (r->cacheable)
+                remember_fed(r, S->b_ids[at]);
             step_token(S, r);
             continue;
         }
@@ -436,6 +524,8 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
                           o->prefill_chunk);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "scheduler: n_ctx %d is negative", o->n_ctx);
+    if (o->prompt_cache < 0 || o->prompt_cache > 4096)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: prompt_cache %d outside 0..4096", o->prompt_cache);
     lq_scheduler *S = calloc(1, sizeof *S);
     if (!S)
         return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
@@ -454,7 +544,8 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
     pthread_cond_init(&S->done_cv, NULL);
     S->st.max_active = o->max_active;
     int rc;
-    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_counts || !S->b_logits || !S->b_req) {
+    if (!S->active || !S->pool || !S->b_sess || !S->b_ids || !S->b_counts || !S->b_logits || !S->b_req ||
+        pcache_create(o->prompt_cache, &S->cache)) {
         rc = lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory for %d slots", o->max_active);
         goto fail;
     }
@@ -496,6 +587,7 @@ void lq_scheduler_free(lq_scheduler *S)
     }
     for (int i = 0; i < S->n_pool; i++)
         lq_session_free(S->pool[i]);
+    pcache_free(S->cache);
     free(S->active);
     free(S->pool);
     free(S->b_sess);
@@ -544,6 +636,9 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     r->refs = 2; /* the caller and the loop */
     if (p && p->hook)
         r->hook = *p->hook;
+    /* KV computed with edits is shared only with requests running the same edits */
+    r->cacheable = S->o.prompt_cache > 0 && !(p && p->no_prompt_cache) && (!(p && p->hook) || p->cache_key);
+    r->key = p && p->hook ? p->cache_key : 0;
 
     pthread_mutex_lock(&S->mu);
     if (S->stopping) {

@@ -5,6 +5,8 @@
  * lq_vindex_diff, lq_overlay_merge_*, lq_overlay_compact, lq_overlay_resolve,
  * lq_overlay_compile); this file parses nothing and only formats. */
 #include <jansson.h>
+
+#include "core/json_obj.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,13 +51,13 @@ static void layer_name(char *b, size_t cap, int l)
 /* TRACE ... SAVE "path": the table as JSON (not LARQL's binary .trace format). */
 static int save_trace(const lq_lql *q, const lq_lql_stmt *s, const lq_trace_result *r, lq_err *err)
 {
-    json_t *j = json_object(), *ls = json_array();
+    json_t *j = lq_json_object(), *ls = json_array();
     json_object_set_new(j, "prompt", json_string(s->str));
     json_object_set_new(j, "tokens", json_integer((json_int_t)r->n_tokens));
     json_object_set_new(j, "layers", ls);
     for (size_t i = 0; i < r->n; i++) {
         const lq_trace_layer *y = &r->layers[i];
-        json_t *o = json_object();
+        json_t *o = lq_json_object();
         json_object_set_new(o, "layer", json_integer(y->layer));
         json_object_set_new(o, "top1", json_string(lq_vindex_token_text(q->v, y->top1_id)));
         json_object_set_new(o, "top1_prob", json_real(y->top1_prob));

@@ -104,12 +104,33 @@ double srv_ratelimit_take(srv_ratelimit *rl, const char *key, double now);
 /* the key a request counts under (forwarded: the X-Forwarded-For value when trusted, or NULL) */
 void srv_ratelimit_key(const struct sockaddr *sa, const char *forwarded, char *out, size_t cap);
 
+/* ---- --state-db (statedb.c): global edits as rows of PostgreSQL's infer.edits ---- */
+typedef struct srv_statedb srv_statedb;
+typedef struct srv_statedb_fig {
+    int on, connected;
+    uint64_t applied, failed, syncs, reconnects;
+} srv_statedb_fig;
+struct lq_server;
+struct lq_overlay;
+struct lq_patch;
+/* Connects, loads the model's rows into s->global (created here), starts the LISTEN thread. */
+int srv_statedb_start(struct lq_server *s, lq_err *e);
+void srv_statedb_stop(struct lq_server *s);
+/* With the global write lock: the live edits from n0 on, stored as a row (committed) and
+ * applied back as it; on error they are undone (LQ_EBUSY: the database is unreachable). */
+int srv_statedb_edit(struct lq_server *s, struct lq_overlay *ov, size_t n0, lq_err *e);
+/* With the global write lock: a patch applied as a row / a patch's row deleted. */
+int srv_statedb_apply(struct lq_server *s, const struct lq_patch *p, lq_err *e);
+int srv_statedb_remove(struct lq_server *s, const char *name, lq_err *e);
+void srv_statedb_figures(const struct lq_server *s, srv_statedb_fig *f);
+
 /* ---- the server ---- */
 
 struct lq_server {
     lq_server_opts o;
     srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
+    char *state_db, *state_model;
     char model_id[256];
     lq_vindex *vx;            /* MODEL was a vindex directory: browse routes (else NULL) */
     int is_dir;
@@ -136,6 +157,7 @@ struct lq_server {
     size_t kv_bytes_per_session; /* lq_model_kv_bytes(model, n_ctx): f32 or f16 as loaded */
     uint64_t mem_limit;       /* --memory-limit or the cgroup's memory.max; 0 = none */
     int pool_cap;             /* single-pass sessions the memory limit allows (<= max_concurrent) */
+    int prompt_cache_cap;     /* the scheduler's prompt cache: sessions (--cache-ram / KV size) */
 
     /* what the model knows (knowledge.c): the global overlay over vx (NULL for a GGUF),
      * its journal (--state-dir), the X-Session-Id sessions */
@@ -143,6 +165,7 @@ struct lq_server {
     pthread_rwlock_t kmu;
     struct lq_journal *journal;
     int state_lock;           /* flock'd state_dir/lock (one server per state directory), or -1 */
+    struct srv_statedb *statedb; /* --state-db: the global overlay is the fold of infer.edits */
     struct srv_ksession **sess;
     int n_sess;
     pthread_mutex_t sess_mu;
@@ -310,7 +333,7 @@ void srv_dcache_stats(lq_server *s, uint64_t *hits, uint64_t *misses);
 /* The forward-pass edits a generation for this request runs (sid's session, or the global
  * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
  * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
-int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e);
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *key, lq_err *e);
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */
 void route_patch_delete(lq_server *s, req *q, reply *r); /* DELETE /v1/patches/{name} */

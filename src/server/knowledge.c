@@ -223,6 +223,12 @@ int srv_knowledge_init(lq_server *s, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "out of memory for the describe cache");
     if (!s->vx)
         return LQ_OK; /* a GGUF: nothing to edit */
+    if (s->o.state_db) {
+        int rc = srv_statedb_start(s, err);
+        if (rc)
+            lq_err_prefix(err, "--state-db");
+        return rc;
+    }
     int rc = lq_overlay_create(s->vx, lq_vindex_knn_store(s->vx), &s->global, err);
     if (rc)
         return rc;
@@ -262,6 +268,7 @@ void srv_knowledge_free(lq_server *s)
     lq_journal_close(s->journal);
     if (s->state_lock >= 0)
         close(s->state_lock);
+    srv_statedb_stop(s); /* the global overlay is its fold, freed with it */
     lq_overlay_free(s->global);
     srv_dcache_free(s);
     pthread_rwlock_destroy(&s->kmu);
@@ -428,9 +435,10 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
     return 0;
 }
 
-int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
+int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *key, lq_err *e)
 {
     *out = NULL;
+    *key = 0;
     if (!s->global)
         return 0;
     kview kv;
@@ -439,8 +447,10 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, lq_err *e)
         return st;
     lq_edit_set *es = lq_edit_set_ref(kv.edits);
     srv_kview_put(&kv);
-    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es))
+    if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es)) {
         st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? 500 : 0;
+        *key = lq_edit_set_serial(es); /* the prompt cache shares KV only under the same edits */
+    }
     lq_edit_set_unref(es);
     return st;
 }
@@ -520,16 +530,20 @@ static void kedit_end(kedit *ke, int ok)
 
 static json_t *session_value(const kedit *ke) { return ke->ks ? json_string(ke->ks->id) : json_null(); }
 
-/* an edit journaled (ops from n0 on); on failure undone: the reply is an error */
+/* an edit persisted (ops from n0 on): journaled, or with --state-db a global one stored as a
+ * row and applied back as it; on failure undone: the reply is an error (LQ_EIO 500, LQ_EBUSY
+ * 503 when the state database is unreachable) */
 static int persist_edit(kedit *ke, size_t n0, lq_err *e)
 {
+    if (!ke->ks && ke->s->statedb)
+        return srv_statedb_edit(ke->s, ke->ov, n0, e);
     if (!ke->j)
-        return 0;
+        return LQ_OK;
     if (lq_journal_edit(ke->j, ke->ov, n0, e)) {
         lq_overlay_truncate_edits(ke->ov, n0, NULL);
-        return -1;
+        return LQ_EIO;
     }
-    return 0;
+    return LQ_OK;
 }
 
 void route_insert(lq_server *s, req *q, reply *r)
@@ -584,8 +598,8 @@ void route_insert(lq_server *s, req *q, reply *r)
     size_t n0 = ep ? lq_patch_n_ops(ep) : 0;
     lq_insert_result res;
     int rc = lq_overlay_insert(ke.ov, m, &ip, &res, &e);
-    if (!rc && persist_edit(&ke, n0, &e))
-        rc = LQ_EIO;
+    if (!rc)
+        rc = persist_edit(&ke, n0, &e);
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {
@@ -696,13 +710,17 @@ void route_patches(lq_server *s, req *q, reply *r)
         lq_patch_free(p);
         return;
     }
-    rc = lq_overlay_apply(ke.ov, p, &e);
-    if (!rc && ke.j && lq_journal_apply(ke.j, p, &e)) {
-        lq_overlay_remove(ke.ov, lq_patch_name(p), NULL);
-        rc = LQ_EIO;
+    if (!ke.ks && s->statedb) {
+        rc = srv_statedb_apply(s, p, &e);
+    } else {
+        rc = lq_overlay_apply(ke.ov, p, &e);
+        if (!rc && ke.j && lq_journal_apply(ke.j, p, &e)) {
+            lq_overlay_remove(ke.ov, lq_patch_name(p), NULL);
+            rc = LQ_EIO;
+        }
     }
     if (rc) {
-        reply_larql_err(r, rc == LQ_EIO ? 500 : 400, "%s", e.msg);
+        reply_larql_err(r, rc == LQ_EIO ? 500 : rc == LQ_EBUSY ? 503 : 400, "%s", e.msg);
     } else {
         srv_dcache_bump(s);
         json_t *o = json_pack("{s:s,s:I,s:I}", "applied", lq_patch_name(p), "operations",
@@ -732,13 +750,17 @@ void route_patch_delete(lq_server *s, req *q, reply *r)
     if (!found)
         rc = lq_err_set(&e, LQ_ENOTFOUND, ke.ks ? "patch '%s' not found in session '%s'" : "patch '%s' not found%s",
                         name, ke.ks ? ke.ks->id : "");
-    /* persisted first: a remove that is on disk always names a patch that existed */
-    if (!rc && ke.j && lq_journal_remove(ke.j, name, &e))
-        rc = LQ_EIO;
-    if (!rc)
-        rc = lq_overlay_remove(ke.ov, name, &e);
+    if (!rc && !ke.ks && s->statedb) {
+        rc = srv_statedb_remove(s, name, &e);
+    } else {
+        /* persisted first: a remove that is on disk always names a patch that existed */
+        if (!rc && ke.j && lq_journal_remove(ke.j, name, &e))
+            rc = LQ_EIO;
+        if (!rc)
+            rc = lq_overlay_remove(ke.ov, name, &e);
+    }
     if (rc) {
-        reply_larql_err(r, rc == LQ_ENOTFOUND ? 404 : 500, "%s", e.msg);
+        reply_larql_err(r, rc == LQ_ENOTFOUND ? 404 : rc == LQ_EBUSY ? 503 : 500, "%s", e.msg);
     } else {
         srv_dcache_bump(s);
         json_t *o = json_pack("{s:s,s:I}", "removed", name, "active_patches", (json_int_t)lq_overlay_n_patches(ke.ov));
@@ -763,8 +785,8 @@ void route_edit_delete(lq_server *s, req *q, reply *r)
     const lq_patch *ep = lq_overlay_edits(ke.ov);
     size_t n0 = ep ? lq_patch_n_ops(ep) : 0;
     int rc = lq_overlay_delete_edit(ke.ov, q->path_arg, &e);
-    if (!rc && persist_edit(&ke, n0, &e))
-        rc = LQ_EIO;
+    if (!rc)
+        rc = persist_edit(&ke, n0, &e);
     if (rc) {
         reply_larql_err(r, rc == LQ_EIO ? 500 : status_from_lq(rc), "%s", e.msg);
     } else {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_obj.h"
 #include "core/sb.h"
 #include "server/internal.h"
 
@@ -120,6 +121,14 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_decode_steps_total", "counter", "Batched decode steps (one weight pass for every running stream).",
          (double)st.steps},
         {"larql_decode_batch_max", "gauge", "Largest number of streams one decode step has run.", (double)st.max_batch},
+        {"larql_prompt_cache_hits_total", "counter",
+         "Generations that reused a cached prompt prefix (--cache-ram).", (double)st.cache_hits},
+        {"larql_prompt_cache_misses_total", "counter", "Generations that found no cached prefix to reuse.",
+         (double)st.cache_misses},
+        {"larql_prompt_cache_reused_tokens_total", "counter",
+         "Prompt positions not prefilled because their KV was cached.", (double)st.cache_reused_tokens},
+        {"larql_prompt_cache_entries", "gauge", "Finished generations' KV caches held for reuse.",
+         (double)st.cache_entries},
         {"larql_active_requests", "gauge", "Requests in flight (counted against --max-concurrent).",
          (double)LD(m->active_requests)},
         {"larql_active_streams", "gauge", "Streaming generations in flight.", (double)LD(m->active_streams)},
@@ -172,7 +181,7 @@ static json_t *counters_json(lq_server *s)
     metrics *m = &s->m;
     lq_scheduler_stats sst;
     sched_stats(s, &sst);
-    json_t *by = json_object();
+    json_t *by = lq_json_object();
     for (size_t i = 0; i < n_route_slots(); i++) {
         /* rows that share a path (one per method) share its entry */
         json_t *st = json_object_get(by, route_label(i));
@@ -181,7 +190,7 @@ static json_t *counters_json(lq_server *s)
             if (!v)
                 continue;
             if (!st) {
-                st = json_object();
+                st = lq_json_object();
                 json_object_set_new(by, route_label(i), st);
             }
             char k[16];
@@ -222,7 +231,7 @@ void route_stats(lq_server *s, req *q, reply *r)
             return;
         }
     }
-    j = json_object();
+    j = lq_json_object();
     json_object_set_new(j, "model", json_string(s->model_id));
     if (m) {
         const lq_model_info *mi = lq_model_get_info(m);
@@ -296,7 +305,7 @@ void route_runtime(lq_server *s, req *q, reply *r)
                                                      : mo->hugepages > 0 ? "copy" : mo->hugepages < 0 ? "mmap" : "auto"));
     json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
     /* continuous batching: how many streams each decode step carried */
-    json_t *hist = json_object();
+    json_t *hist = lq_json_object();
     for (int k = 0; k < LQ_SCHED_HIST; k++) {
         if (!st.batch_hist[k])
             continue;
@@ -304,6 +313,10 @@ void route_runtime(lq_server *s, req *q, reply *r)
         snprintf(key, sizeof key, k == LQ_SCHED_HIST - 1 ? "%d+" : "%d", k + 1);
         json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
     }
+    json_object_set_new(j, "prompt_cache",
+                        json_pack("{s:i,s:i,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries", st.cache_entries,
+                                  "hits", (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses,
+                                  "reused_tokens", (json_int_t)st.cache_reused_tokens));
     json_object_set_new(j, "scheduler",
                         json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,

@@ -66,6 +66,20 @@ int srv_model_load(lq_server *s, lq_err *err)
         lq_model_close(m);
         return rc;
     }
+    /* the prompt cache: --cache-ram's worth of sessions, within what the memory limit leaves */
+    {
+        const lq_model_info *mi0 = lq_model_get_info(m);
+        uint64_t kv = lq_model_kv_bytes(m, so.n_ctx > 0 ? so.n_ctx : mi0->n_ctx_train);
+        uint64_t slots = kv ? s->o.cache_ram / kv : 0;
+        if (s->mem_limit && kv) {
+            uint64_t used = mi0->weight_bytes + mi0->weight_bytes / 8 + mi0->repack_bytes +
+                            ((uint64_t)so.max_active + (uint64_t)s->pool_cap) * kv;
+            uint64_t avail = s->mem_limit > used ? (s->mem_limit - used) / kv : 0;
+            slots = slots < avail ? slots : avail;
+        }
+        so.prompt_cache = (int)(slots > 256 ? 256 : slots);
+        s->prompt_cache_cap = so.prompt_cache;
+    }
     rc = lq_scheduler_create(m, &so, &s->sched, err);
     if (rc) {
         lq_model_close(m);

@@ -5,6 +5,7 @@
  * resolve) converted by the library; "auto" lets the output be either that object or text
  * that does not start with '{'. With parallel_tool_calls (the default) a reply may hold up
  * to 8 calls, one object per line. */
+#include "core/json_obj.h"
 #include "server/oai_tools.h"
 
 #include <inttypes.h>
@@ -151,7 +152,7 @@ int oai_tools_parse(json_t *j, oai_tools *t, reply *r)
     if (mode == TOOLS_NONE)
         return 0;
     size_t n = json_array_size(tools);
-    json_t *defs = json_object(), *defs2 = json_object(), *alts = json_array();
+    json_t *defs = lq_json_object(), *defs2 = lq_json_object(), *alts = json_array();
     json_t **params = calloc(n, sizeof *params);
     const char **names = calloc(n, sizeof *names);
     lq_sb sys = {0};

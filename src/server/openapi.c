@@ -7,13 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_obj.h"
 #include "server/internal.h"
 
 static json_t *schema(const char *text)
 {
     json_error_t e;
     json_t *j = text ? json_loads(text, 0, &e) : NULL;
-    return j ? j : json_object(); /* a malformed literal shows up as an empty schema in the test */
+    return j ? j : lq_json_object(); /* a malformed literal shows up as an empty schema in the test */
 }
 
 /* The "{name}" segment of a row's path, NULL for an exact path; *len is its length. */
@@ -62,7 +63,7 @@ static json_t *operation(const route *rt, int model_scoped)
 {
     const route_doc *d = &rt->doc;
     int upgrade = (rt->flags & RT_UPGRADE) != 0;
-    json_t *op = json_object();
+    json_t *op = lq_json_object();
     json_object_set_new(op, "summary", json_string(d->summary ? d->summary : "undocumented route"));
     json_object_set_new(op, "tags", json_pack("[s]", rt->flags & RT_OPENAI ? "openai" : "larql"));
     json_t *ps = params_of(rt, model_scoped);
@@ -71,7 +72,7 @@ static json_t *operation(const route *rt, int model_scoped)
     else
         json_decref(ps);
     if (d->request || d->binary_in) {
-        json_t *content = json_object();
+        json_t *content = lq_json_object();
         if (d->request)
             json_object_set_new(content, "application/json", json_pack("{s:o}", "schema", schema(d->request)));
         if (d->binary_in) {
@@ -81,7 +82,7 @@ static json_t *operation(const route *rt, int model_scoped)
         }
         json_object_set_new(op, "requestBody", json_pack("{s:b,s:o}", "required", 1, "content", content));
     }
-    json_t *ok = json_object(), *content = json_object();
+    json_t *ok = lq_json_object(), *content = lq_json_object();
     if (d->response)
         json_object_set_new(content, "application/json", json_pack("{s:o}", "schema", schema(d->response)));
     if (d->binary_out)
@@ -106,7 +107,7 @@ static const char *method_name(int m)
 
 char *srv_openapi_json(const lq_server *s, size_t *len)
 {
-    json_t *paths = json_object();
+    json_t *paths = lq_json_object();
     size_t n = 0;
     const route *rs = srv_routes(&n);
     for (int scoped = 0; scoped < 2; scoped++)
@@ -121,7 +122,7 @@ char *srv_openapi_json(const lq_server *s, size_t *len)
                 snprintf(path, sizeof path, "%s", rt->path);
             json_t *item = json_object_get(paths, path);
             if (!item) {
-                item = json_object();
+                item = lq_json_object();
                 json_object_set_new(paths, path, item);
             }
             json_object_set_new(item, method_name(rt->method), operation(rt, scoped));

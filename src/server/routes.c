@@ -19,7 +19,8 @@
 #define CONSTRAIN                                                                              \
     ",\"response_format\":" OBJ("\"type\":" STR ",\"json_schema\":" OBJ(                        \
         "\"name\":" STR ",\"schema\":{\"type\":\"object\"},\"strict\":" BOOL))                     \
-    ",\"grammar\":" STR ",\"json_schema\":{\"type\":\"object\"},\"logit_bias\":{\"type\":\"object\"}"
+    ",\"grammar\":" STR ",\"json_schema\":{\"type\":\"object\"},\"logit_bias\":{\"type\":\"object\"}"        \
+    ",\"cache_prompt\":" BOOL
 
 /* the flags most LARQL routes share: bounded by --max-concurrent, also under /v1/{model_id}/ */
 #define LARQL (RT_GATED | RT_MODEL_SCOPED)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/json_obj.h"
 #include "larql/gguf.h"
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
@@ -984,7 +985,7 @@ out:
 void route_warmup(lq_server *s, req *q, reply *r)
 {
     double t0 = lq_now();
-    json_t *j = q->len ? req_json_body(q, r) : json_object();
+    json_t *j = q->len ? req_json_body(q, r) : lq_json_object();
     if (!j)
         return;
     int skip = 0;

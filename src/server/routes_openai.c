@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/json_obj.h"
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
@@ -151,6 +152,12 @@ static int parse_common(lq_server *s, job *jb, json_t *j, reply *r)
         return -1;
     if (jget_bool(rt, j, "stream", &jb->stream, r) < 0)
         return -1;
+    /* llama-server's cache_prompt (default true): false keeps this request out of the prompt
+     * cache both ways */
+    int cache_prompt = 1;
+    if (jget_bool(rt, j, "cache_prompt", &cache_prompt, r) < 0)
+        return -1;
+    jb->gp.no_prompt_cache = !cache_prompt;
     json_t *so = json_object_get(j, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -695,7 +702,7 @@ static void record_logprobs(job *jb, int32_t id, const float *logits)
                               bytes_json(t, len), "top_logprobs", tops);
         json_array_append_new(jb->stream ? jb->lp_pending : jb->lp_all, e);
     } else {
-        json_t *tops = json_object();
+        json_t *tops = lq_json_object();
         for (int i = 0; i < k; i++) {
             size_t l2;
             char *t2 = token_text(jb->tok, ids[i], &l2);
@@ -790,7 +797,7 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
         lp = take_completion_logprobs(jb);
     }
     if (jb->chat) {
-        json_t *delta = json_object();
+        json_t *delta = lq_json_object();
         if (role)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (text)
@@ -1125,7 +1132,7 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
     lq_err err = {0};
     lq_resid_hook *hook = NULL;
     int st = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
-                           &hook, &err);
+                           &hook, &jb->gp.cache_key, &err);
     if (st) {
         reply_oai_err(r, st, NULL, "%s", err.msg);
         return -1;

@@ -27,6 +27,7 @@ void lq_server_opts_init(lq_server_opts *o)
     o->request_timeout_s = 30;
     o->shutdown_grace_s = 5;
     o->max_sessions = 64;
+    o->cache_ram = (uint64_t)1 << 30;
     o->session_ttl_s = 3600;
 }
 
@@ -79,6 +80,8 @@ static void server_free(lq_server *s)
     free(s->model_path);
     free(s->kernels);
     free(s->state_dir);
+    free(s->state_db);
+    free(s->state_model);
     free(s->patch_dir);
     free(s->chat_template);
     free(s->models);
@@ -105,6 +108,9 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "server: request timeout %d s is outside 1..86400", o->request_timeout_s);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "server: ctx %d is negative", o->n_ctx);
+    if (o->state_db && o->state_dir)
+        return lq_err_set(err, LQ_EINVAL, "server: --state-db and --state-dir keep the same edits in two places: "
+                                          "give one (sessions are in memory with --state-db)");
 
     struct stat st;
     if (stat(o->model_path, &st))
@@ -133,7 +139,11 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->kernels = dupz(o->model.kernels);
     s->state_dir = dupz(o->state_dir);
     s->patch_dir = dupz(o->patch_dir);
+    s->state_db = dupz(o->state_db);
+    s->state_model = dupz(o->state_model);
     s->o.state_dir = s->state_dir;
+    s->o.state_db = s->state_db;
+    s->o.state_model = s->state_model;
     s->o.patch_dir = s->patch_dir;
     s->chat_template = dupz(o->chat_template);
     s->o.chat_template = s->chat_template;
@@ -151,7 +161,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
     if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
-        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) ||
+        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || (o->state_db && !s->state_db) ||
+        (o->state_model && !s->state_model) ||
         (o->chat_template && !s->chat_template) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory or pipes");
@@ -420,6 +431,7 @@ static int open_models(const lq_server_opts *o, lq_server **out, lq_err *err)
         snprintf(path, sizeof path, "%s/%s", o->models_dir, names[k]);
         so.model_path = path;
         so.models_dir = NULL;
+        so.state_model = NULL; /* --dir: each model's rows under its own id */
         if (o->state_dir) {
             snprintf(state, sizeof state, "%s/%s", o->state_dir, names[k]);
             if (mkdir(state, 0755) && errno != EEXIST) {

@@ -355,7 +355,7 @@ static void start_generate(ws *w, json_t *j)
     __atomic_store_n(&w->cancel, 0, __ATOMIC_RELEASE);
     w->gen_t0 = lq_now();
     lq_resid_hook *hook = NULL;
-    if (srv_edit_hook(s, w->sid, &hook, &err)) {
+    if (srv_edit_hook(s, w->sid, &hook, &gp.cache_key, &err)) {
         free(ids);
         put_error(w, "%s", err.msg);
         return;

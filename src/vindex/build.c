@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "core/json_obj.h"
 #include "core/f16.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -131,7 +132,7 @@ static int write_gates(bctx *c, json_t *layers)
             if (!rc)
                 rc = write_floats(&w, row, (size_t)c->D, c->o->f16, c->err);
         }
-        json_t *e = json_object();
+        json_t *e = lq_json_object();
         json_object_set_new(e, "layer", json_integer(l));
         json_object_set_new(e, "num_features", json_integer(F));
         json_object_set_new(e, "offset", json_integer((json_int_t)off));
@@ -490,7 +491,7 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
 static json_t *manifest_entry(const char *key, const char *kind, json_t *shape, uint64_t off,
                               uint64_t len, const char *file)
 {
-    json_t *e = json_object();
+    json_t *e = lq_json_object();
     json_object_set_new(e, "key", json_string(key));
     json_object_set_new(e, "kind", json_string(kind));
     json_object_set_new(e, "shape", shape);
@@ -763,7 +764,7 @@ static int write_bitnet(bctx *c, json_t **layout_out)
         free(buf);
         for (uint64_t r = 0; r < rows && !rc; r++)
             rc = lq_vx_file_write(&sw, &s, 4, c->err);
-        json_t *e = json_object();
+        json_t *e = lq_json_object();
         json_object_set_new(e, "name", json_string(ts[i].name));
         json_object_set_new(e, "rows", json_integer((json_int_t)rows));
         json_object_set_new(e, "cols", json_integer((json_int_t)cols));
@@ -782,7 +783,7 @@ static int write_bitnet(bctx *c, json_t **layout_out)
         json_decref(tensors);
         return rc;
     }
-    json_t *lay = json_object();
+    json_t *lay = lq_json_object();
     json_object_set_new(lay, "tensors", tensors);
     json_object_set_new(lay, "total_scale_count", json_integer((json_int_t)scale_off));
     json_object_set_new(lay, "rms_eps", real_f32(meta_f64(c->g, c->arch, "attention.layer_norm_rms_epsilon", 1e-5)));
@@ -959,7 +960,7 @@ static int validate_shapes(bctx *c)
 
 static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int level)
 {
-    json_t *ix = json_object();
+    json_t *ix = lq_json_object();
     const char *name = NULL;
     uint64_t nlen = 0;
     char *model = NULL;
@@ -969,7 +970,7 @@ static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int le
     json_object_set_new(ix, "model", json_string(model ? model : "gguf-model"));
     /* LARQL's architecture detection knows llama; BitNet is its generic family */
     json_object_set_new(ix, "family", json_string(!strcmp(c->arch, "llama") ? "llama" : "generic"));
-    json_t *src = json_object();
+    json_t *src = lq_json_object();
     json_object_set_new(src, "huggingface_repo", json_string(model ? model : "gguf-model"));
     json_object_set_new(src, "huggingface_revision", json_null());
     json_object_set_new(src, "safetensors_sha256", json_null());
@@ -1004,7 +1005,7 @@ static json_t *index_json(bctx *c, json_t *layers, json_t *bitnet_layout, int le
     json_object_set(ix, "layers", layers);
     json_object_set_new(ix, "down_top_k", json_integer(json_array_size(layers) ? c->o->down_top_k : 0));
     json_object_set_new(ix, "has_model_weights", json_boolean(level >= LQ_VLEVEL_INFERENCE));
-    json_t *mc = json_object();
+    json_t *mc = lq_json_object();
     json_object_set_new(mc, "model_type", json_string(c->arch));
     /* head_dim as LARQL's GGUF config: attention.key_length, else hidden / heads */
     double nh = meta_f64(c->g, c->arch, "attention.head_count", 0);
@@ -1081,7 +1082,7 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
     lq_tokenizer *tok = NULL;
     uint8_t *keep_tok = NULL;
     json_t *layers = json_array(), *layout = NULL, *ix = NULL;
-    c.checksums = json_object();
+    c.checksums = lq_json_object();
     c.manifest = json_array();
     if (o->dense_only && !keep) {
         rc = lq_err_set(err, LQ_EINVAL, "--dense-only is only valid with --keep-quant on a BitNet GGUF "

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json_obj.h"
 #include "vindex/vindex_internal.h"
 
 static void rm_tree(const char *dir);
@@ -110,7 +111,7 @@ static int write_meta(const lq_vindex *base, const lq_vindex *view, const char *
 /* feature_labels.json: the base's labels plus the relation of every inserted feature */
 static int write_labels(const lq_vindex *base, const lq_vindex *view, const char *dir, lq_err *err)
 {
-    json_t *o = json_object();
+    json_t *o = lq_json_object();
     int added = 0;
     for (int l = 0; l < base->info.num_layers; l++) {
         int nf = base->layers[l].present ? base->layers[l].num_features : 0;

@@ -75,6 +75,7 @@ typedef struct es_group {
 
 struct lq_edit_set {
     int refs;
+    uint64_t serial;    /* unique for the process's life (prompt-cache keys) */
     int n_layer, D;
     es_layer *ly;       /* [n_layer] */
     es_entry *ent;
@@ -95,7 +96,9 @@ lq_edit_set *lq_vx_edit_set_new(int n_layer, int hidden)
         free(s);
         return NULL;
     }
+    static uint64_t next_serial;
     s->refs = 1;
+    s->serial = __atomic_add_fetch(&next_serial, 1, __ATOMIC_RELAXED);
     s->n_layer = n_layer;
     s->D = hidden;
     return s;
@@ -289,6 +292,8 @@ lq_edit_set *lq_edit_set_from_knn(const lq_knn_store *ks, int n_layer, int hidde
         }
     return s;
 }
+
+uint64_t lq_edit_set_serial(const lq_edit_set *s) { return s ? s->serial : 0; }
 
 lq_edit_set *lq_edit_set_ref(lq_edit_set *s)
 {

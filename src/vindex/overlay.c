@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <sys/types.h>
 
+#include "core/json_obj.h"
 #include "core/f16.h"
 #include "core/softmax.h"
 #include "larql/model.h"
@@ -403,13 +404,13 @@ static int subject_remove(lq_overlay *o, const char *entity, lq_err *err)
 static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
 {
     int rc = LQ_OK;
+    if (op->kind == LQ_OP_DELETE_EDIT || is_dead(o, op->id))
+        return LQ_OK; /* the edit it names is skipped by every rebuild (collect_dead) */
     if (op->kind == LQ_OP_INSERT_KNN) {
         lq_knn_entry ke = {op->layer, op->key, op->target_id, op->target, op->entity, op->relation,
                            isnan(op->confidence) ? 1.0f : op->confidence};
         return lq_knn_store_add_entry(o->knn, &ke, err);
     }
-    if (op->kind == LQ_OP_DELETE_EDIT || is_dead(o, op->id))
-        return LQ_OK; /* the edit it names is skipped by every rebuild (collect_dead) */
     if (op->kind == LQ_OP_INSERT_SUBJECT) {
         if (!o->subj && lq_patch_create("subject", NULL, o->hidden, &o->subj, err))
             return LQ_ENOMEM;
@@ -770,15 +771,45 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
         lq_patch_free(c);
     if (rc)
         return rc;
-    /* checked whole: only an allocation can fail here, and then the fold is redone without it */
-    rc = apply_ops(o, c, err);
-    if (!rc)
-        rc = changed(o, err);
+    /* checked whole: only an allocation can fail here, and then the fold is redone without it.
+     * A patch that removes edits by id (a shared edit log's rows carry such) is folded anew:
+     * the edits it names may lie in any earlier patch */
+    int deletes = 0;
+    for (size_t i = 0; i < lq_patch_n_ops(c); i++) {
+        lq_patch_op op;
+        deletes |= lq_patch_op_at(c, i, &op) && op.kind == LQ_OP_DELETE_EDIT;
+    }
+    if (deletes) {
+        rc = rebuild(o, err);
+    } else {
+        rc = apply_ops(o, c, err);
+        if (!rc)
+            rc = changed(o, err);
+    }
     if (rc) {
         lq_patch_free(o->patches[--o->np]);
         rebuild(o, NULL);
     }
     return rc;
+}
+
+int lq_overlay_check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
+{
+    if (!o || !p)
+        return lq_err_set(err, LQ_EINVAL, "overlay check: overlay and patch are required");
+    if (find_patch(o, lq_patch_name(p)) >= 0)
+        return lq_err_set(err, LQ_EINVAL, "a patch named '%s' is already applied", lq_patch_name(p));
+    return check_patch(o, p, err);
+}
+
+int lq_overlay_clear(lq_overlay *o, lq_err *err)
+{
+    if (!o)
+        return lq_err_set(err, LQ_EINVAL, "overlay clear: no overlay");
+    for (size_t i = 0; i < o->np; i++)
+        lq_patch_free(o->patches[i]);
+    o->np = 0;
+    return rebuild(o, err);
 }
 
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
@@ -1614,7 +1645,7 @@ static const char *op_mode(int kind)
 int lq_overlay_edit_rows_json(const lq_overlay *o, char **json_out, lq_err *err)
 {
     *json_out = NULL;
-    json_t *rows = json_array(), *seen = json_object();
+    json_t *rows = json_array(), *seen = lq_json_object();
     for (size_t i = 0; o && i < o->np; i++) {
         lq_patch_op op;
         for (size_t k = 0; lq_patch_op_at(o->patches[i], k, &op); k++) {

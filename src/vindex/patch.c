@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+
+#include "core/json_obj.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -624,7 +626,7 @@ static void set_str(json_t *o, const char *k, const char *v)
 
 static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
 {
-    json_t *o = json_object();
+    json_t *o = lq_json_object();
     json_object_set_new(o, "op", json_string(OP_NAMES[op->kind]));
     if (op->kind != LQ_OP_DELETE_KNN && op->kind != LQ_OP_DELETE_EDIT)
         json_object_set_new(o, "layer", json_integer(op->layer));
@@ -664,7 +666,7 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
 int lq_patch_json(const lq_patch *p, char **out, lq_err *err)
 {
     *out = NULL;
-    json_t *root = json_object(), *ops = json_array(), *tags = json_array();
+    json_t *root = lq_json_object(), *ops = json_array(), *tags = json_array();
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "base_model", json_string(p->base_model));
     if (p->base_checksum)

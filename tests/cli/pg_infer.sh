@@ -8,6 +8,7 @@
 # infer_diff, and a malformed copy. Skipped when PostgreSQL 15 or its server headers are
 # not installed. PGI_KEEP=1 keeps the temp directory.
 . "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"  # run_py (its exit trap is replaced by cleanup_pg below)
 ROOT=$PWD
 BUILD=${BUILD:-build}
 # LQ_HUGEPAGES=1 would make the server's backends copy model weights, which infer() refuses
@@ -81,9 +82,12 @@ cleanup_pg() {
     [ -z "$PGI_KEEP" ] && rm -rf "$T_TMP"
 }
 trap cleanup_pg EXIT INT TERM
-if $RUN "$PGBIN/pg_ctl" -D "$DATA" -l "$T_TMP/pg.log" -w -t 60 \
-        -o "-c listen_addresses='' -k $T_TMP -p $PORT -c fsync=off -c extension_destdir=$STAGE -c dynamic_library_path=$STAGE$($PGBIN/pg_config --pkglibdir):\$libdir" \
-        start >"$T_TMP/pgctl.log" 2>&1; then
+# the start command in a file: the --state-db test stops and starts the cluster again
+cat >"$T_TMP/pg_start.sh" <<EOF
+exec $RUN "$PGBIN/pg_ctl" -D "$DATA" -l "$T_TMP/pg.log" -w -t 60 \\
+    -o "-c listen_addresses='' -k $T_TMP -p $PORT -c fsync=off -c extension_destdir=$STAGE -c dynamic_library_path=$STAGE$($PGBIN/pg_config --pkglibdir):\\\$libdir" start
+EOF
+if sh "$T_TMP/pg_start.sh" >"$T_TMP/pgctl.log" 2>&1; then
     pass "cluster starts"
 else
     fail "cluster starts" "$(cat "$T_TMP/pgctl.log" "$T_TMP/pg.log" 2>/dev/null | tail -n 10)"; done_tests; exit 1
@@ -115,7 +119,7 @@ HANG_PORT=$(cat "$T_TMP/hang.port")
 
 # ---- the SQL files ----
 export PGI_FIXDIR="$F" PGI_TOP="$TOP" PGI_REMOTE="http://127.0.0.1:$SRV_PORT" PGI_HANG="http://127.0.0.1:$HANG_PORT"
-for sql in "$EXT"/test/sql/*.sql; do
+for sql in "$EXT"/test/sql/${PGI_SQL:-*}.sql; do  # PGI_SQL=name: one file
     name=$(basename "$sql" .sql)
     exp="$EXT/test/expected/$name.out"
     if [ "$name" = remote ] && [ -z "$SRV_PORT" ]; then fail "sql $name" "larql serve did not start: $(cat "$T_TMP/srv.err")"; continue; fi
@@ -220,6 +224,37 @@ if "$PGBIN/pgbench" -n -h "$T_TMP" -p "$PORT" -U postgres -c 16 -j 2 -t 50 -f "$
     grep "^tps" "$T_TMP/pgbench.out" | sed 's/^/# /'
 else
     fail "pgbench: 16 clients x 50 transactions (describe, similar_to, walk), no errors" "$(tail -n 8 "$T_TMP/pgbench.out")"
+fi
+
+# ---- larql serve --state-db: two servers share their edits through infer.edits ----
+$PSQL -d postgres -c "CREATE DATABASE pgi_state" >/dev/null 2>&1
+if $PSQL -d pgi_state -c "CREATE EXTENSION pg_infer" >/dev/null 2>"$T_TMP/state.err"; then
+    check_fails "serve --state-db refuses a database without infer.edits" "CREATE EXTENSION pg_infer" \
+        "$LARQL" serve "$F/kq" --port 0 --state-db "host=$T_TMP port=$PORT dbname=postgres user=postgres"
+    check_fails "serve --state-db refuses an unreachable database" "state database" \
+        "$LARQL" serve "$F/kq" --port 0 --state-db "host=$T_TMP port=1 dbname=pgi_state user=postgres connect_timeout=2"
+    check_fails "serve refuses --state-db with --state-dir" "one" \
+        "$LARQL" serve "$F/kq" --port 0 --state-dir "$T_TMP/sd" --state-db "host=$T_TMP port=$PORT dbname=pgi_state"
+    $PSQL -d pgi_state -c "SET infer.data_directory = '$F'" -c "SELECT infer_create_model('kq', 'kq')" >/dev/null 2>&1
+    mkdir -p "$T_TMP/sdlogs"
+    LARQL="$LARQL" VINDEX="$F/kq" CONNINFO="host=$T_TMP port=$PORT dbname=pgi_state user=postgres" \
+        PSQL="$PSQL -d pgi_state" TMPDIR_LOGS="$T_TMP/sdlogs" \
+        PG_STOP="$RUN $PGBIN/pg_ctl -D $DATA -m fast -w stop" \
+        PG_START="sh $T_TMP/pg_start.sh" \
+        run_py state_db.log "$ROOT/tests/http/state_db.py"
+    # the load-balanced deployment (README): three replicas behind HAProxy
+    HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+    if [ -x "$HAPROXY" ]; then
+        $PSQL -d pgi_state -c "TRUNCATE infer.edits" >/dev/null 2>&1
+        LARQL="$LARQL" VINDEX="$F/kq" CONNINFO="host=$T_TMP port=$PORT dbname=pgi_state user=postgres" \
+            PSQL="$PSQL -d pgi_state" TMPDIR_LOGS="$T_TMP/sdlogs" HAPROXY="$HAPROXY" \
+            PG_STOP="$RUN $PGBIN/pg_ctl -D $DATA -m fast -w stop" PG_START="sh $T_TMP/pg_start.sh" \
+            run_py state_db_lb.log "$ROOT/tests/http/state_db_lb.py"
+    else
+        skip "three --state-db replicas behind HAProxy" "haproxy is not installed (scripts/deps.sh --with-postgres installs it)"
+    fi
+else
+    fail "pg_infer installs in a database for --state-db" "$(cat "$T_TMP/state.err")"
 fi
 
 # ---- figures, not assertions (PGI_BENCH=1): median latencies, backend RSS over many calls;

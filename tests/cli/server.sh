@@ -129,6 +129,26 @@ else
     skip "vindex routes" "larql convert gguf-to-vindex failed"
 fi
 
+# ---- the prompt cache (--cache-ram) on an inference vindex (generation and edits) ----
+if "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/vxi" --keep-quant --level inference >/dev/null 2>&1 &&
+   start_server pcache "$T_TMP/vxi" --threads 1; then
+    run_py prompt_cache.log "$HTTP_DIR/prompt_cache.py" "$PORT"
+    stop_server "$PID"
+    if start_server nocache "$T_TMP/vxi" --threads 1 --cache-ram 0; then
+        curl -s -H 'Content-Type: application/json' -d '{"prompt":"The capital of France is","max_tokens":2}' \
+            "http://127.0.0.1:$PORT/v1/completions" >/dev/null
+        if curl -s "http://127.0.0.1:$PORT/v1/runtime" | grep -q '"prompt_cache":{"capacity":0,"entries":0,"hits":0,"misses":0'; then
+            pass "--cache-ram 0 turns the prompt cache off"
+        else
+            fail "--cache-ram 0 turns the prompt cache off" "$(curl -s "http://127.0.0.1:$PORT/v1/runtime" | head -c 400)"
+        fi
+        stop_server "$PID"
+    fi
+else
+    fail "a server on an inference vindex starts for the prompt cache test"
+fi
+check_fails "serve: --cache-ram must be a number of MiB" "cache-ram" "$LARQL" serve "$M" --cache-ram lots
+
 # ---- lazy weights: up before the model is loaded, loads on first use ----
 if start_server lazy "$M" --lazy-weights --threads 1; then
     if curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"loaded":false'; then pass "--lazy-weights: not loaded at start"; else fail "--lazy-weights: not loaded at start"; fi

@@ -23,6 +23,30 @@ else
     fail "every global the archive defines starts with lq_ or LQ_" "$(wc -l <"$T_TMP/bad") others: $(tr '\n' ' ' <"$T_TMP/bad")"
 fi
 
+# The library never calls a function the PostgreSQL server executable also exports: pg_infer
+# links the library, and the dynamic linker would bind such a call to postgres's function
+# (jansson's json_object() met PostgreSQL's SQL function json_object() and crashed a backend;
+# src/core/json_obj.h). Compared against the installed postgres when there is one.
+PGEXE=${PGI_PGBIN:-/usr/lib/postgresql/15/bin}/postgres
+nm -u "$LIB" 2>/dev/null | awk '{print $NF}' | sort -u >"$T_TMP/undef"
+awk '{print $1}' "$T_TMP/syms" | sort -u >"$T_TMP/def"
+if grep -qx 'json_object' "$T_TMP/undef"; then
+    fail "the library never references json_object (PostgreSQL exports one)" "$(grep -c . "$T_TMP/undef") undefined"
+else
+    pass "the library never references json_object (PostgreSQL exports one)"
+fi
+if [ -x "$PGEXE" ]; then
+    nm -D --defined-only "$PGEXE" | awk '{print $NF}' | sort -u >"$T_TMP/pgdef"
+    comm -12 "$T_TMP/undef" "$T_TMP/pgdef" | grep -v -x -f "$T_TMP/def" >"$T_TMP/clash"
+    if [ ! -s "$T_TMP/clash" ]; then
+        pass "no function the library calls is also defined by the postgres executable"
+    else
+        fail "no function the library calls is also defined by the postgres executable" "$(tr '\n' ' ' <"$T_TMP/clash")"
+    fi
+else
+    skip "library calls against the postgres executable's symbols" "PostgreSQL 15 is not installed"
+fi
+
 # A host that only reads GGUF files (as the vindex tools or pg_infer's metadata functions
 # might) gets the gguf and core modules, not the HTTP server or its libraries.
 CC=${CC:-cc}

@@ -666,6 +666,105 @@ static void test_edits_never_overflow(void)
     free(g), free(d), free(lg);
 }
 
+/* Edits as rows of a shared table (lq_overlay_plan_*, lq_edit_log): a plan leaves its overlay
+ * unchanged; two logs folding the same rows answer alike; a removed row, or a lower id that
+ * arrives after a higher one, refolds from the base; a bad row counts as applied. */
+static char *plan_vlp(const lq_overlay *o, const lq_insert_params *ip, int64_t id)
+{
+    char name[32];
+    lq_edit_log_row_name(id, name);
+    lq_patch *p = NULL;
+    lq_insert_result r;
+    lq_err err = {0};
+    char *j = NULL;
+    if (lq_overlay_plan_insert(o, M, ip, name, &r, &p, &err) || !p || lq_patch_json(p, &j, &err))
+        printf("#   plan: %s\n", err.msg);
+    lq_patch_free(p);
+    return j;
+}
+
+static void test_edit_log(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_edit_log *a = NULL, *b = NULL;
+    lq_err err = {0};
+    CHECK(lq_edit_log_create(V, NULL, &a, &err) == 0 && lq_edit_log_create(V, NULL, &b, &err) == 0);
+    uint64_t v0 = lq_overlay_version(lq_edit_log_overlay(a));
+    lq_insert_params ip = atlantis(LQ_INSERT_KNN);
+    char *r1 = plan_vlp(lq_edit_log_overlay(a), &ip, 1);
+    CHECK(r1 && lq_overlay_version(lq_edit_log_overlay(a)) == v0 && !lq_overlay_edits(lq_edit_log_overlay(a)));
+    ip.entity = "Lemuria";
+    ip.target = "Berlin";
+    char *r2 = plan_vlp(lq_edit_log_overlay(a), &ip, 2);
+    CHECK(r2);
+    /* a plan that changes nothing gives no patch */
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.entity = "Nowhere-at-all";
+    size_t n = 9;
+    lq_patch *none = NULL;
+    CHECK(lq_overlay_plan_delete(lq_edit_log_overlay(a), &w, "edit:9", &n, &none, &err) == 0 && !none && n == 0);
+
+    /* a applies 1 then 2; b sees 2 first (1 committed later): it refolds when 1 appears */
+    int64_t ids12[] = {1, 2}, ids2[] = {2};
+    size_t from = 9;
+    int reset = 9;
+    CHECK(lq_edit_log_sync(a, ids12, 2, &from, &reset, &err) == 0 && from == 0 && !reset);
+    CHECK_MSG(lq_edit_log_apply(a, 1, NULL, r1, strlen(r1), &err) == 0, "%s", err.msg);
+    CHECK_MSG(lq_edit_log_apply(a, 2, NULL, r2, strlen(r2), &err) == 0, "%s", err.msg);
+    CHECK(lq_edit_log_apply(a, 2, NULL, r2, strlen(r2), &err) == LQ_EINVAL); /* not after the last */
+    CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && from == 0 && !reset);
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
+    lq_overlay *ob = lq_edit_log_overlay(b);
+    uint64_t vb = lq_overlay_version(ob);
+    CHECK(lq_edit_log_sync(b, ids12, 2, &from, &reset, &err) == 0 && from == 0 && reset);
+    CHECK(lq_edit_log_n_applied(b) == 0 && lq_edit_log_overlay(b) == ob && lq_overlay_version(ob) > vb);
+    CHECK(lq_overlay_n_patches(ob) == 0 && lq_knn_store_count(lq_overlay_knn(ob)) == 0);
+    CHECK(lq_edit_log_apply(b, 1, NULL, r1, strlen(r1), &err) == 0 && lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
+    CHECK(lq_edit_log_sync(b, ids12, 2, &from, &reset, &err) == 0 && from == 2 && !reset);
+    char ta[64], tb[64];
+    int fa = 0, fb = 0;
+    CHECK(infer_top(lq_edit_log_overlay(a), "The capital of Atlantis is", ta, sizeof ta, NULL, &fa) == 0);
+    CHECK(infer_top(lq_edit_log_overlay(b), "The capital of Atlantis is", tb, sizeof tb, NULL, &fb) == 0);
+    CHECK_MSG(fa && fb && !strcmp(ta, "Poseidonia") && !strcmp(tb, ta), "'%s' '%s'", ta, tb);
+    CHECK(lq_knn_store_count(lq_overlay_knn(lq_edit_log_overlay(b))) == 2);
+
+    /* row 1 removed (a rollback, a DELETE): b refolds with row 2 alone */
+    CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && from == 0 && reset);
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0);
+    CHECK(infer_top(lq_edit_log_overlay(b), "The capital of Atlantis is", tb, sizeof tb, NULL, &fb) == 0);
+    CHECK(!fb && lq_knn_store_count(lq_overlay_knn(lq_edit_log_overlay(b))) == 1);
+
+    /* a row that removes an edit by id (DELETE /v1/edits/{id} elsewhere): the KNN entry goes */
+    lq_overlay *ov2 = lq_edit_log_overlay(b);
+    const lq_patch *p2 = lq_overlay_patch_at(ov2, 0);
+    lq_patch_op op2;
+    CHECK(p2 && lq_patch_op_at(p2, 0, &op2) && op2.id);
+    char del[300];
+    snprintf(del, sizeof del, "{\"version\": 1, \"operations\": [{\"op\": \"delete_edit\", \"id\": \"%s\"}]}",
+             op2.id ? op2.id : "");
+    int64_t ids24[] = {2, 4};
+    CHECK(lq_edit_log_sync(b, ids24, 2, &from, &reset, &err) == 0 && from == 1 && !reset);
+    CHECK_MSG(lq_edit_log_apply(b, 4, NULL, del, strlen(del), &err) == 0, "%s", err.msg);
+    CHECK(lq_knn_store_count(lq_overlay_knn(ov2)) == 0);
+    CHECK(lq_edit_log_sync(b, ids2, 1, &from, &reset, &err) == 0 && reset); /* row 4 gone again */
+    CHECK(lq_edit_log_apply(b, 2, NULL, r2, strlen(r2), &err) == 0 && lq_knn_store_count(lq_overlay_knn(ov2)) == 1);
+
+    /* a damaged row: an error, counted, and the next sync does not refold for it */
+    int64_t ids23[] = {2, 3};
+    CHECK(lq_edit_log_sync(b, ids23, 2, &from, &reset, &err) == 0 && from == 1 && !reset);
+    CHECK(lq_edit_log_apply(b, 3, NULL, "{\"operations\": 7}", 17, &err) == LQ_EFORMAT);
+    CHECK(lq_edit_log_n_failed(b) == 1 && lq_edit_log_n_applied(b) == 2);
+    CHECK(lq_edit_log_sync(b, ids23, 2, &from, &reset, &err) == 0 && from == 2 && !reset);
+    int64_t bad[] = {3, 2};
+    CHECK(lq_edit_log_sync(b, bad, 2, &from, &reset, &err) == LQ_EINVAL);
+    free(r1);
+    free(r2);
+    lq_edit_log_free(a);
+    lq_edit_log_free(b);
+}
+
 int main(void)
 {
     if (setup())
@@ -678,6 +777,7 @@ int main(void)
     RUN(test_bad_patches);
     RUN(test_journal);
     RUN(test_edits_never_overflow);
+    RUN(test_edit_log);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();

@@ -555,6 +555,121 @@ static void test_many_threads(void)
     lq_model_close(m);
 }
 
+/* The prompt cache: a request whose prompt extends a finished one's prompt and output (a
+ * chat's next turn) reuses that session's KV and prefills only the rest, with the tokens and
+ * logprobs a fresh lq_generate gives; an opted-out request neither uses nor fills it; the
+ * cache holds at most its size. */
+static void check_prompt_cache(const char *path)
+{
+    lq_model *m = open_model(path, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    int32_t bos = lq_tokenizer_bos(lq_model_tokenizer(m));
+    static job a, b, d;
+    static rec ra, rb, rb_ref, rc2, rd;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    memset(&rb_ref, 0, sizeof rb_ref);
+    memset(&rc2, 0, sizeof rc2);
+    memset(&rd, 0, sizeof rd);
+    lq_generate_defaults(&a.p);
+    a.p.sampling.temperature = 0;
+    a.p.max_tokens = 20;
+    a.p.ignore_eos = 1;
+    a.n_prompt = 41;
+    a.prompt[0] = bos;
+    for (size_t i = 1; i < a.n_prompt; i++)
+        a.prompt[i] = (int32_t)((i * 53 + 7) % (size_t)(mi->n_vocab - 3));
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = 2;
+    so.prefill_chunk = 16;
+    so.prompt_cache = 2;
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
+    if (!S) {
+        lq_model_close(m);
+        return;
+    }
+    lq_sched_req *h = NULL;
+    lq_generate_result res, res_ref;
+    CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &a.p, on_token, on_done, &ra, &h, &err) == 0);
+    CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+    lq_sched_release(h);
+    CHECK_EQ_INT(ra.n, 20);
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_EQ_INT(st.cache_entries, 1);
+    CHECK(st.cache_hits == 0);
+
+    /* the next turn: the prompt, the answer, and 7 new tokens */
+    b = a;
+    b.n_prompt = 0;
+    for (size_t i = 0; i < a.n_prompt; i++)
+        b.prompt[b.n_prompt++] = a.prompt[i];
+    for (int i = 0; i < ra.n; i++)
+        b.prompt[b.n_prompt++] = ra.ids[i];
+    for (int i = 0; i < 7; i++)
+        b.prompt[b.n_prompt++] = (int32_t)((i * 31 + 5) % (mi->n_vocab - 3));
+    b.p.max_tokens = 16;
+    CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rb, &h, &err) == 0);
+    CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+    lq_sched_release(h);
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.cache_hits == 1 && st.cache_reused_tokens == a.n_prompt + 19,
+              "hits %llu, reused %llu (the prompt and the 19 answer tokens fed)", (unsigned long long)st.cache_hits,
+              (unsigned long long)st.cache_reused_tokens);
+    CHECK_MSG(st.prefill_tokens == a.n_prompt + (b.n_prompt - (a.n_prompt + 19)), "prefilled %llu",
+              (unsigned long long)st.prefill_tokens);
+    lq_session *fresh = NULL;
+    CHECK(lq_session_create(m, 0, &fresh, &err) == 0);
+    CHECK(lq_generate(fresh, b.prompt, b.n_prompt, &b.p, on_token, &rb_ref, &res_ref, &err) == 0);
+    lq_session_free(fresh);
+    CHECK_MSG(same_rec(&rb_ref, &rb, &res_ref, &res), "%s: the cached prefix changed the answer", path);
+    int bits = rb.n == rb_ref.n && !memcmp(rb.lp, rb_ref.lp, sizeof(float) * (size_t)rb.n);
+    printf("#   %s: logprobs with the cached prefix %s those of a fresh prefill\n", path,
+           bits ? "bit-identical to" : "within 1e-5 of");
+
+    /* opted out: no lookup, no entry left behind */
+    int entries = st.cache_entries;
+    uint64_t misses = st.cache_misses;
+    b.p.no_prompt_cache = 1;
+    CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rc2, &h, &err) == 0);
+    CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+    lq_sched_release(h);
+    lq_scheduler_get_stats(S, &st);
+    CHECK(st.cache_hits == 1 && st.cache_misses == misses && st.cache_entries == entries);
+    CHECK(same_rec(&rb_ref, &rc2, &res_ref, &res));
+
+    /* unrelated prompts: a miss each, and never more entries than the cache's size */
+    for (int k = 0; k < 3; k++) {
+        d = a;
+        d.p.max_tokens = 4;
+        for (size_t i = 1; i < d.n_prompt; i++)
+            d.prompt[i] = (int32_t)((i * 17 + (size_t)k * 29 + 3) % (size_t)(mi->n_vocab - 3));
+        d.prompt[1] = (int32_t)(k + 1); /* differs from every earlier prompt at position 1 */
+        memset(&rd, 0, sizeof rd);
+        CHECK(lq_scheduler_submit(S, d.prompt, d.n_prompt, &d.p, on_token, on_done, &rd, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1);
+        lq_sched_release(h);
+    }
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.cache_hits == 1 && st.cache_misses == misses + 3, "hits %llu misses %llu",
+              (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses);
+    CHECK_MSG(st.cache_entries == 2 && st.sessions <= so.max_active + so.prompt_cache, "entries %d sessions %d",
+              st.cache_entries, st.sessions);
+    lq_scheduler_free(S);
+    so.prompt_cache = 4097;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == LQ_EINVAL && strstr(err.msg, "prompt_cache"));
+    lq_model_close(m);
+}
+
+static void test_prompt_cache_bitnet(void) { check_prompt_cache(g_bitnet); }
+static void test_prompt_cache_llama(void) { check_prompt_cache(g_llama); }
+
 int main(void)
 {
     if (write_models()) {
@@ -569,6 +684,8 @@ int main(void)
     RUN(test_cancel);
     RUN(test_free_while_busy);
     RUN(test_many_threads);
+    RUN(test_prompt_cache_bitnet);
+    RUN(test_prompt_cache_llama);
     unlink(g_bitnet);
     unlink(g_llama);
     rmdir(harness_tmpdir());

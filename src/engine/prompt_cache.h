@@ -1,0 +1,33 @@
+/* The scheduler's prompt cache (prompt_cache.c): finished requests' sessions kept with the
+ * tokens their KV holds, for requests whose prompts start with them. Loop thread only. */
+#ifndef LQ_ENGINE_PROMPT_CACHE_H
+#define LQ_ENGINE_PROMPT_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "larql/model.h"
+
+typedef struct pcache pcache;
+/* What to do with a session the cache lets go (pool it or free it). */
+typedef void (*pcache_drop_fn)(void *ctx, lq_session *s);
+
+/* A cache of at most cap sessions (cap 0: it keeps nothing). LQ_OK or LQ_ENOMEM. */
+int pcache_create(int cap, pcache **out);
+/* Frees the cache and every session in it. NULL-safe. */
+void pcache_free(pcache *c);
+int pcache_cap(const pcache *c);
+int pcache_count(const pcache *c);
+/* The session of the entry with key whose tokens share the longest prefix with prompt[0..n-1)
+ * (never all of it: the last token is evaluated for its logits), cut back to that prefix and
+ * out of the cache; *reused = the prefix length. Only a prefix of at least 8 tokens and half
+ * the entry's counts; NULL when no entry has one. */
+lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n, size_t *reused);
+/* Keeps s (its KV holds toks[0..n), its position n) under key; entries it extends and the
+ * least recently used one beyond cap go to drop, and so does s if it cannot be kept. */
+void pcache_put(pcache *c, lq_session *s, const int32_t *toks, size_t n, uint64_t key, pcache_drop_fn drop,
+                void *ctx);
+/* The least recently used entry's session, out of the cache (NULL when empty). */
+lq_session *pcache_evict_lru(pcache *c);
+
+#endif
