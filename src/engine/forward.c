@@ -614,7 +614,8 @@ static void forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const
  *   R_r = err_r ||x|| + norm_r (||x - x~|| + c (||x|| + ||x - x~||))
  * where c = gamma_D + 4u covers the exact dot's rounding (<= gamma_D ||w|| ||x||,
  * gamma_D = D u / (1 - D u), u = 2^-24) and the approximate score's (<= 3u |w~ . x~|).
- * R_r is evaluated in float and scaled by 1 + 2^-20 to stay above its real value. Then with
+ * R_r is evaluated in float and scaled by 1 + 2^-20 to stay above its real value (plus 1e-30
+ * for underflowing products). Then with
  * tau the k-th largest lower bound a_r - R_r, every row outside S = {r : a_r + R_r >= tau -
  * window} is strictly below k rows of S, so the top k are in S; S is computed exactly with the
  * dense kernel (one row at a time: its per-row result does not depend on the tile shape, so
@@ -638,7 +639,9 @@ static void head_norms(const float *x, const int16_t *q, float inv, int D, float
 
 static inline float head_radius(const lq_lm_bound *b, int64_t r, float X, float Y)
 {
-    float R = (b->err[r] * X + b->norm[r] * Y) * (1.0f + 0x1p-20f);
+    /* + 1e-30: the absolute error of products that underflow (at most D * 2^-150 in each dot,
+     * tiny activations or scales), which the relative terms do not cover */
+    float R = (b->err[r] * X + b->norm[r] * Y) * (1.0f + 0x1p-20f) + 1e-30f;
     return R <= 3.0e38f ? R : INFINITY; /* NaN (inf * 0) and overflow: no bound */
 }
 
