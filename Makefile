@@ -92,10 +92,15 @@ $(BUILD)/%.o: %.c
 OBJCOPY ?= objcopy
 MODULES := $(sort $(foreach f,$(LIB_SRC),$(word 2,$(subst /, ,$(f)))))
 MOD_OBJ := $(MODULES:%=$(BUILD)/modules/%.o)
+# A module's object also depends on the list of its files (a stamp rewritten only when the list
+# changes), so that moving a file out of a module rebuilds it without the stale object.
 define module_rule
-$(BUILD)/modules/$(1).o: $(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ))
+$(BUILD)/modules/$(1).list: FORCE
 	@mkdir -p $$(dir $$@)
-	$(LD) -r -o $$@.all $$^
+	@echo '$(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ))' | cmp -s - $$@ || echo '$(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ))' >$$@
+$(BUILD)/modules/$(1).o: $(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ)) $(BUILD)/modules/$(1).list
+	@mkdir -p $$(dir $$@)
+	$(LD) -r -o $$@.all $$(filter %.o,$$^)
 	$(OBJCOPY) --wildcard --keep-global-symbol='lq_*' --keep-global-symbol='LQ_*' $$@.all $$@
 	@rm -f $$@.all
 endef
@@ -188,4 +193,4 @@ demo: $(BUILD)/larql
 clean:
 	rm -rf build build-asan build-clang build-fuzz build-tsan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) $(REPLAY_BIN:=.d)

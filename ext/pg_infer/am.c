@@ -8,8 +8,10 @@
  * amgettuple reads the heap with the scan's snapshot, scores every row's text against the
  * query with that model (similar_to, distance 1/(1+score) like <~>), sorts, and then hands
  * the rows out in distance order; rows whose column is NULL come last (their distance is
- * NULL, as the STRICT operator gives). The index orders by its own model; the operator
- * evaluated outside an index uses infer.default_model. The cost estimate is honest: all
+ * NULL, as the STRICT operator gives). The operator evaluated outside an index uses
+ * infer.default_model, so the planner only considers an index built for that model (other
+ * indexes cost disable_cost), and a scan scores with the operator's model (a cached plan
+ * keeps answering as a sequential scan would). The cost estimate is honest: all
  * work happens before the first row, at the operator's cost per row, so the planner picks
  * the index only where it saves the sort. */
 #include "pg_infer.h"
@@ -175,12 +177,32 @@ infer_vacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	return stats;
 }
 
+/* The model named in an index's metapage ("" when the metapage is not valid). */
+static void
+read_meta_model(Relation index, char *out)
+{
+	Buffer		buf = ReadBuffer(index, 0);
+	InferMeta	meta;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	memcpy(&meta, PageGetContents(BufferGetPage(buf)), sizeof meta);
+	UnlockReleaseBuffer(buf);
+	out[0] = 0;
+	if (meta.magic == INFER_AM_MAGIC && meta.version == INFER_AM_VERSION)
+	{
+		meta.model[INFER_AM_NAME_MAX - 1] = 0;
+		strlcpy(out, meta.model, INFER_AM_NAME_MAX);
+	}
+}
+
 /* Every row costs one similar_to (the operator's COST 10000) before the first row comes out. */
 static void
 infer_costestimate(PlannerInfo *root, IndexPath *path, double loop_count, Cost *startup, Cost *total,
 				   Selectivity *sel, double *corr, double *pages)
 {
 	double		tuples = path->indexinfo->rel->tuples > 0 ? path->indexinfo->rel->tuples : 1000;
+	char		model[INFER_AM_NAME_MAX];
+	Relation	index;
 
 	*sel = 1.0;
 	*corr = 0;
@@ -188,6 +210,17 @@ infer_costestimate(PlannerInfo *root, IndexPath *path, double loop_count, Cost *
 	if (path->indexorderbys == NIL)
 	{
 		/* no ORDER BY <~>: the index answers nothing */
+		*startup = *total = disable_cost;
+		return;
+	}
+	/* <~> outside an index orders by infer.default_model: an index built for another model
+	 * would answer another order, so the planner is steered away from it (the planner holds
+	 * a lock on the index already) */
+	index = index_open(path->indexinfo->indexoid, NoLock);
+	read_meta_model(index, model);
+	index_close(index, NoLock);
+	if (pgi_default_model == NULL || strcmp(model, pgi_default_model) != 0)
+	{
 		*startup = *total = disable_cost;
 		return;
 	}
@@ -223,18 +256,12 @@ infer_beginscan(Relation index, int nkeys, int norderbys)
 {
 	IndexScanDesc scan = RelationGetIndexScan(index, nkeys, norderbys);
 	InferScan  *so = palloc0(sizeof *so);
-	Buffer		buf = ReadBuffer(index, 0);
-	InferMeta	meta;
 
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	memcpy(&meta, PageGetContents(BufferGetPage(buf)), sizeof meta);
-	UnlockReleaseBuffer(buf);
-	if (meta.magic != INFER_AM_MAGIC || meta.version != INFER_AM_VERSION)
+	read_meta_model(index, so->model);
+	if (so->model[0] == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INDEX_CORRUPTED),
 				 errmsg("INFER: index \"%s\" has no valid metapage", RelationGetRelationName(index))));
-	meta.model[INFER_AM_NAME_MAX - 1] = 0;
-	strlcpy(so->model, meta.model, sizeof so->model);
 	so->cxt = CurrentMemoryContext;
 	scan->opaque = so;
 	if (norderbys > 0)
@@ -283,7 +310,10 @@ infer_score_all(IndexScanDesc scan, const char *query)
 	InferScan  *so = scan->opaque;
 	Relation	heap = scan->heapRelation;
 	AttrNumber	att = scan->indexRelation->rd_index->indkey.values[0];
-	PgiModel   *m = query ? pgi_model_by_name(so->model) : NULL;
+	/* the model <~> itself would use (infer.default_model, or its ERROR when unset): the
+	 * planner only picks this index when that is the index's model, and a plan cached
+	 * before the setting changed still answers as a sequential scan would */
+	PgiModel   *m = query ? pgi_model_arg(NULL, -1) : NULL;
 	TableScanDesc hs;
 	TupleTableSlot *slot;
 	int			cap = 256;

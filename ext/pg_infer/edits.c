@@ -159,6 +159,7 @@ pgi_edits_sync(PgiModel *m)
 	SPI_finish();
 	m->vx = lq_overlay_vindex(lq_edit_log_overlay(m->log));
 	m->edits_version = ver;
+	pgi_mapcheck();				/* folding read the vindex's mapped rows */
 }
 
 lq_overlay *
@@ -311,7 +312,10 @@ pgi_insert(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	id = next_edit_id();
 	lq_edit_log_row_name(id, name);
-	if ((rc = lq_overlay_plan_insert(lq_edit_log_overlay(m->log), lm, &ip, name, &res, &p, &err)) != 0)
+	rc = lq_overlay_plan_insert(lq_edit_log_overlay(m->log), lm, &ip, name, &res, &p, &err);
+	if (rc == 0)
+		pgi_mapcheck();			/* the edit was computed from mapped weights */
+	if (rc != 0)
 		pgi_lq_error(rc, &err, "insert failed");
 	if (p == NULL)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("insert failed: the edit wrote nothing")));
@@ -355,6 +359,8 @@ delete_or_update(FunctionCallInfo fcinfo, bool update)
 	lq_edit_log_row_name(id, name);
 	rc = update ? lq_overlay_plan_update(lq_edit_log_overlay(m->log), &w, target, NAN, name, &n, &p, &err)
 		: lq_overlay_plan_delete(lq_edit_log_overlay(m->log), &w, name, &n, &p, &err);
+	if (rc == 0)
+		pgi_mapcheck();
 	if (rc)
 		pgi_lq_error(rc, &err, update ? "update failed" : "delete failed");
 	if (p == NULL)

@@ -4,6 +4,7 @@
  * registry.c   infer.models (SPI), the per-backend model cache, model management functions
  * queries.c    the knowledge query functions (describe, walk, ...) and the operators
  * remote.c     the remote backend: HTTP to `larql serve` with libcurl, no threads
+ * guard.c      vindex files that change under a backend (SIGBUS, identity), the cancel hook
  *
  * Everything runs on the backend's own thread: vindexes are opened with one scan thread
  * (no worker threads exist), so liblarql never runs concurrently with PostgreSQL code and
@@ -72,6 +73,7 @@ typedef struct PgiModel {
 	TimestampTz edits_stmt;
 	lq_model   *lm;				/* local: the model for infer(), opened on first use */
 	int			num_layers, hidden_size;	/* remote: from GET /v1/stats */
+	uint64		files_id;		/* local: pgi_files_identity(path) when opened */
 	struct PgiModel *next;
 } PgiModel;
 
@@ -95,6 +97,22 @@ extern struct lq_overlay *pgi_edits_overlay(PgiModel *m);
 
 /* similar_to(a, b) with model m (queries.c): local liblarql or remote walks. */
 extern double pgi_similar(PgiModel *m, const char *a, const char *b);
+
+/* ---- mapped files and cancels (guard.c) ---- */
+extern void pgi_guard_init(void);	/* SIGBUS handler; from _PG_init */
+/* A page of a mapped file vanished since the last check (the SIGBUS handler recovered it). */
+extern bool pgi_fault_pending(void);
+/* After reading mapped bytes: ERROR (58030) if a page vanished meanwhile, once every local
+ * model of this backend is closed. */
+extern void pgi_mapcheck(void);
+/* Between queries: a pending fault closes every local model (no ERROR); true if one did. */
+extern bool pgi_fault_forget(void);
+/* liblarql's cancel hook: a cancel or terminate is pending, or a page vanished. */
+extern int	pgi_cancel_hook(void *ctx);
+/* Identity of the files liblarql maps in a vindex directory (0: unreadable). */
+extern uint64 pgi_files_identity(const char *dir);
+/* Closes every local model of this backend (registry.c). */
+extern void pgi_cache_close_local(void);
 
 /* ---- index access method (am.c) ---- */
 extern void pgi_am_init(void);	/* reloption kind; from _PG_init */
@@ -122,12 +140,19 @@ extern int	pgi_remote_describe(PgiModel *m, const char *entity, double explicit_
 								PgiEdge **out);
 extern int	pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out);
 extern double pgi_remote_similar(PgiModel *m, const char *a, const char *b);
+/* out[i] = similar_to(texts[i], q), the walks concurrently; NULL texts are skipped. */
+extern void pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q,
+									double *out);
 extern int	pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens,
 							 double **probs);
 /* GET path (with query string) against base; returns the body as palloc'd JSON text, or
  * NULL for HTTP 404 when allow_404. ERRORs on transport failures and other statuses. */
 extern char *pgi_http_request(const char *base, const char *path, const char *post_json,
 							  bool allow_404);
+/* n requests (posts NULL: all GET) on the backend's multi handle, up to 16 in flight at once;
+ * out[i] as pgi_http_request answers path i. The first failure in path order is the ERROR. */
+extern void pgi_http_many(const char *base, int n, const char *const *paths, const char *const *posts,
+						  bool allow_404, char **out);
 extern char *pgi_url_escape(const char *s);
 
 #endif

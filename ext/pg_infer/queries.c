@@ -231,6 +231,7 @@ fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, P
 		lq_describe_result_free(&r);
 		check_prompt("");
 	}
+	pgi_mapcheck();
 	return take_edges(&r, out);
 }
 
@@ -322,6 +323,8 @@ pgi_describe(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -404,6 +407,8 @@ pgi_describe_many(PG_FUNCTION_ARGS)
 			put_many_rows(fcinfo, ents[j], rows, k);
 		}
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -453,6 +458,8 @@ pgi_describe_layers(PG_FUNCTION_ARGS)
 		v[4] = text_datum(feature_also(m->vx, e[i].layer, feature, e[i].target, entity));
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -499,7 +506,7 @@ walk_mean(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
 				nl = 0,
 				n = 0,
 				rc;
-	size_t		k = (size_t) (top <= 0 ? max_features(m->vx) : top),
+	size_t		k = (size_t) (top <= 0 || top > max_features(m->vx) ? max_features(m->vx) : top),
 				ntok = 0;
 	float	   *q = palloc(sizeof(float) * in->hidden_size);
 	int		   *layers = palloc(sizeof(int) * L);
@@ -596,6 +603,8 @@ pgi_walk(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -623,6 +632,8 @@ pgi_explain_walk(PG_FUNCTION_ARGS)
 		v[5] = text_datum(m->vx ? feature_also(m->vx, h[i].layer, h[i].feature, NULL, NULL) : "");
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -707,12 +718,18 @@ pgi_nearest_to(PG_FUNCTION_ARGS)
 	lq_nearest_params_init(&p);
 	p.entity = entity;
 	p.layer = layer;
-	p.top = top <= 0 ? max_features(m->vx) : top;
+	/* top <= 0 means every feature; more than a layer holds is capped there as walk caps
+	 * it (2147483647 would otherwise size the result buffer for that many hits) */
+	p.top = max_features(m->vx);
+	if (top > 0 && top < p.top)
+		p.top = top;
 	if ((rc = lq_vindex_nearest_json(m->vx, &p, &body, &err)) != 0)
 		pgi_lq_error(rc, &err, "nearest_to failed");
 	j = parse_body(body);
 	arr = pgi_jarr(j, "hits", &n);
 	put_feature_rows(fcinfo, arr, n);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -743,6 +760,8 @@ pgi_show_features(PG_FUNCTION_ARGS)
 	arr = pgi_jarr(j, "features", &n);
 	InitMaterializedSRF(fcinfo, 0);
 	put_feature_rows(fcinfo, arr, n);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -791,6 +810,8 @@ pgi_show_relations(PG_FUNCTION_ARGS)
 		v[4] = text_datum(b.data);
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -831,6 +852,8 @@ pgi_show_layers(PG_FUNCTION_ARGS)
 		v[2] = Int32GetDatum(nf);
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -881,6 +904,8 @@ pgi_select(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (size_t i = 0; i < n; i++)
 		put_row(fcinfo, &vals[5 * i], &isnull[5 * i]);
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -897,8 +922,9 @@ pgi_similar(PgiModel *m, const char *a, const char *b)
 	check_prompt(b);
 	if (m->backend == PGI_REMOTE)
 		return pgi_remote_similar(m, a, b);
-	if ((rc = lq_vindex_similar(m->vx, a, b, &s, &err)) != 0)
+	if ((rc = lq_vindex_similar_layers(m->vx, a, b, pgi_similarity_max_layers, &s, &err)) != 0)
 		pgi_lq_error(rc, &err, "similar_to failed");
+	pgi_mapcheck();
 	return s;
 }
 
@@ -931,11 +957,29 @@ pgi_similar_to_many(PG_FUNCTION_ARGS)
 	m = pgi_model_arg(fcinfo, 2);
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	out = palloc(sizeof(Datum) * (n + 1));
-	for (int i = 0; i < n; i++)
+	if (m->backend == PGI_REMOTE && n > 0)
 	{
-		CHECK_FOR_INTERRUPTS();
-		out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
+		/* every walk of the array at once (the server's latency overlaps) */
+		const char **texts = palloc(sizeof(char *) * n);
+		double	   *s = palloc(sizeof(double) * n);
+
+		check_prompt(q);
+		for (int i = 0; i < n; i++)
+		{
+			texts[i] = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
+			if (texts[i])
+				check_prompt(texts[i]);
+		}
+		pgi_remote_similar_many(m, texts, n, q, s);
+		for (int i = 0; i < n; i++)
+			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(s[i]);
 	}
+	else
+		for (int i = 0; i < n; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
+		}
 	dims[0] = n;
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(FLOAT8OID));
@@ -1062,6 +1106,8 @@ pgi_infer(PG_FUNCTION_ARGS)
 
 		put_row(fcinfo, v, nl);
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -1173,5 +1219,7 @@ pgi_diff(PG_FUNCTION_ARGS)
 			rows++;
 		}
 	}
+	/* rows read from mapped files: not answered if a page vanished meanwhile */
+	pgi_mapcheck();
 	return (Datum) 0;
 }

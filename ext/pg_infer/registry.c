@@ -74,17 +74,11 @@ cache_insert(PgiModel *m)
 	cache_head = m;
 }
 
-/* The library's cancel hook, called on this backend's thread between blocks of gate rows:
- * reads PostgreSQL's interrupt flags only (no PostgreSQL call). */
-static int
-scan_cancelled(void *ctx)
-{
-	return QueryCancelPending || ProcDiePending;
-}
-
-/* Opens a vindex on this thread only: one scan thread, so no worker thread ever exists. */
+/* Opens a vindex on this thread only: one scan thread, so no worker thread ever exists.
+ * *files_id: the identity of its files, taken before they are opened (a change during the
+ * open shows at the next use). */
 static lq_vindex *
-open_vindex(const char *path)
+open_vindex(const char *path, uint64 *files_id)
 {
 	lq_vindex_open_opts oo = {0};
 	lq_vindex  *vx = NULL;
@@ -95,13 +89,33 @@ open_vindex(const char *path)
 	{
 		if ((rc = lq_vindex_set_thread_scan(1, &err)) != 0)
 			pgi_lq_error(rc, &err, "cannot configure gate scans");
-		lq_vindex_set_thread_cancel(scan_cancelled, NULL);
+		lq_vindex_set_thread_cancel(pgi_cancel_hook, NULL);
 		thread_scan_set = true;
 	}
+	*files_id = pgi_files_identity(path);
 	oo.n_threads = 1;
 	if ((rc = lq_vindex_open(path, &oo, &vx, &err)) != 0)
 		pgi_lq_error(rc, &err, "cannot open vindex");
 	return vx;
+}
+
+void
+pgi_cache_close_local(void)
+{
+	PgiModel  **pp = &cache_head;
+
+	while (*pp)
+	{
+		PgiModel   *m = *pp;
+
+		if (m->backend == PGI_LOCAL)
+		{
+			*pp = m->next;
+			model_free(m);
+		}
+		else
+			pp = &m->next;
+	}
 }
 
 static char *
@@ -180,7 +194,7 @@ model_load(const char *name)
 		m->path = MemoryContextStrdup(TopMemoryContext, path ? path : "");
 		PG_TRY();
 		{
-			m->base = open_vindex(m->path);
+			m->base = open_vindex(m->path, &m->files_id);
 			m->vx = m->base;
 		}
 		PG_CATCH();
@@ -221,9 +235,18 @@ pgi_model_by_name(const char *name)
 	PgiModel   *m;
 
 	stat_queries++;
+	/* a page vanished under an earlier query: its models are closed and opened again */
+	(void) pgi_fault_forget();
 	for (m = cache_head; m; m = m->next)
 		if (strcmp(m->name, name) == 0)
 		{
+			/* files replaced, truncated or rewritten since they were mapped: re-open them
+			 * rather than read what may be gone */
+			if (m->backend == PGI_LOCAL && pgi_files_identity(m->path) != m->files_id)
+			{
+				cache_evict(name);
+				break;
+			}
 			stat_hits++;
 			pgi_edits_sync(m);
 			return m;
@@ -359,6 +382,7 @@ pgi_create_model(PG_FUNCTION_ARGS)
 	const lq_vindex_info *in;
 	PgiModel   *m;
 	char	   *msg;
+	uint64		files_id;
 
 	check_model_name(name);
 	if (strncmp(source, "hf://", 5) == 0)
@@ -386,7 +410,7 @@ pgi_create_model(PG_FUNCTION_ARGS)
 				 errmsg("path not permitted: %s is not under allowed directory %s", source, dcanon),
 				 errhint("Set infer.data_directory (superuser) to the directory holding your vindexes.")));
 
-	vx = open_vindex(canon);
+	vx = open_vindex(canon, &files_id);
 	in = lq_vindex_get_info(vx);
 	msg = psprintf("model '%s' registered (local, %d layers, hidden=%d, level=%s)", name, in->num_layers,
 				   in->hidden_size, in->extract_level_str);
@@ -408,6 +432,7 @@ pgi_create_model(PG_FUNCTION_ARGS)
 	m->backend = PGI_LOCAL;
 	m->base = vx;
 	m->vx = vx;
+	m->files_id = files_id;
 	cache_insert(m);
 	PG_RETURN_TEXT_P(cstring_to_text(msg));
 }
@@ -613,6 +638,7 @@ pgi_warmup(PG_FUNCTION_ARGS)
 			warmed++;
 		}
 	}
+	pgi_mapcheck();
 	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%d warmed, 0 already cached", warmed)));
 }
 

@@ -98,31 +98,75 @@ uds_path(const char *base)
 	return rest;
 }
 
-/* Ends one request; its connection stays in the multi handle's cache unless the transfer was
- * cut short (curl then closes it). */
-static void
-release(CURLM *multi, CURL *h, struct curl_slist *hdr)
+/* One request of a batch: its handle, headers, body and outcome. */
+typedef struct Req
 {
-	if (h && multi)
-		curl_multi_remove_handle(multi, h);
-	if (h)
-		curl_easy_cleanup(h);
-	curl_slist_free_all(hdr);
+	CURL	   *h;
+	struct curl_slist *hdr;
+	Buf			buf;
+	bool		added;			/* in the multi handle */
+	CURLcode	result;
+	long		status;
+	char		errbuf[CURL_ERROR_SIZE];
+} Req;
+
+/* Requests of one batch in flight at once: enough to overlap a server's latency, few enough
+ * not to open a connection per candidate of a long array. */
+#define HTTP_PARALLEL 16
+
+static void
+req_setup(Req *r, intptr_t idx, const char *base, const char *sock, const char *path, const char *post_json)
+{
+	if ((r->h = curl_easy_init()) == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("remote inference error: curl init failed")));
+	curl_easy_setopt(r->h, CURLOPT_URL, sock ? psprintf("http://larql-uds%s", path) : psprintf("%s%s", base, path));
+	if (sock)
+		curl_easy_setopt(r->h, CURLOPT_UNIX_SOCKET_PATH, sock);
+	curl_easy_setopt(r->h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long) pgi_remote_timeout_ms);
+	curl_easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(r->h, CURLOPT_WRITEDATA, &r->buf);
+	curl_easy_setopt(r->h, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(r->h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(r->h, CURLOPT_PRIVATE, (void *) idx);
+	if (post_json)
+	{
+		r->hdr = curl_slist_append(r->hdr, "Content-Type: application/json");
+		curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->hdr);
+		curl_easy_setopt(r->h, CURLOPT_POSTFIELDS, post_json);
+	}
 }
 
-char *
-pgi_http_request(const char *base, const char *path, const char *post_json, bool allow_404)
+/* Ends every request of a batch; a connection stays in the multi handle's cache unless its
+ * transfer was cut short (curl then closes it). Bodies are freed. */
+static void
+release_all(CURLM *multi, Req *reqs, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		Req		   *r = &reqs[i];
+
+		if (r->h && r->added)
+			curl_multi_remove_handle(multi, r->h);
+		if (r->h)
+			curl_easy_cleanup(r->h);
+		curl_slist_free_all(r->hdr);
+		free(r->buf.p);
+		r->h = NULL;
+		r->hdr = NULL;
+		r->buf.p = NULL;
+		r->added = false;
+	}
+}
+
+void
+pgi_http_many(const char *base, int n, const char *const *paths, const char *const *posts, bool allow_404,
+			  char **out)
 {
 	const char *sock = uds_path(base);
-	char	   *url;
-	CURLM	   *volatile multi = NULL;	/* volatile: read after a longjmp */
-	CURL	   *volatile h = NULL;
-	struct curl_slist *volatile hdr = NULL;
-	Buf			buf = {0};
-	CURLcode	result = CURLE_OK;
-	long		status = 0;
-	char		errbuf[CURL_ERROR_SIZE] = "";
-	char	   *out = NULL;
+	Req		   *reqs;
+	char	  **bodies;
 
 	if (sock == NULL && strncmp(base, "http://", 7) != 0 && strncmp(base, "https://", 8) != 0)
 		ereport(ERROR,
@@ -136,97 +180,103 @@ pgi_http_request(const char *base, const char *path, const char *post_json, bool
 	}
 	if (backend_multi == NULL && (backend_multi = curl_multi_init()) == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("remote inference error: curl init failed")));
-	url = sock ? psprintf("http://larql-uds%s", path) : psprintf("%s%s", base, path);
+	reqs = palloc0(sizeof(Req) * (n + 1));
+	bodies = palloc0(sizeof(char *) * (n + 1));
 
 	PG_TRY();
 	{
-		int			running = 1;
-		CURLMsg    *msg;
-		int			left;
+		int			next = 0,
+					active = 0;
 
-		multi = backend_multi;
-		if ((h = curl_easy_init()) == NULL)
-			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("remote inference error: curl init failed")));
-		curl_easy_setopt(h, CURLOPT_URL, url);
-		if (sock)
-			curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
-		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long) pgi_remote_timeout_ms);
-		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-		curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
-		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-		if (post_json)
+		while (next < n || active > 0)
 		{
-			hdr = curl_slist_append(hdr, "Content-Type: application/json");
-			curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-			curl_easy_setopt(h, CURLOPT_POSTFIELDS, post_json);
-		}
-		curl_multi_add_handle(multi, h);
-		while (running)
-		{
-			CURLMcode	mc = curl_multi_perform(multi, &running);
+			int			running = 0,
+						left;
+			CURLMcode	mc;
+			CURLMsg    *msg;
 
-			if (mc != CURLM_OK)
+			while (next < n && active < HTTP_PARALLEL)
+			{
+				req_setup(&reqs[next], next, base, sock, paths[next], posts ? posts[next] : NULL);
+				curl_multi_add_handle(backend_multi, reqs[next].h);
+				reqs[next].added = true;
+				next++;
+				active++;
+			}
+			if ((mc = curl_multi_perform(backend_multi, &running)) != CURLM_OK)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
 						 errmsg("remote inference error: %s", curl_multi_strerror(mc))));
-			if (!running)
-				break;
+			while ((msg = curl_multi_info_read(backend_multi, &left)) != NULL)
+			{
+				void	   *priv = NULL;
+				Req		   *r;
+
+				if (msg->msg != CURLMSG_DONE)
+					continue;
+				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &priv);
+				r = &reqs[(intptr_t) priv];
+				r->result = msg->data.result;
+				curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
+				curl_multi_remove_handle(backend_multi, r->h);
+				r->added = false;
+				active--;
+			}
 			/* at most 50 ms between interrupt checks: cancel lands within ~100 ms */
-			(void) curl_multi_poll(multi, NULL, 0, 50, NULL);
+			if (active > 0 && (next >= n || active >= HTTP_PARALLEL))
+				(void) curl_multi_poll(backend_multi, NULL, 0, 50, NULL);
 			CHECK_FOR_INTERRUPTS();
 		}
-		while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-			if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
-				result = msg->data.result;
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		/* bodies into palloc'd memory before anything below can ERROR */
+		for (int i = 0; i < n; i++)
+			bodies[i] = pstrdup(reqs[i].buf.p ? reqs[i].buf.p : "");
 	}
 	PG_CATCH();
 	{
-		/* a cancel or an ERROR while waiting: nothing of the request may outlive it */
-		release(multi, h, hdr);
-		free(buf.p);
+		/* a cancel or an ERROR while waiting: nothing of the requests may outlive it */
+		release_all(backend_multi, reqs, n);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	release(multi, h, hdr);
+	release_all(backend_multi, reqs, n);
 
-	if (buf.too_big)
+	for (int i = 0; i < n; i++)
 	{
-		free(buf.p);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("remote inference error: response from %s%s exceeds 64 MiB", base, path)));
+		Req		   *r = &reqs[i];
+
+		if (r->buf.too_big)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("remote inference error: response from %s%s exceeds 64 MiB", base, paths[i])));
+		if (r->result == CURLE_OPERATION_TIMEDOUT)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("remote inference error: %s%s: no answer within infer.remote_timeout_ms (%d ms)",
+							base, paths[i], pgi_remote_timeout_ms)));
+		if (r->result != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("remote inference error: %s%s: %s", base, paths[i],
+							r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result))));
+		if (r->status == 404 && allow_404)
+		{
+			out[i] = NULL;
+			continue;
+		}
+		if (r->status < 200 || r->status > 299)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("remote inference error: server returned HTTP %ld: %.300s", r->status, bodies[i])));
+		out[i] = bodies[i];
 	}
-	if (result == CURLE_OPERATION_TIMEDOUT)
-	{
-		free(buf.p);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("remote inference error: %s%s: no answer within infer.remote_timeout_ms (%d ms)",
-						base, path, pgi_remote_timeout_ms)));
-	}
-	if (result != CURLE_OK)
-	{
-		free(buf.p);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("remote inference error: %s%s: %s", base, path,
-						errbuf[0] ? errbuf : curl_easy_strerror(result))));
-	}
-	if (status == 404 && allow_404)
-	{
-		free(buf.p);
-		return NULL;
-	}
-	out = pstrdup(buf.p ? buf.p : "");
-	free(buf.p);
-	if (status < 200 || status > 299)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("remote inference error: server returned HTTP %ld: %.300s", status, out)));
+}
+
+char *
+pgi_http_request(const char *base, const char *path, const char *post_json, bool allow_404)
+{
+	char	   *out = NULL;
+
+	pgi_http_many(base, 1, &path, &post_json, allow_404, &out);
 	return out;
 }
 
@@ -287,18 +337,24 @@ pgi_remote_describe(PgiModel *m, const char *entity, double min_score, PgiEdge *
 	return n;
 }
 
-int
-pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
+static char *
+walk_path(const char *prompt, int top, int layer)
 {
 	char	   *path = psprintf("/v1/walk?prompt=%s&top=%d", pgi_url_escape(prompt), top <= 0 ? 10000 : top);
-	JsonbContainer *j,
+
+	if (layer >= 0)
+		path = psprintf("%s&layers=%d-%d", path, layer, layer);
+	return path;
+}
+
+static int
+parse_hits(const char *body, PgiHit **out)
+{
+	JsonbContainer *j = pgi_json_parse(body),
 			   *hits;
 	int			n;
 	PgiHit	   *h;
 
-	if (layer >= 0)
-		path = psprintf("%s&layers=%d-%d", path, layer, layer);
-	j = pgi_json_parse(pgi_http_request(m->url, path, NULL, false));
 	hits = pgi_jarr(j, "hits", &n);
 	h = palloc0(sizeof *h * (n + 1));
 	for (int i = 0; i < n; i++)
@@ -314,15 +370,17 @@ pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **ou
 	return n;
 }
 
-/* pg_infer's remote similar_to: both texts walked with top 50; the best min(score) over the
- * (layer, feature) pairs both fire; 0 when none. */
-double
-pgi_remote_similar(PgiModel *m, const char *a, const char *b)
+int
+pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
 {
-	PgiHit	   *ha,
-			   *hb;
-	int			na = pgi_remote_walk(m, a, 50, -1, &ha),
-				nb = pgi_remote_walk(m, b, 50, -1, &hb);
+	return parse_hits(pgi_http_request(m->url, walk_path(prompt, top, layer), NULL, false), out);
+}
+
+/* pg_infer's remote similar_to score of two walks: the best min(score) over the (layer,
+ * feature) pairs both fire; 0 when none. */
+static double
+walks_similar(const PgiHit *ha, int na, const PgiHit *hb, int nb)
+{
 	double		best = 0;
 
 	for (int i = 0; i < na; i++)
@@ -335,6 +393,56 @@ pgi_remote_similar(PgiModel *m, const char *a, const char *b)
 					best = s;
 			}
 	return best;
+}
+
+/* pg_infer's remote similar_to: both texts walked with top 50. */
+double
+pgi_remote_similar(PgiModel *m, const char *a, const char *b)
+{
+	PgiHit	   *ha,
+			   *hb;
+	int			na = pgi_remote_walk(m, a, 50, -1, &ha),
+				nb = pgi_remote_walk(m, b, 50, -1, &hb);
+
+	return walks_similar(ha, na, hb, nb);
+}
+
+/* similar_to(texts[i], q) for every i (texts[i] NULL: skipped): the query and every text are
+ * walked once each, the walks running concurrently (pgi_http_many), instead of two
+ * sequential walks per pair. */
+void
+pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q, double *out)
+{
+	const char **paths = palloc(sizeof(char *) * (n + 2));
+	int		   *slot = palloc(sizeof(int) * (n + 1));
+	char	  **bodies;
+	int			k = 0,
+				nq;
+	PgiHit	   *hq;
+
+	paths[k++] = walk_path(q, 50, -1);
+	for (int i = 0; i < n; i++)
+	{
+		slot[i] = -1;
+		if (texts[i] == NULL)
+			continue;
+		slot[i] = k;
+		paths[k++] = walk_path(texts[i], 50, -1);
+	}
+	bodies = palloc0(sizeof(char *) * (k + 1));
+	pgi_http_many(m->url, k, paths, NULL, false, bodies);
+	nq = parse_hits(bodies[0], &hq);
+	for (int i = 0; i < n; i++)
+	{
+		PgiHit	   *h;
+		int			nh;
+
+		out[i] = 0;
+		if (slot[i] < 0)
+			continue;
+		nh = parse_hits(bodies[slot[i]], &h);
+		out[i] = walks_similar(h, nh, hq, nq);
+	}
 }
 
 int

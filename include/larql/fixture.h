@@ -33,6 +33,30 @@ int lq_fixture_preset(lq_fixture_opts *o, const char *preset, lq_err *err);
 int lq_fixture_check(const lq_fixture_opts *o, lq_err *err);
 int lq_fixture_write(const lq_fixture_opts *o, const char *path, lq_err *err);
 
+/* ---- planted facts (src/fixture/plant.c) ---- */
+
+typedef struct lq_fact {
+    const char *entity;     /* text encoded without special tokens (as describe does) */
+    const char *target;     /* " " + target must be one vocabulary token */
+    int layer, feature;
+} lq_fact;
+
+/* Parses "Entity>Target@layer:feature" into f (pointers into buf, which is modified). */
+int lq_fact_parse(char *buf, lq_fact *f, lq_err *err);
+
+/* Plants facts into a BitNet GGUF in place, the way shared/tools/plant_facts.py does: gate
+ * row `feature` of blk.L.ffn_gate becomes the ternary sign pattern of the entity's mean
+ * token embedding (components within 0.5 sigma of zero set to 0, sigma = RMS of the whole
+ * embedding); column `feature` of blk.L.ffn_down becomes the sign pattern (+1/-1) of the
+ * target token's embedding. Errors: non-BitNet GGUF, layer/feature out of range, target not
+ * a single token, entity encoding to nothing. */
+int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err);
+/* Plants facts that form one relation: first moves every target's embedding row to the bare
+ * entity word's embedding plus one shared offset (a random vector from seed, orthogonal to
+ * the planted gate rows), so that relation clustering finds them together as in a real
+ * model; then lq_fixture_plant. Needs an F32 token embedding. */
+int lq_fixture_plant_relation(const char *gguf_path, const lq_fact *facts, size_t n, uint64_t seed, lq_err *err);
+
 #ifdef __cplusplus
 }
 #endif

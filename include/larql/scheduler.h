@@ -62,7 +62,11 @@ typedef struct lq_scheduler_opts {
                         * one session's KV (lq_model_kv_bytes) on top of max_active's. Answers
                         * are identical with and without it. A request opts out with
                         * lq_generate_params.no_prompt_cache; one with a hook shares only with
-                        * requests of the same cache_key (never when its key is 0) */
+                        * requests of the same cache_key (never when its key is 0). With a
+                        * cache, a request whose prompt starts with the prompt of one running
+                        * (the choices of an n > 1 request, concurrent requests behind one
+                        * system prompt) copies that prefix's KV once it is computed instead
+                        * of prefilling it again (stats shared_*) */
 } lq_scheduler_opts;
 
 void lq_scheduler_opts_init(lq_scheduler_opts *o);
@@ -120,6 +124,8 @@ typedef struct lq_scheduler_stats {
     uint64_t cache_hits;       /* requests that took a cached prefix */
     uint64_t cache_misses;     /* requests that looked and found none */
     uint64_t cache_reused_tokens; /* prompt positions not prefilled thanks to it */
+    uint64_t shared_hits;      /* requests that copied a running request's prompt prefix */
+    uint64_t shared_tokens;    /* prompt positions copied so instead of prefilled */
 } lq_scheduler_stats;
 
 void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);

@@ -48,6 +48,9 @@ typedef struct lq_server_opts {
     lq_model_opts model;      /* how the model is opened and run (threads, act_mode, kernels,
                                  lm_head_q8, kv_f16, hugepages; larql/model.h): the same
                                  choices as every other command; reported by /v1/runtime */
+    int max_connections;      /* open connections (each holds a thread while open, idle
+                               * keep-alive included); beyond it new ones are refused. Default
+                               * 1000; 1..100000 */
     int max_conns_per_ip;     /* connections one client address may hold open (slowloris: one
                                * address cannot take every connection thread). Default 0 = no cap:
                                * behind a reverse proxy every client shares one address */
@@ -69,6 +72,9 @@ typedef struct lq_server_opts {
                                * localhost, 127.0.0.1, ::1 and the bind address (any host when
                                * bound to 0.0.0.0 or ::); "*" = any */
     size_t max_body;          /* request body limit in bytes; default 2 MiB; over -> 413 */
+    size_t max_stream_buffer; /* an SSE stream's output waiting for a slow reader, in bytes;
+                               * past it the generation stops with an error event. Default
+                               * 8 MiB; 4 KiB..1 GiB */
     int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
     int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */
     uint64_t memory_limit;    /* bytes; 0 = read the cgroup v2 memory.max (none -> no check) */

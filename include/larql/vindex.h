@@ -206,10 +206,14 @@ int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_lay
  *   the next call with another count). */
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err);
 void lq_vindex_thread_release(void);
-/* A cancel hook for the calling thread's queries whose gate scans run on that thread
- * (lq_vindex_set_thread_scan(1)): fn(ctx) is called on the calling thread between blocks
- * of 4096 gate rows; non-zero stops the query with LQ_ECANCELED ("gate scan cancelled").
- * NULL (the default) removes it. A database front end reads its own interrupt flags here. */
+/* A cancel hook for the calling thread: fn(ctx) is called on that thread every few ms of
+ * work, and a non-zero answer stops the call with LQ_ECANCELED. It is asked between blocks
+ * of gate rows of queries whose scans run on the calling thread (lq_vindex_set_thread_scan(1);
+ * 4096 rows for one query, fewer for many), in the top-k pass over many queries, between the
+ * entities of lq_vindex_describe_many, between the stages of lq_vindex_open and inside its
+ * tokenizer.json parse (so also in any tokenizer.json load on this thread). NULL (the
+ * default) removes it. A database front end reads its own interrupt flags here: fn must not
+ * call back into the front end or jump out (the library unwinds itself). */
 typedef int (*lq_vindex_cancel_fn)(void *ctx);
 void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx);
 
@@ -360,6 +364,11 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
 /* similar_to(a, b) as pg_infer computes it (shared top-50 features per layer, else 10 x
  * cosine of the entity vectors). {"a","b","score","latency_ms"} */
 int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *score, lq_err *err);
+/* The same over a sample of the layers when max_layers > 0 and the vindex has more (pg_infer's
+ * infer.similarity_max_layers: every floor(L/m)-th gate layer from the first, m of them);
+ * max_layers <= 0 = every layer, as lq_vindex_similar. */
+int lq_vindex_similar_layers(const lq_vindex *v, const char *a, const char *b, int max_layers, double *score,
+                             lq_err *err);
 int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, char **json_out,
                            lq_err *err);
 
@@ -411,30 +420,6 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
 /* Removes a vindex directory (its files, bitnet/, then the directory); what is not a
  * vindex's layout stays. */
 void lq_vindex_remove_dir(const char *dir);
-
-/* ---- planted facts (fixtures) ---- */
-
-typedef struct lq_fact {
-    const char *entity;     /* text encoded without special tokens (as describe does) */
-    const char *target;     /* " " + target must be one vocabulary token */
-    int layer, feature;
-} lq_fact;
-
-/* Parses "Entity>Target@layer:feature" into f (pointers into buf, which is modified). */
-int lq_fact_parse(char *buf, lq_fact *f, lq_err *err);
-
-/* Plants facts into a BitNet GGUF in place, the way shared/tools/plant_facts.py does: gate
- * row `feature` of blk.L.ffn_gate becomes the ternary sign pattern of the entity's mean
- * token embedding (components within 0.5 sigma of zero set to 0, sigma = RMS of the whole
- * embedding); column `feature` of blk.L.ffn_down becomes the sign pattern (+1/-1) of the
- * target token's embedding. Errors: non-BitNet GGUF, layer/feature out of range, target not
- * a single token, entity encoding to nothing. */
-int lq_fixture_plant(const char *gguf_path, const lq_fact *facts, size_t n, lq_err *err);
-/* Plants facts that form one relation: first moves every target's embedding row to the bare
- * entity word's embedding plus one shared offset (a random vector from seed, orthogonal to
- * the planted gate rows), so that relation clustering finds them together as in a real
- * model; then lq_fixture_plant. Needs an F32 token embedding. */
-int lq_fixture_plant_relation(const char *gguf_path, const lq_fact *facts, size_t n, uint64_t seed, lq_err *err);
 
 /* ---- inference (LARQL's POST /v1/infer) ----
  *

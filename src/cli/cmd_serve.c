@@ -13,7 +13,7 @@
 
 static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
-    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-conns-per-ip N] [--max-body BYTES]\n"
+    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-connections N] [--max-conns-per-ip N] [--max-body BYTES] [--max-stream-buffer BYTES]\n"
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
@@ -88,6 +88,14 @@ int lq_cli_serve(int argc, char **argv)
             o.lazy_weights = 1;
         } else if (!strcmp(a, "--cors")) {
             o.cors = 1;
+        } else if (!strcmp(a, "--max-stream-buffer") && has_val) {
+            if (lq_parse_long(argv[++i], 4096, 1L << 30, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-stream-buffer: '%s' is not in 4096..1073741824 bytes", argv[i]);
+            o.max_stream_buffer = (size_t)v;
+        } else if (!strcmp(a, "--max-connections") && has_val) {
+            if (lq_parse_long(argv[++i], 1, 100000, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--max-connections: '%s' is not in 1..100000", argv[i]);
+            o.max_connections = (int)v;
         } else if (!strcmp(a, "--max-conns-per-ip") && has_val) {
             if (lq_parse_long(argv[++i], 0, 100000, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-conns-per-ip: '%s' is not in 0..100000", argv[i]);

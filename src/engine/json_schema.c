@@ -405,9 +405,10 @@ static int int_bound(conv *C, json_t *s, const char *key, int lower, int exclusi
     json_t *x = json_object_get(s, key);
     if (!x)
         return 0;
-    if (!json_is_number(x) || fabs(json_number_value(x)) > 1e15) {
+    /* generators write safe-integer bounds (zod's int(): +-(2^53 - 1)); up to +-10^18 */
+    if (!json_is_number(x) || fabs(json_number_value(x)) > 1e18) {
         bad(C, exclusive && json_is_boolean(x) ? LQ_EUNSUPPORTED : LQ_EINVAL,
-            "'%s' must be a number within +-10^15 (draft-4 boolean exclusive bounds are not "
+            "'%s' must be a number within +-10^18 (draft-4 boolean exclusive bounds are not "
             "supported)", key);
         return -1;
     }
@@ -439,6 +440,13 @@ static int gen_int_range(conv *C, json_t *s, char *name, size_t cap)
         return C->rc;
     if (r && (!has_hi || x < hi))
         hi = x, has_hi = 1;
+    /* integers are written with at most 16 digits: a bound past 10^16 on the far side binds
+     * none of them (the grammar stays that of an open side) */
+    const long long far = 10000000000000000LL;
+    if (has_hi && hi >= far && (!has_lo || lo < far))
+        has_hi = 0;
+    if (has_lo && lo <= -far && (!has_hi || hi > -far))
+        has_lo = 0;
     new_rule(C, name, cap);
     lq_sb_printf(&C->out, "%s ::= ", name);
     if (gr_int_range(lo, has_lo, hi, has_hi, &C->out))

@@ -53,6 +53,10 @@ struct lq_sched_req {
     uint64_t key;            /* the prompt cache's key (its edits) */
     int32_t *gen_fed;        /* generated tokens fed to the session, after the prompt */
     size_t n_gen_fed, gen_cap;
+    uint64_t seq;            /* admission order (1, 2, ...): a donor is always admitted first */
+    uint64_t donor;          /* waiting for the running request of this seq to have fed share
+                              * prompt positions, to copy their KV (0: not waiting) */
+    size_t share;
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -80,6 +84,7 @@ struct lq_scheduler {
     lq_session **pool;       /* [max_active] free sessions */
     int n_pool, n_sessions;
     pcache *cache;           /* finished requests' sessions, for prompt-prefix reuse */
+    uint64_t next_seq;
     lq_session **b_sess;     /* [max_active] one decode step's batch */
     int32_t *b_ids;          /* [max_active + prefill_chunk] the step's ids, session by session */
     int *b_counts;           /* [max_active] ids per session in the step */
@@ -275,6 +280,69 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     return LQ_OK;
 }
 
+/* ---- prompts shared with a running request ----
+ * A request admitted while another one (same cache key) is running whose prompt starts with
+ * the same tokens - the choices of one n > 1 request, concurrent requests behind one system
+ * prompt - does not prefill them again: it waits until that request has fed them, then
+ * copies their KV (lq_session_copy_prefix: the same numbers) and prefills only the rest. */
+#define SHARE_MIN 8
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t k = 0;
+    while (k < na && k < nb && a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* Picks the running request r copies the longest prompt prefix from, if one beats what r
+ * already has (a prompt-cache hit) by SHARE_MIN positions. */
+static void find_donor(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t best = r->n_fed + SHARE_MIN;
+    for (int i = 0; i < S->n_active; i++) {
+        lq_sched_req *d = S->active[i];
+        if (d == r || d->seq >= r->seq || d->donor || !d->cacheable || d->key != r->key || !d->sess ||
+            (d->state != RS_PREFILL && d->state != RS_DECODE))
+            continue;
+        /* the last prompt token is always r's own to evaluate, for its logits */
+        size_t l = common_prefix(d->prompt, d->n_prompt, r->prompt, r->n_prompt - 1);
+        if (l >= best) {
+            best = l;
+            r->donor = d->seq;
+            r->share = l;
+        }
+    }
+}
+
+/* r's donor, if still running; NULL when it ended (r then prefills on its own). */
+static lq_sched_req *donor_of(lq_scheduler *S, const lq_sched_req *r)
+{
+    for (int i = 0; i < S->n_active; i++)
+        if (S->active[i]->seq == r->donor)
+            return S->active[i]->state == RS_DONE ? NULL : S->active[i];
+    return NULL;
+}
+
+/* 1: r may prefill this step (its donor's KV copied, or no donor any more); 0: wait. */
+static int take_shared(lq_scheduler *S, lq_sched_req *r)
+{
+    if (!r->donor)
+        return 1;
+    lq_sched_req *d = donor_of(S, r);
+    if (d && d->n_fed < r->share)
+        return 0;
+    if (d && !lq_session_copy_prefix(r->sess, d->sess, (int)r->share, NULL)) {
+        r->n_fed = r->share;
+        pthread_mutex_lock(&S->mu);
+        S->st.shared_hits++;
+        S->st.shared_tokens += r->share;
+        pthread_mutex_unlock(&S->mu);
+    }
+    r->donor = 0;
+    return 1;
+}
+
 /* The generated token a decode step fed r's session (for the prompt cache). Out of memory:
  * the request is simply not cached. */
 static void remember_fed(lq_sched_req *r, int32_t id)
@@ -321,7 +389,7 @@ static void batch_step(lq_scheduler *S)
     size_t budget = (size_t)S->o.prefill_chunk;
     for (int i = 0; i < S->n_active && budget > 0; i++) {
         lq_sched_req *r = S->active[i];
-        if (r->state != RS_PREFILL || !r->sess)
+        if (r->state != RS_PREFILL || !r->sess || !take_shared(S, r))
             continue;
         size_t left = r->n_prompt - r->n_fed;
         size_t n = left < budget ? left : budget;
@@ -433,6 +501,7 @@ static void *loop_main(void *arg)
             S->n_queued--;
             r->next = NULL;
             r->state = RS_PREFILL;
+            r->seq = ++S->next_seq;
             S->active[S->n_active++] = r;
         }
         /* cancelled while waiting for a slot: end them now, not when a slot frees up */
@@ -488,6 +557,8 @@ static void *loop_main(void *arg)
                 int rc = get_session(S, r);
                 if (rc)
                     finish(S, r, rc);
+                else if (r->cacheable)
+                    find_donor(S, r);
             }
         }
         batch_step(S);

@@ -287,3 +287,24 @@ int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,
 {
     return lq_session_eval_batch(ss, ids, NULL, B, logits, err);
 }
+
+int lq_session_copy_prefix(lq_session *dst, const lq_session *src, int n, lq_err *err)
+{
+    if (!dst || !src || dst == src)
+        return lq_err_set(err, LQ_EINVAL, "session: copy needs two different sessions");
+    if (dst->m != src->m || dst->n_ctx != src->n_ctx)
+        return lq_err_set(err, LQ_EINVAL, "session: copy between sessions of another model or context");
+    if (n < 0 || n > src->pos)
+        return lq_err_set(err, LQ_ERANGE, "session: cannot copy %d positions of %d", n, src->pos);
+    /* each layer's K and V are [n_head_kv][n_ctx] rows: the first n rows of every head */
+    size_t row = lq_kv_head_bytes(src->m->kv_type, src->m->head_dim), run = (size_t)n * row;
+    for (int l = 0; l < src->m->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < src->m->n_head_kv; h++) {
+                size_t off = (size_t)h * src->view.head_stride;
+                memcpy((kv ? lq_kv_v(&dst->view, l) : lq_kv_k(&dst->view, l)) + off,
+                       (kv ? lq_kv_v(&src->view, l) : lq_kv_k(&src->view, l)) + off, run);
+            }
+    dst->pos = n;
+    return LQ_OK;
+}

@@ -88,6 +88,7 @@ typedef struct metrics {
     uint64_t rejected_rate;              /* 429 at --rate-limit */
     uint64_t errors;                     /* 4xx + 5xx responses */
     uint64_t streams_canceled;           /* client went away mid-stream */
+    uint64_t streams_overflow;           /* stopped: the client read too slowly (--max-stream-buffer) */
     int64_t active_requests, active_streams, active_sessions;
 } metrics;
 

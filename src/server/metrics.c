@@ -129,6 +129,9 @@ void route_metrics(lq_server *s, req *q, reply *r)
          "Prompt positions not prefilled because their KV was cached.", (double)st.cache_reused_tokens},
         {"larql_prompt_cache_entries", "gauge", "Finished generations' KV caches held for reuse.",
          (double)st.cache_entries},
+        {"larql_prompt_shared_tokens_total", "counter",
+         "Prompt positions copied from a running request's KV (n > 1 choices, a shared system prompt).",
+         (double)st.shared_tokens},
         {"larql_active_requests", "gauge", "Requests in flight (counted against --max-concurrent).",
          (double)LD(m->active_requests)},
         {"larql_active_streams", "gauge", "Streaming generations in flight.", (double)LD(m->active_streams)},
@@ -143,6 +146,9 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_errors_total", "counter", "Responses with status >= 400.", (double)LD(m->errors)},
         {"larql_streams_canceled_total", "counter", "Streams stopped because the client went away.",
          (double)LD(m->streams_canceled)},
+        {"larql_streams_overflow_total", "counter",
+         "SSE streams stopped because the client read too slowly (--max-stream-buffer).",
+         (double)LD(m->streams_overflow)},
         {"larql_uptime_seconds", "gauge", "Seconds since start.", lq_now() - s->t_boot},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -314,9 +320,11 @@ void route_runtime(lq_server *s, req *q, reply *r)
         json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
     }
     json_object_set_new(j, "prompt_cache",
-                        json_pack("{s:i,s:i,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries", st.cache_entries,
-                                  "hits", (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses,
-                                  "reused_tokens", (json_int_t)st.cache_reused_tokens));
+                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries",
+                                  st.cache_entries, "hits", (json_int_t)st.cache_hits, "misses",
+                                  (json_int_t)st.cache_misses, "reused_tokens", (json_int_t)st.cache_reused_tokens,
+                                  "shared_hits", (json_int_t)st.shared_hits, "shared_tokens",
+                                  (json_int_t)st.shared_tokens));
     json_object_set_new(j, "scheduler",
                         json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,

@@ -1,6 +1,6 @@
 /* OpenAI routes: /v1/completions and /v1/chat/completions (streaming over SSE and not),
- * /v1/embeddings. Request validation follows OpenAI's API (types, ranges; n > 1 and tools
- * refused with a 400 for now); structured output (response_format json_object /
+ * /v1/embeddings. Request validation follows OpenAI's API (types, ranges); n > 1 choices,
+ * streamed or not, tools (oai_tools.c), structured output (response_format json_object /
  * json_schema, llama-server's grammar / json_schema) and logit_bias constrain lq_generate;
  * sampling, stop strings, UTF-8-complete text and logprobs come from lq_generate.
  *
@@ -82,6 +82,15 @@ typedef struct job {
     int finished;            /* stream: on_done appended the end (under mu) */
     int cancel;              /* client gone (set by the reader) */
     int oom;
+    int overflow;            /* owner: more than --max-stream-buffer bytes were waiting (under mu) */
+
+    /* a stream of n > 1 choices: every choice's events go through one buffer, its owner's
+     * (choice 0), tagged with the choice's index; the owner ends the stream when the last
+     * choice is done */
+    int index;
+    struct job *owner;       /* NULL: this job is its own stream */
+    struct job **sibs;       /* owner: the n choices (sibs[0] == owner) */
+    int n_sibs, n_open;      /* owner: choices, and those not done yet (under mu) */
 } job;
 
 /* ---- ids ---- */
@@ -736,7 +745,17 @@ static json_t *take_completion_logprobs(job *jb)
 
 static void sse_raw(job *jb, const char *data, size_t len)
 {
+    job *self = jb;
+    if (jb->owner)
+        jb = jb->owner;
     pthread_mutex_lock(&jb->mu);
+    /* a client that reads slower than the stream is written: past --max-stream-buffer bytes
+     * waiting in this buffer the generation is stopped (the events already buffered, and its
+     * end, still go out), so one slow reader cannot grow the server without bound */
+    if (!jb->overflow && jb->out_len - jb->out_off + len > jb->s->o.max_stream_buffer && !self->finished) {
+        jb->overflow = 1;
+        __atomic_add_fetch(&jb->s->m.streams_overflow, 1, __ATOMIC_RELAXED);
+    }
     if (jb->out_len + len > jb->out_cap) {
         size_t nc = (jb->out_len + len) * 2;
         char *no = realloc(jb->out, nc);
@@ -802,16 +821,25 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
             json_object_set_new(delta, "role", json_string("assistant"));
         if (text)
             json_object_set_new(delta, "content", lq_jstr(text, len));
-        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
+        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", jb->index, "delta", delta, "logprobs", lp, "finish_reason",
                        finish ? json_string(finish) : json_null());
     } else {
-        ch = json_pack("{s:o,s:i,s:o,s:o}", "text", lq_jstr(text ? text : "", text ? len : 0), "index", 0,
+        ch = json_pack("{s:o,s:i,s:o,s:o}", "text", lq_jstr(text ? text : "", text ? len : 0), "index", jb->index,
                        "logprobs", lp, "finish_reason", finish ? json_string(finish) : json_null());
     }
     json_object_set_new(c, "choices", json_pack("[o]", ch));
     if (jb->include_usage)
         json_object_set_new(c, "usage", json_null());
     sse_event(jb, c);
+}
+
+static int stream_overflowed(job *jb)
+{
+    job *o = jb->owner ? jb->owner : jb;
+    pthread_mutex_lock(&o->mu);
+    int v = o->overflow;
+    pthread_mutex_unlock(&o->mu);
+    return v;
 }
 
 static int on_token(void *user, int32_t id, const char *text, size_t len, float logprob, const float *logits)
@@ -828,6 +856,8 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
         return 0;
     }
     if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
+        return 1;
+    if (jb->stream && stream_overflowed(jb))
         return 1;
     if (jb->want_lp)
         record_logprobs(jb, id, logits);
@@ -858,7 +888,7 @@ static const char *finish_reason(const job *jb)
 static void sse_tool_chunk(job *jb, json_t *calls)
 {
     json_t *c = chunk_base(jb, jb->s);
-    json_t *ch = json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "tool_calls", calls,
+    json_t *ch = json_pack("{s:i,s:{s:o},s:n,s:n}", "index", jb->index, "delta", "tool_calls", calls,
                            "logprobs", "finish_reason");
     json_object_set_new(c, "choices", json_pack("[o]", ch));
     if (jb->include_usage)
@@ -887,10 +917,14 @@ static void sse_tool_end(job *jb)
     }
 }
 
+/* usage of a stream: the prompt once, the completion tokens of every choice */
 static json_t *usage_json(const job *jb)
 {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)jb->n_ids, "completion_tokens",
-                     jb->res.n_generated, "total_tokens", (int)jb->n_ids + jb->res.n_generated);
+    int gen = 0;
+    for (int i = 0; i < (jb->sibs ? jb->n_sibs : 1); i++)
+        gen += (jb->sibs ? jb->sibs[i] : jb)->res.n_generated;
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)jb->n_ids, "completion_tokens", gen, "total_tokens",
+                     (int)jb->n_ids + gen);
 }
 
 /* The scheduler's end-of-request callback (scheduler thread). */
@@ -909,22 +943,45 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
     if (rc) {
         json_t *e = json_pack("{s:{s:s,s:s}}", "error", "message", jb->err.msg, "type", "server_error");
         sse_event(jb, e);
+    } else if (res->finish == LQ_FINISH_CANCELED && stream_overflowed(jb)) {
+        sse_event(jb, json_pack("{s:{s:s,s:s}}", "error", "message",
+                                "the stream was stopped: the client read too slowly (more than --max-stream-buffer "
+                                "bytes were waiting)",
+                                "type", "server_error"));
     } else {
         if (jb->tool_buf)
             sse_tool_end(jb);
         sse_chunk(jb, NULL, 0, 0, finish_reason(jb));
-        if (jb->include_usage) {
-            json_t *u = chunk_base(jb, jb->s);
-            json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", usage_json(jb));
-            sse_event(jb, u);
-        }
     }
-    sse_raw(jb, "data: [DONE]\n\n", 14);
-    pthread_mutex_lock(&jb->mu);
-    jb->finished = 1;
-    pthread_cond_signal(&jb->cv);
-    pthread_mutex_unlock(&jb->mu);
+    /* the stream ends with its last choice: usage over all of them, then [DONE] */
+    job *o = jb->owner ? jb->owner : jb;
+    pthread_mutex_lock(&o->mu);
+    int last = --o->n_open <= 0;
+    pthread_mutex_unlock(&o->mu);
+    if (!last)
+        return;
+    if (o->include_usage) {
+        json_t *u = chunk_base(o, o->s);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", usage_json(o));
+        sse_event(o, u);
+    }
+    sse_raw(o, "data: [DONE]\n\n", 14);
+    pthread_mutex_lock(&o->mu);
+    o->finished = 1;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Cancels every choice of a stream (a client that went away). */
+static void cancel_stream(job *jb)
+{
+    for (int i = 0; i < (jb->sibs ? jb->n_sibs : 1); i++) {
+        job *c = jb->sibs ? jb->sibs[i] : jb;
+        __atomic_store_n(&c->cancel, 1, __ATOMIC_RELEASE);
+        if (c->h)
+            lq_sched_cancel(c->h); /* also while it waits or prefills */
+    }
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -958,9 +1015,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         pthread_cond_timedwait(&jb->cv, &jb->mu, &ts);
         if (jb->out_len == jb->out_off && !jb->finished && srv_conn_gone(jb->conn)) {
-            __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&jb->mu);
-            lq_sched_cancel(jb->h); /* also while it waits or prefills */
+            cancel_stream(jb);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -970,7 +1026,13 @@ static void stream_free(void *cls)
 {
     job *jb = cls;
     lq_server *s = jb->s;
-    __atomic_store_n(&jb->cancel, 1, __ATOMIC_RELEASE);
+    cancel_stream(jb);
+    /* the other choices first: job_free waits for each one's end, after which nothing
+     * writes to the owner's buffer any more */
+    for (int i = 1; jb->sibs && i < jb->n_sibs; i++)
+        job_free(jb->sibs[i]);
+    free(jb->sibs);
+    jb->sibs = NULL;
     job_free(jb); /* cancels the request if it still runs, waits for its end */
     __atomic_sub_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
 }
@@ -1089,11 +1151,6 @@ static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
             goto fail;
         }
     }
-    if (jb->n > 1 && jb->stream) {
-        reply_oai_err(r, 400, "n", "n>1 with 'stream': true is not supported yet; stream one choice, or ask "
-                                   "for n choices without streaming");
-        goto fail;
-    }
     if (need_model(s, q->rt, r, &m, 1))
         goto fail;
     jb->tok = lq_model_tokenizer(m);
@@ -1192,24 +1249,80 @@ static void many_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, jo
     free(jbs);
 }
 
+/* n > 1 streamed: the choices' jobs share the first one's buffer (its owner), each chunk
+ * tagged with its index; submitted together, decoded in the same batches. 0, or r filled and
+ * every job freed. */
+static int stream_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, job *first)
+{
+    int n = first->n;
+    first->sibs = calloc((size_t)n, sizeof *first->sibs);
+    if (!first->sibs) {
+        reply_oai_err(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    first->sibs[0] = first;
+    first->n_sibs = 1;
+    int ok = 1;
+    for (int i = 1; ok && i < n; i++) {
+        job *c = job_prepare(s, q, r, chat, j);
+        if (!c) {
+            ok = 0;
+            break;
+        }
+        if (c->has_seed)
+            c->gp.sampling.seed += (uint64_t)i;
+        c->index = i;
+        c->owner = first;
+        memcpy(c->id, first->id, sizeof c->id); /* one completion, n choices */
+        c->created = first->created;
+        first->sibs[first->n_sibs++] = c;
+    }
+    first->n_open = n;
+    for (int i = 0; ok && chat && i < n; i++)
+        sse_chunk(first->sibs[i], "", 0, 1, NULL); /* each choice opens with the assistant role */
+    for (int i = 0; ok && i < n; i++)
+        ok = job_submit(s, q, r, first->sibs[i]) == 0;
+    return ok ? 0 : -1;
+}
+
+/* job_free of a stream of choices that never started (every sibling, then the owner) */
+static void free_choices(job *first)
+{
+    cancel_stream(first);
+    for (int i = 1; first->sibs && i < first->n_sibs; i++)
+        job_free(first->sibs[i]);
+    free(first->sibs);
+    first->sibs = NULL;
+    job_free(first);
+}
+
 static void generate_route(lq_server *s, req *q, reply *r, int chat)
 {
     json_t *j = req_json_body(q, r);
     if (!j)
         return;
     job *jb = job_prepare(s, q, r, chat, j);
-    if (jb && jb->n > 1) {
+    if (jb && jb->n > 1 && !jb->stream) {
         many_choices(s, q, r, chat, j, jb);
         json_decref(j);
+        return;
+    }
+    if (jb && jb->n > 1 && stream_choices(s, q, r, chat, j, jb)) {
+        json_decref(j);
+        free_choices(jb);
         return;
     }
     json_decref(j);
     if (!jb)
         return;
-    if (jb->stream && chat)
-        sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
-    if (job_submit(s, q, r, jb))
-        goto fail;
+    if (jb->n > 1) {
+        /* submitted: the stream below reads the owner's buffer */
+    } else {
+        if (jb->stream && chat)
+            sse_chunk(jb, "", 0, 1, NULL); /* OpenAI opens with the assistant role */
+        if (job_submit(s, q, r, jb))
+            goto fail;
+    }
     if (!jb->stream) {
         /* wait in the connection's thread, watching for a client that hangs up and for
          * the server's shutdown */
@@ -1225,7 +1338,8 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
     r->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, jb, stream_free);
     if (!r->stream) {
         reply_oai_err(r, 500, NULL, "cannot create the stream response");
-        goto fail; /* job_free cancels the request */
+        free_choices(jb); /* cancels the requests */
+        return;
     }
     __atomic_add_fetch(&s->m.active_streams, 1, __ATOMIC_RELAXED);
     r->status = 200;

@@ -27,6 +27,8 @@ void lq_server_opts_init(lq_server_opts *o)
     o->request_timeout_s = 30;
     o->shutdown_grace_s = 5;
     o->max_sessions = 64;
+    o->max_connections = 1000;
+    o->max_stream_buffer = (size_t)8 << 20;
     o->cache_ram = (uint64_t)1 << 30;
     o->session_ttl_s = 3600;
 }
@@ -100,6 +102,10 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     if (o->max_sessions < 1 || o->max_sessions > 100000 || o->session_ttl_s < 1)
         return lq_err_set(err, LQ_EINVAL, "server: max_sessions %d (1..100000) / session_ttl %d s (>= 1)",
                           o->max_sessions, o->session_ttl_s);
+    if (o->max_stream_buffer < 4096 || o->max_stream_buffer > ((size_t)1 << 30))
+        return lq_err_set(err, LQ_EINVAL, "server: max_stream_buffer %zu is outside 4 KiB..1 GiB", o->max_stream_buffer);
+    if (o->max_connections < 1 || o->max_connections > 100000)
+        return lq_err_set(err, LQ_EINVAL, "server: max_connections %d is outside 1..100000", o->max_connections);
     if (o->max_concurrent < 1 || o->max_concurrent > 4096)
         return lq_err_set(err, LQ_EINVAL, "server: max_concurrent %d is outside 1..4096", o->max_concurrent);
     if (o->max_body < 1024 || o->max_body > ((size_t)1 << 30))
@@ -303,7 +309,7 @@ static int srv_listen(lq_server *s, lq_err *err)
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, srv_http_on_request, s,
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.request_timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_conns_per_ip > 0 ? o->max_conns_per_ip : 0),
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,

@@ -261,58 +261,52 @@ static int insert_row(srv_statedb *d, PGconn *c, const char *op, const char *ent
     return LQ_OK;
 }
 
-int srv_statedb_edit(lq_server *s, lq_overlay *ov, size_t n0, lq_err *e)
+/* Stores p as a row (committed when this returns LQ_OK) and applies it to the fold: under
+ * name when it is a patch applied by name (checked again after the sync, which may have
+ * brought one of that name), else as "edit:<id>". */
+static int store(lq_server *s, const lq_patch *p, const char *name, lq_err *e)
 {
     srv_statedb *d = s->statedb;
-    lq_patch *p = NULL;
-    int rc = lq_overlay_take_edits(ov, n0, "edit:new", &p, e);
-    if (rc || !p)
-        return rc;
     char *vlp = NULL;
     PGconn *c = NULL;
-    rc = lq_patch_json(p, &vlp, e);
+    int rc = lq_patch_json(p, &vlp, e);
     /* the rows committed elsewhere first, so that this one lands on top of them */
     if (!rc)
         rc = sync_first(s, &c, e);
-    const char *op, *entity, *relation, *target, *mode, *edit_id;
-    char layer[16];
-    describe_ops(p, &op, &entity, &relation, &target, &mode, &edit_id, layer, sizeof layer);
+    if (!rc && name)
+        rc = lq_overlay_check_patch(s->global, p, e);
+    const char *op = "patch", *entity = name, *relation = NULL, *target = NULL, *mode = NULL, *edit_id = NULL;
+    char layer[16] = "";
+    if (!name)
+        describe_ops(p, &op, &entity, &relation, &target, &mode, &edit_id, layer, sizeof layer);
     int64_t id = 0;
     if (!rc)
         rc = insert_row(d, c, op, entity, relation, target, layer, mode, edit_id, vlp, strlen(vlp), &id, e);
-    /* committed: from here on the edit is acknowledged; applying our own row cannot fail
-     * short of memory (it was made on this overlay) */
-    if (!rc && (rc = lq_edit_log_apply_patch(d->log, id, NULL, p, e)) == LQ_OK)
+    /* committed: from here on the edit is acknowledged; applying the row cannot fail short
+     * of memory (it was made on, or checked against, this overlay) */
+    if (!rc && (rc = lq_edit_log_apply_patch(d->log, id, name, p, e)) == LQ_OK)
         __atomic_add_fetch(&d->applied, 1, __ATOMIC_RELAXED);
     if (!rc)
         srv_dcache_bump(s);
     free(vlp);
+    return rc;
+}
+
+int srv_statedb_edit(lq_server *s, lq_overlay *ov, size_t n0, lq_err *e)
+{
+    lq_patch *p = NULL;
+    int rc = lq_overlay_take_edits(ov, n0, "edit:new", &p, e);
+    if (rc || !p)
+        return rc;
+    rc = store(s, p, NULL, e);
     lq_patch_free(p);
     return rc;
 }
 
 int srv_statedb_apply(lq_server *s, const lq_patch *p, lq_err *e)
 {
-    srv_statedb *d = s->statedb;
     int rc = lq_overlay_check_patch(s->global, p, e);
-    if (rc)
-        return rc;
-    char *vlp = NULL;
-    PGconn *c = NULL;
-    rc = lq_patch_json(p, &vlp, e);
-    if (!rc)
-        rc = sync_first(s, &c, e);
-    if (!rc) /* the sync may have brought a patch of that name */
-        rc = lq_overlay_check_patch(s->global, p, e);
-    int64_t id = 0;
-    if (!rc)
-        rc = insert_row(d, c, "patch", lq_patch_name(p), NULL, NULL, NULL, NULL, NULL, vlp, strlen(vlp), &id, e);
-    if (!rc && (rc = lq_edit_log_apply_patch(d->log, id, lq_patch_name(p), p, e)) == LQ_OK)
-        __atomic_add_fetch(&d->applied, 1, __ATOMIC_RELAXED);
-    if (!rc)
-        srv_dcache_bump(s);
-    free(vlp);
-    return rc;
+    return rc ? rc : store(s, p, lq_patch_name(p), e);
 }
 
 int srv_statedb_remove(lq_server *s, const char *name, lq_err *e)

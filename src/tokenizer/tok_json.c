@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cancel.h"
 #include "core/mapfile.h"
 #include "tokenizer/tok_internal.h"
 
@@ -212,8 +213,17 @@ static int32_t find_first(const lq_tokenizer *t, const char *const *names)
     return -1;
 }
 
+/* The caller's cancel hook (core/cancel.h) in the loops over a vocabulary: 128k pieces and
+ * 280k merges take tens of ms; asked every 8192 items. */
+#define POLL_EVERY(i)                                                                   \
+    do {                                                                                \
+        if (((i) & 8191) == 8191 && lq_cancel_poll())                                   \
+            return lq_err_set(err, LQ_ECANCELED, "tokenizer.json: load cancelled");    \
+    } while (0)
+
 static int load(lq_tokenizer *t, json_t *root, lq_err *err)
 {
+    size_t polls = 0;
     int rc;
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model))
@@ -247,6 +257,7 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
     json_t *v;
     json_object_foreach(vocab, key, v)
     {
+        POLL_EVERY(polls++);
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= TOK_MAX_VOCAB)
             return lq_err_set(err, LQ_EFORMAT,
@@ -274,6 +285,7 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
     memset(t->type, TOK_T_UNUSED, (size_t)t->n_vocab); /* holes stay unused */
     json_object_foreach(vocab, key, v)
     {
+        POLL_EVERY(polls++);
         int32_t id = (int32_t)json_integer_value(v);
         if (t->len[id])
             return lq_err_set(err, LQ_EFORMAT, "tokenizer.json: id %d appears twice in model.vocab",
@@ -307,6 +319,7 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
         return rc;
     json_array_foreach(merges, i, v)
     {
+        POLL_EVERY(i);
         const char *a, *b;
         size_t na, nb;
         if (json_is_string(v)) {
@@ -363,6 +376,27 @@ static int load(lq_tokenizer *t, json_t *root, lq_err *err)
     return tok_finalize(t, err);
 }
 
+typedef struct feed {
+    const char *p;
+    size_t len, pos;
+    int cancelled;
+} feed;
+
+static size_t feed_piece(void *buf, size_t cap, void *ud)
+{
+    feed *f = ud;
+    if (lq_cancel_poll()) {
+        f->cancelled = 1;
+        return (size_t)-1; /* jansson: stop with an error */
+    }
+    size_t n = f->len - f->pos;
+    if (n > cap)
+        n = cap;
+    memcpy(buf, f->p + f->pos, n);
+    f->pos += n;
+    return n;
+}
+
 int lq_tokenizer_from_json(const char *json, size_t len, lq_tokenizer **out, lq_err *err)
 {
     if (!out)
@@ -371,7 +405,13 @@ int lq_tokenizer_from_json(const char *json, size_t len, lq_tokenizer **out, lq_
     if (!json && len)
         return lq_err_set(err, LQ_EINVAL, "tokenizer.json: NULL input");
     json_error_t je;
-    json_t *root = json_loadb(json ? json : "", len, JSON_ALLOW_NUL, &je);
+    /* fed to jansson through a callback (it asks for small pieces) so that the caller's
+       cancel hook is asked all along the parse (a 128k-token tokenizer.json is several MB,
+       tens of ms for jansson) */
+    feed f = {json ? json : "", len, 0, 0};
+    json_t *root = json_load_callback(feed_piece, &f, JSON_ALLOW_NUL, &je);
+    if (!root && f.cancelled)
+        return lq_err_set(err, LQ_ECANCELED, "tokenizer.json: load cancelled");
     if (!root)
         return lq_err_set(err, LQ_EFORMAT, "tokenizer.json: line %d column %d: %s", je.line,
                           je.column, je.text);

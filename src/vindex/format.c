@@ -233,6 +233,13 @@ static int parse_index(lq_vindex *v, lq_err *err)
         if (first)
             in->features_per_layer = (int)nf, first = 0;
     }
+    /* a list that leaves layers out while claiming them is damaged (or cut): every query would
+     * read those layers as empty, so it is refused rather than half-answered */
+    for (int l = 0; nl && l < L; l++)
+        if (!v->layers[l].present)
+            return lq_err_set(err, LQ_EFORMAT,
+                              "index.json: num_layers is %d but layers[] lists %zu of them (layer %d is missing)", L,
+                              nl, l);
     return LQ_OK;
 }
 
@@ -518,6 +525,11 @@ static int build_token_texts(lq_vindex *v, lq_err *err)
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     int32_t tv = v->tok ? lq_tokenizer_n_vocab(v->tok) : 0;
     for (int id = 0; id < V; id++) {
+        /* 128k tokens decode in about 100 ms: the caller's cancel hook every 8192 */
+        if ((id & 8191) == 8191 && lq_vx_cancelled()) {
+            free(sb.s);
+            return lq_err_set(err, LQ_ECANCELED, "vindex open cancelled");
+        }
         v->tok_off[id] = (uint32_t)sb.n;
         char *text = NULL;
         size_t len = 0;
@@ -571,6 +583,14 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
     lq_vindex_info *in = &v->info;
     uint64_t bpf = in->dtype == LQ_VDT_F16 ? 2 : 4;
 
+    /* the caller's cancel hook (lq_vindex_set_thread_cancel) between the stages of the open:
+       each is well under 100 ms on a 2B-4T vindex, the long ones poll inside too */
+#define OPEN_POLL() \
+    do { \
+        if (!rc && lq_vx_cancelled()) \
+            rc = lq_err_set(err, LQ_ECANCELED, "vindex open cancelled"); \
+    } while (0)
+    OPEN_POLL();
     /* gate_vectors.bin: required unless dense-only */
     if (!rc && !in->dense_only) {
         rc = map_file(v->dir, "gate_vectors.bin", &v->gate, err);
@@ -586,6 +606,7 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
             }
         }
     }
+    OPEN_POLL();
     /* embeddings.bin: f32 iff size == vocab*hidden*4, f16 iff *2 */
     if (!rc) {
         rc = map_file(v->dir, "embeddings.bin", &v->embed, err);
@@ -602,6 +623,7 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
                                 (unsigned long long)(n * 4), (unsigned long long)(n * 2));
         }
     }
+    OPEN_POLL();
     if (!rc && !in->dense_only) {
         if (file_exists(v->dir, "down_meta.bin")) {
             rc = map_file(v->dir, "down_meta.bin", &v->down, err);
@@ -614,13 +636,16 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
                             v->dir, in->n_loaded_layers);
         }
     }
+    OPEN_POLL();
     if (!rc) {
         char *p = lq_vx_join(v->dir, "tokenizer.json");
         if (!p)
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
         else if (!file_exists(v->dir, "tokenizer.json"))
             rc = lq_err_set(err, LQ_ENOTFOUND, "%s: missing", p);
-        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err))) {
+        else if ((rc = lq_tokenizer_from_json_file(p, &v->tok, err)) == LQ_ECANCELED) {
+            /* cancelled: not worth a second parse as a Unigram file */
+        } else if (rc) {
             /* SentencePiece vocabularies come as a Unigram model (tokjson.c) */
             lq_err e2 = {0};
             int r2 = lq_vx_tokenizer_from_unigram(p, &v->tok, &e2);
@@ -636,12 +661,16 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         }
         free(p);
     }
+    OPEN_POLL();
     if (!rc)
         rc = build_token_texts(v, err);
+    OPEN_POLL();
     if (!rc)
         rc = load_labels(v, err);
+    OPEN_POLL();
     if (!rc)
         rc = load_clusters(v, err);
+    OPEN_POLL();
     if (!rc) {
         v->n_threads = opts && opts->n_threads > 0 ? opts->n_threads : lq_cpu_count();
         if (v->n_threads > 64)
@@ -671,6 +700,7 @@ int lq_vindex_open(const char *dir, const lq_vindex_open_opts *opts, lq_vindex *
         free(kp);
     }
     (void)bpf;
+#undef OPEN_POLL
     if (rc) {
         lq_vindex_close(v);
         return rc;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/cancel.h"
 #include "vindex/vindex_internal.h"
 
 lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar)
@@ -207,13 +208,16 @@ static void scan_chunk(void *ctx, int64_t start, int64_t end, int thread_idx)
 /* Per calling thread: how its queries scan (lq_vindex_set_thread_scan). */
 static _Thread_local int tl_scan_threads; /* 0 = the vindex's pool, 1 = inline, n = tl_pool */
 static _Thread_local lq_pool *tl_pool;
-static _Thread_local lq_vindex_cancel_fn tl_cancel;
-static _Thread_local void *tl_cancel_ctx;
 
+/* the hook lives in core (cancel.c) so that the tokenizer's parse polls it too */
 void lq_vindex_set_thread_cancel(lq_vindex_cancel_fn fn, void *ctx)
 {
-    tl_cancel = fn;
-    tl_cancel_ctx = fn ? ctx : NULL;
+    lq_cancel_set(fn, ctx);
+}
+
+int lq_vx_cancelled(void)
+{
+    return lq_cancel_poll();
 }
 
 int lq_vindex_set_thread_scan(int n_threads, lq_err *err)
@@ -283,14 +287,18 @@ static int scan(const lq_vindex *v, const int *layers, size_t n_layers, const fl
         lq_pool *pool = scan_pool(v);
         if (pool && total >= 256)
             lq_pool_for(pool, (int64_t)total, 64, scan_chunk, &j);
-        else if (!tl_cancel)
+        else if (!lq_cancel_active())
             scan_chunk(&j, 0, (int64_t)total, 0);
         else {
-            /* inline with a cancel hook: asked between blocks of rows (a block is a few ms
-               even on wide f16 gates), on this thread */
-            const uint64_t block = 4096;
+            /* inline with a cancel hook: asked between blocks of rows, on this thread. A block
+               is 4096 rows for one query (a few ms even on wide f16 gates); n queries score
+               each row n times, so the block shrinks with them (describe_many of 1000
+               entities would otherwise run seconds between two polls) */
+            uint64_t block = 4096 / (uint64_t)(nq ? nq : 1);
+            if (block < 8)
+                block = 8;
             for (uint64_t a = 0; a < total; a += block) {
-                if (tl_cancel(tl_cancel_ctx)) {
+                if (lq_cancel_poll()) {
                     free(row_start);
                     free(q8), free(qs), free(qsum);
                     return lq_err_set(err, LQ_ECANCELED, "gate scan cancelled");
@@ -413,11 +421,17 @@ int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_la
     if (!rc)
         rc = scan(v, layers, n_layers, Q, n_q, scores, 0, pre, err);
     if (!rc && !pre) {
-        for (size_t i = 0; i < n_layers; i++) {
+        for (size_t i = 0; !rc && i < n_layers; i++) {
             const void *rows;
             int nf;
             lq_vindex_gate_layer(v, layers[i], &rows, &nf, NULL);
             for (size_t q = 0; q < n_q && nf; q++) {
+                /* the top-k pass over many queries' scores is itself long (1000 queries x
+                   30 layers of 6912 rows): asked every 32 queries */
+                if (q % 32 == 31 && lq_vx_cancelled()) {
+                    rc = lq_err_set(err, LQ_ECANCELED, "gate scan cancelled");
+                    break;
+                }
                 /* an overlay's re-gated and deleted features leave the race (NaN is never a
                  * hit): the overlay adds its own scores for them */
                 if (v->ov)

@@ -478,6 +478,12 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
         row[i] = (size_t)-1;
         if (!entities[i] || !*entities[i])
             continue;
+        /* the caller's cancel hook between entities: thousands of them take seconds to
+           encode and merge */
+        if (i % 16 == 15 && lq_vx_cancelled()) {
+            rc = lq_err_set(err, LQ_ECANCELED, "describe_many cancelled");
+            break;
+        }
         rc = lq_vindex_entity_vector(v, entities[i], Q + nq * D, &ntok, err);
         results[i].n_tokens = ntok;
         if (!rc && ntok > 0)
@@ -488,6 +494,10 @@ int lq_vindex_describe_many(const lq_vindex *v, const lq_describe_params *p, con
     for (size_t i = 0; !rc && i < n; i++) {
         if (row[i] == (size_t)-1)
             continue;
+        if (i % 16 == 15 && lq_vx_cancelled()) {
+            rc = lq_err_set(err, LQ_ECANCELED, "describe_many cancelled");
+            break;
+        }
         lq_describe_params pi = *p;
         pi.entity = entities[i];
         rc = describe_merge(v, &pi, hits + row[i] * stride, nh[row[i]], &results[i], err);
@@ -1208,6 +1218,12 @@ int lq_vindex_show_features_json(const lq_vindex *v, int layer, const char *filt
 
 int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *score, lq_err *err)
 {
+    return lq_vindex_similar_layers(v, a, b, 0, score, err);
+}
+
+int lq_vindex_similar_layers(const lq_vindex *v, const char *a, const char *b, int max_layers, double *score,
+                             lq_err *err)
+{
     if (!a || !*a || !b || !*b)
         return lq_err_set(err, LQ_EINVAL, "empty entity");
     int rc = need_browse(v, err);
@@ -1220,6 +1236,13 @@ int lq_vindex_similar(const lq_vindex *v, const char *a, const char *b, double *
     if (!Q || band_layers(v, 3, &layers, &nl)) {
         free(Q);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    }
+    if (max_layers > 0 && nl > (size_t)max_layers) {
+        /* pg_infer's sampling: every floor(L/m)-th layer from the first, m of them */
+        size_t step = nl / (size_t)max_layers;
+        for (size_t i = 0; i < (size_t)max_layers; i++)
+            layers[i] = layers[i * step];
+        nl = (size_t)max_layers;
     }
     rc = lq_vindex_entity_vector(v, a, Q, &na, err);
     if (!rc)

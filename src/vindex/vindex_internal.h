@@ -122,6 +122,9 @@ lq_gate_scores_fn lq_vx_scores_pick(const lq_vindex *v, int force_scalar);
 
 /* Top-k by |score| of scores[0..n) into hits (sorted, |score| desc, ties lower feature
  * first); returns the count. */
+/* The calling thread's cancel hook (lq_vindex_set_thread_cancel): 1 when it asks to stop,
+ * 0 without a hook. Long loops outside the gate scan (open, describe_many) poll it. */
+int lq_vx_cancelled(void);
 size_t lq_vx_topk(const float *scores, size_t n, size_t k, int layer, lq_vindex_hit *hits);
 
 /* Token helpers (LARQL's is_readable_token / is_content_token). */

@@ -29,6 +29,14 @@ if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 -
     else
         fail "a server with --max-conns-per-ip starts"
     fi
+    # 2,000 idle keep-alive connections (a thread each) beside normal traffic
+    if start_server idle "$V" --max-connections 2100 --request-timeout 120 --threads 1; then
+        run_py idle.log "$HTTP_DIR/idle_conns.py" "$PORT" "$PID" 2000
+        kill -TERM "$PID"
+    else
+        fail "a server with --max-connections starts"
+    fi
+    check_fails "serve: --max-connections out of range" "max-connections" "$LARQL" serve "$V" --max-connections 0
     if start_server limited "$V" --rate-limit 5/min --trust-forwarded-for --threads 1; then
         run_py rate.log "$HTTP_DIR/rate_limit.py" "$PORT" 5
         kill -TERM "$PID"

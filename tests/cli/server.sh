@@ -129,6 +129,16 @@ else
     skip "vindex routes" "larql convert gguf-to-vindex failed"
 fi
 
+# ---- a slow SSE reader: the stream stops at --max-stream-buffer, memory stays bounded ----
+if start_server slowread "$SLOW" --threads 1 --ctx 4096 --max-stream-buffer 65536; then
+    EOS=$("$LARQL" info "$SLOW" 2>/dev/null | sed -n 's/.*eos \([0-9]*\), eot \([0-9]*\).*/\1 \2/p')
+    run_py slowread.log "$HTTP_DIR/slow_reader.py" "$PORT" "$PID" $EOS
+    stop_server "$PID"
+else
+    fail "a server with --max-stream-buffer starts"
+fi
+check_fails "serve: --max-stream-buffer below 4096" "max-stream-buffer" "$LARQL" serve "$M" --max-stream-buffer 100
+
 # ---- the prompt cache (--cache-ram) on an inference vindex (generation and edits) ----
 if "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/vxi" --keep-quant --level inference >/dev/null 2>&1 &&
    start_server pcache "$T_TMP/vxi" --threads 1; then

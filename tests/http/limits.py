@@ -58,7 +58,7 @@ ok("insert with a 64-character X-Session-Id of [A-Za-z0-9_-] -> 200", st == 200,
 chat = {"messages": [{"role": "user", "content": "hi"}]}
 cases = [
     ("n=129", "/v1/chat/completions", dict(chat, n=129), 400, "n"),
-    ("n=2 streamed", "/v1/chat/completions", dict(chat, n=2, stream=True), 400, "n"),
+    ("n=129 streamed", "/v1/chat/completions", dict(chat, n=129, stream=True), 400, "n"),
     ("n=0", "/v1/completions", {"prompt": "hi", "n": 0}, 400, "n"),
     ("top_logprobs=21", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=21), 400, "top_logprobs"),
     ("completions logprobs=21", "/v1/completions", {"prompt": "hi", "logprobs": 21}, 400, "logprobs"),

@@ -5,6 +5,7 @@ without the cache (cache_prompt: false); an edit changes the forward pass, so KV
 before it is not reused after it. usage: prompt_cache.py PORT (a server on a vindex)"""
 import json
 import sys
+import threading
 import urllib.error
 import urllib.request
 
@@ -60,6 +61,38 @@ ok("cache_prompt must be a boolean (400)", st == 400, b)
 st, m = call("GET", "/metrics")
 ok("/metrics counts prompt cache hits and reused tokens",
    st == 200 and "larql_prompt_cache_hits_total " in m and "larql_prompt_cache_reused_tokens_total " in m)
+
+# the choices of an n > 1 request share the prompt's KV: prefilled once, copied to the others
+c7 = cache()
+st, b = call("POST", "/v1/completions", {"prompt": "A shared prompt for three choices: " + p1, "max_tokens": 3,
+                                         "n": 3, "temperature": 1.0, "seed": 3})
+c8 = cache()
+# (a choice that starts after the first one finished takes its KV from the cache instead)
+reuses = (c8.get("shared_hits", 0) + c8.get("hits", 0)) - (c7.get("shared_hits", 0) + c7.get("hits", 0))
+reused = (c8.get("shared_tokens", 0) + c8.get("reused_tokens", 0)) - (c7.get("shared_tokens", 0) +
+                                                                       c7.get("reused_tokens", 0))
+ok("n=3: two choices take the first one's prompt KV (copied while it runs, or cached) instead of prefilling it",
+   st == 200 and reuses == 2 and reused >= 40, (c7, c8))
+
+# 8 concurrent requests behind one long system prompt: it is prefilled once
+system = " ".join("The model reads the text and knows the capital of France is Paris ." for _ in range(5))
+c9 = cache()
+codes = []
+
+
+def one(k):
+    codes.append(complete(system + " Question %d :" % k, max_tokens=2)[0])
+
+
+ts = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+c10 = cache()
+reuses = (c10.get("shared_hits", 0) + c10.get("hits", 0)) - (c9.get("shared_hits", 0) + c9.get("hits", 0))
+ok("8 concurrent requests behind one system prompt: 7 take its KV (copied or cached), one prefills it",
+   codes == [200] * 8 and reuses == 7, (codes, c9, c10))
 
 # an edit changes the forward pass: KV cached before it is not reused after it
 st, _ = complete(p2)  # leaves p2 + its answer in the cache

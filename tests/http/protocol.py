@@ -494,7 +494,34 @@ def main_tests():
        st == 200 and j3["choices"][0]["message"]["content"] == j["choices"][1]["message"]["content"], (raw, raw3))
     st, _, j, raw = jreq("POST", "/v1/completions", dict(base, n=2, max_tokens=3))
     ok("completions n=2 -> two choices", st == 200 and [c["index"] for c in j["choices"]] == [0, 1], raw)
-    expect_error("n=2 streamed -> 400", "POST", "/v1/chat/completions", dict(chat, n=2, stream=True), contains="n>1")
+    # n > 1 streamed: one stream, each chunk tagged with its choice's index; each choice's text
+    # is what the same request gives unstreamed; one [DONE] at the end; usage over all choices
+    st, _, ev = sse("/v1/chat/completions", dict(chat, n=3, max_tokens=5, temperature=1.0, seed=7, stream=True,
+                                                 stream_options={"include_usage": True}))
+    parts, fins, roles, usage = {0: "", 1: "", 2: ""}, {}, set(), None
+    for e in ev:
+        if e == "[DONE]":
+            continue
+        jj = json.loads(e)
+        usage = jj.get("usage") or usage
+        for ch in jj.get("choices", []):
+            parts[ch["index"]] += ch["delta"].get("content", "") or ""
+            if ch["delta"].get("role"):
+                roles.add(ch["index"])
+            if ch.get("finish_reason"):
+                fins[ch["index"]] = ch["finish_reason"]
+    st2, _, jn, rawn = jreq("POST", "/v1/chat/completions", dict(chat, n=3, max_tokens=5, temperature=1.0, seed=7))
+    ok("n=3 streamed: every choice streams (role, text, finish_reason), one [DONE] last",
+       st == 200 and ev and ev[-1] == "[DONE]" and ev.count("[DONE]") == 1 and roles == {0, 1, 2}
+       and set(fins) == {0, 1, 2}, ev[:6])
+    ok("n=3 streamed: each choice's text is the unstreamed choice's",
+       st2 == 200 and [parts[i] for i in range(3)] == [c["message"]["content"] for c in jn["choices"]],
+       (parts, rawn[:300]))
+    ok("n=3 streamed: usage counts every choice's tokens once",
+       usage and usage["completion_tokens"] == jn["usage"]["completion_tokens"], (usage, rawn[-200:]))
+    st, _, ev = sse("/v1/completions", dict(base, n=2, max_tokens=3, stream=True))
+    idx = {ch["index"] for e in ev if e != "[DONE]" for ch in json.loads(e).get("choices", [])}
+    ok("completions n=2 streamed: chunks of both choices", st == 200 and idx == {0, 1} and ev[-1] == "[DONE]", ev[:4])
     expect_error("n=0 -> 400", "POST", "/v1/completions", dict(base, n=0))
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     # tools are served (tests/cli/grammar.sh checks the calls); here: accepted, a text or a call

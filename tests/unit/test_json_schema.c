@@ -263,6 +263,21 @@ static void test_int_ranges(void)
     YES(g, "1000000000000000");
     NO(g, "999999999999998");
     lq_grammar_free(g);
+    /* zod's int(): the safe-integer bounds +-(2^53 - 1) */
+    g = schema("{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}");
+    CHECK(g != NULL);
+    YES(g, "9007199254740991");
+    YES(g, "-9007199254740991");
+    YES(g, "42");
+    NO(g, "9007199254740992");
+    NO(g, "-9007199254740992");
+    lq_grammar_free(g);
+    /* a far bound binds no 16-digit integer: the side stays open */
+    g = schema("{\"type\":\"integer\",\"minimum\":0,\"maximum\":1e17}");
+    CHECK(g != NULL);
+    YES(g, "9999999999999999");
+    NO(g, "-1");
+    lq_grammar_free(g);
 }
 
 static void bad(const char *s, int code, const char *needle)
@@ -292,6 +307,7 @@ static void test_bad_schemas(void)
     bad("{\"minimum\":0}", LQ_EUNSUPPORTED, "need \"type\": \"integer\"");
     bad("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", LQ_EINVAL, "leave no value");
     bad("{\"type\":\"integer\",\"minimum\":\"3\"}", LQ_EINVAL, "'minimum' must be a number");
+    bad("{\"type\":\"integer\",\"maximum\":1e19}", LQ_EINVAL, "within +-10^18");
     bad("{\"type\":\"string\",\"pattern\":\"abc\"}", LQ_EUNSUPPORTED, "anchored");
     bad("{\"type\":\"string\",\"pattern\":\"^(a$\"}", LQ_EINVAL, "unbalanced");
     bad("{\"type\":\"string\",\"pattern\":\"^(?=a)b$\"}", LQ_EUNSUPPORTED, "lookaround");

@@ -670,6 +670,80 @@ static void check_prompt_cache(const char *path)
 static void test_prompt_cache_bitnet(void) { check_prompt_cache(g_bitnet); }
 static void test_prompt_cache_llama(void) { check_prompt_cache(g_llama); }
 
+/* Requests submitted together behind one prompt (an n > 1 request's choices): the first
+ * prefills it, the others copy its KV and evaluate only their last token; every answer is
+ * what lq_generate gives alone. */
+static void check_shared_prefix(const char *path)
+{
+    lq_model *m = open_model(path, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    enum { N = 4, P = 100 };
+    static job jobs[N];
+    static rec alone[N], together[N];
+    lq_generate_result ra[N], rt[N];
+    memset(alone, 0, sizeof alone);
+    memset(together, 0, sizeof together);
+    for (int k = 0; k < N; k++) {
+        job *j = &jobs[k];
+        lq_generate_defaults(&j->p);
+        j->n_prompt = P;
+        j->prompt[0] = lq_tokenizer_bos(lq_model_tokenizer(m));
+        for (size_t i = 1; i < P; i++)
+            j->prompt[i] = (int32_t)((i * 41 + 9) % (size_t)(mi->n_vocab - 3));
+        if (k == N - 1)
+            j->prompt[P - 1] = (int32_t)((j->prompt[P - 1] + 1) % (mi->n_vocab - 3)); /* last token differs */
+        j->p.max_tokens = 10;
+        j->p.ignore_eos = 1;
+        j->p.sampling.temperature = k % 2 ? 0.8f : 0.0f;
+        j->p.sampling.seed = 50 + (uint64_t)k;
+        j->p.sampling.has_seed = 1;
+    }
+    lq_err err = {0};
+    for (int k = 0; k < N; k++) {
+        lq_session *sess = NULL;
+        CHECK(lq_session_create(m, 0, &sess, &err) == 0);
+        CHECK(lq_generate(sess, jobs[k].prompt, jobs[k].n_prompt, &jobs[k].p, on_token, &alone[k], &ra[k], &err) == 0);
+        lq_session_free(sess);
+    }
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = N;
+    so.prefill_chunk = 32;
+    so.prompt_cache = 2;
+    lq_scheduler *S = NULL;
+    CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
+    if (!S) {
+        lq_model_close(m);
+        return;
+    }
+    lq_sched_req *h[N];
+    for (int k = 0; k < N; k++)
+        CHECK(lq_scheduler_submit(S, jobs[k].prompt, jobs[k].n_prompt, &jobs[k].p, on_token, on_done, &together[k],
+                                  &h[k], &err) == 0);
+    int same = 1;
+    for (int k = 0; k < N; k++) {
+        CHECK(lq_sched_wait(h[k], -1) == 1 && lq_sched_result(h[k], &rt[k], &err) == 0);
+        same &= same_rec(&alone[k], &together[k], &ra[k], &rt[k]);
+        lq_sched_release(h[k]);
+    }
+    CHECK_MSG(same, "%s: a request that copied the shared prefix answers differently", path);
+    lq_scheduler_stats st;
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.shared_hits == N - 1 && st.shared_tokens == (uint64_t)(N - 1) * (P - 1),
+              "shared %llu requests, %llu positions", (unsigned long long)st.shared_hits,
+              (unsigned long long)st.shared_tokens);
+    CHECK_MSG(st.prefill_tokens == P + (N - 1), "prefilled %llu positions (the prompt once, then one each)",
+              (unsigned long long)st.prefill_tokens);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+static void test_shared_prefix_bitnet(void) { check_shared_prefix(g_bitnet); }
+static void test_shared_prefix_llama(void) { check_shared_prefix(g_llama); }
+
 int main(void)
 {
     if (write_models()) {
@@ -686,6 +760,8 @@ int main(void)
     RUN(test_many_threads);
     RUN(test_prompt_cache_bitnet);
     RUN(test_prompt_cache_llama);
+    RUN(test_shared_prefix_bitnet);
+    RUN(test_shared_prefix_llama);
     unlink(g_bitnet);
     unlink(g_llama);
     rmdir(harness_tmpdir());

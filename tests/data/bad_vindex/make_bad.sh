@@ -27,6 +27,7 @@ mk layer_out_of_range; edit_index layer_out_of_range 'd["layers"][0]["layer"] = 
 mk length_mismatch; edit_index length_mismatch 'd["layers"][0]["length"] += 4'
 mk offset_past_end; edit_index offset_past_end 'd["layers"][-1]["offset"] = 1 << 40'
 mk duplicate_layer; edit_index duplicate_layer 'd["layers"][1]["layer"] = d["layers"][0]["layer"]'
+mk missing_layer; edit_index missing_layer 'del d["layers"][1]'
 mk bad_bands; edit_index bad_bands 'd["layer_bands"] = {"syntax": [0, 1], "knowledge": [2, 99], "output": [3, 3]}'
 mk vocab_mismatch; edit_index vocab_mismatch 'd["vocab_size"] += 1'
 mk truncated_gate; truncate_file "$out/truncated_gate/gate_vectors.bin" 1000

@@ -5,6 +5,9 @@
 // SDK's typed error for a tool_choice naming an unknown function.
 // usage: node sdk_tools.mjs http://127.0.0.1:PORT/v1   (run by tests/cli/grammar.sh)
 import OpenAI from "openai";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { z } from "zod";
+import Ajv from "ajv";
 
 const client = new OpenAI({ baseURL: process.argv[2], apiKey: "unused", maxRetries: 0, timeout: 120000 });
 let failed = 0;
@@ -90,6 +93,42 @@ await step("parse", async () => {
   const p = r.choices[0].message.parsed;
   ok("chat.completions.parse with a strict json_schema", p && typeof p.name === "string" && [...p.name].length <= 8 &&
     Number.isInteger(p.age) && Object.keys(p).length === 2, r.choices[0].message);
+});
+
+await step("parse with zod", async () => {
+  // the SDK's zod helper: the schema goes out as a strict json_schema, the reply comes back parsed
+  const City = z.object({ city: z.string().max(12), population: z.number().int(), coastal: z.boolean(),
+    languages: z.array(z.enum(["en", "fr", "de"])).max(3) });
+  const r = await client.chat.completions.parse({ model, messages, max_tokens: 300, seed: 5,
+    response_format: zodResponseFormat(City, "city") });
+  const p = r.choices[0].message.parsed;
+  ok("chat.completions.parse with zodResponseFormat returns an object zod accepts", p && City.safeParse(p).success,
+    r.choices[0].message);
+});
+
+await step("sampled outputs validate", async () => {
+  // 50 outputs sampled at temperature 1 (5 requests of n = 10), each checked by ajv against the
+  // schema that constrained it
+  const schema = { type: "object", properties: {
+      id: { type: "integer", minimum: 0, maximum: 999 }, name: { type: "string", minLength: 1, maxLength: 10 },
+      kind: { enum: ["cat", "dog", "bird"] }, score: { type: "number" }, tags: { type: "array", items: { type: "string", maxLength: 6 }, maxItems: 3 },
+      ok: { type: "boolean" } },
+    required: ["id", "name", "kind", "score", "tags", "ok"], additionalProperties: false };
+  const validate = new Ajv({ strict: false }).compile(schema);
+  let valid = 0, total = 0;
+  const bad = [];
+  for (let k = 0; k < 5; k++) {
+    const r = await client.chat.completions.create({ model, messages, max_tokens: 300, n: 10, temperature: 1, seed: 100 + k * 10,
+      response_format: { type: "json_schema", json_schema: { name: "pet", strict: true, schema } } });
+    for (const c of r.choices) {
+      total++;
+      let v = false;
+      try { v = validate(JSON.parse(c.message.content)); } catch (e) { v = false; }
+      if (v) valid++; else if (bad.length < 3) bad.push([c.finish_reason, c.message.content]);
+    }
+  }
+  ok(`every one of ${total} sampled outputs (temperature 1) is JSON that ajv validates against its schema`,
+    total === 50 && valid === 50, { valid, total, bad });
 });
 
 await step("errors", async () => {

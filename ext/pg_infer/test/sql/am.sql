@@ -1,5 +1,6 @@
 -- pg_infer: the "infer" index access method answers ORDER BY col <~> 'query' with the
--- same rows and distances as a sort, and orders by the model its reloption names.
+-- same rows and distances as a sort, from the same model (infer.default_model, the one the
+-- operator uses): the planner only takes an index built for that model.
 \getenv fixdir PGI_FIXDIR
 CREATE EXTENSION pg_infer;
 SELECT amname, amtype FROM pg_am WHERE amname = 'infer';
@@ -51,12 +52,40 @@ RESET plan_cache_mode;
 -- new rows are seen (nothing is stored per row)
 INSERT INTO words (w) VALUES ('France');
 SELECT count(*) AS france_first FROM (SELECT w FROM words ORDER BY w <~> 'France' LIMIT 2) s WHERE w = 'France';
--- the reloption names the model: an index on tiny2 needs tiny2 even with default_model = tiny
+-- an index built for tiny2 is not chosen while the default model is tiny, and is once it is
+-- tiny2; either way the rows and distances are a sequential scan's
 DROP INDEX words_infer;
 CREATE INDEX words_infer2 ON words USING infer (w) WITH (model = 'tiny2');
-SELECT infer_drop_model('tiny2');
-SELECT w FROM words ORDER BY w <~> 'France' LIMIT 1;
 RESET enable_seqscan;
+EXPLAIN (COSTS OFF) SELECT w FROM words ORDER BY w <~> 'France' LIMIT 1;
+SET infer.default_model = 'tiny2';
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT w FROM words ORDER BY w <~> 'Japan' LIMIT 3;
+CREATE TEMP TABLE i2 AS SELECT w, w <~> 'Japan' AS d FROM (SELECT w FROM words ORDER BY w <~> 'Japan') s;
+RESET enable_seqscan;
+SET enable_indexscan = off;
+CREATE TEMP TABLE s2 AS SELECT w, w <~> 'Japan' AS d FROM (SELECT w FROM words ORDER BY w <~> 'Japan') s;
+RESET enable_indexscan;
+SELECT count(*) AS differences_tiny2 FROM (
+    (SELECT w, d FROM i2 EXCEPT ALL SELECT w, d FROM s2) UNION ALL (SELECT w, d FROM s2 EXCEPT ALL SELECT w, d FROM i2)) x;
+-- a generic plan made for the index while the default was tiny2 answers with tiny once the
+-- default is tiny, as a sequential scan does
+SET enable_seqscan = off;
+SET plan_cache_mode = force_generic_plan;
+PREPARE q2(text) AS SELECT array_agg(d ORDER BY d) AS d FROM (SELECT w <~> $1 AS d FROM words ORDER BY w <~> $1) s;
+EXPLAIN (COSTS OFF) EXECUTE q2('Japan');
+CREATE TEMP TABLE c2 AS EXECUTE q2('Japan');
+SET infer.default_model = 'tiny';
+CREATE TEMP TABLE c1 AS EXECUTE q2('Japan');
+RESET plan_cache_mode;
+RESET enable_seqscan;
+SET enable_indexscan = off;
+SELECT (SELECT d FROM c1) = array_agg(d ORDER BY d) AS cached_plan_uses_tiny,
+       (SELECT d FROM c2) = (SELECT array_agg(d ORDER BY d) FROM i2) AS earlier_run_used_tiny2,
+       (SELECT d FROM c1) IS DISTINCT FROM (SELECT d FROM c2) AS the_models_differ
+  FROM (SELECT w <~> 'Japan' AS d FROM words) s;
+RESET enable_indexscan;
+SELECT infer_drop_model('tiny2');
 -- unlogged table (init fork) and VACUUM
 CREATE UNLOGGED TABLE uw (w text);
 INSERT INTO uw VALUES ('Japan'), ('Tokyo');

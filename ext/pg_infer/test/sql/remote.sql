@@ -24,6 +24,11 @@ SELECT count(*) AS differences FROM (
    EXCEPT SELECT layer, feature, round(activation::numeric, 1), concept FROM walk('The capital of France', 3, 'local'))) x;
 SELECT implies('Japan', 'Tokyo', 'rem') AS implies_remote;
 SELECT similar_to('France', 'France', 'rem') > 0 AS similar_remote;
+-- similar_to_many walks concurrently and answers what similar_to answers per element
+SELECT similar_to_many(ARRAY['France', NULL, 'Paris', 'Germany'], 'France', 'rem')
+     = ARRAY[similar_to('France', 'France', 'rem'), NULL, similar_to('Paris', 'France', 'rem'),
+             similar_to('Germany', 'France', 'rem')] AS many_matches_single;
+SELECT similar_to_many(ARRAY[]::text[], 'France', 'rem') AS empty;
 SELECT feature, token FROM nearest_to('France', 1, 1, 'rem');
 SELECT count(*) > 0 AS relations FROM infer_show_relations('rem');
 SELECT count(*) AS differences FROM (
