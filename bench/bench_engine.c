@@ -10,20 +10,29 @@
  * figure is the median of --runs runs with min and max, and the 1-minute load average when
  * it was taken (other jobs on the machine lower everything).
  *
+ * lmhead: generation's decode tok/s with the exact lm_head and the bounded one (lq_generate,
+ * greedy, full_logits 1 vs 0, in alternating runs on one model), the tokens compared, the
+ * lm_head bytes read per token both ways and the read roofline of each.
+ * lmbits: how tight the bounded head's per-row bound is for compact copies of 8, 4 and 2 bits
+ * (int8 and int4 per-row absmax, the vindex's 2-bit sketch): rows whose bound reaches the best
+ * lower bound, and the lm_head bytes per token each would read.
+ *
  * ctx: decode at a long context (the model's, at most 4096) against 16 positions, for each KV
  * cache type (f32, f16, q8).
  *
  * Usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2]
  *                           [--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8]
- *                           [--only refs,decode,prefill,batch,q8acc,ctx]
+ *                           [--only refs,decode,prefill,batch,q8acc,ctx,lmhead,lmbits]
  * q8acc: top-1 agreement and max logit error of --lm-head q8 against the stored lm_head.
  * Prints Markdown tables. No pass/fail. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "bench/membw.h"
+#include "larql/generate.h"
 #include "larql/model.h"
 #include "larql/sampler.h"
 
@@ -70,6 +79,254 @@ static void make_ids(int32_t *ids, int n, int V, unsigned seed)
         seed = seed * 1103515245u + 12345u;
         ids[k] = (int32_t)((seed >> 8) % (unsigned)(V > 256 ? 256 : V)) + 1;
     }
+}
+
+/* ---- lmbits: bound tightness of compact lm_head copies ---- */
+
+/* Row w [d] quantised by scheme (8..3 bits: per-row absmax to +-(2^(bits-1) - 1), round half
+ * even; 2: the
+ * vindex sketch, trits where |w| > 0.5 mean|w| with scale = mean of the kept |w|) into wq [d];
+ * returns ||w - wq|| (double). */
+static double quant_err(const float *w, int d, int bits, float *wq)
+{
+    double e2 = 0;
+    if (bits == 2) {
+        double ma = 0;
+        for (int i = 0; i < d; i++)
+            ma += fabs(w[i]);
+        ma /= d;
+        double sum = 0;
+        int nk = 0;
+        for (int i = 0; i < d; i++)
+            if (fabs(w[i]) > 0.5 * ma) {
+                sum += fabs(w[i]);
+                nk++;
+            }
+        float sc = nk ? (float)(sum / nk) : 0.0f;
+        for (int i = 0; i < d; i++)
+            wq[i] = fabs(w[i]) > 0.5 * ma ? (w[i] > 0 ? sc : -sc) : 0.0f;
+    } else {
+        float amax = 0;
+        for (int i = 0; i < d; i++)
+            amax = fabsf(w[i]) > amax ? fabsf(w[i]) : amax;
+        float lv = (float)((1 << (bits - 1)) - 1), sc = amax / lv;
+        for (int i = 0; i < d; i++)
+            wq[i] = sc > 0 ? nearbyintf(w[i] / sc) * sc : 0.0f;
+    }
+    for (int i = 0; i < d; i++)
+        e2 += ((double)w[i] - wq[i]) * ((double)w[i] - wq[i]);
+    return sqrt(e2);
+}
+
+static void bench_lmbits(const char *path, int nt)
+{
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts o = {.n_threads = nt, .lm_head_mode = LQ_LM_HEAD_EXACT};
+    if (lq_model_open(path, &o, &m, &err))
+        die(path, &err);
+    const lq_model_info *in = lq_model_get_info(m);
+    const int V = in->n_vocab, D = in->n_embd, L = in->n_layer, P = 4, CH = 1024;
+    /* final-normed hidden states of P prompts: the last layer's residual / rms (the norm
+     * weight is folded into the rows by lq_model_output_rows) */
+    float *x = malloc(sizeof(float) * (size_t)P * D), *res = malloc(sizeof(float) * (size_t)L * D);
+    float *rows = malloc(sizeof(float) * (size_t)CH * D), *wq = malloc(sizeof(float) * (size_t)D);
+    enum { NB = 6 };
+    double *a[NB], *e[NB], *ex = malloc(sizeof(double) * (size_t)V * P);
+    int32_t *ids = malloc(sizeof(int32_t) * CH);
+    for (int b = 0; b < NB; b++) {
+        a[b] = malloc(sizeof(double) * (size_t)V * P);
+        e[b] = malloc(sizeof(double) * (size_t)V);
+    }
+    double xn[4];
+    for (int p = 0; p < P; p++) {
+        lq_session *s;
+        int32_t pr[8];
+        make_ids(pr, 8, V, 777 + (unsigned)p);
+        if (lq_session_create(m, 16, &s, &err) || lq_session_eval_capture(s, pr, 8, NULL, res, &err))
+            die("lmbits", &err);
+        const float *h = res + (size_t)(L - 1) * D;
+        double ss = 0;
+        for (int i = 0; i < D; i++)
+            ss += (double)h[i] * h[i];
+        double r = 1.0 / sqrt(ss / D + in->norm_eps);
+        xn[p] = 0;
+        for (int i = 0; i < D; i++) {
+            x[(size_t)p * D + i] = (float)(h[i] * r);
+            xn[p] += (double)x[(size_t)p * D + i] * x[(size_t)p * D + i];
+        }
+        xn[p] = sqrt(xn[p]);
+        lq_session_free(s);
+    }
+    const int bits[NB] = {8, 7, 6, 5, 4, 2};
+    for (int r0 = 0; r0 < V; r0 += CH) {
+        int n = V - r0 < CH ? V - r0 : CH;
+        for (int i = 0; i < n; i++)
+            ids[i] = r0 + i;
+        if (lq_model_output_rows(m, ids, (size_t)n, rows, &err))
+            die("lmbits rows", &err);
+        for (int i = 0; i < n; i++) {
+            const float *w = rows + (size_t)i * D;
+            for (int p = 0; p < P; p++) {
+                double d = 0;
+                for (int c = 0; c < D; c++)
+                    d += (double)w[c] * x[(size_t)p * D + c];
+                ex[(size_t)(r0 + i) * P + p] = d;
+            }
+            for (int b = 0; b < NB; b++) {
+                e[b][r0 + i] = quant_err(w, D, bits[b], wq);
+                for (int p = 0; p < P; p++) {
+                    double d = 0;
+                    for (int c = 0; c < D; c++)
+                        d += (double)wq[c] * x[(size_t)p * D + c];
+                    a[b][(size_t)(r0 + i) * P + p] = d;
+                }
+            }
+        }
+    }
+    double row_bytes = 2.0 * D; /* f16 rows */
+    printf("\n### compact lm_head copies: rows whose bound reaches the best lower bound (k = 1), %d positions\n\n",
+           P);
+    printf("| copy | bytes of the copy | mean err_r (row error norm) | rows rescored per token (mean, min-max) | lm_head MB per token | top-1 of the copy = exact |\n|---|---|---|---|---|---|\n");
+    for (int b = 0; b < NB; b++) {
+        double copy = bits[b] == 2 ? (double)V * (D / 4 + 4) : (double)V * (D * bits[b] / 8.0 + 4);
+        double cnt_sum = 0, cmin = 1e30, cmax = 0, rel = 0;
+        int agree = 0;
+        for (int p = 0; p < P; p++) {
+            double best_lo = -1e300;
+            int ia = 0, ie = 0;
+            for (int r = 0; r < V; r++) {
+                double lo = a[b][(size_t)r * P + p] - e[b][r] * xn[p];
+                best_lo = lo > best_lo ? lo : best_lo;
+                ia = a[b][(size_t)r * P + p] > a[b][(size_t)ia * P + p] ? r : ia;
+                ie = ex[(size_t)r * P + p] > ex[(size_t)ie * P + p] ? r : ie;
+            }
+            agree += ia == ie;
+            double c = 0;
+            for (int r = 0; r < V; r++)
+                c += a[b][(size_t)r * P + p] + e[b][r] * xn[p] >= best_lo;
+            cnt_sum += c;
+            cmin = c < cmin ? c : cmin;
+            cmax = c > cmax ? c : cmax;
+        }
+        for (int r = 0; r < V; r += 97) /* a sample of rows for the relative error */
+            rel += e[b][r];
+        double cnt = cnt_sum / P;
+        char name[64];
+        snprintf(name, sizeof name, bits[b] == 2 ? "2-bit sketch (vindex)" : "int%d per-row absmax", bits[b]);
+        printf("| %s | %.0f MB | %.4f (sampled) | %.0f (%.0f-%.0f) of %d | %.1f | %d/%d |\n", name,
+               copy / 1e6, rel / ((V + 96) / 97), cnt, cmin, cmax, V, (copy + cnt * row_bytes) / 1e6, agree, P);
+    }
+    printf("(exact f16 lm_head: %.1f MB per token)\n", (double)V * row_bytes / 1e6);
+    for (int b = 0; b < NB; b++) {
+        free(a[b]);
+        free(e[b]);
+    }
+    free(ex);
+    free(x);
+    free(res);
+    free(rows);
+    free(wq);
+    free(ids);
+    lq_model_close(m);
+}
+
+/* ---- lmhead: generation decode, exact vs bounded ---- */
+
+typedef struct tokrec {
+    int32_t ids[4096];
+    int n;
+} tokrec;
+
+static int rec_tok(void *u, int32_t id, const char *t, size_t l, float lp, const float *lg)
+{
+    (void)t, (void)l, (void)lp, (void)lg;
+    tokrec *r = u;
+    if (id >= 0 && r->n < 4096)
+        r->ids[r->n++] = id;
+    return 0;
+}
+
+static void bench_lmhead(const char *path, int nt, int runs, int n_decode, double bw)
+{
+    lq_model *m = NULL;
+    lq_err err = {0};
+    lq_model_opts o = {.n_threads = nt, .lm_head_mode = LQ_LM_HEAD_BOUNDED};
+    double t0 = lq_bw_now();
+    if (lq_model_open(path, &o, &m, &err))
+        die(path, &err);
+    lq_model_weights_copied(m, 1);
+    double load = (lq_bw_now() - t0) * 1e3;
+    const lq_model_info *in = lq_model_get_info(m);
+    const int V = in->n_vocab;
+    lq_head_stats hs;
+    lq_model_head_stats(m, &hs);
+    if (!hs.enabled) {
+        printf("\n### lm_head exact vs bounded: the model's lm_head is not dense (no bounded head)\n");
+        lq_model_close(m);
+        return;
+    }
+    lq_session *s;
+    if (lq_session_create(m, n_decode + 16, &s, &err))
+        die("session", &err);
+    int32_t prompt[8];
+    make_ids(prompt, 8, V, 12345);
+    double *te = malloc(sizeof(double) * (size_t)runs), *tb = malloc(sizeof(double) * (size_t)runs);
+    double rows_sum = 0;
+    int steps = 0, full = 0, same = 1;
+    static tokrec re, rb;
+    for (int r = -1; r < runs; r++) { /* run -1: warm-up */
+        for (int mode = 0; mode < 2; mode++) {
+            /* alternate which mode goes first, so that drifts of the host hit both */
+            int bounded = (r & 1) ? !mode : mode;
+            lq_generate_params p;
+            lq_generate_defaults(&p);
+            p.max_tokens = n_decode + 1;
+            p.sampling.temperature = 0;
+            p.ignore_eos = 1;
+            p.full_logits = !bounded;
+            lq_generate_result res;
+            tokrec *out = bounded ? &rb : &re;
+            out->n = 0;
+            lq_session_reset(s);
+            if (lq_generate(s, prompt, 8, &p, rec_tok, out, &res, &err))
+                die("generate", &err);
+            double tps = res.decode_ms > 0 ? (res.n_generated - 1) * 1e3 / res.decode_ms : 0;
+            if (r >= 0) {
+                (bounded ? tb : te)[r] = tps;
+                if (bounded) {
+                    rows_sum += (double)res.lm_rows_exact;
+                    steps += res.lm_steps;
+                    full += res.lm_full;
+                }
+            }
+        }
+        same &= re.n == rb.n && !memcmp(re.ids, rb.ids, sizeof(int32_t) * (size_t)re.n);
+    }
+    double *pr = malloc(sizeof(double) * (size_t)runs);
+    for (int r = 0; r < runs; r++) /* each run's pair: the two modes back to back */
+        pr[r] = te[r] > 0 ? tb[r] / te[r] : 0;
+    lq_bw_stat sp = lq_bw_stats(pr, runs);
+    free(pr);
+    lq_bw_stat se = lq_bw_stats(te, runs), sb = lq_bw_stats(tb, runs);
+    double per = steps ? rows_sum / steps : 0;
+    double lm_exact = (double)hs.exact_bytes, lm_b = (double)hs.copy_bytes + per * lm_exact / V;
+    double tot_e = (double)in->bytes_per_token, tot_b = tot_e - lm_exact + lm_b;
+    printf("\n### lm_head exact vs bounded (lq_generate greedy, %d tokens after 8, %d thread%s, alternating runs; load %.0f ms)\n\n",
+           n_decode, nt, nt > 1 ? "s" : "", load);
+    printf("| lm_head | decode tok/s median | min | max | lm_head MB per token | all weights MB per token | read roofline tok/s (%.1f GB/s) | fraction |\n|---|---|---|---|---|---|---|---|\n", bw);
+    printf("| exact (f16) | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.0f%% |\n", se.med, se.min, se.max,
+           lm_exact / 1e6, tot_e / 1e6, bw * 1e9 / tot_e, 100 * se.med / (bw * 1e9 / tot_e));
+    printf("| bounded (int8 copy + %.1f exact rows per token) | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.0f%% |\n",
+           per, sb.med, sb.min, sb.max, lm_b / 1e6, tot_b / 1e6, bw * 1e9 / tot_b, 100 * sb.med / (bw * 1e9 / tot_b));
+    printf("\nbounded / exact: %.2fx (medians), same-run pairs %.2fx (%.2f-%.2f); tokens identical in every run: %s; %d of %d steps over the whole head; load %.2f\n",
+           se.med > 0 ? sb.med / se.med : 0, sp.med, sp.min, sp.max, same ? "yes" : "NO", full, steps,
+           lq_bench_loadavg());
+    fflush(stdout);
+    free(te);
+    free(tb);
+    lq_session_free(s);
+    lq_model_close(m);
 }
 
 int main(int argc, char **argv)
@@ -125,7 +382,7 @@ int main(int argc, char **argv)
     if (want("q8acc")) { /* effect of --lm-head q8 on the logits: one model of each kind */
         lq_model *mf = NULL, *mq = NULL;
         lq_err err = {0};
-        lq_model_opts of = {.n_threads = threads[n_threads - 1]}, oq = of;
+        lq_model_opts of = {.n_threads = threads[n_threads - 1], .lm_head_mode = LQ_LM_HEAD_EXACT}, oq = of;
         oq.lm_head_q8 = 1;
         if (lq_model_open(path, &of, &mf, &err) || lq_model_open(path, &oq, &mq, &err))
             die(path, &err);
@@ -164,11 +421,20 @@ int main(int argc, char **argv)
         free(b);
     }
 
+    if (want("lmhead")) {
+        double bwl = bw[n_threads - 1];
+        if (bwl <= 0)
+            bwl = lq_bench_read_bw_stat(threads[n_threads - 1], 3).med;
+        bench_lmhead(path, threads[n_threads - 1], runs, n_decode, bwl);
+    }
+    if (want("lmbits"))
+        bench_lmbits(path, threads[n_threads - 1]);
+
     double *v = malloc(sizeof(double) * (size_t)runs);
     double load_ms[MAXL] = {0};
     int engine = want("decode") || want("prefill") || want("batch");
     for (int ti = 0; ti < n_threads && engine; ti++) {
-        lq_model_opts o = {.n_threads = threads[ti], .lm_head_q8 = lm_q8};
+        lq_model_opts o = {.n_threads = threads[ti], .lm_head_q8 = lm_q8, .lm_head_mode = LQ_LM_HEAD_EXACT};
         lq_model *m;
         lq_err err = {0};
         double t0 = lq_bw_now();
@@ -358,7 +624,7 @@ int main(int argc, char **argv)
         printf("| KV cache | K/V MB read a token at P | decode tok/s at 16 | at P | ratio P / 16 (min-max) | roofline ratio | load |\n"
                "|---|---|---|---|---|---|---|\n");
         for (int kt = LQ_KV_F32; kt <= LQ_KV_Q8; kt++) {
-            lq_model_opts o = {.n_threads = nt, .lm_head_q8 = lm_q8, .kv_type = kt};
+            lq_model_opts o = {.n_threads = nt, .lm_head_q8 = lm_q8, .kv_type = kt, .lm_head_mode = LQ_LM_HEAD_EXACT};
             lq_model *m;
             lq_err err = {0};
             if (lq_model_open(path, &o, &m, &err)) {

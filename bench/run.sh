@@ -21,6 +21,9 @@ fi
 echo "## engine ($MODEL): decode 1/2 threads, prefill 128/512, batched decode B=1/2/4/8"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}"
 echo
+echo "## the bounded lm_head: generation decode exact vs bounded (alternating runs), bytes per token, bound tightness by copy width"
+"$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --threads-list 2 --decode 64 --only refs,lmhead,lmbits
+echo
 echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 

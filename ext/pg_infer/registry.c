@@ -285,6 +285,8 @@ pgi_model_engine(PgiModel *m)
 
 		mo.n_threads = 1;
 		mo.hugepages = -1;		/* read-only shared mapping: never a private copy per backend */
+		mo.lm_head_mode = LQ_LM_HEAD_EXACT;	/* no bounded lm_head: its int8 copy would be
+												 * private memory in every backend too */
 		if ((rc = lq_model_open(m->path, &mo, &m->lm, &err)) != 0)
 		{
 			m->lm = NULL;

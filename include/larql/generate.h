@@ -29,7 +29,9 @@ typedef enum lq_finish {
  * text is held back). logprob: log-probability of id under the sampling distribution
  * before truncation (temperature-scaled softmax of the penalised logits; temperature <= 0
  * counts as 1); logits: the penalised logits the token was drawn from (n_vocab floats,
- * valid only during the call). Return non-zero to stop (finish = LQ_FINISH_CANCELED).
+ * valid only during the call). With the bounded lm_head (the default when the model has it,
+ * unless lq_generate_params.full_logits), logits are -inf for the rows that were not
+ * computed exactly and logprob is over the computed rows only (>= the true value). Return non-zero to stop (finish = LQ_FINISH_CANCELED).
  * An EOS id is never passed (nor its text). When the stream ends by LENGTH or EOS with text
  * still held back (a stop-string prefix, an incomplete UTF-8 sequence), one last call
  * delivers it with id = -1, logprob 0 and logits NULL (its return value is ignored). */
@@ -67,6 +69,11 @@ typedef struct lq_generate_params {
     const lq_logit_bias *logit_bias; /* copied; ids outside the vocabulary or non-finite
                                       * biases -> LQ_EINVAL */
     size_t n_logit_bias;       /* <= 1024 */
+    int full_logits;           /* 1: every step's logits are the exact head's over the whole
+                                * vocabulary (logprobs, top_logprobs). 0: with the model's
+                                * bounded lm_head (lq_model_opts.lm_head_mode), only the rows
+                                * that can be chosen are computed exactly; the tokens are the
+                                * same, and the callback's logits hold -inf for the others */
     int no_prompt_cache;       /* lq_scheduler_submit: neither reuse a cached prompt prefix nor
                                 * leave this request's KV to the cache (lq_scheduler_opts) */
     uint64_t cache_key;        /* with a hook: what its edits are (lq_edit_set_serial of the
@@ -80,6 +87,9 @@ typedef struct lq_generate_result {
     double prefill_ms;         /* the prompt's lq_session_eval (CLOCK_MONOTONIC) */
     double decode_ms;          /* sampling + decode steps after the prefill, callbacks excluded */
     double mask_ms;            /* of decode_ms: computing and applying grammar masks */
+    int lm_steps;              /* steps sampled from bounded lm_head logits */
+    int lm_full;               /* of them: computed over the whole vocabulary (fallback) */
+    int64_t lm_rows_exact;     /* lm_head rows computed exactly in those steps */
 } lq_generate_result;
 
 void lq_generate_defaults(lq_generate_params *p);

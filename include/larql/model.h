@@ -39,12 +39,27 @@ typedef enum lq_kv_type { LQ_KV_F32 = 0, LQ_KV_F16 = 1, LQ_KV_Q8 = 2 } lq_kv_typ
 /* "f32", "f16", "q8" */
 const char *lq_kv_type_name(int kv_type);
 
+typedef enum lq_lm_head_mode {
+    LQ_LM_HEAD_AUTO = 0,
+    LQ_LM_HEAD_EXACT = 1,
+    LQ_LM_HEAD_BOUNDED = 2,
+} lq_lm_head_mode;
+
 typedef struct lq_model_opts {
     int n_threads;    /* 0 = number of cores */
     int act_mode;     /* lq_act_mode */
     const char *kernels; /* NULL = best for this CPU; "scalar", "avx2", "avx512" */
     int lm_head_q8;   /* 1: build at load an int8 copy of a dense lm_head with one f32 scale per
                          row (half the bytes of f16; small logit error) and use it for logits */
+    int lm_head_mode; /* lq_lm_head_mode. Bounded: an int8 copy of a dense lm_head with a per-row
+                         error bound; generation scores the vocabulary on it and computes exactly
+                         only the rows that can still be chosen, so its tokens are the exact
+                         model's (greedy and top-k bit for bit). Every other logits call stays
+                         exact. LQ_LM_HEAD_BOUNDED builds the copy before the open returns;
+                         LQ_LM_HEAD_AUTO (0) builds it in the background (the head is exact
+                         until it is ready), and LQ_LM_HEAD=exact|bounded in the environment
+                         turns it off / builds it at open; LQ_LM_HEAD_EXACT: no copy. Ignored
+                         with lm_head_q8 or a non-dense lm_head. */
     int kv_type;      /* lq_kv_type: how sessions keep their KV cache. LQ_KV_F32 (0, default),
                          LQ_KV_F16 (half the bytes; small logit error), LQ_KV_Q8 (int8 in
                          blocks of 32 with an f32 scale: 1.125 bytes a value, for long
@@ -87,6 +102,8 @@ typedef struct lq_model_info {
     double load_ms;
     int lm_head_q8;              /* the lm_head in use is the int8 per-row copy */
     int kv_type;                 /* lq_kv_type of the sessions' KV cache */
+    int lm_head_bounded;         /* generation uses the bounded lm_head (lm_head_mode) */
+    uint64_t lm_bound_bytes;     /* bytes of its compact copy read per bounded token */
     uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
     const char *ffn_url;         /* the remote FFN server (lq_model_opts.ffn_url), or NULL */
     double repack_ms;            /* time spent building them (part of load_ms) */
@@ -114,6 +131,29 @@ const lq_tokenizer *lq_model_tokenizer(const lq_model *m);
 /* The GGUF the model was loaded from (metadata access: chat template, ...); NULL for a model
  * opened from a vindex. Not for computing: the functions below answer for every model kind. */
 const struct lq_gguf *lq_model_gguf(const lq_model *m);
+
+/* What the bounded lm_head has done since load (all zero when it is off). rows_exact counts
+ * lm_head rows computed exactly (every row for a token that fell back to the full head), so
+ * rows_exact / tokens is the average per token. */
+typedef struct lq_head_stats {
+    int enabled;
+    int ready;              /* the copy is built (a background build may still run) */
+    uint64_t tokens;        /* rows of logits produced bounded */
+    uint64_t rows_exact;    /* lm_head rows computed exactly for them */
+    uint64_t full;          /* tokens computed over the whole vocabulary (fallback) */
+    uint64_t gen_rescored;  /* rows rescored after penalties / bias / grammar moved the bounds */
+    uint64_t gen_full;      /* generation steps that fell back to the whole vocabulary */
+    double max_uncovered;   /* sampling without top-k: the largest bound on the relative
+                               probability mass of rows left out (<= 1e-6 by construction) */
+    uint64_t copy_bytes;    /* compact copy read per token (int8 rows + scales) */
+    uint64_t exact_bytes;   /* the exact lm_head, for comparison */
+} lq_head_stats;
+void lq_model_head_stats(const lq_model *m, lq_head_stats *out);
+/* With lm_head_mode AUTO the copy is built by a background thread after the open (the head
+ * is exact until it is ready); BOUNDED builds it before the open returns. This waits for a
+ * background build to finish: 1 when the copy is ready, 0 when the model has none. Not
+ * thread-safe (call it from the thread that owns the model, as lq_model_close). */
+int lq_model_head_wait(lq_model *m);
 
 /* Token embedding rows: out [n, n_embd] receives row ids[i] of the model's embedding as f32
  * (from a GGUF's token_embd or a vindex's embeddings.bin). Ids outside the vocabulary ->

@@ -75,6 +75,9 @@ typedef struct lq_cli_model_args {
     int act;             /* --act ms|float -> lq_act_mode */
     const char *kernels; /* --kernels scalar|avx2|avx512 */
     int lm_head_q8;      /* --lm-head q8 (default f16: as stored) */
+    int lm_head_mode;    /* lq_lm_head_mode: --lm-head exact|bounded (0: the library's default,
+                            bounded for generation; commands that only compute logits set
+                            exact so that no copy is built) */
     int kv_type;         /* --kv f32|f16|q8 (lq_kv_type, default f32) */
     int hugepages;       /* --weights copy|mmap|auto -> 1 / -1 / 0 (lq_model_opts.hugepages) */
     int ctx;             /* --ctx N (0 = model default) */

@@ -22,6 +22,8 @@ int lq_cli_info(int argc, char **argv)
     if (!path)
         return lq_cli_usage(C, USAGE, "MODEL is required");
     lq_model *m = NULL;
+    if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
+        ma.lm_head_mode = LQ_LM_HEAD_EXACT;
     if (lq_cli_open_model(C, path, &ma, &m))
         return 1;
     lq_model_weights_copied(m, 1); /* describe the weights as they end up */

@@ -43,6 +43,8 @@ int lq_cli_logits(int argc, char **argv)
     float *top_vals = NULL;
     int rc = 1;
     lq_err err = {0};
+    if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
+        ma.lm_head_mode = LQ_LM_HEAD_EXACT;
     if (lq_cli_open_model(C, model_path, &ma, &m))
         goto out;
     const lq_model_info *info = lq_model_get_info(m);

@@ -36,6 +36,8 @@ int lq_cli_perplexity(int argc, char **argv)
     int rc = 1;
     lq_err err = {0};
     lq_perplexity_result res;
+    if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
+        ma.lm_head_mode = LQ_LM_HEAD_EXACT;
     if (lq_cli_open_model(C, model_path, &ma, &m))
         goto out;
     if (lq_perplexity(m, text, len, ma.ctx, &res, &err)) {

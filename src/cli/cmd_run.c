@@ -147,12 +147,16 @@ static void print_speed(const lq_generate_result *r)
     int nd = r->n_generated > 0 ? r->n_generated - 1 : 0;
     double dc = r->decode_ms > 0 ? nd * 1000.0 / r->decode_ms : 0;
     fprintf(stderr, "prefill %d tok %.1f tok/s, decode %d tok %.1f tok/s\n", r->n_prompt, pf, nd, dc);
+    /* the bounded lm_head: rows computed exactly per sampled token (of the vocabulary) */
+    if (r->lm_steps > 0)
+        fprintf(stderr, "lm_head bounded: %.1f rows exact per token (%d tokens, %d over the whole vocabulary)\n",
+                (double)r->lm_rows_exact / r->lm_steps, r->lm_steps, r->lm_full);
 }
 
 static const char *RUN_USAGE =
     "larql run MODEL [PROMPT | --prompt TEXT | --ids 1,2,3] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
-    "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
+    "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head exact|bounded|q8] [--kv f32|f16|q8]\n"
     "       [--weights auto|copy|mmap] [--ffn URL [--ffn-timeout-secs S]]\n"
     "       [--chat [--chat-template NAME|FILE] [--system S]]\n"
     "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
@@ -310,7 +314,7 @@ out:
 static const char *CHAT_USAGE =
     "larql chat MODEL [--system TEXT] [--chat-template NAME|FILE] [-n N] [--temp T]\n"
     "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
-    "       [--lm-head f16|q8] [--kv f32|f16|q8]\n"
+    "       [--lm-head exact|bounded|q8] [--kv f32|f16|q8]\n"
     "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
 
 typedef struct chat_reply {

@@ -421,6 +421,8 @@ int lq_cli_infer(int argc, char **argv)
         kip.target = b + 1;
     }
     struct lq_model *m = NULL;
+    if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
+        ma.lm_head_mode = LQ_LM_HEAD_EXACT;
     if (lq_cli_open_model(C, pos[0], &ma, &m)) {
         free(ib);
         return 1;

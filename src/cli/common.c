@@ -51,11 +51,16 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
             return -1;
         }
     } else if (!strcmp(o, "--lm-head")) {
-        /* q8: an int8 per-row-scaled copy of the lm_head built at load (half the bytes) */
-        if (!strcmp(v, "q8") || !strcmp(v, "f16") || !strcmp(v, "stored"))
+        /* q8: an int8 per-row-scaled copy of the lm_head used for logits (half the bytes,
+         * small logit error); bounded (the default for generation): an int8 copy scores the
+         * vocabulary and only the rows that can be chosen are computed exactly (the exact
+         * model's tokens); exact (= f16, stored): the lm_head as stored, all of it */
+        if (!strcmp(v, "q8") || !strcmp(v, "f16") || !strcmp(v, "stored") || !strcmp(v, "exact") ||
+            !strcmp(v, "bounded")) {
             a->lm_head_q8 = !strcmp(v, "q8");
-        else {
-            lq_cli_usage(cmd, usage, "--lm-head: '%s' (expected f16 or q8)", v);
+            a->lm_head_mode = !strcmp(v, "bounded") ? LQ_LM_HEAD_BOUNDED : LQ_LM_HEAD_EXACT;
+        } else {
+            lq_cli_usage(cmd, usage, "--lm-head: '%s' (expected exact, bounded, f16 or q8)", v);
             return -1;
         }
     } else if (!strcmp(o, "--kv")) {
@@ -96,8 +101,8 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
 void lq_cli_model_opts(const lq_cli_model_args *a, lq_model_opts *o)
 {
     *o = (lq_model_opts){.n_threads = a->threads, .act_mode = a->act, .kernels = a->kernels,
-                         .lm_head_q8 = a->lm_head_q8, .kv_type = a->kv_type,
-                         .hugepages = a->hugepages, .ffn_url = a->ffn_url,
+                         .lm_head_q8 = a->lm_head_q8, .lm_head_mode = a->lm_head_mode,
+                         .kv_type = a->kv_type, .hugepages = a->hugepages, .ffn_url = a->ffn_url,
                          .ffn_timeout_ms = a->ffn_timeout_ms};
 }
 

@@ -69,12 +69,51 @@ static inline uint8_t *lq_kv_v(const lq_kv_view *v, int layer)
     return lq_kv_k(v, layer) + v->v_off;
 }
 
+/* A generation's request for bounded logits (forward.c "bounded head"; generate.c certifies
+ * the sampler's choice with it). The caller owns every buffer (allocated before its token
+ * loop). When a forward row's logits buffer is `logits` and the model has the bounded copy,
+ * the forward pass fills it so that for every row r either bit r of `exact` is set and
+ * logits[r] is bit-identical to the exact head's, or logits[r] >= the exact logit (an upper
+ * bound), and the k best exact logits are all among the exact rows; rows whose upper bound is
+ * within `window` of the k-th best lower bound are exact too (sampling without top-k). */
+typedef struct lq_head_req {
+    /* in */
+    float *logits;     /* [n_vocab] the buffer this request is for */
+    int k;             /* 1 <= k <= LQ_HEAD_MAX_K */
+    float window;      /* >= 0 */
+    int cap;           /* more exact rows than this: the whole head is computed exactly */
+    uint32_t *exact;   /* [ceil(n_vocab / 32)] */
+    int32_t *ids;      /* [cap] */
+    float *x;          /* [n_embd] */
+    /* out, per forward pass */
+    int valid;         /* 1: the last pass filled this request (the caller clears it) */
+    int full;          /* 1: every logit is exact (bits not set) */
+    int n_ids;         /* exact rows, listed in ids (when !full) */
+    /* x: the row's final-normed hidden state, for rows rescored later (lq_head_rescore) */
+} lq_head_req;
+
+#define LQ_HEAD_MAX_K 1024
+
+static inline int lq_head_is_exact(const lq_head_req *h, int32_t r)
+{
+    return h->full || ((h->exact[r >> 5] >> (r & 31)) & 1u);
+}
+
+/* Computes rows ids[0..n) (n < 0: every row) of h's logits exactly from h->x into logits,
+ * marking them exact (n < 0: h->full). Only after a pass that filled h (h->valid). */
+void lq_head_rescore(const lq_model *m, lq_head_req *h, const int32_t *ids, int n, float *logits);
+
+/* The session's bounded-logits request (NULL: none), borrowed like its hook: every eval whose
+ * last position's logits go to h->logits (and that computes no other logits) fills it. */
+void lq_session_set_head(lq_session *s, lq_head_req *h);
+
 /* One row of a forward batch: the KV cache / RoPE table it uses, its absolute position
  * there, and its session's forward-pass edits. */
 typedef struct lq_fwd_row {
     const lq_kv_view *kv;
     int pos;
     const lq_resid_hook *hook; /* the row's session's edits, or NULL */
+    lq_head_req *head;         /* bounded logits for this row, or NULL (exact) */
 } lq_fwd_row;
 
 int lq_scratch_init(lq_scratch *sc, const lq_model *m);
@@ -102,5 +141,9 @@ void lq_forward_embed_row(const lq_model *m, int32_t id, float *out);
 /* Final norm + lm_head of n <= LQ_MAX_BATCH rows of residual stream x [n, n_embd] (x is not
  * changed) into out[t] ([n_vocab] each): how lq_forward ends. */
 void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int n, float *const *out);
+/* The same with bounded-logits requests (reqs NULL, or n entries, each NULL or a request
+ * whose logits is out[t]): the decode's head, exposed for the unit tests. */
+void lq_forward_head_req(const lq_model *m, lq_scratch *sc, const float *x, int n,
+                         float *const *out, lq_head_req *const *reqs);
 
 #endif

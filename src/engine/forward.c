@@ -427,6 +427,7 @@ static void kv_store(const lq_model *m, const lq_kv_view *kv, uint8_t *base, int
 
 typedef struct lm_job {
     const lq_model *m;
+    const lq_wmat *w;   /* m->lm_head, or the bounded head's q8 copy */
     lq_scratch *sc;
     const float *x;     /* [nl, n_embd] final-normed rows */
     float *const *out;  /* nl pointers to n_vocab floats */
@@ -440,7 +441,7 @@ static void lm_fn(void *ctx, int64_t start, int64_t end, int tid)
 {
     const lm_job *j = ctx;
     const lq_model *m = j->m;
-    const lq_wmat *w = &m->lm_head;
+    const lq_wmat *w = j->w;
     float *buf = j->sc->lm_tile + (size_t)tid * LQ_MAX_BATCH * LQ_LM_TILE;
     for (int64_t tile = start; tile < end; tile++) {
         int64_t r0 = tile * LQ_LM_TILE;
@@ -515,7 +516,8 @@ static void ffn_block(const lq_model *m, lq_scratch *sc, const lq_layer *L, int 
     }
 }
 
-static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout);
+static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout,
+                         lq_head_req *const *reqs);
 
 static int forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const lq_fwd_row *rows,
                    int T, float *const *out, float *capture, lq_err *err)
@@ -601,33 +603,301 @@ static int forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const 
         return LQ_OK;
     /* Only the rows that want logits, gathered contiguously for the head. */
     float *lout[LQ_MAX_BATCH];
+    lq_head_req *lreq[LQ_MAX_BATCH];
     int nl = 0;
     for (int t = 0; t < T; t++) {
         if (!out[t])
             continue;
         if (nl != t) /* x rows are free after the last layer */
             memmove(x + (size_t)nl * D, x + (size_t)t * D, (size_t)D * sizeof(float));
+        lreq[nl] = rows[t].head && rows[t].head->logits == out[t] ? rows[t].head : NULL;
         lout[nl++] = out[t];
     }
     if (nl)
-        forward_head(m, sc, x, nl, lout);
+        forward_head(m, sc, x, nl, lout, lreq);
     for (int t = 0; t < T; t++)
         if (out[t] && rows[t].hook && rows[t].hook->on_logits)
             rows[t].hook->on_logits(rows[t].hook->ctx, rows[t].pos, out[t], m->n_vocab);
     return LQ_OK;
 }
 
-static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
+/* ---- the bounded head ----
+ *
+ * Rows whose logits carry a request (lq_head_req) are scored first on the int8 copy
+ * (m->lmb, one pass over 1/2 the bytes of f16 for every row of the batch), with int16
+ * activations. For row r, a_r = w~_r . x~ (computed exactly as an integer dot, then three
+ * float roundings), and the exact head's logit e_r (an f32 dot of D terms, in any order)
+ * satisfy |e_r - a_r| <= R_r with
+ *   R_r = err_r ||x|| + norm_r (||x - x~|| + c (||x|| + ||x - x~||))
+ * where c = gamma_D + 4u covers the exact dot's rounding (<= gamma_D ||w|| ||x||,
+ * gamma_D = D u / (1 - D u), u = 2^-24) and the approximate score's (<= 3u |w~ . x~|).
+ * R_r is evaluated in float and scaled by 1 + 2^-20 to stay above its real value (plus 1e-30
+ * for underflowing products). Then with
+ * tau the k-th largest lower bound a_r - R_r, every row outside S = {r : a_r + R_r >= tau -
+ * window} is strictly below k rows of S, so the top k are in S; S is computed exactly with the
+ * dense kernel (one row at a time: its per-row result does not depend on the tile shape, so
+ * the values are bit-identical to the full head's), and the rest get their upper bound. */
+
+static void head_norms(const float *x, const int16_t *q, float inv, int D, float *X, float *Y)
+{
+    double xx = 0, dd = 0;
+    for (int i = 0; i < D; i++) {
+        double d = (double)x[i] - (double)inv * (double)q[i];
+        xx += (double)x[i] * x[i];
+        dd += d * d;
+    }
+    const double f = 1.0 + 1e-12, u = 0x1p-24;
+    double nx = sqrt(xx) * f, nd = sqrt(dd) * f;
+    double c = ((D + 8) * u) / (1.0 - (D + 8) * u) + 4 * u;
+    double y = (nd + c * (nx + nd)) * f;
+    *X = (float)nx < nx ? nextafterf((float)nx, INFINITY) : (float)nx;
+    *Y = (float)y < y ? nextafterf((float)y, INFINITY) : (float)y;
+}
+
+static inline float head_radius(const lq_lm_bound *b, int64_t r, float X, float Y)
+{
+    /* + 1e-30: the absolute error of products that underflow (at most D * 2^-150 in each dot,
+     * tiny activations or scales), which the relative terms do not cover */
+    float R = (b->err[r] * X + b->norm[r] * Y) * (1.0f + 0x1p-20f) + 1e-30f;
+    return R <= 3.0e38f ? R : INFINITY; /* NaN (inf * 0) and overflow: no bound */
+}
+
+/* k-th largest of the lower bounds (k <= LQ_HEAD_MAX_K): a min-heap of the k best. */
+static float head_tau(const lq_lm_bound *b, const float *a, int64_t n, int k, float X, float Y,
+                      float *heap)
+{
+    int m = 0;
+    for (int64_t r = 0; r < n; r++) {
+        float R = head_radius(b, r, X, Y);
+        float lo = isfinite(a[r]) && R < INFINITY ? a[r] - R : -INFINITY;
+        if (m < k) {
+            int i = m++;
+            while (i > 0 && heap[(i - 1) / 2] > lo) {
+                heap[i] = heap[(i - 1) / 2];
+                i = (i - 1) / 2;
+            }
+            heap[i] = lo;
+        } else if (lo > heap[0]) {
+            int i = 0;
+            for (;;) {
+                int l = 2 * i + 1, rr = l + 1, s = i;
+                float sv = lo;
+                if (l < k && heap[l] < sv) {
+                    s = l;
+                    sv = heap[l];
+                }
+                if (rr < k && heap[rr] < sv)
+                    s = rr;
+                if (s == i)
+                    break;
+                heap[i] = heap[s];
+                i = s;
+            }
+            heap[i] = lo;
+        }
+    }
+    return m < k ? -INFINITY : heap[0];
+}
+
+typedef struct bh_job {
+    const lq_model *m;
+    lq_scratch *sc;
+    const float *x;        /* [nl, D] normed rows */
+    float *const *out;
+    lq_head_req *const *req;
+    int nl;
+    float X[LQ_MAX_BATCH], Y[LQ_MAX_BATCH];
+    int full[LQ_MAX_BATCH];
+    int64_t off[LQ_MAX_BATCH + 1]; /* rescoring items: row t's are [off[t], off[t+1]) */
+} bh_job;
+
+/* Per row: the bound, tau, the exact set S (ids and bits), upper bounds in place. */
+static void bh_select_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    bh_job *j = ctx;
+    const lq_model *m = j->m;
+    const lq_lm_bound *b = &m->lmb;
+    const int64_t n = m->lm_head.rows;
+    const int D = m->n_embd;
+    /* the heap of the k best lower bounds lives in this thread's lm tile buffer (LQ_MAX_BATCH
+     * * LQ_LM_TILE = 4096 >= LQ_HEAD_MAX_K floats) */
+    float *heap = j->sc->lm_tile + (size_t)tid * LQ_MAX_BATCH * LQ_LM_TILE;
+    for (int64_t t = start; t < end; t++) {
+        lq_head_req *h = j->req[t];
+        float *a = j->out[t];
+        head_norms(j->x + (size_t)t * D, j->sc->xq16 + (size_t)t * D, j->sc->xinv16[t], D,
+                   &j->X[t], &j->Y[t]);
+        float X = j->X[t], Y = j->Y[t];
+        j->full[t] = 1;
+        h->n_ids = 0;
+        if (!isfinite(X) || !isfinite(Y) || h->k < 1 || h->k > LQ_HEAD_MAX_K || !(h->window >= 0))
+            continue;
+        float tau = head_tau(b, a, n, h->k, X, Y, heap);
+        float thr = tau - h->window;
+        memset(h->exact, 0, ((size_t)n + 31) / 32 * sizeof(uint32_t));
+        int cnt = 0, over = 0;
+        for (int64_t r = 0; r < n; r++) {
+            float R = head_radius(b, r, X, Y);
+            float hi = isfinite(a[r]) && R < INFINITY ? a[r] + R : INFINITY;
+            a[r] = hi;
+            if (hi >= thr || !(thr == thr)) {
+                if (cnt < h->cap)
+                    h->ids[cnt] = (int32_t)r;
+                else
+                    over = 1;
+                cnt++;
+                h->exact[r >> 5] |= 1u << (r & 31);
+            }
+        }
+        if (over)
+            continue;
+        h->n_ids = cnt;
+        j->full[t] = 0;
+    }
+}
+
+/* Rescoring items over every bounded row's exact set, in one pool loop. */
+static void bh_rescore_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    (void)tid;
+    const bh_job *j = ctx;
+    const lq_model *m = j->m;
+    int t = 0;
+    for (int64_t it = start; it < end; it++) {
+        while (it >= j->off[t + 1])
+            t++;
+        int32_t r = j->req[t]->ids[it - j->off[t]];
+        m->kern->dense(&m->lm_head.dense, j->x + (size_t)t * m->n_embd, (size_t)m->n_embd, 1,
+                       j->out[t], 0, r, r + 1);
+    }
+}
+
+static void head_exact(const lq_model *m, lq_scratch *sc, const float *h, int nl, float *const *lout)
+{
+    if (m->lm_head.kind == LQ_WK_Q8) /* int16 activations, once per row for every tile */
+        for (int t = 0; t < nl; t++)
+            lq_quant_i16(h + (size_t)t * m->n_embd, m->n_embd, sc->xq16 + (size_t)t * m->n_embd,
+                         &sc->xinv16[t]);
+    lm_job lj = {m, &m->lm_head, sc, h, lout, nl};
+    int64_t ntiles = (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
+    lq_pool_for_dyn(m->pool, ntiles, 1, lm_fn, &lj);
+}
+
+static void head_count(const lq_model *m, uint64_t tokens, uint64_t exact, uint64_t full)
+{
+    lq_lm_bound *b = (lq_lm_bound *)&m->lmb; /* counters only (atomic) */
+    __atomic_fetch_add(&b->n_tokens, tokens, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->n_exact, exact, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->n_full, full, __ATOMIC_RELAXED);
+}
+
+static void forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout,
+                         lq_head_req *const *reqs)
 {
     const int D = m->n_embd;
     for (int t = 0; t < nl; t++)
         rmsnorm(x + (size_t)t * D, m->output_norm, D, m->eps, sc->h + (size_t)t * D);
-    if (m->lm_head.kind == LQ_WK_Q8) /* int16 activations, once per row for every tile */
-        for (int t = 0; t < nl; t++)
-            lq_quant_i16(sc->h + (size_t)t * D, D, sc->xq16 + (size_t)t * D, &sc->xinv16[t]);
-    lm_job lj = {m, sc, sc->h, lout, nl};
-    int64_t ntiles = (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
+    /* Bounded only when every row of the pass asks for it: a row that wants the exact head
+     * reads all of it anyway, and the other rows then share that read. */
+    int bounded = lq_lmb_ready(&m->lmb) && reqs != NULL;
+    int nreq = 0;
+    for (int t = 0; t < nl; t++) {
+        lq_head_req *h = reqs ? reqs[t] : NULL;
+        if (h) {
+            memcpy(h->x, sc->h + (size_t)t * D, (size_t)D * sizeof(float));
+            h->valid = 1;
+            h->full = 1;
+            h->n_ids = 0;
+            nreq++;
+        } else {
+            bounded = 0;
+        }
+    }
+    if (!bounded) {
+        head_exact(m, sc, sc->h, nl, lout);
+        if (nreq && lq_lmb_ready(&m->lmb))
+            head_count(m, (uint64_t)nreq, (uint64_t)nreq * (uint64_t)m->lm_head.rows, (uint64_t)nreq);
+        return;
+    }
+    /* 1. the copy: approximate scores of every row into the logits buffers */
+    for (int t = 0; t < nl; t++)
+        lq_quant_i16(sc->h + (size_t)t * D, D, sc->xq16 + (size_t)t * D, &sc->xinv16[t]);
+    lq_wmat wq = m->lm_head;
+    wq.kind = LQ_WK_Q8;
+    wq.q8 = m->lmb.q8;
+    lm_job lj = {m, &wq, sc, sc->h, lout, nl};
+    int64_t ntiles = (wq.rows + LQ_LM_TILE - 1) / LQ_LM_TILE;
     lq_pool_for_dyn(m->pool, ntiles, 1, lm_fn, &lj);
+    /* 2. bounds and the exact sets */
+    bh_job bj = {.m = m, .sc = sc, .x = sc->h, .out = lout, .req = reqs, .nl = nl};
+    lq_pool_for_dyn(m->pool, nl, 1, bh_select_fn, &bj);
+    /* 3. the exact rows */
+    bj.off[0] = 0;
+    int nfull = 0;
+    uint64_t nexact = 0;
+    for (int t = 0; t < nl; t++) {
+        bj.off[t + 1] = bj.off[t] + (bj.full[t] ? 0 : reqs[t]->n_ids);
+        nfull += bj.full[t];
+        reqs[t]->full = bj.full[t];
+        nexact += bj.full[t] ? (uint64_t)m->lm_head.rows : (uint64_t)reqs[t]->n_ids;
+    }
+    if (bj.off[nl])
+        lq_pool_for_dyn(m->pool, bj.off[nl], 16, bh_rescore_fn, &bj);
+    /* 4. rows without a usable bound (non-finite activations, an exact set past its cap):
+     * the whole head, their rows gathered to the front of h (the others are done with it) */
+    if (nfull) {
+        float *fl[LQ_MAX_BATCH];
+        int nf = 0;
+        for (int t = 0; t < nl; t++)
+            if (bj.full[t]) {
+                if (nf != t)
+                    memmove(sc->h + (size_t)nf * D, sc->h + (size_t)t * D, (size_t)D * sizeof(float));
+                fl[nf++] = lout[t];
+            }
+        head_exact(m, sc, sc->h, nf, fl);
+    }
+    head_count(m, (uint64_t)nl, nexact, (uint64_t)nfull);
+}
+
+typedef struct rs_job {
+    const lq_model *m;
+    const lq_head_req *h;
+    const int32_t *ids; /* NULL: every row, items are row ranges of 64 */
+    float *logits;
+} rs_job;
+
+static void rs_fn(void *ctx, int64_t start, int64_t end, int tid)
+{
+    (void)tid;
+    const rs_job *j = ctx;
+    const lq_model *m = j->m;
+    if (!j->ids) {
+        int64_t r0 = start * LQ_LM_TILE, r1 = end * LQ_LM_TILE;
+        if (r1 > m->lm_head.rows)
+            r1 = m->lm_head.rows;
+        m->kern->dense(&m->lm_head.dense, j->h->x, (size_t)m->n_embd, 1, j->logits, 0, r0, r1);
+        return;
+    }
+    for (int64_t i = start; i < end; i++)
+        m->kern->dense(&m->lm_head.dense, j->h->x, (size_t)m->n_embd, 1, j->logits, 0, j->ids[i],
+                       j->ids[i] + 1);
+}
+
+void lq_head_rescore(const lq_model *m, lq_head_req *h, const int32_t *ids, int n, float *logits)
+{
+    if (!h->valid || h->full || m->lm_head.kind != LQ_WK_DENSE || n == 0)
+        return;
+    int held = lq_model_weights_enter(m);
+    rs_job j = {m, h, n < 0 ? NULL : ids, logits};
+    if (n < 0) {
+        lq_pool_for_dyn(m->pool, (m->lm_head.rows + LQ_LM_TILE - 1) / LQ_LM_TILE, 1, rs_fn, &j);
+        h->full = 1;
+    } else {
+        lq_pool_for_dyn(m->pool, n, 16, rs_fn, &j);
+        for (int i = 0; i < n; i++)
+            h->exact[ids[i] >> 5] |= 1u << (ids[i] & 31);
+    }
+    lq_model_weights_leave(m, held);
 }
 
 /* The entry points hold the model's weights (lq_model_weights_enter): a background copy
@@ -661,6 +931,14 @@ void lq_forward_embed_row(const lq_model *m, int32_t id, float *out)
 void lq_forward_head(const lq_model *m, lq_scratch *sc, const float *x, int nl, float *const *lout)
 {
     int held = lq_model_weights_enter(m);
-    forward_head(m, sc, x, nl, lout);
+    forward_head(m, sc, x, nl, lout, NULL);
+    lq_model_weights_leave(m, held);
+}
+
+void lq_forward_head_req(const lq_model *m, lq_scratch *sc, const float *x, int nl,
+                         float *const *lout, lq_head_req *const *reqs)
+{
+    int held = lq_model_weights_enter(m);
+    forward_head(m, sc, x, nl, lout, reqs);
     lq_model_weights_leave(m, held);
 }

@@ -14,6 +14,7 @@
 #ifndef LQ_ENGINE_GEN_STEP_H
 #define LQ_ENGINE_GEN_STEP_H
 
+#include "engine/engine_internal.h"
 #include "larql/generate.h"
 #include "larql/tokenizer.h"
 
@@ -47,6 +48,17 @@ typedef struct lq_gen_state {
     int grammar_end;         /* the stream ended because the grammar was complete */         /* the first token starts an SPM text (leading space dropped) */
     lq_logit_bias *bias;
     size_t n_bias;
+    /* the bounded lm_head (generate.c "bounded head"): bounded = 0 when the model has no
+     * copy, the request wants full logits, or an on_logits edit runs */
+    int bounded;
+    const lq_model *m;
+    lq_sampler_params sp;    /* the request's sampling (what the certificate must cover) */
+    lq_head_req head;        /* head.logits = logits */
+    float *raw;              /* [n_vocab] the head's output before bias/mask/penalties */
+    float *tv;               /* [n_vocab] scratch values */
+    int32_t *ti;             /* [n_vocab] scratch ids (also the rows to rescore) */
+    int32_t kb_ids[LQ_HEAD_MAX_K];
+    float kb_vals[LQ_HEAD_MAX_K];
     char piece[LQ_GEN_PIECE_CAP];
 } lq_gen_state;
 
@@ -65,6 +77,8 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err);
  * two, when the stopper's buffer is not contiguous). Nothing for other finishes. */
 void lq_gen_end(lq_gen_state *g, lq_token_cb cb, void *user);
 void lq_gen_free(lq_gen_state *g);
+/* The bounded-logits request to put on the session that decodes for g (NULL: exact). */
+lq_head_req *lq_gen_head(lq_gen_state *g);
 
 
 #endif

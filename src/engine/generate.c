@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "engine/gen_step.h"
 #include "engine/grammar_internal.h"
+#include "engine/sampler_internal.h"
 #include "larql/chat.h"
 #include "larql/gguf.h"
 #include "larql/tokenizer.h"
@@ -66,6 +67,16 @@ void lq_gen_free(lq_gen_state *g)
     lq_grammar_free(g->grammar);
     lq_grammar_vocab_release(g->gv);
     free(g->bias);
+    free(g->raw);
+    free(g->tv);
+    free(g->ti);
+    free(g->head.exact);
+    free(g->head.ids);
+    free(g->head.x);
+    g->raw = g->tv = g->head.x = NULL;
+    g->ti = g->head.ids = NULL;
+    g->head.exact = NULL;
+    g->bounded = 0;
     g->gs = NULL;
     g->grammar = NULL;
     g->gv = NULL;
@@ -152,6 +163,151 @@ static int constrain(lq_gen_state *g, lq_err *err)
                        : lq_err_set(err, LQ_EINVAL, "grammar: no token of the vocabulary can "
                                     "continue the output here (the grammar needs text the "
                                     "tokenizer cannot produce)");
+    return 0;
+}
+
+/* ---- the bounded head ----
+ *
+ * With the model's bounded lm_head, a decode step's logits are exact for the rows the forward
+ * pass chose (lq_head_req) and upper bounds elsewhere. Bias, the grammar mask and the
+ * penalties are non-decreasing functions of one token's logit (in float too: correctly
+ * rounded operations are monotone), so after them every non-exact row still holds an upper
+ * bound of its value in the exact model. certify() then checks that the exact rows decide
+ * what the sampler does, or lists the rows that must be computed first:
+ *   greedy     the best exact row beats every bound (ties go to the lower id, as argmax);
+ *   top-k      the k best exact rows beat every bound (the sampler's total order);
+ *   otherwise  every bound is below the best exact logit by more than T (ln 1e6 + ln n), so
+ *              the rows left out carry at most 1e-6 of the probability mass (with min-p and
+ *              no top-p: more than T ln(1/min_p), below the cut, so nothing changes).
+ * Rows left out get -inf before the pick. The step rescales nothing: rescored rows are
+ * computed by the same kernel as the full head (bit-identical), the transforms run again
+ * from the head's output, and after two rounds (one suffices: each rule's rows are the ones
+ * that could reach the current threshold, which only rises) the whole head is computed. */
+
+static inline float key_of(float v) { return isnan(v) ? -INFINITY : v; }
+static inline int better(float va, int32_t ia, float vb, int32_t ib)
+{
+    va = key_of(va);
+    vb = key_of(vb);
+    return va > vb || (va == vb && ia < ib);
+}
+
+static int setup_bounded(lq_gen_state *g, lq_model *m, const lq_generate_params *p, lq_err *err)
+{
+    const lq_sampler_params *sp = &p->sampling;
+    int32_t n = g->n_vocab;
+    if (!m || !m->lmb.q8.data || p->full_logits || (p->hook && p->hook->on_logits))
+        return LQ_OK;
+    int k = 1;
+    float window = 0;
+    if (sp->temperature > 0.0f) {
+        if (sp->top_k > 0 && sp->top_k < n) {
+            if (sp->top_k > LQ_HEAD_MAX_K)
+                return LQ_OK; /* exact: a heap of the bounds that deep is not worth it */
+            k = sp->top_k;
+        } else if (sp->top_p >= 1.0f && sp->min_p > 0.0f) {
+            window = sp->temperature * (float)(log(1.0 / sp->min_p) + 0.01);
+        } else {
+            window = sp->temperature * (float)(log(1e6) + log((double)n));
+        }
+    }
+    size_t words = ((size_t)n + 31) / 32;
+    g->head.cap = n / 4 + 1;
+    g->head.k = k;
+    g->head.window = window;
+    g->head.logits = g->logits;
+    g->head.exact = malloc(words * sizeof(uint32_t));
+    g->head.ids = malloc((size_t)g->head.cap * sizeof(int32_t));
+    g->head.x = malloc((size_t)m->n_embd * sizeof(float));
+    g->raw = malloc((size_t)n * sizeof(float));
+    g->tv = malloc((size_t)n * sizeof(float));
+    g->ti = malloc((size_t)n * sizeof(int32_t));
+    if (!g->head.exact || !g->head.ids || !g->head.x || !g->raw || !g->tv || !g->ti)
+        return lq_err_set(err, LQ_ENOMEM, "generate: out of memory for the bounded lm_head");
+    g->m = m;
+    g->sp = *sp;
+    g->bounded = 1;
+    return LQ_OK;
+}
+
+lq_head_req *lq_gen_head(lq_gen_state *g) { return g && g->bounded ? &g->head : NULL; }
+
+static void note_max(double *dst, double v)
+{
+    double cur;
+    __atomic_load(dst, &cur, __ATOMIC_RELAXED);
+    while (v > cur && !__atomic_compare_exchange(dst, &cur, &v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* 0: the exact rows decide (the others now -inf); > 0: that many rows to compute first, in
+ * g->ti; -1: compute the whole head. */
+static int certify(lq_gen_state *g, double *uncovered)
+{
+    const lq_sampler_params *p = &g->sp;
+    const lq_head_req *h = &g->head;
+    const int32_t n = g->n_vocab;
+    float *v = g->logits;
+    int nu = 0;
+    *uncovered = 0;
+    if (p->temperature <= 0.0f) {
+        float M = -INFINITY;
+        for (int32_t r = 0; r < n; r++)
+            if (lq_head_is_exact(h, r) && key_of(v[r]) > M)
+                M = key_of(v[r]);
+        if (M == -INFINITY)
+            return -1;
+        for (int32_t r = 0; r < n; r++)
+            if (!lq_head_is_exact(h, r) && key_of(v[r]) >= M)
+                g->ti[nu++] = r;
+    } else if (p->top_k > 0 && p->top_k < n) {
+        int32_t m = 0;
+        for (int32_t r = 0; r < n; r++)
+            if (lq_head_is_exact(h, r)) {
+                g->tv[m] = v[r];
+                g->ti[m++] = r;
+            }
+        if (m < p->top_k)
+            return -1;
+        int got = lq_top_k(g->tv, m, p->top_k, g->kb_ids, g->kb_vals);
+        float tv = g->kb_vals[got - 1];
+        int32_t tid = g->ti[g->kb_ids[got - 1]];
+        if (key_of(tv) == -INFINITY)
+            return -1;
+        for (int32_t r = 0; r < n; r++)
+            if (!lq_head_is_exact(h, r) && better(v[r], r, tv, tid))
+                g->ti[nu++] = r;
+    } else {
+        float mx = -INFINITY;
+        for (int32_t r = 0; r < n; r++)
+            if (lq_head_is_exact(h, r) && key_of(v[r]) > mx)
+                mx = key_of(v[r]);
+        if (!isfinite(mx))
+            return -1;
+        double inv_t = 1.0 / (double)p->temperature;
+        int minp_only = p->top_p >= 1.0f && p->min_p > 0.0f;
+        double lim = minp_only ? log(1.0 / p->min_p) + 0.01 : log(1e6) + log((double)n);
+        double out = 0, in = 0;
+        for (int32_t r = 0; r < n; r++) {
+            double d = ((double)key_of(v[r]) - mx) * inv_t;
+            if (lq_head_is_exact(h, r))
+                in += exp(d);
+            else if (d >= -lim)
+                g->ti[nu++] = r;
+            else
+                out += exp(d);
+        }
+        if (!nu && !minp_only) {
+            *uncovered = out / in;
+            if (!(*uncovered <= 1e-6))
+                return -1;
+        }
+    }
+    if (nu)
+        return nu;
+    for (int32_t r = 0; r < n; r++)
+        if (!lq_head_is_exact(h, r))
+            v[r] = -INFINITY;
     return 0;
 }
 
@@ -244,6 +400,9 @@ int lq_gen_begin(lq_gen_state *g, lq_model *m, int pos0, int n_ctx, const int32_
     rc = setup_constraints(g, p, tok, err);
     if (rc)
         goto fail;
+    rc = setup_bounded(g, m, p, err);
+    if (rc)
+        goto fail;
     return LQ_OK;
 fail:
     lq_gen_free(g);
@@ -266,20 +425,58 @@ int lq_gen_step(lq_gen_state *g, lq_token_cb cb, void *user, lq_err *err)
     if (g->i >= g->max_new)
         return LQ_GEN_END; /* LENGTH (max_tokens 0 or no room left) */
     double ts = lq_now_ms();
-    for (size_t k = 0; k < g->n_bias; k++)
-        g->logits[g->bias[k].id] += g->bias[k].bias;
-    if (g->gs) {
-        int c = constrain(g, err);
-        double tm = lq_now_ms() - ts;
-        res->mask_ms += tm;
-        if (c) {
-            res->decode_ms += tm;
-            res->finish = c == 1 ? LQ_FINISH_STOP : LQ_FINISH_NONE;
-            g->grammar_end = c == 1;
-            return c == 1 ? LQ_GEN_END : c;
+    lq_head_req *hq = &g->head;
+    int bnd = g->bounded && hq->valid && !hq->full;
+    int64_t rescored = 0;
+    if (bnd)
+        memcpy(g->raw, g->logits, (size_t)g->n_vocab * sizeof(float));
+    for (int round = 0;; round++) {
+        for (size_t k = 0; k < g->n_bias; k++)
+            g->logits[g->bias[k].id] += g->bias[k].bias;
+        if (g->gs) {
+            double tc = lq_now_ms();
+            int c = constrain(g, err);
+            double tm = lq_now_ms() - tc;
+            res->mask_ms += tm;
+            if (c) {
+                res->decode_ms += lq_now_ms() - ts;
+                res->finish = c == 1 ? LQ_FINISH_STOP : LQ_FINISH_NONE;
+                g->grammar_end = c == 1;
+                hq->valid = 0;
+                return c == 1 ? LQ_GEN_END : c;
+            }
         }
+        lq_sampler_penalize(g->smp, g->logits);
+        if (!bnd)
+            break;
+        double unc;
+        int nu = certify(g, &unc);
+        if (nu == 0) {
+            if (unc > 0)
+                note_max((double *)&g->m->lmb.max_uncovered, unc);
+            break;
+        }
+        /* rows the transforms brought into play: compute them, then transform again */
+        if (nu < 0 || nu > hq->cap || round >= 2) {
+            lq_head_rescore(g->m, hq, NULL, -1, g->raw);
+            __atomic_fetch_add((uint64_t *)&g->m->lmb.n_gen_full, 1, __ATOMIC_RELAXED);
+            bnd = 0;
+        } else {
+            lq_head_rescore(g->m, hq, g->ti, nu, g->raw);
+            rescored += nu;
+        }
+        memcpy(g->logits, g->raw, (size_t)g->n_vocab * sizeof(float));
     }
-    int32_t id = lq_sampler_sample(g->smp, g->logits);
+    if (g->bounded && hq->valid) {
+        res->lm_steps++;
+        res->lm_full += hq->full;
+        res->lm_rows_exact += hq->full ? g->n_vocab : hq->n_ids + rescored;
+        if (rescored)
+            __atomic_fetch_add((uint64_t *)&g->m->lmb.n_gen_rescored, (uint64_t)rescored,
+                               __ATOMIC_RELAXED);
+    }
+    hq->valid = 0;
+    int32_t id = lq_sampler_pick(g->smp, g->logits);
     res->decode_ms += lq_now_ms() - ts;
     if (id < 0 || id >= g->n_vocab) {
         res->finish = LQ_FINISH_NONE;
@@ -388,6 +585,7 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     const lq_resid_hook *prev_hook = lq_session_hook(s);
     if (p && p->hook)
         lq_session_set_hook(s, p->hook);
+    lq_session_set_head(s, lq_gen_head(&g));
     /* Prefill. */
     double t0 = lq_now_ms();
     rc = lq_session_eval(s, prompt, n_prompt, g.logits, NULL, err);
@@ -415,6 +613,7 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     rc = LQ_OK;
 done:
     lq_session_set_hook(s, prev_hook);
+    lq_session_set_head(s, NULL);
     lq_gen_free(&g);
     return rc;
 }

@@ -9,6 +9,7 @@
  *  - no truncation at all: inverse-CDF over the vocabulary in id order, no sort.
  * Every buffer is allocated in lq_sampler_create: nothing allocates per token. */
 #include "larql/sampler.h"
+#include "engine/sampler_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -394,13 +395,26 @@ static int32_t truncate_p(const lq_sampler_params *p, const float *w, int32_t m,
     return keep;
 }
 
+void lq_sampler_penalize(lq_sampler *s, float *logits)
+{
+    if (s && logits)
+        apply_penalties(s, logits);
+}
+
 int32_t lq_sampler_sample(lq_sampler *s, float *logits)
+{
+    if (!s || !logits)
+        return -1;
+    apply_penalties(s, logits);
+    return lq_sampler_pick(s, logits);
+}
+
+int32_t lq_sampler_pick(lq_sampler *s, float *logits)
 {
     if (!s || !logits)
         return -1;
     const lq_sampler_params *p = &s->p;
     const int32_t n = s->n_vocab;
-    apply_penalties(s, logits);
     if (p->temperature <= 0.0f)
         return argmax(logits, n);
 

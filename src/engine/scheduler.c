@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "engine/engine_internal.h"
 #include "engine/gen_step.h"
 #include "engine/prompt_cache.h"
 
@@ -148,6 +149,7 @@ static void session_put(lq_scheduler *S, lq_session *sess)
 {
     lq_session_reset(sess);
     lq_session_set_hook(sess, NULL);
+    lq_session_set_head(sess, NULL);
     S->pool[S->n_pool++] = sess; /* n_pool <= n_sessions <= max_active */
 }
 
@@ -178,6 +180,7 @@ static void cache_session(lq_scheduler *S, lq_sched_req *r)
     if (r->n_gen_fed)
         memcpy(toks + r->n_fed, r->gen_fed, r->n_gen_fed * sizeof *toks);
     lq_session_set_hook(r->sess, NULL);
+    lq_session_set_head(r->sess, NULL); /* r's bounded-logits buffers are freed with r->g */
     pcache_put(S->cache, r->sess, toks, n, r->key, drop_session, S);
     free(toks);
 }
@@ -255,18 +258,21 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
             r->sess = c;
             r->n_fed = reused;
             lq_session_set_hook(r->sess, h);
+            lq_session_set_head(r->sess, lq_gen_head(&r->g));
             return LQ_OK;
         }
     }
     if (S->n_pool) {
         r->sess = S->pool[--S->n_pool];
         lq_session_set_hook(r->sess, h);
+        lq_session_set_head(r->sess, lq_gen_head(&r->g));
         return LQ_OK;
     }
     int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
     if (rc)
         return rc;
     lq_session_set_hook(r->sess, h);
+    lq_session_set_head(r->sess, lq_gen_head(&r->g));
     S->n_sessions++;
     pthread_mutex_lock(&S->mu);
     S->st.sessions = S->n_sessions;

@@ -17,6 +17,7 @@ struct lq_session {
     lq_kv_view view; /* kv and rope as every forward row of this session sees them */
     lq_scratch sc;
     const lq_resid_hook *hook; /* borrowed (lq_session_set_hook) */
+    lq_head_req *head;         /* borrowed (lq_session_set_head) */
 };
 
 
@@ -111,6 +112,23 @@ void lq_session_set_hook(lq_session *s, const lq_resid_hook *h)
 
 const lq_resid_hook *lq_session_hook(const lq_session *s) { return s ? s->hook : NULL; }
 
+void lq_session_set_head(lq_session *s, lq_head_req *h)
+{
+    if (s)
+        s->head = h;
+}
+
+/* The bounded-logits request for a row whose logits go to out: only the session's own
+ * request buffer, and never under an on_logits edit (it may change any logit, so its input
+ * must be the exact head's). */
+static lq_head_req *row_head(const lq_session *s, const float *out)
+{
+    lq_head_req *h = s->head;
+    if (!h || !out || h->logits != out || (s->hook && s->hook->on_logits))
+        return NULL;
+    return h;
+}
+
 static int check_ids(const lq_model *m, const int32_t *ids, size_t n, lq_err *err)
 {
     for (size_t i = 0; i < n; i++)
@@ -148,6 +166,7 @@ static int eval(lq_session *s, const int32_t *ids, size_t n, float *logits, floa
             rows[t].pos = s->pos + t;
             rows[t].hook = s->hook;
             outp[t] = all_logits ? all_logits + i * V : (i == n - 1 ? logits : NULL);
+            rows[t].head = all_logits ? NULL : row_head(s, outp[t]);
             want |= outp[t] != NULL;
         }
         /* only the last chunk's capture is the last position's */
@@ -245,6 +264,7 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
         rows[T].pos = ss[b]->pos + j;
         rows[T].hook = ss[b]->hook;
         outp[T] = j == n - 1 && logits ? logits[b] : NULL;
+        rows[T].head = row_head(ss[b], outp[T]);
         want |= outp[T] != NULL;
         T++;
         if (++j == n) {

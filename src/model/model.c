@@ -15,6 +15,7 @@
 #include "larql/gguf.h"
 #include "larql/model.h"
 #include "core/clock.h"
+#include "core/f16.h"
 #include "model/model_internal.h"
 static void *owned_alloc(lq_model *m, size_t bytes)
 {
@@ -449,6 +450,182 @@ static int build_lm_q8(lq_model *m, lq_err *err)
     return LQ_OK;
 }
 
+/* ---- the bounded lm_head's compact copy (lq_model_opts.lm_head_mode) ---- */
+
+typedef struct lmb_job {
+    const lq_dense_mat *src;
+    int8_t *q;    /* [rows, cols] */
+    float *scale; /* [rows] */
+    float *err;   /* [rows] */
+    float *norm;  /* [rows] */
+    int failed;
+} lmb_job;
+
+/* A double rounded up to a float that is >= it (inf when past the float range). */
+static float up_f(double v)
+{
+    float f = (float)v;
+    if ((double)f < v)
+        f = nextafterf(f, INFINITY);
+    return f;
+}
+
+static float src_elem(const lq_dense_mat *w, size_t i)
+{
+    uint16_t h;
+    switch (w->type) {
+    case LQ_GGML_F16:
+        memcpy(&h, (const uint8_t *)w->data + 2 * i, 2);
+        return lq_f16_to_f32(h);
+    case LQ_GGML_BF16:
+        memcpy(&h, (const uint8_t *)w->data + 2 * i, 2);
+        return lq_bf16_to_f32(h);
+    default:
+        return ((const float *)w->data)[i];
+    }
+}
+
+/* Quantises rows [r0, r1) and bounds their error. Sums are in double over exact terms (an f16
+ * or f32 value minus scale * q, both exact in double); the 1 + 1e-12 factor covers the
+ * rounding of n double additions and the square root. A row with a non-finite value gets
+ * err = inf: the bounded head then always computes it exactly. */
+static void lmb_fn(void *ctx, int64_t r0, int64_t r1, int tid)
+{
+    (void)tid;
+    lmb_job *j = ctx;
+    if (lq_q8_quantize_rows(j->src, j->q, j->scale, r0, r1) != 0) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const size_t cols = (size_t)j->src->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        double e2 = 0, w2 = 0, q2 = 0, sc = j->scale[r];
+        int bad = !isfinite(sc);
+        const int8_t *qr = j->q + (size_t)r * cols;
+        for (size_t c = 0; c < cols; c++) {
+            double w = src_elem(j->src, (size_t)r * cols + c), wq = sc * qr[c];
+            bad |= !isfinite(w);
+            e2 += (w - wq) * (w - wq);
+            w2 += w * w;
+            q2 += wq * wq;
+        }
+        const double f = 1.0 + 1e-12;
+        j->err[r] = bad ? INFINITY : up_f(sqrt(e2) * f);
+        j->norm[r] = bad ? INFINITY : up_f(sqrt(w2 > q2 ? w2 : q2) * f);
+    }
+}
+
+/* The background builder: rows in chunks, each under the weights' read lock (the 2 MB-page
+ * copier may move the lm_head's pointer between chunks; a chunk of 1024 rows is a few ms, so
+ * the copier's write never waits long). One thread, not the pool: forward passes keep the
+ * pool. */
+static void *lmb_builder_main(void *arg)
+{
+    lq_model *m = arg;
+    lq_lm_bound *b = &m->lmb;
+    const int64_t rows = m->lm_head.rows, chunk = 1024;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        if (__atomic_load_n(&b->cancel, __ATOMIC_ACQUIRE))
+            return NULL;
+        int held = lq_model_weights_enter(m);
+        lq_dense_mat src = m->lm_head.dense;
+        lmb_job j = {&src, (int8_t *)b->q8.data, (float *)b->q8.scale, (float *)b->err, (float *)b->norm, 0};
+        lmb_fn(&j, r0, r0 + chunk < rows ? r0 + chunk : rows, 0);
+        lq_model_weights_leave(m, held);
+        if (j.failed)
+            return NULL; /* out of memory for a row buffer: the head stays exact */
+    }
+    /* (info is not written here: other threads read it without a lock) */
+    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Chooses the lm_head mode (opts, then LQ_LM_HEAD in the environment for AUTO) and builds the
+ * compact copy when bounded applies (a dense lm_head: f16/bf16/f32, and no q8 lm_head): on the
+ * pool before the open returns when the caller asked for BOUNDED, else in the background. */
+static int build_lm_bound(lq_model *m, lq_err *err)
+{
+    int mode = m->opts.lm_head_mode, sync = mode == LQ_LM_HEAD_BOUNDED;
+    if (mode == LQ_LM_HEAD_AUTO) {
+        const char *e = getenv("LQ_LM_HEAD");
+        mode = e && !strcmp(e, "exact") ? LQ_LM_HEAD_EXACT : LQ_LM_HEAD_BOUNDED;
+        sync = e && !strcmp(e, "bounded");
+    }
+    const lq_wmat *w = &m->lm_head;
+    if (mode != LQ_LM_HEAD_BOUNDED || m->opts.lm_head_q8 || w->kind != LQ_WK_DENSE)
+        return LQ_OK;
+    double t0 = lq_now_ms();
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    size_t qbytes = (n + 63) / 64 * 64, fl = (size_t)w->rows * sizeof(float);
+    size_t total = qbytes + 3 * fl;
+    /* cppcheck-suppress invalidFunctionArg */
+    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: cannot map %zu bytes for [%lld, %lld] "
+                          "(--lm-head exact runs without the copy)",
+                          total, (long long)w->rows, (long long)w->cols);
+#ifdef MADV_HUGEPAGE
+    madvise(map, total, MADV_HUGEPAGE); /* as the q8 lm_head: fewer faults and TLB misses */
+#endif
+    lq_lm_bound *b = &m->lmb;
+    b->map = map;
+    b->map_size = total;
+    float *sc = (float *)((uint8_t *)map + qbytes);
+    b->q8 = (lq_q8_mat){map, sc, w->rows, w->cols};
+    b->err = sc + w->rows;
+    b->norm = sc + 2 * w->rows;
+    m->info.lm_head_bounded = 1;
+    m->info.lm_bound_bytes = (uint64_t)n + (uint64_t)fl;
+    m->info.repack_bytes += total;
+    if (!sync) {
+        if (pthread_create(&b->builder, NULL, lmb_builder_main, m) == 0) {
+            b->builder_started = 1;
+            return LQ_OK;
+        }
+        /* no thread: build it now */
+    }
+    lmb_job j = {&w->dense, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
+    lq_pool_for_dyn(m->pool, w->rows, 256, lmb_fn, &j);
+    if (j.failed)
+        return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");
+    m->info.repack_ms += lq_now_ms() - t0;
+    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
+    return LQ_OK;
+}
+
+/* Blocks until a background build of the bounded copy has finished (tests, benchmarks).
+ * Returns 1 when the copy is ready, 0 when there is none. */
+int lq_model_head_wait(lq_model *m)
+{
+    if (!m || !m->lmb.q8.data)
+        return 0;
+    if (m->lmb.builder_started) {
+        pthread_join(m->lmb.builder, NULL);
+        m->lmb.builder_started = 0;
+    }
+    return lq_lmb_ready(&m->lmb);
+}
+
+void lq_model_head_stats(const lq_model *m, lq_head_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m)
+        return;
+    const lq_lm_bound *b = &m->lmb;
+    out->enabled = b->q8.data != NULL;
+    out->ready = lq_lmb_ready(b);
+    out->tokens = __atomic_load_n(&b->n_tokens, __ATOMIC_RELAXED);
+    out->rows_exact = __atomic_load_n(&b->n_exact, __ATOMIC_RELAXED);
+    out->full = __atomic_load_n(&b->n_full, __ATOMIC_RELAXED);
+    out->gen_rescored = __atomic_load_n(&b->n_gen_rescored, __ATOMIC_RELAXED);
+    out->gen_full = __atomic_load_n(&b->n_gen_full, __ATOMIC_RELAXED);
+    double mu;
+    __atomic_load(&b->max_uncovered, &mu, __ATOMIC_RELAXED);
+    out->max_uncovered = mu;
+    out->copy_bytes = m->info.lm_bound_bytes;
+    out->exact_bytes = m->lm_head.bytes;
+}
+
 /* ---- the assembly step both loaders share (model_internal.h) ---- */
 
 int lq_model_check_config(const lq_model *m, lq_err *err)
@@ -485,6 +662,9 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
         o = *opts;
     if (o.n_threads < 0 || o.n_threads > 1024)
         return lq_err_set(err, LQ_EINVAL, "n_threads %d outside [0, 1024]", o.n_threads);
+    if (o.lm_head_mode < LQ_LM_HEAD_AUTO || o.lm_head_mode > LQ_LM_HEAD_BOUNDED)
+        return lq_err_set(err, LQ_EINVAL, "lm_head_mode %d is not 0 (auto), 1 (exact) or 2 (bounded)",
+                          o.lm_head_mode);
     if (o.act_mode != LQ_ACT_INT8 && o.act_mode != LQ_ACT_F32)
         return lq_err_set(err, LQ_EINVAL, "act_mode %d is not LQ_ACT_INT8 (0) or LQ_ACT_F32 (1)",
                           o.act_mode);
@@ -572,6 +752,8 @@ int lq_model_finish(lq_model *m, lq_err *err)
                           "use f16 or f32",
                           LQ_KV_Q8_BLOCK, m->head_dim);
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
+        return rc;
+    if ((rc = build_lm_bound(m, err)) != 0)
         return rc;
     if (m->opts.ffn_url && *m->opts.ffn_url) {
         /* the opts' pointer is the caller's: the remote keeps its own copy of the URL */
@@ -799,6 +981,10 @@ void lq_model_close(lq_model *m)
 {
     if (!m)
         return;
+    if (m->lmb.builder_started) { /* before anything it reads goes away */
+        __atomic_store_n(&m->lmb.cancel, 1, __ATOMIC_RELEASE);
+        pthread_join(m->lmb.builder, NULL);
+    }
     if (m->copier_started) { /* a short run need not wait for the rest of the copy */
         __atomic_store_n(&m->copy_cancel, 1, __ATOMIC_RELEASE);
         pthread_join(m->copier, NULL);
@@ -813,6 +999,8 @@ void lq_model_close(lq_model *m)
     free(m->owned.ptrs);
     if (m->lm_q8_map)
         munmap(m->lm_q8_map, m->lm_q8_map_size);
+    if (m->lmb.map)
+        munmap(m->lmb.map, m->lmb.map_size);
     free(m->layers);
     lq_gguf_close(m->gguf);
     lq_mapfile_close(&m->hp_copy);

@@ -54,6 +54,41 @@ typedef struct lq_layer {
     lq_wmat down; /* [n_embd, n_ff] */
 } lq_layer;
 
+/* The bounded lm_head (lq_model_opts.lm_head_mode, src/engine/forward.c "bounded head"): an
+ * int8 copy of a dense lm_head, one f32 scale per row (lq_q8_mat), and per row two bounds
+ * computed in double and rounded up: err[r] >= ||w_r - w~_r||_2 (w~_r = scale[r] * q_r, the
+ * copy's row as a real vector) and norm[r] >= max(||w_r||_2, ||w~_r||_2). For any x and its
+ * int16 rounding x~, |w_r.x - w~_r.x~| <= err[r] ||x|| + norm[r] ||x - x~|| (Cauchy-Schwarz),
+ * which is what lets the decode score the vocabulary on the copy and compute exactly only
+ * the rows that can still win. Counters are updated atomically by the forward pass (the
+ * model is otherwise read-only) and read by lq_model_head_stats. */
+typedef struct lq_lm_bound {
+    lq_q8_mat q8;        /* data NULL: no bounded head */
+    const float *err;    /* [rows] */
+    const float *norm;   /* [rows] */
+    void *map;           /* one anonymous mapping: int8 rows, scales, err, norm */
+    size_t map_size;
+    uint64_t n_tokens;   /* rows of logits produced by the bounded head */
+    uint64_t n_exact;    /* lm_head rows computed exactly for them (all rows for a fallback) */
+    uint64_t n_full;     /* of n_tokens: computed exactly over the whole vocabulary */
+    uint64_t n_gen_rescored; /* rows rescored after the sampler's transforms (penalties, ...) */
+    uint64_t n_gen_full;     /* steps the generator finished with the whole vocabulary */
+    double max_uncovered;    /* largest relative mass bound left out by a sampling step */
+    /* Built at load (lm_head_mode BOUNDED: the caller asked for it) or by a background thread
+     * (AUTO: the model answers at once, exactly, until the copy is ready). ready is atomic:
+     * set (release) once every row of q8/err/norm is written; the forward pass reads it
+     * (acquire) before using them. */
+    int ready;
+    int cancel;              /* atomic: set at close, the builder stops */
+    pthread_t builder;
+    int builder_started;
+} lq_lm_bound;
+
+static inline int lq_lmb_ready(const lq_lm_bound *b)
+{
+    return __atomic_load_n(&b->ready, __ATOMIC_ACQUIRE);
+}
+
 /* Owned allocations made at load (decoded tensors); freed with the model. */
 typedef struct lq_owned {
     void **ptrs;
@@ -101,6 +136,7 @@ struct lq_model {
     lq_layer *layers;           /* [n_layer] */
 
     lq_owned owned;
+    lq_lm_bound lmb;            /* the bounded lm_head's compact copy (q8.data NULL: off) */
     void *lm_q8_map;            /* the q8 lm_head's anonymous mapping (int8 rows, then scales) */
     size_t lm_q8_map_size;
 

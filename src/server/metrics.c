@@ -288,7 +288,25 @@ void route_runtime(lq_server *s, req *q, reply *r)
     /* the model options in force (as loaded; before the load, as asked) */
     const lq_model_opts *mo = &s->o.model;
     json_object_set_new(j, "kv_type", json_string(lq_kv_type_name(mi ? mi->kv_type : mo->kv_type)));
-    json_object_set_new(j, "lm_head", json_string((mi ? mi->lm_head_q8 : mo->lm_head_q8) ? "q8" : "as_stored"));
+    json_object_set_new(j, "lm_head", json_string((mi ? mi->lm_head_q8 : mo->lm_head_q8) ? "q8"
+                                                  : mi && mi->lm_head_bounded ? "bounded" : "as_stored"));
+    /* the bounded lm_head: how many of its rows generation computed exactly per token (the
+     * rest were scored on the int8 copy and provably could not be chosen) */
+    lq_head_stats hs;
+    lq_model_head_stats(m, &hs);
+    /* exact bytes per token: the rows computed exactly, each a row of the stored lm_head */
+    double per_tok = hs.tokens ? (double)hs.rows_exact / (double)hs.tokens : 0.0;
+    double row_bytes = mi && mi->n_vocab ? (double)hs.exact_bytes / mi->n_vocab : 0.0;
+    json_object_set_new(j, "lm_head_bounded",
+                        json_pack("{s:b,s:I,s:I,s:f,s:I,s:I,s:I,s:f,s:I,s:f,s:I}", "enabled", hs.enabled,
+                                  "tokens", (json_int_t)hs.tokens, "rows_exact", (json_int_t)hs.rows_exact,
+                                  "rows_exact_per_token", lq_round(per_tok, 2), "full_head_tokens",
+                                  (json_int_t)hs.full, "rescored_after_sampling_transforms",
+                                  (json_int_t)hs.gen_rescored, "full_head_after_sampling_transforms",
+                                  (json_int_t)hs.gen_full, "max_uncovered_mass", hs.max_uncovered,
+                                  "copy_bytes_per_token", (json_int_t)hs.copy_bytes,
+                                  "bytes_per_token", lq_round(hs.enabled ? (double)hs.copy_bytes + per_tok * row_bytes : 0.0, 0),
+                                  "exact_bytes_per_token", (json_int_t)hs.exact_bytes));
     json_object_set_new(j, "act", json_string(mo->act_mode == LQ_ACT_F32 ? "float" : "ms"));
     /* copying: a GGUF's 2 MB-page copy is still being made (answers come from the mapping) */
     json_object_set_new(j, "weights", json_string(mi ? (mi->weights_copied ? (lq_model_weights_copied(m, 0) ? "copy" : "copying") : "mmap")

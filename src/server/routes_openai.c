@@ -1160,6 +1160,8 @@ static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
     if (chat ? parse_messages(s->o.chat_template, m, jb, j, r) : parse_prompt(m, jb, j, r))
         goto fail;
     jb->want_lp = chat ? jb->logprobs > 0 : jb->logprobs >= 0;
+    /* logprobs are over the whole vocabulary: the exact head every step, not the bounded one */
+    jb->gp.full_logits = jb->want_lp;
     if (jb->want_lp) {
         jb->lp_all = json_array();
         jb->lp_pending = json_array();

@@ -119,7 +119,9 @@ def hidden_tests(ports):
 def runtime_tests(ports):
     r = lambda k: json.loads(call(ports[k], "GET", "/v1/runtime")[1])
     a, b = r("full"), r("opts")
-    ok("runtime: default KV f32, lm_head as stored", a.get("kv_type") == "f32" and a.get("lm_head") == "as_stored", a)
+    ok("runtime: default KV f32, lm_head bounded (its int8 copy reported)", a.get("kv_type") == "f32"
+       and a.get("lm_head") == "bounded" and a.get("lm_head_bounded", {}).get("enabled") is True
+       and a["lm_head_bounded"]["copy_bytes_per_token"] < a["lm_head_bounded"]["exact_bytes_per_token"], a)
     ok("runtime: --kv f16 --lm-head q8 --weights mmap are in force",
        b.get("kv_type") == "f16" and b.get("lm_head") == "q8" and b.get("weights") == "mmap", b)
     ok("runtime: an f16 KV cache reports half the bytes per session",

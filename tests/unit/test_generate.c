@@ -205,6 +205,7 @@ static void test_greedy_matches_reference(void)
     lq_session *s = new_session(0);
     lq_generate_params p;
     greedy_params(&p, 16);
+    p.full_logits = 1; /* the logprobs below are over the whole vocabulary */
     static rec r;
     memset(&r, 0, sizeof r);
     lq_generate_result res;

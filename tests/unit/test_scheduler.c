@@ -44,6 +44,10 @@ static lq_model *open_model(const char *path, int threads)
 {
     lq_model_opts mo = {0};
     mo.n_threads = threads;
+    /* the bounded lm_head built at open: the callbacks' logprobs (over the rows it computed)
+     * are then the same alone and batched; in the default mode they would depend on whether
+     * the background build had finished */
+    mo.lm_head_mode = LQ_LM_HEAD_BOUNDED;
     lq_model *m = NULL;
     lq_err err = {0};
     if (lq_model_open(path, &mo, &m, &err)) {
