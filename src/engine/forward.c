@@ -3,11 +3,14 @@
  * Each projection is one kernel call over all T rows (each weight byte is read once per
  * batch), its output rows split across the model's thread pool. BitNet blocks quantise the
  * activations entering a BitLinear once per vector (shared by q/k/v and by gate/up).
- * Numerics follow DESIGN.md "Numerics" and tools/ref_forward.py. Nothing here allocates. */
+ * Numerics follow the project's design notes ("Numerics": ../shared/DESIGN.md) and the shared
+ * reference forward pass whose logits tests/conformance compares against. Nothing here
+ * allocates. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cancel.h"
 #include "core/f16.h"
 #include "engine/engine_internal.h"
 
@@ -74,7 +77,7 @@ void lq_scratch_free(lq_scratch *sc)
 /* ---- elementwise pieces ---- */
 
 /* out = x / sqrt(mean(x²) + eps) * w, x and out [n]. The sum of squares is accumulated in
- * double over f32 squares and the scale rounded to f32, as tools/ref_forward.py does, so
+ * double over f32 squares and the scale rounded to f32, as the shared reference does, so
  * that the int8 activation quantiser sees the same inputs (a flipped rounding would move a
  * logit by a quantum). out may alias x. */
 static void rmsnorm(const float *x, const float *w, int n, float eps, float *out)
@@ -537,6 +540,10 @@ static int forward(const lq_model *m, lq_scratch *sc, const int32_t *ids, const 
 
     for (int l = 0; l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];
+        /* a front end's cancel (pg_infer: a statement_timeout, pg_cancel_backend) is heard
+         * between layers; the rows' positions do not advance on an error */
+        if (lq_cancel_poll())
+            return lq_err_set(err, LQ_ECANCELED, "the forward pass was cancelled");
 
         /* attention */
         for (int t = 0; t < T; t++)

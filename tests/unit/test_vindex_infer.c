@@ -1061,9 +1061,65 @@ static void test_knn_store(void)
     lq_model_close(m);
 }
 
+/* A front end's cancel hook (lq_vindex_set_thread_cancel: pg_infer's statement_timeout) stops
+ * the forward pass between layers with LQ_ECANCELED; the session does not advance, and the
+ * same pass runs once the hook lets go. */
+static int polls, stop_after;
+static int cancel_after(void *ctx)
+{
+    (void)ctx;
+    return ++polls > stop_after;
+}
+
+static void test_forward_cancel(void)
+{
+    char g[4400];
+    lq_err err = {0};
+    snprintf(g, sizeof g, "%s/cancel.gguf", harness_tmpdir());
+    lq_fixture_opts o;
+    lq_fixture_preset(&o, "tiny", &err);
+    o.seed = 23;
+    lq_model *m = NULL;
+    lq_model_opts mo = {.n_threads = 1};
+    if (lq_fixture_write(&o, g, &err) || lq_model_open(g, &mo, &m, &err)) {
+        CHECK_MSG(0, "fixture: %s", err.msg);
+        return;
+    }
+    lq_session *s = NULL;
+    CHECK(lq_session_create(m, 0, &s, &err) == 0);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    size_t V = (size_t)lq_model_get_info(m)->n_vocab;
+    float *lg = malloc(V * sizeof *lg);
+    polls = 0;
+    stop_after = 1; /* the second layer's poll asks to stop */
+    lq_vindex_set_thread_cancel(cancel_after, NULL);
+    int rc = lq_session_eval(s, ids, 8, lg, NULL, &err);
+    lq_vindex_set_thread_cancel(NULL, NULL);
+    CHECK_MSG(rc == LQ_ECANCELED && polls >= 2, "rc %d after %d polls: %s", rc, polls, err.msg);
+    CHECK_EQ_INT(lq_session_pos(s), 0);
+    CHECK(lq_session_eval(s, ids, 8, lg, NULL, &err) == 0 && lq_session_pos(s) == 8);
+    lq_infer_params ip;
+    lq_infer_params_init(&ip);
+    ip.prompt = "the model reads";
+    ip.mode = "dense";
+    lq_infer_result r;
+    polls = 0;
+    stop_after = 0;
+    lq_vindex_set_thread_cancel(cancel_after, NULL);
+    rc = lq_infer(m, &ip, &r, &err);
+    lq_vindex_set_thread_cancel(NULL, NULL);
+    CHECK_MSG(rc == LQ_ECANCELED, "infer under a cancel: rc %d", rc);
+    CHECK(lq_infer(m, &ip, &r, &err) == 0);
+    lq_infer_result_free(&r);
+    free(lg);
+    lq_session_free(s);
+    lq_model_close(m);
+}
+
 int main(void)
 {
     RUN(test_repack);
+    RUN(test_forward_cancel);
     RUN(test_fixture_equal);
     RUN(test_huge_repack);
     RUN(test_conformance);
