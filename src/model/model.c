@@ -547,11 +547,43 @@ static void info_from_config(lq_model *m)
     in->norm_eps = m->eps;
 }
 
+/* The family a file's layout matches (README "Supported models"): the architecture says
+ * BitNet block or llama block; a llama block whose projections are I2_S is one of the
+ * bitnet.cpp-converted llama families, told apart only by their pre-tokenizer. */
+static const char *family_name(const lq_model *m)
+{
+    if (m->arch == LQ_ARCH_BITNET_B158)
+        return "bitnet-b1.58 (microsoft 2B-4T layout): relu², sub-norms, int8 activations";
+    if (m->arch == LQ_ARCH_BITNET)
+        return "bitnet (1bitLLM bitnet_b1_58 layout): SiLU, sub-norms, int8 activations";
+    if (!m->bitlinear)
+        return "llama: SiLU, dense projections, float activations";
+    const char *pre = NULL;
+    uint64_t n = 0;
+    if (m->gguf && lq_gguf_find_key(m->gguf, "tokenizer.ggml.pre") >= 0)
+        (void)lq_gguf_get_str(m->gguf, "tokenizer.ggml.pre", &pre, &n, NULL);
+    if (pre && n == 7 && !memcmp(pre, "falcon3", 7))
+        return "llama+I2_S (tiiuae Falcon3-1.58bit layout): SiLU, no sub-norms, int8 activations";
+    if (pre && n == 8 && !memcmp(pre, "falcon_e", 8))
+        return "llama+I2_S (tiiuae Falcon-E layout): SiLU, no sub-norms, int8 activations";
+    return "llama+I2_S (HF1BitLLM Llama3-8B-1.58 layout): SiLU, no sub-norms, int8 activations";
+}
+
 int lq_model_finish(lq_model *m, lq_err *err)
 {
     int rc;
     lq_model_info *in = &m->info;
     info_from_config(m);
+    /* A llama-arch file with I2_S projections came from bitnet.cpp's converter (llama-quantize
+     * to I2_S): its matmuls take int8 activations quantised per token (the fork's I8_S vec-dot
+     * type), which is also how those models were trained (transformers' BitLinear). */
+    m->bitlinear = m->arch != LQ_ARCH_LLAMA || m->layers[0].q.src_type == LQ_GGML_I2_S;
+    in->bitlinear = m->bitlinear;
+    in->family = family_name(m);
+    in->i2s_layout = m->layers[0].q.src_type == LQ_GGML_I2_S
+                         ? "x86 (128-element blocks of 32 bytes, f32 scale at n/4; assumed: ARM "
+                           "64-element files cannot be told apart)"
+                         : "";
     in->lm_head_type = m->lm_head.src_type;
     uint64_t bpt = m->lm_head.bytes;
     for (int l = 0; l < m->n_layer; l++) {
