@@ -233,8 +233,11 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         rc = lq_gguf_i2s_scale(t, &scale, err);
         if (rc != 0)
             return rc;
-        if (!isfinite(scale))
-            return lq_err_set(err, LQ_EFORMAT, "%s: I2_S scale is not finite", name);
+        /* the writers store max|w| (microsoft's quantize_i2_s): a NaN, infinite, zero or
+         * negative scale is a damaged file, and would turn every output into NaN or 0 */
+        if (!isfinite(scale) || !(scale > 0))
+            return lq_err_set(err, LQ_EFORMAT, "%s: I2_S scale %g is not a positive finite number",
+                              name, (double)scale);
         w->kind = LQ_WK_I2S;
         w->i2s.data = t->data;
         w->i2s.rows = rows;
