@@ -28,6 +28,9 @@ typedef struct lq_fixture_opts {
                            ternary models); proj_type must be 0 */
     int out_type;       /* 0: tied (no output.weight); LQ_GGML_F16/F32: untied output.weight */
     const char *pre;    /* tokenizer.ggml.pre; NULL = "llama-bpe" */
+    int head_dim;       /* 0: dim / heads. Otherwise written as attention.key_length (and
+                           rope.dimension_count): q is [heads*head_dim, dim], which must be a
+                           multiple of 128 for I2_S. Lets a small file carry the 3B's 100. */
 } lq_fixture_opts;
 
 /* Applies a BitNet family's file layout on top of a preset's shape (README "Supported

@@ -11,7 +11,7 @@
 static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--family 2b4t|1bitllm|hf1bitllm|falcon3|falcon-e] (that family's file layout; README)\n"
-    "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
+    "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N]\n"
     "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama)] [--seed N] [--wscale X] [--corpus-file F]\n"
     "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)\n"
     "       [--plant-relation 'Entity>Target@layer:feature']... (facts of one relation: their targets\n"
@@ -61,6 +61,7 @@ int lq_cli_make_model(int argc, char **argv)
         else if (!strcmp(a, "--layers")) ip = &o.layers;
         else if (!strcmp(a, "--heads")) ip = &o.heads;
         else if (!strcmp(a, "--kv-heads")) ip = &o.kv_heads;
+        else if (!strcmp(a, "--head-dim")) ip = &o.head_dim;
         else if (!strcmp(a, "--vocab")) ip = &o.vocab;
         else if (!strcmp(a, "--ctx")) ip = &o.ctx;
         else if (!strcmp(a, "--seed")) {

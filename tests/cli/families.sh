@@ -67,6 +67,26 @@ assert d['object'] == 'chat.completion' and d['usage']['completion_tokens'] > 0,
     check_fails "$f: vindex build refuses the zero scale" "scale" "$LARQL" convert gguf-to-vindex "$T_TMP/b.gguf" --output "$T_TMP/$f.bad" --keep-quant --level inference
 done
 
+# 1bitLLM bitnet_b1_58-3B's head_dim 100 (not a power of two): the real 3B is 3200 wide with
+# 32 heads; a 128-wide file with attention.key_length 100 gives the same attention shapes
+# (q [3200, 128], o [128, 3200]) at a size the pure-Python reference runs in seconds. 32
+# greedy tokens here: 3200 activations per o_proj input make a float32 rounding tie (see
+# above) likely within 64.
+M="$T_TMP/hd100.gguf"
+check "1bitllm head_dim 100: make-model" "$LARQL" make-model --out "$M" --family 1bitllm --heads 32 --kv-heads 4 --head-dim 100 --layers 1 --seed 3
+check "1bitllm head_dim 100: info" "$LARQL" info "$M"
+if grep -q "head_dim 100" "$T_TMP/out"; then pass "1bitllm head_dim 100: info shows it"; else fail "1bitllm head_dim 100: info shows it" "$(cat "$T_TMP/out")"; fi
+check "1bitllm head_dim 100: logits and 32 greedy tokens match the reference" python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 32
+check "1bitllm head_dim 100: --act float matches" python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 8 --act float
+check "1bitllm head_dim 100: vindex" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/hd100.vi" --keep-quant --level inference
+"$LARQL" logits "$M" --ids 1,40,41 --top 5 >"$T_TMP/lg" 2>&1
+"$LARQL" logits "$T_TMP/hd100.vi" --ids 1,40,41 --top 5 >"$T_TMP/lv" 2>&1
+if [ -s "$T_TMP/lg" ] && cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "1bitllm head_dim 100: vindex logits equal the GGUF's"; else fail "1bitllm head_dim 100: vindex logits equal the GGUF's" "$(head -c 300 "$T_TMP/lv")"; fi
+# and the 3B's real width (3200 = 32 x 100, no key_length), one layer, in C only
+check "1bitllm 3B width (dim 3200, 32 heads)" "$LARQL" make-model --out "$T_TMP/w3200.gguf" --family 1bitllm --dim 3200 --heads 32 --kv-heads 32 --ffn 256 --layers 1
+check "1bitllm 3B width: logits" "$LARQL" logits "$T_TMP/w3200.gguf" --ids 1,40,41 --top 3
+check_fails "make-model: head_dim whose q rows are not a multiple of 128" "multiple of 128" "$LARQL" make-model --out "$T_TMP/x.gguf" --heads 4 --head-dim 100
+
 # the family's own blocks: a missing sub-norm is an error for the BitNet archs
 python3 "$FAM_DIR/corrupt.py" "$T_TMP/1bitllm.gguf" "$T_TMP/b.gguf" rename blk.0.attn_sub_norm.weight blk.0.attn_sub_morm.weight
 check_fails "1bitllm: missing attn_sub_norm refused" "missing tensor 'blk.0.attn_sub_norm.weight'" "$LARQL" info "$T_TMP/b.gguf"
