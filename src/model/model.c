@@ -386,6 +386,15 @@ static int load_tensors(lq_model *m, lq_err *err)
             ((rc = load_norm(m, NAME("attn_sub_norm"), m->q_dim, 1, &L->attn_sub_norm, err)) ||
              (rc = load_norm(m, NAME("ffn_sub_norm"), m->n_ff, 1, &L->ffn_sub_norm, err))))
             return rc;
+        /* A llama file with sub-norms is no layout any converter writes (llama.cpp's llama
+         * graph has none and refuses extra tensors): running it without them would be
+         * silently wrong, running it with them a guess. */
+        if (!bitnet && (lq_gguf_find_tensor(m->gguf, NAME("attn_sub_norm")) ||
+                        lq_gguf_find_tensor(m->gguf, NAME("ffn_sub_norm"))))
+            return lq_err_set(err, LQ_EUNSUPPORTED,
+                              "%s: a sub-norm in a '%s' file (only the bitnet architectures have "
+                              "them; a BitNet model with sub-norms must say bitnet or bitnet-b1.58)",
+                              n, m->arch_name);
 #undef NAME
     }
     return LQ_OK;

@@ -24,6 +24,11 @@ for spec in "2b4t:1234:bitnet-b1.58 (microsoft 2B-4T" "1bitllm:1234:bitnet (1bit
             if grep -q "architecture:    llama" "$T_TMP/out" && grep -q "output.weight (F16)" "$T_TMP/out" &&
                grep -q "I2_S x14" "$T_TMP/out"; then pass "$f: llama arch, I2_S projections, untied F16 output"
             else fail "$f: llama arch, I2_S projections, untied F16 output" "$(cat "$T_TMP/out")"; fi ;;
+        1bitllm)
+            if grep -q "tied to token_embd" "$T_TMP/out" && grep -q "spm tokenizer, bos 1, eos 2" "$T_TMP/out"
+            then pass "$f: tied output, SentencePiece vocabulary"; else fail "$f: tied output, SentencePiece vocabulary" "$(cat "$T_TMP/out")"; fi
+            check "$f: SentencePiece tokenization" "$LARQL" tokenize "$M" "The capital of France is"
+            if grep -q '"▁capital","▁of","▁France"' "$T_TMP/out"; then pass "$f: pieces with U+2581"; else fail "$f: pieces with U+2581" "$(cat "$T_TMP/out")"; fi ;;
         *)
             if grep -q "tied to token_embd" "$T_TMP/out"; then pass "$f: tied output"; else fail "$f: tied output" "$(cat "$T_TMP/out")"; fi ;;
     esac
