@@ -107,6 +107,16 @@ typedef struct lq_model_info {
     uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
     const char *ffn_url;         /* the remote FFN server (lq_model_opts.ffn_url), or NULL */
     double repack_ms;            /* time spent building them (part of load_ms) */
+    /* Which family's block the forward pass runs (what it assumed from the architecture, the
+     * projection type and the pre-tokenizer), e.g. "llama+I2_S (HF1BitLLM Llama3-8B-1.58
+     * layout): SiLU, no sub-norms, untied output, int8 activations"; never NULL once open. */
+    const char *family;
+    /* I2_S byte order assumed for ternary projections ("" when there are none): a GGUF cannot
+     * say whether bitnet.cpp wrote it on x86 (128-element blocks) or ARM (64), so this names
+     * the one the kernels read. */
+    const char *i2s_layout;
+    int bitlinear;               /* projections run as BitLinear (int8 activations per token
+                                    under LQ_ACT_INT8): BitNet archs and llama files with I2_S */
 } lq_model_info;
 
 /* path: a GGUF file, or a vindex directory (holding index.json) built from a BitNet GGUF

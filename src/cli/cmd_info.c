@@ -43,6 +43,10 @@ int lq_cli_info(int argc, char **argv)
     if (json) {
         printf("{\"architecture\": \"%s\", \"name\": ", in->arch_name);
         lq_cli_json_str(stdout, in->name, strlen(in->name));
+        printf(", \"family\": ");
+        lq_cli_json_str(stdout, in->family, strlen(in->family));
+        printf(", \"i2s_layout\": ");
+        lq_cli_json_str(stdout, in->i2s_layout, strlen(in->i2s_layout));
         printf(", \"n_layer\": %d, \"n_embd\": %d, \"n_ff\": %d, \"n_head\": %d, \"n_head_kv\": %d, "
                "\"head_dim\": %d, \"n_vocab\": %d, \"n_ctx_train\": %d, \"rope_theta\": %g, "
                "\"norm_eps\": %g, \"tied_embeddings\": %s, \"n_params\": %llu, \"weight_bytes\": %llu, "
@@ -63,6 +67,9 @@ int lq_cli_info(int argc, char **argv)
     } else {
         printf("file:            %s\n", path);
         printf("architecture:    %s\n", in->arch_name);
+        printf("family:          %s\n", in->family);
+        if (in->i2s_layout[0])
+            printf("I2_S layout:     %s\n", in->i2s_layout);
         printf("name:            %s\n", in->name);
         printf("layers:          %d\n", in->n_layer);
         printf("embedding:       %d\n", in->n_embd);

@@ -10,7 +10,8 @@
 
 static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
-    "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--vocab N] [--ctx N]\n"
+    "       [--family 2b4t|1bitllm|hf1bitllm|falcon3|falcon-e] (that family's file layout; README)\n"
+    "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N]\n"
     "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama)] [--seed N] [--wscale X] [--corpus-file F]\n"
     "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)\n"
     "       [--plant-relation 'Entity>Target@layer:feature']... (facts of one relation: their targets\n"
@@ -26,6 +27,11 @@ int lq_cli_make_model(int argc, char **argv)
     lq_err err = {0};
     if (lq_fixture_preset(&o, preset, &err))
         return lq_cli_usage(C, USAGE, "%s", err.msg);
+    /* a family's layout goes on top of the preset's shape, before the other options (which
+     * may override it, e.g. --emb-type) */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--family") && i + 1 < argc && lq_fixture_family(&o, argv[i + 1], &err))
+            return lq_cli_usage(C, USAGE, "--family: %s", err.msg);
     char *corpus = NULL;
     int rc = 0;
     /* --plant values stay in argv (lq_fact_parse cuts them in place); planted after writing */
@@ -47,7 +53,7 @@ int lq_cli_make_model(int argc, char **argv)
         }
         i++;
         if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--preset")) continue;
+        else if (!strcmp(a, "--preset") || !strcmp(a, "--family")) continue;
         else if (!strcmp(a, "--arch")) o.arch = v;
         else if (!strcmp(a, "--name")) o.name = v;
         else if (!strcmp(a, "--dim")) ip = &o.dim;
@@ -55,6 +61,7 @@ int lq_cli_make_model(int argc, char **argv)
         else if (!strcmp(a, "--layers")) ip = &o.layers;
         else if (!strcmp(a, "--heads")) ip = &o.heads;
         else if (!strcmp(a, "--kv-heads")) ip = &o.kv_heads;
+        else if (!strcmp(a, "--head-dim")) ip = &o.head_dim;
         else if (!strcmp(a, "--vocab")) ip = &o.vocab;
         else if (!strcmp(a, "--ctx")) ip = &o.ctx;
         else if (!strcmp(a, "--seed")) {

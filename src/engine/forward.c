@@ -235,7 +235,7 @@ static void mm_run(const lq_model *m, mm_job *j)
 static void project(const lq_model *m, lq_scratch *sc, const float *x, int cols, int T,
                     int n, const lq_wmat *const *w, float *const *y)
 {
-    int bitlinear = m->arch != LQ_ARCH_LLAMA;
+    int bitlinear = m->bitlinear; /* BitNet archs, and llama files carrying I2_S */
     int any_dense = 0;
     for (int p = 0; p < n; p++)
         any_dense |= w[p]->kind == LQ_WK_DENSE;

@@ -234,8 +234,11 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         rc = lq_gguf_i2s_scale(t, &scale, err);
         if (rc != 0)
             return rc;
-        if (!isfinite(scale))
-            return lq_err_set(err, LQ_EFORMAT, "%s: I2_S scale is not finite", name);
+        /* the writers store max|w| (microsoft's quantize_i2_s): a NaN, infinite, zero or
+         * negative scale is a damaged file, and would turn every output into NaN or 0 */
+        if (!isfinite(scale) || !(scale > 0))
+            return lq_err_set(err, LQ_EFORMAT, "%s: I2_S scale %g is not a positive finite number",
+                              name, (double)scale);
         w->kind = LQ_WK_I2S;
         w->i2s.data = t->data;
         w->i2s.rows = rows;
@@ -384,6 +387,15 @@ static int load_tensors(lq_model *m, lq_err *err)
             ((rc = load_norm(m, NAME("attn_sub_norm"), m->q_dim, 1, &L->attn_sub_norm, err)) ||
              (rc = load_norm(m, NAME("ffn_sub_norm"), m->n_ff, 1, &L->ffn_sub_norm, err))))
             return rc;
+        /* A llama file with sub-norms is no layout any converter writes (llama.cpp's llama
+         * graph has none and refuses extra tensors): running it without them would be
+         * silently wrong, running it with them a guess. */
+        if (!bitnet && (lq_gguf_find_tensor(m->gguf, NAME("attn_sub_norm")) ||
+                        lq_gguf_find_tensor(m->gguf, NAME("ffn_sub_norm"))))
+            return lq_err_set(err, LQ_EUNSUPPORTED,
+                              "%s: a sub-norm in a '%s' file (only the bitnet architectures have "
+                              "them; a BitNet model with sub-norms must say bitnet or bitnet-b1.58)",
+                              n, m->arch_name);
 #undef NAME
     }
     return LQ_OK;
@@ -727,11 +739,43 @@ static void info_from_config(lq_model *m)
     in->norm_eps = m->eps;
 }
 
+/* The family a file's layout matches (README "Supported models"): the architecture says
+ * BitNet block or llama block; a llama block whose projections are I2_S is one of the
+ * bitnet.cpp-converted llama families, told apart only by their pre-tokenizer. */
+static const char *family_name(const lq_model *m)
+{
+    if (m->arch == LQ_ARCH_BITNET_B158)
+        return "bitnet-b1.58 (microsoft 2B-4T layout): relu², sub-norms, int8 activations";
+    if (m->arch == LQ_ARCH_BITNET)
+        return "bitnet (1bitLLM bitnet_b1_58 layout): SiLU, sub-norms, int8 activations";
+    if (!m->bitlinear)
+        return "llama: SiLU, dense projections, float activations";
+    const char *pre = NULL;
+    uint64_t n = 0;
+    if (m->gguf && lq_gguf_find_key(m->gguf, "tokenizer.ggml.pre") >= 0)
+        (void)lq_gguf_get_str(m->gguf, "tokenizer.ggml.pre", &pre, &n, NULL);
+    if (pre && n == 7 && !memcmp(pre, "falcon3", 7))
+        return "llama+I2_S (tiiuae Falcon3-1.58bit layout): SiLU, no sub-norms, int8 activations";
+    if (pre && n == 8 && !memcmp(pre, "falcon_e", 8))
+        return "llama+I2_S (tiiuae Falcon-E layout): SiLU, no sub-norms, int8 activations";
+    return "llama+I2_S (HF1BitLLM Llama3-8B-1.58 layout): SiLU, no sub-norms, int8 activations";
+}
+
 int lq_model_finish(lq_model *m, lq_err *err)
 {
     int rc;
     lq_model_info *in = &m->info;
     info_from_config(m);
+    /* A llama-arch file with I2_S projections came from bitnet.cpp's converter (llama-quantize
+     * to I2_S): its matmuls take int8 activations quantised per token (the fork's I8_S vec-dot
+     * type), which is also how those models were trained (transformers' BitLinear). */
+    m->bitlinear = m->arch != LQ_ARCH_LLAMA || m->layers[0].q.src_type == LQ_GGML_I2_S;
+    in->bitlinear = m->bitlinear;
+    in->family = family_name(m);
+    in->i2s_layout = m->layers[0].q.src_type == LQ_GGML_I2_S
+                         ? "x86 (128-element blocks of 32 bytes, f32 scale at n/4; assumed: ARM "
+                           "64-element files cannot be told apart)"
+                         : "";
     in->lm_head_type = m->lm_head.src_type;
     uint64_t bpt = m->lm_head.bytes;
     for (int l = 0; l < m->n_layer; l++) {

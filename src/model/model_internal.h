@@ -120,7 +120,11 @@ struct lq_model {
     char name[256];
 
     int arch;                   /* lq_arch */
-    int act_mode;               /* lq_act_mode; llama ignores it (no BitLinear) */
+    int act_mode;               /* lq_act_mode; dense llama ignores it (no BitLinear) */
+    int bitlinear;              /* projections are BitLinear (activations int8 per token under
+                                   LQ_ACT_INT8): every BitNet arch, and a llama-arch file whose
+                                   projections are I2_S (HF1BitLLM, Falcon3-1.58bit, Falcon-E);
+                                   set by lq_model_finish */
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_rot, n_vocab, n_ctx_train;
     int q_dim, kv_dim;          /* n_head*head_dim, n_head_kv*head_dim */
     int kv_type;                /* lq_kv_type of the sessions' K and V */

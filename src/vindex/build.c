@@ -1070,7 +1070,11 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         archbuf[alen] = 0;
     }
     c.arch = archbuf;
-    c.bitnet = !strncmp(archbuf, "bitnet", 6);
+    /* BitNet archs, and llama-arch files whose projections are I2_S (HF1BitLLM, Falcon3-1.58bit,
+     * Falcon-E as bitnet.cpp converts them): both keep their ternary weights with --keep-quant */
+    const lq_gguf_tensor *q0 = lq_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    int ternary_llama = strncmp(archbuf, "bitnet", 6) && q0 && q0->type == LQ_GGML_I2_S;
+    c.bitnet = !strncmp(archbuf, "bitnet", 6) || ternary_llama;
     o->keep_quant_ignored = 0;
     int keep = o->keep_quant;
     if (keep && !c.bitnet) {
@@ -1093,6 +1097,14 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
         rc = lq_err_set(err, LQ_EINVAL,
                         "--keep-quant requires --level inference (or all): BitNet inference needs the dense "
                         "norm/embed/lm_head tensors that browse level does not extract. Re-run with --level inference.");
+        goto out;
+    }
+    if (ternary_llama && !keep && level >= LQ_VLEVEL_INFERENCE) {
+        /* the dense files hold unit-scale trits (LARQL's convention for I2_S), which a llama
+         * vindex would run as its real weights */
+        rc = lq_err_set(err, LQ_EINVAL,
+                        "a llama GGUF with I2_S projections needs --keep-quant for --level inference "
+                        "(its ternary weights and scales go to bitnet/)");
         goto out;
     }
     if (o->dense_only)

@@ -523,7 +523,12 @@ static int read_config(lq_model *m, const lq_vindex *v, int *llama, lq_err *err)
     if (!mt)
         mt = "bitnet-b1.58";
     snprintf(m->arch_name, sizeof m->arch_name, "%s", mt);
-    m->arch = *llama ? LQ_ARCH_LLAMA : !strcmp(mt, "bitnet") ? LQ_ARCH_BITNET : LQ_ARCH_BITNET_B158;
+    /* model_type llama with a bitnet_layout: a llama-arch ternary model (HF1BitLLM, Falcon3,
+     * Falcon-E): the ternary projections from bitnet/, the llama block (SiLU, no sub-norms,
+     * adjacent-pair RoPE) */
+    m->arch = *llama || !strcmp(mt, "llama") ? LQ_ARCH_LLAMA
+              : !strcmp(mt, "bitnet")        ? LQ_ARCH_BITNET
+                                             : LQ_ARCH_BITNET_B158;
     snprintf(m->name, sizeof m->name, "%s", vi->model ? vi->model : "");
     if (vi->embed_scale != 1.0f)
         return lq_err_set(err, LQ_EUNSUPPORTED, "%s: index.json embed_scale %g (BitNet and llama run with 1.0)",
@@ -572,7 +577,7 @@ static int read_config(lq_model *m, const lq_vindex *v, int *llama, lq_err *err)
     m->eps = (float)eps;
     /* the same pairing as the GGUF path (src/model/model.c): llama's q/k rows are stored as
      * the GGUF holds them (permuted for adjacent pairs), BitNet's in HF order (NEOX) */
-    m->rope_neox = !*llama;
+    m->rope_neox = m->arch != LQ_ARCH_LLAMA;
     double ctx = json_num_field(mc, bl, "max_position_embeddings", 4096);
     m->n_ctx_train = ctx >= 1 && ctx <= LQ_MODEL_MAX_CTX ? (int)ctx : 4096;
     return lq_model_check_config(m, err);
@@ -692,8 +697,10 @@ static int load_bitnet_layers(lq_model *m, vx_src *s, const json_t *man, lq_err 
 #define PROJ(hf, r, c, w) load_proj(s, dir, tensors, scales, (uint64_t)tsc, l, hf, r, c, w, err)
         if ((rc = NORM("input_layernorm.weight", m->n_embd, &L->attn_norm)) ||
             (rc = NORM("post_attention_layernorm.weight", m->n_embd, &L->ffn_norm)) ||
-            (rc = NORM("attn_sub_norm.weight", m->q_dim, &L->attn_sub_norm)) ||
-            (rc = NORM("ffn_sub_norm.weight", m->n_ff, &L->ffn_sub_norm)) ||
+            /* the BitNet block's sub-norms; a ternary llama has none */
+            (m->arch != LQ_ARCH_LLAMA &&
+             ((rc = NORM("attn_sub_norm.weight", m->q_dim, &L->attn_sub_norm)) ||
+              (rc = NORM("ffn_sub_norm.weight", m->n_ff, &L->ffn_sub_norm)))) ||
             (rc = PROJ("self_attn.q_proj.weight", m->q_dim, m->n_embd, &L->q)) ||
             (rc = PROJ("self_attn.k_proj.weight", m->kv_dim, m->n_embd, &L->k)) ||
             (rc = PROJ("self_attn.v_proj.weight", m->kv_dim, m->n_embd, &L->v)) ||
