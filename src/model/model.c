@@ -769,10 +769,12 @@ int lq_model_finish(lq_model *m, lq_err *err)
     /* A llama-arch file with I2_S projections came from bitnet.cpp's converter (llama-quantize
      * to I2_S): its matmuls take int8 activations quantised per token (the fork's I8_S vec-dot
      * type), which is also how those models were trained (transformers' BitLinear). */
-    m->bitlinear = m->arch != LQ_ARCH_LLAMA || m->layers[0].q.src_type == LQ_GGML_I2_S;
+    /* (a model of no layers - a bare head, as tests build - has no projection to ask) */
+    int i2s = m->n_layer > 0 && m->layers && m->layers[0].q.src_type == LQ_GGML_I2_S;
+    m->bitlinear = m->arch != LQ_ARCH_LLAMA || i2s;
     in->bitlinear = m->bitlinear;
     in->family = family_name(m);
-    in->i2s_layout = m->layers[0].q.src_type == LQ_GGML_I2_S
+    in->i2s_layout = i2s
                          ? "x86 (128-element blocks of 32 bytes, f32 scale at n/4; assumed: ARM "
                            "64-element files cannot be told apart)"
                          : "";
