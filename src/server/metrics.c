@@ -102,7 +102,18 @@ void route_metrics(lq_server *s, req *q, reply *r)
     sched_stats(s, &st);
     uint64_t dc_hits, dc_misses;
     srv_dcache_stats(s, &dc_hits, &dc_misses);
+    lq_head_stats hs = {0};
+    lq_model *hm = __atomic_load_n(&s->model, __ATOMIC_ACQUIRE);
+    if (hm)
+        lq_model_head_stats(hm, &hs);
     struct { const char *name, *type, *help; double v; } rows[] = {
+        {"larql_lm_head_bounded_tokens_total", "counter",
+         "Logit rows produced with the bounded lm_head (the int8 copy plus exact rescoring).", (double)hs.tokens},
+        {"larql_lm_head_rows_exact_total", "counter",
+         "lm_head rows computed exactly in f16 for those tokens (divide by the tokens: rows per token).",
+         (double)hs.rows_exact},
+        {"larql_lm_head_full_total", "counter", "Tokens that fell back to the whole vocabulary.",
+         (double)(hs.full + hs.gen_full)},
         {"larql_describe_cache_hits_total", "counter", "describe answers served from the --cache-ttl cache.",
          (double)dc_hits},
         {"larql_describe_cache_misses_total", "counter", "describe lookups the --cache-ttl cache could not answer.",

@@ -61,6 +61,8 @@ ok("cache_prompt must be a boolean (400)", st == 400, b)
 st, m = call("GET", "/metrics")
 ok("/metrics counts prompt cache hits and reused tokens",
    st == 200 and "larql_prompt_cache_hits_total " in m and "larql_prompt_cache_reused_tokens_total " in m)
+ok("/metrics counts the bounded lm_head's tokens and exact rows",
+   "larql_lm_head_bounded_tokens_total " in m and "larql_lm_head_rows_exact_total " in m)
 
 # the choices of an n > 1 request share the prompt's KV: prefilled once, copied to the others
 c7 = cache()
