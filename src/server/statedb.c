@@ -56,7 +56,12 @@ static int64_t be64(const char *p)
 
 static PGconn *connect_db(const char *conninfo, lq_err *e)
 {
-    PGconn *c = PQconnectdb(conninfo);
+    /* a database host that does not answer must not hold the edit lock (and every reader
+     * behind it) for TCP's minutes: 5 s unless the connection string says otherwise (its
+     * own connect_timeout, expanded after this one, wins) */
+    const char *const keys[] = {"connect_timeout", "dbname", NULL};
+    const char *const vals[] = {"5", conninfo, NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c)
         return lq_err_set(e, LQ_ENOMEM, "out of memory"), NULL;
     if (PQstatus(c) != CONNECTION_OK) {
