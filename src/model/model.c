@@ -596,8 +596,13 @@ static int build_lm_bound(lq_model *m, lq_err *err)
         }
         /* no thread: build it now */
     }
-    lmb_job j = {&w->dense, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
+    /* under the weights' read lock: a 2 MB-page copy may be running (its pointers move under
+     * the write lock) */
+    int held = lq_model_weights_enter(m);
+    lq_dense_mat src = w->dense;
+    lmb_job j = {&src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
     lq_pool_for_dyn(m->pool, w->rows, 256, lmb_fn, &j);
+    lq_model_weights_leave(m, held);
     if (j.failed)
         return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");
     m->info.repack_ms += lq_now_ms() - t0;
@@ -799,8 +804,6 @@ int lq_model_finish(lq_model *m, lq_err *err)
                           LQ_KV_Q8_BLOCK, m->head_dim);
     if (m->opts.lm_head_q8 && (rc = build_lm_q8(m, err)) != 0)
         return rc;
-    if ((rc = build_lm_bound(m, err)) != 0)
-        return rc;
     if (m->opts.ffn_url && *m->opts.ffn_url) {
         /* the opts' pointer is the caller's: the remote keeps its own copy of the URL */
         if ((rc = lq_ffn_remote_open(m->opts.ffn_url, m->opts.ffn_timeout_ms, m->n_layer, m->n_embd, &m->ffn_remote,
@@ -809,15 +812,20 @@ int lq_model_finish(lq_model *m, lq_err *err)
         in->ffn_url = lq_ffn_remote_url(m->ffn_remote);
     }
     m->opts.ffn_url = NULL;
-    in->load_ms = lq_now_ms() - m->t_open;
+    /* the weight copy's state is set before any other thread of this model exists (the
+     * bounded head's background builder reads it, and takes the weights lock while a copy
+     * runs) */
     if (m->copy_path) {
         in->weights_copied = 1; /* chosen; lq_model_weights_copied says when it is in use */
-        m->copy_state = LQ_COPY_RUNNING;
+        __atomic_store_n(&m->copy_state, LQ_COPY_RUNNING, __ATOMIC_RELEASE);
         if (pthread_create(&m->copier, NULL, copier_main, m) == 0)
             m->copier_started = 1;
         else
-            m->copy_state = LQ_COPY_FAILED;
+            __atomic_store_n(&m->copy_state, LQ_COPY_FAILED, __ATOMIC_RELEASE);
     }
+    if ((rc = build_lm_bound(m, err)) != 0)
+        return rc;
+    in->load_ms = lq_now_ms() - m->t_open;
     return LQ_OK;
 }
 
