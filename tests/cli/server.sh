@@ -132,6 +132,7 @@ fi
 # ---- a slow SSE reader: the stream stops at --max-stream-buffer, memory stays bounded ----
 if start_server slowread "$SLOW" --threads 1 --ctx 4096 --max-stream-buffer 65536; then
     EOS=$("$LARQL" info "$SLOW" 2>/dev/null | sed -n 's/.*eos \([0-9]*\), eot \([0-9]*\).*/\1 \2/p')
+    case "$SAN$LARQL" in *sanitize*|*asan*|*tsan*) export SLOW_RSS_MARGIN_MB=384 ;; esac
     run_py slowread.log "$HTTP_DIR/slow_reader.py" "$PORT" "$PID" $EOS
     stop_server "$PID"
 else
