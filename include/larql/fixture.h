@@ -28,18 +28,19 @@ typedef struct lq_fixture_opts {
                            ternary models); proj_type must be 0 */
     int out_type;       /* 0: tied (no output.weight); LQ_GGML_F16/F32: untied output.weight */
     const char *pre;    /* tokenizer.ggml.pre; NULL = "llama-bpe" */
-    int spm;            /* 1: a SentencePiece ("llama") vocabulary as llama.cpp's converters write
-                           1bitLLM's: <unk> <s> </s>, 256 <0xXX> byte tokens, then the trained
-                           pieces with U+2581 for spaces (score -rank); bos 1, eos 2, unk 0 */
+    int spm;            /* 1: a SentencePiece ("llama") vocabulary laid out as llama.cpp's
+                           converters write 1bitLLM's: the tokens <unk> <s> </s>, the 256 byte
+                           tokens <0x00>..<0xFF>, then the trained pieces with U+2581 for
+                           spaces (score -rank); bos 1, eos 2, unk 0 */
     int head_dim;       /* 0: dim / heads. Otherwise written as attention.key_length (and
                            rope.dimension_count): q is [heads*head_dim, dim], which must be a
                            multiple of 128 for I2_S. Lets a small file carry the 3B's 100. */
 } lq_fixture_opts;
 
 /* Applies a BitNet family's file layout on top of a preset's shape (README "Supported
- * models"): "2b4t" (bitnet-b1.58), "1bitllm" (bitnet, SentencePiece vocabulary), "hf1bitllm" (llama + I2_S, F16 untied
- * output, llama-bpe), "falcon3" (the same, pre-tokenizer falcon3), "falcon-e" (the same,
- * falcon_e). Unknown name -> LQ_EINVAL. */
+ * models"): "2b4t" (bitnet-b1.58), "1bitllm" (bitnet, SentencePiece vocabulary),
+ * "hf1bitllm" (llama + I2_S, F16 untied output, llama-bpe), "falcon3" (the same, pre-tokenizer
+ * falcon3), "falcon-e" (the same, falcon_e). Unknown name -> LQ_EINVAL. */
 int lq_fixture_family(lq_fixture_opts *o, const char *family, lq_err *err);
 
 /* preset: "tiny" (dim 128, 2 layers, vocab 320), "demo" (dim 256, 4 layers, vocab 512),

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/le.h"
 #include "core/httpc.h"
 #include "model/model_internal.h"
 
@@ -47,19 +48,6 @@ struct lq_ffn_remote {
     int n_layer, n_embd;
     char spec[SPEC_MAX];
 };
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 /* The server's message for a non-200: LARQL's {"error":"..."} or its text, cut. */
 static int server_error(const lq_httpc *http, const lq_httpc_resp *resp, int layer, lq_err *err)
@@ -215,14 +203,14 @@ int lq_ffn_remote_layer(lq_ffn_remote *r, int layer, const float *x, int T, int 
     unsigned char *b = malloc(blen);
     if (!b)
         return lq_err_set(err, LQ_ENOMEM, "out of memory for a remote FFN request");
-    put32(b, (uint32_t)layer);
-    put32(b + 4, (uint32_t)T);
-    put32(b + 8, 1);    /* full_output */
-    put32(b + 12, 8092); /* top_k: LARQL's clients' value, unused with full_output */
+    lq_put_le32(b, (uint32_t)layer);
+    lq_put_le32(b + 4, (uint32_t)T);
+    lq_put_le32(b + 8, 1);    /* full_output */
+    lq_put_le32(b + 12, 8092); /* top_k: LARQL's clients' value, unused with full_output */
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &x[i], 4);
-        put32(b + 16 + 4 * i, u);
+        lq_put_le32(b + 16 + 4 * i, u);
     }
     lq_httpc_resp resp;
     size_t want = 12 + 4 * n; /* an error's JSON may be longer: room for it below */
@@ -243,12 +231,12 @@ int lq_ffn_remote_layer(lq_ffn_remote *r, int layer, const float *x, int T, int 
     else if (resp.len != want)
         rc = lq_err_set(err, LQ_EFORMAT, "remote FFN %s: layer %d: answer of %zu bytes, expected %zu (%d x %d f32)",
                         lq_httpc_url(http), layer, resp.len, want, T, D);
-    else if (get32(p) != (uint32_t)layer || get32(p + 4) != (uint32_t)T)
+    else if (lq_le32(p) != (uint32_t)layer || lq_le32(p + 4) != (uint32_t)T)
         rc = lq_err_set(err, LQ_EFORMAT, "remote FFN %s: answered layer %u with %u rows for layer %d with %d",
-                        lq_httpc_url(http), get32(p), get32(p + 4), layer, T);
+                        lq_httpc_url(http), lq_le32(p), lq_le32(p + 4), layer, T);
     else
         for (size_t i = 0; i < n; i++) {
-            uint32_t u = get32(p + 12 + 4 * i);
+            uint32_t u = lq_le32(p + 12 + 4 * i);
             memcpy(&out[i], &u, 4);
             if (!isfinite(out[i])) {
                 rc = lq_err_set(err, LQ_EFORMAT, "remote FFN %s: layer %d: output value %zu is not finite",

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/le.h"
 #include "larql/vindex.h"
 #include "server/internal.h"
 
@@ -46,26 +47,6 @@ typedef struct ffn_req {
     uint64_t top_k;
     int full_output, moe_layer;
 } ffn_req;
-
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-static void putf(unsigned char *p, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    put32(p, u);
-}
 
 static int type_is(const char *v, const char *mt)
 {
@@ -92,9 +73,9 @@ static int parse_binary(req *q, ffn_req *f, reply *r)
         reply_larql_err(r, 400, "binary: body too short (need >= 16 bytes, got %zu)", len);
         return -1;
     }
-    uint32_t first = le32(b);
+    uint32_t first = lq_le32(b);
     if (first == BATCH_MARKER) {
-        uint32_t n = le32(b + 4);
+        uint32_t n = lq_le32(b + 4);
         /* n is checked against the bytes present before the layer list is allocated */
         if (n > (len - 8) / 4) {
             reply_larql_err(r, 400, "binary batch: body too short for %u layer indices", n);
@@ -109,7 +90,7 @@ static int parse_binary(req *q, ffn_req *f, reply *r)
             return -1;
         }
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t l = le32(b + 8 + 4 * (size_t)i);
+            uint32_t l = lq_le32(b + 8 + 4 * (size_t)i);
             f->layers[i] = l > INT32_MAX ? INT32_MAX : (int)l; /* out of range below */
         }
     } else {
@@ -126,9 +107,9 @@ static int parse_binary(req *q, ffn_req *f, reply *r)
         reply_larql_err(r, 400, "binary: truncated fixed header (seq_len/flags/top_k)");
         return -1;
     }
-    f->seq_len = le32(b + head);
-    f->full_output = le32(b + head + 4) & 1;
-    f->top_k = le32(b + head + 8);
+    f->seq_len = lq_le32(b + head);
+    f->full_output = lq_le32(b + head + 4) & 1;
+    f->top_k = lq_le32(b + head + 8);
     size_t rb = len - head - 12;
     if (rb % 4) {
         reply_larql_err(r, 400, "binary: residual byte length %zu is not a multiple of 4", rb);
@@ -145,7 +126,7 @@ static int parse_binary(req *q, ffn_req *f, reply *r)
         return -1;
     }
     for (size_t i = 0; i < f->n_x; i++) {
-        uint32_t u = le32(b + head + 12 + 4 * i);
+        uint32_t u = lq_le32(b + head + 12 + 4 * i);
         memcpy(&f->x[i], &u, 4);
         if (!isfinite(f->x[i])) {
             reply_larql_err(r, 400, "binary: residual[%zu] is not a finite number", i);
@@ -407,22 +388,22 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
         }
         unsigned char *p = bin;
         if (!one) {
-            put32(p, BATCH_MARKER);
-            put32(p + 4, (uint32_t)f.n_layers);
-            putf(p + 8, (float)ms);
+            lq_put_le32(p, BATCH_MARKER);
+            lq_put_le32(p + 4, (uint32_t)f.n_layers);
+            lq_put_le_f32(p + 8, (float)ms);
             p += 12;
         }
         for (size_t i = 0; i < f.n_layers; i++) {
-            put32(p, (uint32_t)f.layers[i]);
-            put32(p + 4, (uint32_t)f.seq_len);
+            lq_put_le32(p, (uint32_t)f.layers[i]);
+            lq_put_le32(p + 4, (uint32_t)f.seq_len);
             if (one) {
-                putf(p + 8, (float)ms);
+                lq_put_le_f32(p + 8, (float)ms);
             } else {
-                put32(p + 8, (uint32_t)want);
+                lq_put_le32(p + 8, (uint32_t)want);
             }
             p += 12;
             for (size_t k = 0; k < want; k++, p += 4)
-                putf(p, out[i * want + k]);
+                lq_put_le_f32(p, out[i * want + k]);
         }
         r->status = 200;
         r->body = (char *)bin;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/le.h"
 #include "core/json_obj.h"
 #include "larql/gguf.h"
 #include "larql/sampler.h"
@@ -559,34 +560,6 @@ out:
  * bytes as our application/octet-stream bodies */
 #define LARQL_FFN "application/x-larql-ffn"
 
-static uint32_t get_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-static float get_f32le(const unsigned char *p)
-{
-    uint32_t u = get_le32(p);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static void put_f32le(unsigned char *p, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    put_le32(p, u);
-}
-
 /* The request's Content-Type names media type mt (case-insensitive, parameters after ';'
  * ignored): "application/octet-stream; charset=x" is binary, "application/octet-streamy" not. */
 static int content_type_is(req *q, const char *mt)
@@ -713,7 +686,7 @@ static void embed_binary(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 400, "binary embed body is %zu bytes: expected [u32 n][u32 ids...] little-endian", q->len);
         return;
     }
-    uint32_t n = get_le32(b);
+    uint32_t n = lq_le32(b);
     if (n == 0) {
         reply_larql_err(r, 400, "binary embed body has n = 0: at least one token id is needed");
         return;
@@ -732,7 +705,7 @@ static void embed_binary(lq_server *s, req *q, reply *r)
     if (embed_source(s, q->rt, r, &e))
         return;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t id = get_le32(b + 4 + 4 * (size_t)i);
+        uint32_t id = lq_le32(b + 4 + 4 * (size_t)i);
         if (id >= (uint32_t)e.nv) {
             reply_larql_err(r, 400, "token id %u at index %u is out of range (vocabulary of %d)", id, i, (int)e.nv);
             return;
@@ -749,17 +722,17 @@ static void embed_binary(lq_server *s, req *q, reply *r)
         reply_larql_err(r, 500, "out of memory");
         goto fail;
     }
-    put_le32(out, n);
-    put_le32(out + 4, (uint32_t)e.h);
+    lq_put_le32(out, n);
+    lq_put_le32(out + 4, (uint32_t)e.h);
     for (uint32_t i = 0; i < n; i++) {
         lq_err err = {0};
-        if (embed_row(&e, (int32_t)get_le32(b + 4 + 4 * (size_t)i), row, &err)) {
+        if (embed_row(&e, (int32_t)lq_le32(b + 4 + 4 * (size_t)i), row, &err)) {
             reply_larql_err(r, 500, "%s", err.msg);
             goto fail;
         }
         unsigned char *dst = out + 8 + (size_t)i * e.h * 4;
         for (size_t k = 0; k < e.h; k++)
-            put_f32le(dst + 4 * k, row[k]);
+            lq_put_le_f32(dst + 4 * k, row[k]);
     }
     free(row);
     r->status = 200;
@@ -870,7 +843,7 @@ void route_embed_row(lq_server *s, req *q, reply *r)
             return;
         }
         for (size_t k = 0; k < e.h; k++)
-            put_f32le(out + 4 * k, row[k]);
+            lq_put_le_f32(out + 4 * k, row[k]);
         r->status = 200;
         r->body = (char *)out;
         r->len = e.h * 4;
@@ -896,7 +869,7 @@ static int logits_input(req *q, json_t *j, size_t h, float *x, reply *r)
             return -1;
         }
         for (size_t i = 0; i < h; i++) {
-            x[i] = get_f32le((const unsigned char *)q->body + 4 * i);
+            x[i] = lq_le_f32((const unsigned char *)q->body + 4 * i);
             if (!isfinite(x[i])) {
                 reply_larql_err(r, 400, "binary residual[%zu] is not a finite number", i);
                 return -1;
