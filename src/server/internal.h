@@ -183,6 +183,7 @@ struct lq_server {
 
     int stopping;             /* set by lq_server_stop: new generation work refused */
     int64_t ws_threads;       /* front: WebSocket sessions on threads of their own (TLS) */
+    int64_t ws_pending;       /* front: TLS upgrades answered 101 whose session has not started */
     int cancel_all;           /* set after the grace period: running generations stop */
     metrics m;
 };

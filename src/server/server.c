@@ -564,6 +564,7 @@ void lq_server_stop(lq_server *s)
         }
         /* WebSocket sessions over TLS run on their own threads and need the daemon to relay
          * their close frames: they see stopping, close and end before it stops */
+        wait_zero(&s->ws_pending, 2.0); /* an upgrade the client already holds starts first */
         wait_zero(&s->ws_threads, s->o.shutdown_grace_s + 12.0);
         MHD_stop_daemon(s->d);
         s->d = NULL;

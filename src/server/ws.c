@@ -24,8 +24,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <linux/sockios.h>
 
 #include "larql/generate.h"
 #include "larql/tokenizer.h"
@@ -127,6 +130,11 @@ void route_stream(lq_server *s, req *q, reply *r)
         return;
     }
     r->status = 101; /* MHD_HTTP_SWITCHING_PROTOCOLS; MHD adds "Connection: Upgrade" */
+    /* over TLS the session will run on a thread of its own that a stop waits for: count it
+     * from now, since the client may hold the 101 before ws_session has started that thread */
+    lq_server *front = s->front ? s->front : s;
+    if (front->o.tls_cert)
+        __atomic_add_fetch(&front->ws_pending, 1, __ATOMIC_ACQ_REL);
     MHD_add_response_header(r->stream, "Upgrade", "websocket");
     MHD_add_response_header(r->stream, "Sec-WebSocket-Accept", accept);
 }
@@ -696,8 +704,16 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
 {
     (void)con_cls;
     lq_server *s = cls;
+    lq_server *front = s->front ? s->front : s;
+    /* counted as a thread before it stops being pending: a stop never sees both at 0 */
+    if (front->o.tls_cert) {
+        __atomic_add_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
+        __atomic_sub_fetch(&front->ws_pending, 1, __ATOMIC_ACQ_REL);
+    }
     ws *w = calloc(1, sizeof *w);
     if (!w) {
+        if (front->o.tls_cert)
+            __atomic_sub_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
         return;
     }
@@ -727,13 +743,11 @@ static void ws_session(void *cls, struct MHD_Connection *c, void *con_cls, const
     /* Over TLS, libmicrohttpd relays between the TLS connection and sock on this very
      * thread once the callback returns: the session then runs on a thread of its own, which
      * lq_server_stop waits for. In the clear it runs here. */
-    lq_server *front = s->front ? s->front : s;
     if (front->o.tls_cert) {
         pthread_t t;
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        __atomic_add_fetch(&front->ws_threads, 1, __ATOMIC_ACQ_REL);
         if (!pthread_create(&t, &at, ws_thread, w)) {
             pthread_attr_destroy(&at);
             return;
@@ -814,6 +828,17 @@ static void ws_run(ws *w)
     free(w->msg);
     free(w->out);
     free(w->sid);
+    /* over TLS libmicrohttpd relays sock to the client: what was written last (the close
+     * frame) reaches the client only once the relay has read it, so the session waits for
+     * that (at most 1 s) before it ends and lets a stopping server close the relay */
+    lq_server *front = s->front ? s->front : s;
+    for (int i = 0; front->o.tls_cert && i < 50; i++) {
+        int queued = 0;
+        if (ioctl(w->sock, SIOCOUTQ, &queued) || queued <= 0)
+            break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     struct MHD_UpgradeResponseHandle *urh = w->urh;
     free(w);
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
