@@ -82,6 +82,10 @@ typedef struct lq_server_opts {
                                * past it the generation stops with an error event. Default
                                * 8 MiB; 4 KiB..1 GiB */
     int request_timeout_s;    /* idle connection timeout and whole-upload deadline; default 30 */
+    int header_timeout_s;     /* a request's headers must be complete within this many seconds
+                               * of the connection's accept (first request) or of its request
+                               * line (later ones), however steadily they trickle in; default
+                               * 10, 0 = only the idle timeout (slowloris) */
     int shutdown_grace_s;     /* on stop: how long in-flight requests may finish; default 5 */
     uint64_t memory_limit;    /* bytes; 0 = read the cgroup v2 memory.max (none -> no check) */
     const char *state_dir;    /* NULL: edits live in memory; else the global overlay's journal

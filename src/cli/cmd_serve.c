@@ -15,7 +15,7 @@ static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
     "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-connections N] [--max-conns-per-ip N] [--max-body BYTES] [--max-stream-buffer BYTES]\n"
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
-    "       [--request-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
+    "       [--request-timeout S] [--header-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
     "       [--max-sessions N] [--session-ttl S]\n"
@@ -148,6 +148,10 @@ int lq_cli_serve(int argc, char **argv)
                 return lq_cli_usage(C, SERVE_USAGE, "--max-body: '%s' is not in 1024..1073741824 bytes", argv[i]);
             o.max_body = (size_t)v;
             max_body_set = 1;
+        } else if (!strcmp(a, "--header-timeout") && has_val) {
+            if (lq_parse_long(argv[++i], 0, 86400, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--header-timeout: '%s' is not in 0..86400 seconds", argv[i]);
+            o.header_timeout_s = (int)v;
         } else if (!strcmp(a, "--request-timeout") && has_val) {
             if (lq_parse_long(argv[++i], 1, 86400, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--request-timeout: '%s' is not in 1..86400 seconds", argv[i]);

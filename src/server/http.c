@@ -349,6 +349,7 @@ enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, cons
         if (!q)
             return MHD_NO;
         *con_cls = q;
+        srv_deadline_headers_done(s->deadline, conn); /* the first call: the headers are in */
         q->srv = s;
         q->conn = conn;
         q->t0 = lq_now();

@@ -131,6 +131,7 @@ void srv_statedb_figures(const struct lq_server *s, srv_statedb_fig *f);
 struct lq_server {
     lq_server_opts o;
     srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
+    struct srv_deadline *deadline; /* the front's header deadline (deadline.c), else NULL */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
     char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */
     char *state_db, *state_model;
@@ -187,6 +188,18 @@ struct lq_server {
     int cancel_all;           /* set after the grace period: running generations stop */
     metrics m;
 };
+
+/* ---- the header deadline (deadline.c) ---- */
+
+typedef struct srv_deadline srv_deadline;
+/* seconds <= 0: connections are tracked but never cut */
+srv_deadline *srv_deadline_start(double seconds);
+void srv_deadline_free(srv_deadline *d);   /* after the daemon stopped */
+uint64_t srv_deadline_cut(srv_deadline *d); /* connections cut so far */
+void srv_deadline_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                                enum MHD_ConnectionNotificationCode code);
+void *srv_deadline_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+void srv_deadline_headers_done(srv_deadline *d, struct MHD_Connection *c);
 
 /* ---- one request ---- */
 

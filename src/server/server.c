@@ -25,6 +25,7 @@ void lq_server_opts_init(lq_server_opts *o)
     o->max_concurrent = 64;
     o->max_body = 2u << 20;
     o->request_timeout_s = 30;
+    o->header_timeout_s = 10;
     o->shutdown_grace_s = 5;
     o->max_sessions = 64;
     o->max_connections = 1000;
@@ -71,6 +72,7 @@ static void server_free(lq_server *s)
         srv_knowledge_free(s);
     lq_vindex_close(s->vx);
     srv_ratelimit_free(s->rl);
+    srv_deadline_free(s->deadline); /* after the daemon (its callbacks use it) */
     if (s->stop_pipe[0] > 0)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] > 0)
@@ -111,6 +113,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
         return lq_err_set(err, LQ_EINVAL, "server: max_concurrent %d is outside 1..4096", o->max_concurrent);
     if (o->max_body < 1024 || o->max_body > ((size_t)1 << 30))
         return lq_err_set(err, LQ_EINVAL, "server: max_body %zu is outside 1 KiB..1 GiB", o->max_body);
+    if (o->header_timeout_s < 0 || o->header_timeout_s > 86400)
+        return lq_err_set(err, LQ_EINVAL, "server: header timeout %d s is outside 0..86400", o->header_timeout_s);
     if (o->request_timeout_s < 1 || o->request_timeout_s > 86400)
         return lq_err_set(err, LQ_EINVAL, "server: request timeout %d s is outside 1..86400", o->request_timeout_s);
     if (o->n_ctx < 0)
@@ -314,6 +318,11 @@ static int srv_listen(lq_server *s, lq_err *err)
         free(key);
         return lq_err_set(err, LQ_EINVAL, "server: host '%s' is not an IPv4 or IPv6 address", o->host);
     }
+    if (!(s->deadline = srv_deadline_start(o->header_timeout_s))) {
+        free(cert);
+        free(key);
+        return lq_err_set(err, LQ_ENOMEM, "server: cannot start the header deadline's thread");
+    }
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, srv_http_on_request, s,
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.request_timeout_s,
@@ -322,6 +331,8 @@ static int srv_listen(lq_server *s, lq_err *err)
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
                             MHD_OPTION_NOTIFY_COMPLETED, srv_http_on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_deadline_on_connection, s->deadline,
+                            MHD_OPTION_URI_LOG_CALLBACK, srv_deadline_on_uri, s->deadline,
                             MHD_OPTION_UNESCAPE_CALLBACK, srv_http_unescape, NULL,
                             MHD_OPTION_ARRAY, tls_opts,
                             MHD_OPTION_END);
@@ -569,6 +580,7 @@ void lq_server_stop(lq_server *s)
         MHD_stop_daemon(s->d);
         s->d = NULL;
     }
+
     srv_log(s, "stopped after %llu requests", (unsigned long long)s->m.requests_total);
     free_models(s);
     server_free(s);

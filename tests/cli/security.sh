@@ -29,6 +29,13 @@ if start_server sec "$V" --patch-dir "$P" --state-dir "$T_TMP/state" --ctx 256 -
     else
         fail "a server with --max-conns-per-ip starts"
     fi
+    if start_server slow "$V" --header-timeout 2 --threads 1; then
+        run_py slowloris.log "$HTTP_DIR/slowloris.py" "$PORT" 2
+        kill -TERM "$PID"
+    else
+        fail "a server with --header-timeout starts"
+    fi
+    check_fails "serve: --header-timeout out of range" "header-timeout" "$LARQL" serve "$V" --header-timeout -1
     # 2,000 idle keep-alive connections (a thread each) beside normal traffic
     if start_server idle "$V" --max-connections 2100 --request-timeout 120 --threads 1; then
         run_py idle.log "$HTTP_DIR/idle_conns.py" "$PORT" "$PID" 2000
