@@ -137,6 +137,11 @@ int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_ov
 void lq_overlay_free(lq_overlay *o); /* NULL-safe */
 /* A deep copy (a session starting from the global state). */
 int lq_overlay_clone(const lq_overlay *o, lq_overlay **out, lq_err *err);
+/* A clone whose forward-pass edit set shares o's (a session over the global state): the
+ * clone's own edits are stacked on o's edit set as it is now, instead of copying it. Answers
+ * are the same as lq_overlay_clone's. Reads o's edit set: call it under the lock that
+ * guards o. */
+int lq_overlay_clone_layered(lq_overlay *o, lq_overlay **out, lq_err *err);
 
 /* The patched view: pass it to any lq_vindex_* read query. Owned by the overlay; reflects
  * every later change. */

@@ -368,7 +368,7 @@ static int ks_refresh(lq_server *s, srv_ksession *k, lq_err *err)
         return LQ_OK;
     }
     lq_overlay *n = NULL;
-    int rc = lq_overlay_clone(s->global, &n, err);
+    int rc = lq_overlay_clone_layered(s->global, &n, err); /* its edit set shared */
     pthread_rwlock_unlock(&s->kmu);
     char ename[SID_MAX + 16];
     snprintf(ename, sizeof ename, "session:%s", k->id);

@@ -75,6 +75,9 @@ typedef struct es_group {
 
 struct lq_edit_set {
     int refs;
+    lq_edit_set *lower; /* a session's set stacked on the global one (held; never stacked
+                         * itself): the hook reads both as if this set's entries followed
+                         * the lower's, so the lower's arrays are shared, not copied */
     uint64_t serial;    /* unique for the process's life (prompt-cache keys) */
     int n_layer, D;
     es_layer *ly;       /* [n_layer] */
@@ -318,12 +321,26 @@ void lq_edit_set_unref(lq_edit_set *s)
     free(s->subj);
     free(s->grp);
     free(s->ly);
+    lq_edit_set *lower = s->lower;
     free(s);
+    lq_edit_set_unref(lower);
 }
 
-size_t lq_edit_set_n_knn(const lq_edit_set *s) { return s ? s->n_knn : 0; }
-size_t lq_edit_set_n_features(const lq_edit_set *s) { return s ? s->n_feat : 0; }
-size_t lq_edit_set_n_subject(const lq_edit_set *s) { return s ? (size_t)s->n_subj : 0; }
+int lq_vx_edit_set_stack(lq_edit_set *upper, lq_edit_set *lower)
+{
+    if (!upper || !lower || upper->lower || lower->lower || upper->n_layer != lower->n_layer ||
+        upper->D != lower->D)
+        return LQ_EINVAL;
+    upper->lower = lq_edit_set_ref(lower);
+    return LQ_OK;
+}
+
+size_t lq_edit_set_n_knn(const lq_edit_set *s) { return s ? s->n_knn + lq_edit_set_n_knn(s->lower) : 0; }
+size_t lq_edit_set_n_features(const lq_edit_set *s) { return s ? s->n_feat + lq_edit_set_n_features(s->lower) : 0; }
+size_t lq_edit_set_n_subject(const lq_edit_set *s)
+{
+    return s ? (size_t)s->n_subj + lq_edit_set_n_subject(s->lower) : 0;
+}
 
 /* ---- the per-request hook ---- */
 
@@ -332,6 +349,13 @@ size_t lq_edit_set_n_subject(const lq_edit_set *s) { return s ? (size_t)s->n_sub
 typedef struct es_hook {
     lq_resid_hook h;     /* first: h.ctx points here */
     lq_edit_set *s;
+    /* the sets read, lower first (one, or a stacked set's lower and itself), and where each
+     * one's entries, groups and subjects start in the hook's numbering of them */
+    const lq_edit_set *part[2];
+    int n_part;
+    int ent_off[2], grp_off[2], subj_off[2];
+    int n_grp, n_subj;   /* over every part */
+    int n_layer, D;
     int flags;
     const lq_kernels *kern; /* the CPU's gate kernel scores the KNN keys */
     float *sc;           /* [n_sc] key scores of one layer */
@@ -362,24 +386,48 @@ static float dot(const float *a, const float *b, int D)
     return s;
 }
 
+/* The hook's numbering: part 0's entries, groups and subjects, then part 1's. */
+static int part_of_grp(const es_hook *k, int gi) { return k->n_part > 1 && gi >= k->grp_off[1]; }
+static const es_group *hgrp(const es_hook *k, int gi)
+{
+    int p = part_of_grp(k, gi);
+    return &k->part[p]->grp[gi - k->grp_off[p]];
+}
+/* the first group of gi's edit, in the hook's numbering */
+static int hgrp_first(const es_hook *k, int gi) { return hgrp(k, gi)->first + k->grp_off[part_of_grp(k, gi)]; }
+static const es_subj *hsubj(const es_hook *k, int i)
+{
+    int p = k->n_part > 1 && i >= k->subj_off[1];
+    return &k->part[p]->subj[i - k->subj_off[p]];
+}
+static const es_entry *hent(const es_hook *k, int i)
+{
+    int p = k->n_part > 1 && i >= k->ent_off[1];
+    return &k->part[p]->ent[i - k->ent_off[p]];
+}
+
 /* Subject edits at a gate layer, on x as it entered: the group whose subject stands at or
  * before pos and whose gate fires with the best margin (-1 none). */
 static int subject_pass(es_hook *k, int layer, int pos, const float *x, float inv)
 {
-    const lq_edit_set *s = k->s;
-    int D = s->D;
+    int D = k->D;
     int best = -1;
     float bm = 0;
-    for (int gi = 0; gi < s->n_grp; gi++) {
-        const es_group *g = &s->grp[gi];
-        if (g->layer != layer || k->subj_pos[g->subj] > pos)
+    for (int p = 0; p < k->n_part; p++) {
+        const lq_edit_set *s = k->part[p];
+        if (!s->ly[layer].n_sgate)
             continue;
-        for (int j = 0; j < g->n_gates; j++) {
-            float m = dot(g->gates + (size_t)j * D, x, D) * inv - g->thr[j];
-            if (k->debug)
-                fprintf(stderr, "  [gate %d.%d at pos %d: margin %.3f]\n", gi, j, pos, m);
-            if (m >= 0 && (best < 0 || m > bm))
-                best = gi, bm = m;
+        for (int gi = 0; gi < s->n_grp; gi++) {
+            const es_group *g = &s->grp[gi];
+            if (g->layer != layer || k->subj_pos[g->subj + k->subj_off[p]] > pos)
+                continue;
+            for (int j = 0; j < g->n_gates; j++) {
+                float m = dot(g->gates + (size_t)j * D, x, D) * inv - g->thr[j];
+                if (k->debug)
+                    fprintf(stderr, "  [gate %d.%d at pos %d: margin %.3f]\n", gi + k->grp_off[p], j, pos, m);
+                if (m >= 0 && (best < 0 || m > bm))
+                    best = gi + k->grp_off[p], bm = m;
+            }
         }
     }
     return best;
@@ -401,14 +449,13 @@ static void slot_reset(es_hook *k, int pos)
  * next target token), and ends otherwise or when its target is complete. */
 static void follow_writes(es_hook *k, int pos, int32_t id)
 {
-    const lq_edit_set *s = k->s;
     for (int w = 0; w < k->n_wr;) {
         int g0 = k->wr[w].g0, at = k->wr[w].p0 + k->wr[w].next;
-        int keep = 0;
-        if (pos == at && k->wr[w].next < s->grp[g0].n_tok && id == s->grp[g0 + k->wr[w].next - 1].tok) {
+        int keep = 0, n_tok = hgrp(k, g0)->n_tok;
+        if (pos == at && k->wr[w].next < n_tok && id == hgrp(k, g0 + k->wr[w].next - 1)->tok) {
             k->m[pos % MATCH_RING].cont = g0 + k->wr[w].next;
             k->wr[w].next++;
-            keep = k->wr[w].next < s->grp[g0].n_tok;
+            keep = k->wr[w].next < n_tok;
         } else if (pos < at) {
             keep = 1; /* not there yet */
         }
@@ -427,7 +474,7 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
     /* a position at or before the last one announced: a new sequence (or the session cut
      * back) — what this hook learnt about those positions and after is gone */
     if (pos <= k->last_pos) {
-        for (int i = 0; i < k->s->n_subj; i++)
+        for (int i = 0; i < k->n_subj; i++)
             if (k->subj_pos[i] >= pos)
                 k->subj_pos[i] = INT_MAX;
         for (int w = 0; w < k->n_wr;)
@@ -440,8 +487,8 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
     slot_reset(k, pos);
     k->m[pos % MATCH_RING].id = id;
     /* a subject whose spelling ends here stands from here on */
-    for (int i = 0; i < k->s->n_subj; i++) {
-        const es_subj *u = &k->s->subj[i];
+    for (int i = 0; i < k->n_subj; i++) {
+        const es_subj *u = hsubj(k, i);
         for (int v = 0; v < u->n_var && k->subj_pos[i] > pos; v++) {
             int L = u->len[v], ok = L <= MATCH_RING && L <= pos + 1;
             for (int j = 0; ok && j < L; j++) {
@@ -460,20 +507,19 @@ static void hook_on_token(void *ctx, int pos, int32_t id)
  * after it, those already known (a prompt that holds them) at once, the rest as they come. */
 static void start_write(es_hook *k, int g0, int pos)
 {
-    const lq_edit_set *s = k->s;
-
-    if (s->grp[g0].n_tok < 2)
+    int n_tok = hgrp(k, g0)->n_tok;
+    if (n_tok < 2)
         return;
     int next = 1;
-    for (; next < s->grp[g0].n_tok; next++) {
+    for (; next < n_tok; next++) {
         int p = pos + next, slot = p % MATCH_RING;
         if (p > k->last_pos || k->m[slot].pos != p || next >= MATCH_RING)
             break; /* not announced yet */
-        if (k->m[slot].id != s->grp[g0 + next - 1].tok)
+        if (k->m[slot].id != hgrp(k, g0 + next - 1)->tok)
             return;
         k->m[slot].cont = g0 + next;
     }
-    if (next == s->grp[g0].n_tok)
+    if (next == n_tok)
         return;
     if (k->n_wr == (int)(sizeof k->wr / sizeof k->wr[0]))
         k->wr[0] = k->wr[--k->n_wr]; /* the oldest gives way */
@@ -483,43 +529,80 @@ static void start_write(es_hook *k, int g0, int pos)
     k->n_wr++;
 }
 
-/* Composed features of a layer on x (activations from x as it entered, then the adds). */
-static void feature_pass(es_hook *k, const es_layer *L, float *x, float inv)
+/* Composed features of a layer on x, the parts' features read as one list (lower's first):
+ * the activations of each run of 64 from x as it entered the run, then the run's adds. */
+static void feature_pass(es_hook *k, int layer, float *x, float inv)
 {
-    int D = k->s->D;
+    int D = k->D;
     const float t = LQ_KNN_COSINE_THRESHOLD;
-    /* activations from the residual as it entered, then the adds */
+    const es_layer *L0 = &k->part[0]->ly[layer];
+    const es_layer *L1 = k->n_part > 1 ? &k->part[1]->ly[layer] : NULL;
+    int n0 = L0->n_feat, n = n0 + (L1 ? L1->n_feat : 0);
     float act[64];
-    for (int f0 = 0; f0 < L->n_feat; f0 += 64) {
-        int nb = L->n_feat - f0 < 64 ? L->n_feat - f0 : 64;
+    for (int f0 = 0; f0 < n; f0 += 64) {
+        int nb = n - f0 < 64 ? n - f0 : 64;
         for (int j = 0; j < nb; j++) {
-            float c = dot(L->gates + (size_t)(f0 + j) * D, x, D) * inv;
+            int f = f0 + j;
+            const es_layer *L = f < n0 ? L0 : L1;
+            int i = f < n0 ? f : f - n0;
+            float c = dot(L->gates + (size_t)i * D, x, D) * inv;
             float a = c > t ? (c - t) / (1.0f - t) : 0.0f;
-            act[j] = a * a * L->scale[f0 + j];
+            act[j] = a * a * L->scale[i];
         }
         for (int j = 0; j < nb; j++) {
             if (act[j] == 0)
                 continue;
-            const float *d = L->downs + (size_t)(f0 + j) * D;
+            int f = f0 + j;
+            const float *d = f < n0 ? L0->downs + (size_t)f * D : L1->downs + (size_t)(f - n0) * D;
             for (int i = 0; i < D; i++)
                 x[i] += act[j] * d[i];
         }
     }
 }
 
+/* The best KNN key of the layer over every part (the first of equals: lower before upper),
+ * as an entry in the hook's numbering, or -1. */
+static int knn_best(es_hook *k, int layer, const float *x, float inv, float *cos_out)
+{
+    int D = k->D, best = -1;
+    float bc = -INFINITY;
+    for (int p = 0; p < k->n_part; p++) {
+        const es_layer *L = &k->part[p]->ly[layer];
+        if (!L->n_knn)
+            continue;
+        /* every key of the layer against x in one gate-kernel call (the keys are one matrix) */
+        float *sc = k->n_sc >= L->n_knn ? k->sc : realloc(k->sc, (size_t)L->n_knn * sizeof *sc);
+        if (sc) {
+            k->sc = sc;
+            k->n_sc = k->n_sc > L->n_knn ? k->n_sc : L->n_knn;
+            k->kern->gate_scores(L->keys, 0, (size_t)D, 0, (size_t)L->n_knn, x, 1, sc, (size_t)L->n_knn);
+        }
+        for (int e = 0; e < L->n_knn; e++) {
+            float c = (sc ? sc[e] : dot(L->keys + (size_t)e * D, x, D)) * inv;
+            if (c > bc)
+                bc = c, best = L->entry[e] + k->ent_off[p];
+        }
+    }
+    *cos_out = bc;
+    return best;
+}
+
 static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x, int D)
 {
     es_hook *k = ctx;
-    const lq_edit_set *s = k->s;
-    if (D != s->D || layer < 0 || layer >= s->n_layer)
+    if (D != k->D || layer < 0 || layer >= k->n_layer)
         return;
-    const es_layer *L = &s->ly[layer];
     int slot = pos % MATCH_RING;
     if (k->m[slot].pos != pos)
         slot_reset(k, pos); /* a forward pass that did not announce its tokens */
     /* a layer with no KNN key, no composed feature and no subject gate (the value goes in
      * after the last layer) has nothing to do */
-    if (!L->n_knn && !L->n_feat && !(s->n_subj && (L->n_sgate || layer == s->n_layer - 1)))
+    int n_knn = 0, n_feat = 0, n_sgate = 0;
+    for (int p = 0; p < k->n_part; p++) {
+        const es_layer *L = &k->part[p]->ly[layer];
+        n_knn += L->n_knn, n_feat += L->n_feat, n_sgate += L->n_sgate;
+    }
+    if (!n_knn && !n_feat && !(k->n_subj && (n_sgate || layer == k->n_layer - 1)))
         return;
     double xx = 0;
     for (int i = 0; i < D; i++)
@@ -529,24 +612,11 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     float inv = (float)(1.0 / sqrt(xx));
 
     const float t = LQ_KNN_COSINE_THRESHOLD;
-    if (logits && L->n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) &&
-        k->m[slot].entry < 0) {
-        /* every key of the layer against x in one gate-kernel call (the keys are one matrix) */
-        float *sc = k->n_sc >= L->n_knn ? k->sc : realloc(k->sc, (size_t)L->n_knn * sizeof *sc);
-        int bi = -1;
-        float bc = -INFINITY;
-        if (sc) {
-            k->sc = sc;
-            k->n_sc = k->n_sc > L->n_knn ? k->n_sc : L->n_knn;
-            k->kern->gate_scores(L->keys, 0, (size_t)D, 0, (size_t)L->n_knn, x, 1, sc, (size_t)L->n_knn);
-        }
-        for (int e = 0; e < L->n_knn; e++) {
-            float c = (sc ? sc[e] : dot(L->keys + (size_t)e * D, x, D)) * inv;
-            if (c > bc)
-                bc = c, bi = e;
-        }
+    if (logits && n_knn && (k->flags & (LQ_EDITS_KNN_FORCE | LQ_EDITS_KNN_MATCH)) && k->m[slot].entry < 0) {
+        float bc;
+        int bi = knn_best(k, layer, x, inv, &bc);
         if (bi >= 0 && bc > t) {
-            k->m[slot].entry = L->entry[bi];
+            k->m[slot].entry = bi;
             k->m[slot].layer = layer;
             k->m[slot].cos = bc;
         }
@@ -554,24 +624,24 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     if (!(k->flags & LQ_EDITS_COMPOSE))
         return;
     /* every edit of the layer scores x as it entered; the adds come after */
-    if (s->n_subj) {
+    if (k->n_subj && n_sgate) {
         int g = subject_pass(k, layer, pos, x, inv);
         if (g >= 0)
             k->m[slot].sgroup = g;
     }
-    if (L->n_feat)
-        feature_pass(k, L, x, inv);
+    if (n_feat)
+        feature_pass(k, layer, x, inv);
     /* after the last layer, the value of the subject edit that writes on this row: the
      * continuation of a target in progress, else the group whose gate fired */
     int gi = k->m[slot].cont >= 0 ? k->m[slot].cont : k->m[slot].sgroup;
-    if (layer == s->n_layer - 1 && gi >= 0) {
-        const es_group *sg = &s->grp[gi];
+    if (layer == k->n_layer - 1 && gi >= 0) {
+        const es_group *sg = hgrp(k, gi);
         for (int i = 0; i < D; i++)
             x[i] += sg->down[i];
         if (sg->force && logits)
             k->m[slot].force_tok = sg->tok;
         if (k->m[slot].cont < 0)
-            start_write(k, sg->first, pos);
+            start_write(k, hgrp_first(k, gi), pos);
     }
 }
 
@@ -589,7 +659,7 @@ static void hook_on_logits(void *ctx, int pos, float *logits, int V)
     }
     if (!(k->flags & LQ_EDITS_KNN_FORCE) || k->m[slot].pos != pos || k->m[slot].entry < 0)
         return;
-    int32_t id = k->s->ent[k->m[slot].entry].target_id;
+    int32_t id = hent(k, k->m[slot].entry)->target_id;
     if (id < 0 || id >= V)
         return;
     float mx = -INFINITY;
@@ -621,11 +691,23 @@ int lq_edit_set_hook(lq_edit_set *s, int flags, lq_resid_hook **out, lq_err *err
         slot_reset(k, i);
         k->m[i].pos = -1;
     }
-    if (s->n_subj && !(k->subj_pos = malloc((size_t)s->n_subj * sizeof *k->subj_pos))) {
+    if (s->lower)
+        k->part[k->n_part++] = s->lower;
+    k->part[k->n_part++] = s;
+    for (int p = 0; p < k->n_part; p++) {
+        k->ent_off[p] = p ? k->ent_off[p - 1] + k->part[p - 1]->n_ent : 0;
+        k->grp_off[p] = p ? k->grp_off[p - 1] + k->part[p - 1]->n_grp : 0;
+        k->subj_off[p] = k->n_subj;
+        k->n_subj += k->part[p]->n_subj;
+        k->n_grp += k->part[p]->n_grp;
+    }
+    k->n_layer = s->n_layer;
+    k->D = s->D;
+    if (k->n_subj && !(k->subj_pos = malloc((size_t)k->n_subj * sizeof *k->subj_pos))) {
         free(k);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    for (int i = 0; i < s->n_subj; i++)
+    for (int i = 0; i < k->n_subj; i++)
         k->subj_pos[i] = INT_MAX;
     k->s = lq_edit_set_ref(s);
     k->flags = flags;
@@ -655,7 +737,7 @@ int lq_edit_hook_match(const lq_resid_hook *h, int pos, lq_edit_match *out)
     int slot = pos % MATCH_RING;
     if (k->m[slot].pos != pos || k->m[slot].entry < 0)
         return 0;
-    const es_entry *e = &k->s->ent[k->m[slot].entry];
+    const es_entry *e = hent(k, k->m[slot].entry);
     if (out) {
         out->layer = k->m[slot].layer;
         out->cosine = k->m[slot].cos;

@@ -26,56 +26,7 @@
 
 #define EDITS_NAME "edits"
 
-typedef struct ov_feat {
-    int layer, feature;
-    int deleted;          /* tombstone */
-    int has_meta;
-    char *target;         /* meta: the target text */
-    int32_t target_id;    /* meta: -1 = no vocabulary id */
-    float c_score;
-    char *entity, *relation;
-    float *gate, *up, *down; /* [hidden] or NULL */
-} ov_feat;
-
-struct lq_overlay {
-    const lq_vindex *base;
-    lq_vindex view;       /* *base with ov = this */
-    int hidden, n_layers;
-    lq_knn_store *knn;
-    lq_knn_store *knn0;   /* the initial store (rebuilds start from it) */
-    ov_feat *f;
-    size_t nf, capf;
-    size_t *slot;         /* open addressing over f: index + 1, 0 = empty; capacity hcap */
-    size_t hcap;
-    int *n_gate, *n_del;  /* [n_layers] */
-    /* per layer, the gate overrides as one row-major matrix [n_gate[l], hidden] and their
-     * features, rebuilt after every change, so that a query scores them with the gate kernel
-     * in one call (LARQL keeps the same flattened matrix) */
-    float **gmat;
-    int **gfeat;
-    lq_patch **patches;
-    int *pscope;          /* [capp]: the scope each patch was applied in */
-    size_t np, capp;
-    lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
-    char **dead;          /* ids of the edits that delete_edit ops removed (rebuilt with the state) */
-    size_t n_dead;
-    int scope;            /* the scope apply / remove / edits name patches in */
-    int defer;            /* a journal replay: gate matrices rebuilt once at the end */
-    int gmats_stale;
-    uint64_t version;
-    char *edits_name;     /* NULL = EDITS_NAME */
-    /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
-     * runs under a front end's read lock, so its cache has a lock of its own) */
-    pthread_mutex_t es_mu;
-    lq_edit_set *es;
-    uint64_t es_version;
-};
-
-/* patch.c */
-int lq_vx_patch_hidden(const lq_patch *p);
-int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
-lq_patch *lq_vx_patch_ref(lq_patch *p);
-int lq_vx_patch_shared(const lq_patch *p);
+#include "vindex/overlay_internal.h"
 
 /* ---- the feature table ---- */
 
@@ -526,7 +477,7 @@ static int collect_dead(lq_overlay *o)
 }
 
 /* State = fold of the patches over the initial store, less the edits deleted by id. */
-static int rebuild(lq_overlay *o, lq_err *err)
+int ov_rebuild(lq_overlay *o, lq_err *err)
 {
     clear_state(o);
     if (collect_dead(o))
@@ -602,13 +553,14 @@ void lq_overlay_free(lq_overlay *o)
     free(o->edits_name);
     clear_dead(o);
     lq_edit_set_unref(o->es);
+    ov_layer_free(o);
     pthread_mutex_destroy(&o->es_mu);
     free(o);
 }
 
 /* The forward-pass edits of the overlay's state: its KNN entries and every live feature with
  * gate and down vectors. */
-static lq_edit_set *build_edit_set(const lq_overlay *o, lq_err *err)
+lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err)
 {
     lq_edit_set *s = lq_edit_set_from_knn(o->knn, o->n_layers, o->hidden, err);
     for (size_t i = 0; s && i < o->nf; i++) {
@@ -643,7 +595,9 @@ lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err)
     }
     pthread_mutex_lock(&o->es_mu);
     if (!o->es || o->es_version != o->version) {
-        lq_edit_set *s = build_edit_set(o, err);
+        lq_edit_set *s = o->lower_es ? ov_build_layered_edit_set(o, err) : NULL;
+        if (!s)
+            s = ov_build_full_edit_set(o, err);
         if (s) {
             lq_edit_set_unref(o->es);
             o->es = s;
@@ -675,7 +629,7 @@ int lq_overlay_set_edits_name(lq_overlay *o, const char *name, lq_err *err)
     return LQ_OK;
 }
 
-static int push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
+int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
 {
     if (o->np == o->capp) {
         size_t cap = o->capp ? o->capp * 2 : 8;
@@ -701,13 +655,13 @@ int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
          * and edit() copies it first when another overlay holds it too */
         lq_patch *p = lq_vx_patch_ref(src->patches[i]);
         (*out)->scope = src->pscope[i];
-        if ((rc = push_patch(*out, p, err)))
+        if ((rc = ov_push_patch(*out, p, err)))
             lq_patch_free(p);
     }
     if (!rc)
         (*out)->scope = src->scope;
     if (!rc)
-        rc = rebuild(*out, err);
+        rc = ov_rebuild(*out, err);
     if (rc) {
         lq_overlay_free(*out);
         *out = NULL;
@@ -767,7 +721,7 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
     lq_patch *c = NULL;
     if (!rc)
         rc = lq_vx_patch_copy(p, &c, err);
-    if (!rc && (rc = push_patch(o, c, err)))
+    if (!rc && (rc = ov_push_patch(o, c, err)))
         lq_patch_free(c);
     if (rc)
         return rc;
@@ -780,7 +734,7 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
         deletes |= lq_patch_op_at(c, i, &op) && op.kind == LQ_OP_DELETE_EDIT;
     }
     if (deletes) {
-        rc = rebuild(o, err);
+        rc = ov_rebuild(o, err);
     } else {
         rc = apply_ops(o, c, err);
         if (!rc)
@@ -788,7 +742,7 @@ int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
     }
     if (rc) {
         lq_patch_free(o->patches[--o->np]);
-        rebuild(o, NULL);
+        ov_rebuild(o, NULL);
     }
     return rc;
 }
@@ -809,7 +763,7 @@ int lq_overlay_clear(lq_overlay *o, lq_err *err)
     for (size_t i = 0; i < o->np; i++)
         lq_patch_free(o->patches[i]);
     o->np = 0;
-    return rebuild(o, err);
+    return ov_rebuild(o, err);
 }
 
 int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
@@ -821,7 +775,7 @@ int lq_overlay_remove(lq_overlay *o, const char *name, lq_err *err)
         memmove(o->patches + i, o->patches + i + 1, (o->np - i - 1) * sizeof *o->patches);
         memmove(o->pscope + i, o->pscope + i + 1, (o->np - i - 1) * sizeof *o->pscope);
         o->np--;
-        return rebuild(o, err);
+        return ov_rebuild(o, err);
     }
     return lq_err_set(err, LQ_ENOTFOUND, "patch '%s' not found", name ? name : "");
 }
@@ -845,7 +799,7 @@ static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
         return e;
     if (lq_patch_create(edits_name(o), o->base->info.model, o->hidden, &e, err))
         return NULL;
-    if (push_patch(o, e, err)) {
+    if (ov_push_patch(o, e, err)) {
         lq_patch_free(e);
         return NULL;
     }
@@ -870,7 +824,7 @@ int lq_overlay_truncate_edits(lq_overlay *o, size_t n, lq_err *err)
         if (o->patches[i] == e)
             o->patches[i] = t;
     lq_patch_free(e);
-    return rebuild(o, err);
+    return ov_rebuild(o, err);
 }
 
 /* ops[0..n) as one edit: all checked before any is applied or recorded */
@@ -895,7 +849,7 @@ static int edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
     }
     if (deletes) { /* an edit removed by id: the state is the fold without it */
         if (!rc)
-            rc = rebuild(o, err);
+            rc = ov_rebuild(o, err);
     } else {
         for (size_t i = 0; !rc && i < n; i++)
             rc = apply_op(o, &ops[i], err);
@@ -1003,7 +957,7 @@ static int compose_balance(lq_overlay *o, struct lq_model *m, const char *prompt
     *prob = 0.0f;
     *first_out = 0;
     const lq_model_info *mi = lq_model_get_info(m);
-    lq_edit_set *s = build_edit_set(o, err);
+    lq_edit_set *s = ov_build_full_edit_set(o, err);
     lq_resid_hook *h = NULL;
     float *lg = malloc((size_t)mi->n_vocab * sizeof *lg);
     int rc = s && lg ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -1072,7 +1026,7 @@ static int subject_insert(lq_overlay *o, struct lq_model *m, const lq_insert_par
         lq_patch_op_at(ops, i, &arr[i]);
         arr[i].id = r->id;
     }
-    lq_edit_set *s = rc ? NULL : build_edit_set(o, err);
+    lq_edit_set *s = rc ? NULL : ov_build_full_edit_set(o, err);
     if (!rc && (!s || lq_vx_edit_set_add_subject(s, lq_model_tokenizer(m), arr, n)))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
     float p0 = 0;
@@ -1740,7 +1694,7 @@ int lq_overlay_rebalance(lq_overlay *o, struct lq_model *m, const lq_rebalance_p
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     for (int it = 0; !rc && r->n_facts && it < p->max_iters; it++) {
         r->iters = it + 1;
-        lq_edit_set *s = build_edit_set(o, err);
+        lq_edit_set *s = ov_build_full_edit_set(o, err);
         lq_resid_hook *h = NULL;
         rc = s ? lq_edit_set_hook(s, LQ_EDITS_COMPOSE, &h, err) : LQ_ENOMEM;
         r->in_band = r->below = r->above = 0;

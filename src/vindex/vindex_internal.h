@@ -186,6 +186,9 @@ int lq_vx_subject_check(struct lq_model *m, lq_edit_set *s, const lq_insert_para
                         float *p0, lq_err *err);
 int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_tokenizer *tok, const lq_patch_op *ops, size_t n);
 void lq_vx_edit_set_scale_last(lq_edit_set *s, int layer, int n, float factor);
+/* upper reads as lower's entries followed by its own (lower held; neither stacked already,
+ * same shape) -> LQ_EINVAL otherwise */
+int lq_vx_edit_set_stack(lq_edit_set *upper, lq_edit_set *lower);
 
 /* infer.c: the logits after prompt (encoded as lq_infer does) with hook's edits */
 int lq_vx_prompt_logits(struct lq_model *m, const char *prompt, const lq_resid_hook *hook,

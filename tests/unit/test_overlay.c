@@ -765,6 +765,96 @@ static void test_edit_log(void)
     lq_edit_log_free(b);
 }
 
+
+/* the same insert, the target and mode given */
+static int insert_fact(lq_overlay *o, const char *entity, const char *target, int mode)
+{
+    lq_insert_params ip;
+    lq_insert_params_init(&ip);
+    ip.entity = entity;
+    ip.relation = "capital";
+    ip.target = target;
+    ip.mode = mode;
+    lq_err err = {0};
+    int rc = lq_overlay_insert(o, M, &ip, NULL, &err);
+    if (rc)
+        printf("#   insert %s -> %s (mode %d): %s\n", entity, target, mode, err.msg);
+    return rc;
+}
+
+/* walk logits of the two overlays over every prompt, bit for bit */
+static int same_logits(lq_overlay *a, lq_overlay *b, const char *const *prompts, size_t n)
+{
+    int nv = lq_model_get_info(M)->n_vocab, same = 1;
+    float *la = malloc((size_t)nv * sizeof *la), *lb = malloc((size_t)nv * sizeof *lb);
+    for (size_t i = 0; same && la && lb && i < n; i++) {
+        same = !walk_logits(a, prompts[i], la) && !walk_logits(b, prompts[i], lb) &&
+               !memcmp(la, lb, (size_t)nv * sizeof *la);
+        if (!same)
+            printf("#   differs on '%s'\n", prompts[i]);
+    }
+    free(la);
+    free(lb);
+    return same && la && lb;
+}
+
+/* A session's overlay layered on the global one (its own edits stacked on the global edit
+ * set, shared) answers bit for bit as a plain clone with the same own edits, while its own
+ * edits only add and after one of them deletes an inherited edit (the whole fold then). */
+static void test_layered_session(void)
+{
+    if (!V)
+        return;
+    lq_err err = {0};
+    lq_overlay *g = NULL, *lay = NULL, *pl = NULL;
+    CHECK(lq_overlay_create(V, NULL, &g, &err) == 0);
+    CHECK(insert_fact(g, "Atlantis", "Poseidonia", LQ_INSERT_KNN) == 0);
+    CHECK(insert_fact(g, "Lemuria", "Tokyo", LQ_INSERT_COMPOSE) == 0);
+    int subj = insert_fact(g, "Mu", "Berlin", LQ_INSERT_SUBJECT) == 0;
+    CHECK_MSG(lq_overlay_clone_layered(g, &lay, &err) == 0, "%s", err.msg);
+    CHECK(lq_overlay_clone(g, &pl, &err) == 0);
+    lq_overlay *both[2] = {lay, pl};
+    for (int k = 0; k < 2 && lay && pl; k++) {
+        lq_overlay_set_scope(both[k], 1);
+        CHECK(lq_overlay_set_edits_name(both[k], "session:t", &err) == 0);
+        CHECK(insert_fact(both[k], "Hyperborea", "Rome", LQ_INSERT_KNN) == 0);
+        CHECK(insert_fact(both[k], "Thule", "Paris", LQ_INSERT_SUBJECT) == 0 || !subj);
+    }
+    const char *const prompts[] = {"The capital of Atlantis is", "The capital of Lemuria is", "The capital of Mu is",
+                                   "The capital of Hyperborea is", "The capital of Thule is", "In Thule the capital is",
+                                   "the model", "The capital of France is", "Germany Berlin", "Japan"};
+    size_t np = sizeof prompts / sizeof *prompts;
+    lq_edit_set *el = lq_overlay_edit_set(lay, &err), *ep = lq_overlay_edit_set(pl, &err);
+    CHECK(el && ep && lq_edit_set_n_knn(el) == lq_edit_set_n_knn(ep) && lq_edit_set_n_knn(el) == 2);
+    CHECK(lq_edit_set_n_features(el) == lq_edit_set_n_features(ep) && lq_edit_set_n_features(el) > 0);
+    CHECK(lq_edit_set_n_subject(el) == lq_edit_set_n_subject(ep));
+    lq_edit_set *eg = lq_overlay_edit_set(g, &err);
+    /* layered: the global set is shared, not copied (its serial differs from the session's) */
+    CHECK(eg && el && lq_edit_set_serial(el) != lq_edit_set_serial(eg));
+    lq_edit_set_unref(eg);
+    lq_edit_set_unref(el);
+    lq_edit_set_unref(ep);
+    CHECK(lay && pl && same_logits(lay, pl, prompts, np));
+    /* an own edit that deletes an inherited one: the layered overlay folds the whole state */
+    lq_edit_where w;
+    lq_edit_where_init(&w);
+    w.entity = "Atlantis";
+    size_t n1 = 0, n2 = 0;
+    CHECK(lay && lq_overlay_delete(lay, &w, &n1, &err) == 0);
+    CHECK(pl && lq_overlay_delete(pl, &w, &n2, &err) == 0);
+    CHECK(n1 == n2 && n1 > 0);
+    el = lq_overlay_edit_set(lay, &err);
+    CHECK(el && lq_edit_set_n_knn(el) == 1);
+    lq_edit_set_unref(el);
+    CHECK(lay && pl && same_logits(lay, pl, prompts, np));
+    /* the global state moving on does not reach a clone made before */
+    CHECK(insert_fact(g, "Avalon", "Tokyo", LQ_INSERT_KNN) == 0);
+    CHECK(lay && pl && same_logits(lay, pl, prompts, np));
+    lq_overlay_free(lay);
+    lq_overlay_free(pl);
+    lq_overlay_free(g);
+}
+
 int main(void)
 {
     if (setup())
@@ -778,6 +868,7 @@ int main(void)
     RUN(test_journal);
     RUN(test_edits_never_overflow);
     RUN(test_edit_log);
+    RUN(test_layered_session);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();

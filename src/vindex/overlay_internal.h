@@ -1,0 +1,80 @@
+/* The overlay's state, shared by the files of the overlay (overlay.c: the feature table,
+ * folding, edits and the view; overlay_layer.c: a session's overlay layered on the global one). */
+#ifndef LARQL_VINDEX_OVERLAY_INTERNAL_H
+#define LARQL_VINDEX_OVERLAY_INTERNAL_H
+
+#include <pthread.h>
+
+#include "larql/patch.h"
+#include "vindex/vindex_internal.h"
+
+typedef struct ov_feat {
+    int layer, feature;
+    int deleted;          /* tombstone */
+    int has_meta;
+    char *target;         /* meta: the target text */
+    int32_t target_id;    /* meta: -1 = no vocabulary id */
+    float c_score;
+    char *entity, *relation;
+    float *gate, *up, *down; /* [hidden] or NULL */
+} ov_feat;
+
+struct lq_overlay {
+    const lq_vindex *base;
+    lq_vindex view;       /* *base with ov = this */
+    int hidden, n_layers;
+    lq_knn_store *knn;
+    lq_knn_store *knn0;   /* the initial store (rebuilds start from it) */
+    ov_feat *f;
+    size_t nf, capf;
+    size_t *slot;         /* open addressing over f: index + 1, 0 = empty; capacity hcap */
+    size_t hcap;
+    int *n_gate, *n_del;  /* [n_layers] */
+    /* per layer, the gate overrides as one row-major matrix [n_gate[l], hidden] and their
+     * features, rebuilt after every change, so that a query scores them with the gate kernel
+     * in one call (LARQL keeps the same flattened matrix) */
+    float **gmat;
+    int **gfeat;
+    lq_patch **patches;
+    int *pscope;          /* [capp]: the scope each patch was applied in */
+    size_t np, capp;
+    lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
+    char **dead;          /* ids of the edits that delete_edit ops removed (rebuilt with the state) */
+    size_t n_dead;
+    int scope;            /* the scope apply / remove / edits name patches in */
+    int defer;            /* a journal replay: gate matrices rebuilt once at the end */
+    int gmats_stale;
+    uint64_t version;
+    char *edits_name;     /* NULL = EDITS_NAME */
+    /* the edit set of the current version, shared by concurrent readers (lq_overlay_edit_set
+     * runs under a front end's read lock, so its cache has a lock of its own) */
+    pthread_mutex_t es_mu;
+    lq_edit_set *es;
+    uint64_t es_version;
+    /* a session's overlay layered on the global one (overlay_layer.c): the global edit set
+     * at the clone, the patches that came with it and the features they made; NULL/0 else */
+    lq_edit_set *lower_es;
+    lq_patch **inh;
+    size_t n_inh;
+    uint64_t *inh_feat;   /* sorted (layer << 32 | feature) */
+    size_t n_inh_feat;
+};
+
+/* patch.c */
+int lq_vx_patch_hidden(const lq_patch *p);
+int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
+lq_patch *lq_vx_patch_ref(lq_patch *p);
+int lq_vx_patch_shared(const lq_patch *p);
+
+/* overlay.c */
+lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err);
+int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err);
+int ov_rebuild(lq_overlay *o, lq_err *err);
+
+/* overlay_layer.c */
+/* the edit set of a layered overlay: its own edits stacked on the global set, or NULL when its
+ * own patches change what it inherited (then the whole fold is built, as without layering) */
+lq_edit_set *ov_build_layered_edit_set(const lq_overlay *o, lq_err *err);
+void ov_layer_free(lq_overlay *o);
+
+#endif
