@@ -24,7 +24,7 @@ for bin in $targets; do
     # saw EOF is reported as leaked). Leaks there are checked instead at exit of the ASan
     # replay (make asan runs build-asan/tests/fuzz/test_fuzz_http and _ws: every input
     # replayed, LeakSanitizer over the whole process) and by the soak's RSS bound.
-    case $name in fuzz_http|fuzz_ws) extra="$extra -detect_leaks=0" ;; esac
+    case $name in fuzz_http|fuzz_http_raw|fuzz_ws) extra="$extra -detect_leaks=0" ;; esac
     # a run can be limited to some targets: make fuzz FUZZ_TARGETS="fuzz_http fuzz_ws"
     if [ -n "$FUZZ_TARGETS" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
     "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
