@@ -106,24 +106,40 @@ $(BUILD)/modules/$(1).o: $(filter $(BUILD)/src/$(1)/%,$(LIB_OBJ)) $(BUILD)/modul
 endef
 $(foreach m,$(MODULES),$(eval $(call module_rule,$(m))))
 
-$(BUILD)/liblarql.a: $(MOD_OBJ)
+# Tests, benchmarks and fuzz targets link liblarql_internal.a (every lq_ symbol global, so a
+# unit test can reach a module's internals); the command and pg_infer link liblarql.a, in
+# which only what a public header declares and what modules call in each other stays global
+# (scripts/public_syms.sh; tests/cli/symbols.sh checks the list against symbols.allow).
+$(BUILD)/liblarql_internal.a: $(MOD_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/public.syms: $(MOD_OBJ) $(wildcard include/larql/*.h) scripts/public_syms.sh
+	sh scripts/public_syms.sh $@ $(MOD_OBJ)
+
+PUB_OBJ := $(MODULES:%=$(BUILD)/public/%.o)
+$(BUILD)/public/%.o: $(BUILD)/modules/%.o $(BUILD)/public.syms
+	@mkdir -p $(dir $@)
+	$(OBJCOPY) --keep-global-symbols=$(BUILD)/public.syms $< $@
+
+$(BUILD)/liblarql.a: $(PUB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/larql: $(CLI_OBJ) $(BUILD)/liblarql.a
 	$(CC) $(CFLAGS) $(SAN) -o $@ $(CLI_OBJ) $(BUILD)/liblarql.a $(LIBS)
 
-$(BUILD)/tests/fuzz/test_%: tests/fuzz/%.c tests/fuzz/replay.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql.a
+$(BUILD)/tests/fuzz/test_%: tests/fuzz/%.c tests/fuzz/replay.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests -DFUZZ_TARGET='"$*"' -o $@ tests/fuzz/replay.c $< $(BUILD)/liblarql.a $(LIBS)
+	$(CC) $(ALL_CFLAGS) -Itests -DFUZZ_TARGET='"$*"' -o $@ tests/fuzz/replay.c $< $(BUILD)/liblarql_internal.a $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/harness.h tests/scratch.h $(BUILD)/liblarql.a
+$(BUILD)/tests/%: tests/%.c tests/harness.h tests/scratch.h $(BUILD)/liblarql_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblarql.a $(LIBS)
+	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblarql_internal.a $(LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/liblarql_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -I. -o $@ $< $(BUILD)/liblarql.a $(LIBS)
+	$(CC) $(ALL_CFLAGS) -I. -o $@ $< $(BUILD)/liblarql_internal.a $(LIBS)
 
 # `make test`: every unit and conformance binary plus the CLI scripts; closes with
 # "N passed, N failed".
@@ -161,9 +177,9 @@ fuzz:
 fuzz-run: $(FUZZ_BIN)
 	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" sh tests/fuzz/run.sh
 
-$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql.a
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.inc) tests/scratch.h $(BUILD)/liblarql_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql.a $(LIBS)
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/liblarql_internal.a $(LIBS)
 
 # `make lint`: cppcheck over src/, no findings of the error or warning class (tests/lint/cppcheck.sh)
 .PHONY: lint

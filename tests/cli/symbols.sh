@@ -23,6 +23,26 @@ else
     fail "every global the archive defines starts with lq_ or LQ_" "$(wc -l <"$T_TMP/bad") others: $(tr '\n' ' ' <"$T_TMP/bad")"
 fi
 
+# Module-private lq_ functions are local in liblarql.a (scripts/public_syms.sh): what stays
+# global is what include/larql declares, plus the cross-module internals in symbols.allow.
+awk 'NF >= 2 && $1 ~ /^(lq|LQ)_/ { print $1 }' "$T_TMP/syms" | sort -u >"$T_TMP/exported"
+grep -oh '\b[lL][qQ]_[A-Za-z0-9_]*' include/larql/*.h | sort -u >"$T_TMP/declared"
+grep -v '^#' "$(dirname "$0")/symbols.allow" | sort -u >"$T_TMP/allow"
+comm -23 "$T_TMP/exported" "$T_TMP/declared" | comm -23 - "$T_TMP/allow" >"$T_TMP/undeclared"
+if [ ! -s "$T_TMP/undeclared" ]; then
+    pass "every exported lq_ symbol is declared in include/larql or allowed ($(wc -l <"$T_TMP/allow") cross-module internals)"
+else
+    fail "every exported lq_ symbol is declared in include/larql or allowed" "$(wc -l <"$T_TMP/undeclared") others: $(head -n 20 "$T_TMP/undeclared" | tr '\n' ' ')"
+fi
+# the allowlist stays short: a name that is no longer exported (or now declared) is dropped from it
+comm -23 "$T_TMP/allow" "$T_TMP/exported" >"$T_TMP/stale"
+comm -12 "$T_TMP/allow" "$T_TMP/declared" >>"$T_TMP/stale"
+if [ ! -s "$T_TMP/stale" ]; then pass "symbols.allow lists only undeclared exports"
+else fail "symbols.allow lists only undeclared exports" "$(tr '\n' ' ' <"$T_TMP/stale")"; fi
+# a module-private helper of the vindex (lq_vx_*) is local in the shipped archive
+if grep -q '^lq_vx_' "$T_TMP/exported"; then fail "lq_vx_ helpers are local in liblarql.a" "$(grep '^lq_vx_' "$T_TMP/exported" | head -n 5 | tr '\n' ' ')"
+else pass "lq_vx_ helpers are local in liblarql.a"; fi
+
 # The library never calls a function the PostgreSQL server executable also exports: pg_infer
 # links the library, and the dynamic linker would bind such a call to postgres's function
 # (jansson's json_object() met PostgreSQL's SQL function json_object() and crashed a backend;
