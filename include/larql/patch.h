@@ -52,6 +52,8 @@ typedef enum lq_op_kind {
     LQ_OP_DELETE_EDIT = 7,    /* removes every op of the edit named by id (ours) */
 } lq_op_kind;
 
+#define LQ_EDIT_MAX_REPLACED 4
+
 /* One operation. Strings and vectors are borrowed (the patch copies what it keeps). Vectors
  * are [hidden] floats or NULL. */
 typedef struct lq_patch_op {
@@ -80,6 +82,11 @@ typedef struct lq_patch_op {
     float gate_threshold;
     int force; /* INSERT_SUBJECT: the token is written on the logits (the head cannot put it
                   first from the states the gate matches), the value is zero */
+    /* INSERT_SUBJECT, the op that starts an edit: the answers the model gave the canonical
+     * question about this subject before the edit (the old fact, or its guesses about a subject
+     * it does not know); their probability moves to the target wherever the subject stands */
+    int n_replaces;
+    int32_t replaces[LQ_EDIT_MAX_REPLACED];
 } lq_patch_op;
 void lq_patch_op_init(lq_patch_op *op, int kind); /* zeroes, confidence NaN, target_id -1 */
 

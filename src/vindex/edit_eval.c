@@ -206,15 +206,19 @@ static int score_case(lq_model *m, const ev_case *c, const lq_resid_hook *h, con
     if (!rc && !(rc = seq_logprob(m, h, c->canonical, tsp, &lt, NULL, err)) &&
         !(rc = seq_logprob(m, h, c->canonical, osp, &lo, NULL, err)))
         eff = lt > lo;
-    json_t *ps = arr(c->j, "paraphrases"), *v;
+    json_t *ps = arr(c->j, "paraphrases"), *v, *missed = json_array();
     size_t i;
     json_array_foreach(ps, i, v) {
         if (rc || !json_is_string(v))
             continue;
         if (!(rc = seq_logprob(m, h, json_string_value(v), tsp, &lt, NULL, err)) &&
-            !(rc = seq_logprob(m, h, json_string_value(v), osp, &lo, NULL, err)))
+            !(rc = seq_logprob(m, h, json_string_value(v), osp, &lo, NULL, err))) {
             para += lt > lo, np++;
+            if (!(lt > lo)) /* which phrasings an edit does not reach (--json) */
+                json_array_append(missed, v);
+        }
     }
+    json_object_set_new(row, "paraphrases_missed", missed);
     /* chat: the model's template around each question */
     json_t *cs = arr(c->j, "chat");
     json_array_foreach(cs, i, v) {

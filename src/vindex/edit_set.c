@@ -19,8 +19,9 @@
  *     from there on, a position whose residual at the edit's layer matches one of a target
  *     token's gate keys (cosine >= that key's threshold) gets the token's value vector added.
  *     Of the groups that match at one position only the best (largest margin over its
- *     threshold) acts. A sequence that never mentions the subject is computed bit for bit as
- *     without the edit.
+ *     threshold) acts. Where the subject stands, the probability of the edit's old answers
+ *     (the model's answers before it) moves to the target's first token on the logits. A
+ *     sequence that never mentions the subject is computed bit for bit as without the edit.
  * Deleted features are not removed from the dense FFN (they leave describe/walk/select).
  *
  * A set is reference counted; lq_edit_set_hook makes the per-request hook (its match state
@@ -71,6 +72,8 @@ typedef struct es_group {
     int force;          /* written on the logits where the group fires */
     int index;          /* which target token of its edit (0 = the first) */
     int first, n_tok;   /* the edit's groups: [first, first + n_tok) */
+    int n_replaces;     /* the edit's first group: the old answers' tokens */
+    int32_t replaces[LQ_EDIT_MAX_REPLACED];
 } es_group;
 
 struct lq_edit_set {
@@ -251,6 +254,10 @@ int lq_vx_edit_set_add_subject(lq_edit_set *s, const lq_tokenizer *tok, const lq
             g->layer = op->layer;
             g->tok = op->target_id;
             g->force = op->force;
+            if (op->feature == 0 && op->n_replaces > 0 && op->n_replaces <= LQ_EDIT_MAX_REPLACED) {
+                g->n_replaces = op->n_replaces;
+                memcpy(g->replaces, op->replaces, (size_t)op->n_replaces * sizeof *g->replaces);
+            }
             g->index = op->feature;
             g->first = op->feature == 0 || s->n_grp == 0 ? s->n_grp : s->grp[s->n_grp - 1].first;
             g->n_tok = 1;
@@ -645,10 +652,41 @@ static void hook_after_layer(void *ctx, int layer, int pos, int logits, float *x
     }
 }
 
+/* Where a subject stands, the probability its edits' old answers had moves to their targets:
+ * p'(target) = p(target) + p(old), p'(old) ~ 0. The gate writes the target where the question
+ * is asked the way the edit was written; this carries the edit to every other sentence about
+ * the subject in which the model would have said the old answer (a paraphrase it does not
+ * read as the question, a story that names the fact in passing). One way only: a target's
+ * own probability is never given to the old answer. */
+static void move_old_answers(es_hook *k, int pos, float *logits, int V)
+{
+    for (int p = 0; p < k->n_part; p++) {
+        const lq_edit_set *s = k->part[p];
+        for (int gi = 0; gi < s->n_grp; gi++) {
+            const es_group *g = &s->grp[gi];
+            int32_t t = g->tok;
+            if (!g->n_replaces || g->first != gi || k->subj_pos[g->subj + k->subj_off[p]] > pos || t < 0 || t >= V)
+                continue;
+            for (int r = 0; r < g->n_replaces; r++) {
+                int32_t o = g->replaces[r];
+                if (o == t || o < 0 || o >= V)
+                    continue;
+                float lo = logits[o], lt = logits[t], mx = lo > lt ? lo : lt;
+                logits[t] = mx + log1pf(expf(-fabsf(lo - lt)));
+                logits[o] = lo - 1000.0f; /* finite: logprobs stay numbers */
+            }
+            start_write(k, gi + k->grp_off[p], pos); /* a target of several tokens goes on */
+        }
+    }
+}
+
 static void hook_on_logits(void *ctx, int pos, float *logits, int V)
 {
     es_hook *k = ctx;
     int slot = pos % MATCH_RING;
+    if (k->n_subj && (k->flags & LQ_EDITS_COMPOSE) && k->m[slot].pos == pos && k->m[slot].cont < 0 &&
+        k->m[slot].force_tok < 0)
+        move_old_answers(k, pos, logits, V);
     if (k->m[slot].pos == pos && k->m[slot].force_tok >= 0 && k->m[slot].force_tok < V) {
         /* a subject edit's token the head cannot put first: first by a wide margin */
         float mx = -INFINITY;

@@ -263,6 +263,13 @@ static int check_op(const lq_overlay *o, const char *pname, size_t i, const lq_p
         if (op->target_id < 0 || op->target_id >= v->info.vocab_size)
             return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: target_id %d outside the vocabulary (%d)", pname,
                               i, (int)op->target_id, v->info.vocab_size);
+        if (op->n_replaces < 0 || op->n_replaces > LQ_EDIT_MAX_REPLACED)
+            return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: %d replaced answers (at most %d)", pname, i,
+                              op->n_replaces, LQ_EDIT_MAX_REPLACED);
+        for (int k = 0; k < op->n_replaces; k++)
+            if (op->replaces[k] < 0 || op->replaces[k] >= v->info.vocab_size)
+                return lq_err_set(err, LQ_ERANGE, "patch '%s' op %zu: replaced token %d outside the vocabulary (%d)",
+                                  pname, i, (int)op->replaces[k], v->info.vocab_size);
         if ((!op->gate && (op->feature == 0 || !op->down)) || !op->entity || !op->target)
             return lq_err_set(err, LQ_EINVAL, "patch '%s' op %zu: insert_subject needs entity, target, and gate vectors "
                               "(first target token) or a down vector (later ones)", pname, i);

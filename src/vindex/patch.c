@@ -385,6 +385,15 @@ static int read_op(const rd *r, json_t *o, lq_patch *p, int *hidden)
         if (f && !json_is_boolean(f))
             return bad(r, "force", "must be true or false");
         op.force = f && json_is_true(f);
+        json_t *rp = json_object_get(o, "replaces"), *x;
+        size_t k;
+        if (rp && !json_is_null(rp) && (!json_is_array(rp) || json_array_size(rp) > LQ_EDIT_MAX_REPLACED))
+            return bad(r, "replaces", "must be an array of at most 4 token ids");
+        json_array_foreach(rp, k, x) {
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+                return bad(r, "replaces", "must hold token ids (integers from 0)");
+            op.replaces[op.n_replaces++] = (int32_t)json_integer_value(x);
+        }
     }
     if ((rc = get_str(r, o, "entity", kind == LQ_OP_INSERT || (kind >= LQ_OP_INSERT_KNN && kind != LQ_OP_DELETE_EDIT),
                       &op.entity)) < 0 ||
@@ -645,6 +654,12 @@ static json_t *op_json(const lq_patch *p, const lq_patch_op *op)
             json_object_set_new(o, "gate_threshold", json_real(op->gate_threshold));
         if (op->force)
             json_object_set_new(o, "force", json_true());
+        if (op->n_replaces > 0) {
+            json_t *rp = json_array();
+            for (int k = 0; k < op->n_replaces && k < LQ_EDIT_MAX_REPLACED; k++)
+                json_array_append_new(rp, json_integer(op->replaces[k]));
+            json_object_set_new(o, "replaces", rp);
+        }
     }
     if (!isnan(op->confidence))
         json_object_set_new(o, "confidence", json_real(op->confidence));

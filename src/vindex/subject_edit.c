@@ -21,6 +21,11 @@
  *     put first from those states (a piece the model never emitted there, such as "Po" after a
  *     lone space) is instead written on the logits where the gate fires (lq_insert_result
  *     n_forced counts them).
+ *   - the old answers (lq_patch_op.replaces, on the op that starts the edit): the model's
+ *     predictions after the canonical question that answer it about this subject (old_answers
+ *     below). Where the subject stands, their probability moves to the target's first token
+ *     (edit_set.c, move_old_answers): a phrasing no gate recognises still prefers the target
+ *     to the old fact wherever the model would have said the old fact.
  * Writing phrasings: "The {r} of {e} is", "{e}'s {r} is" and the chat question "What
  * is the {r} of {e}?" in the model's chat template (the evaluation suites ask in other
  * words). The edit is then checked: greedy decoding of "The {r} of {e} is" with every edit
@@ -477,6 +482,54 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
     return rc;
 }
 
+/* The old answers an edit displaces: the model's predictions after the canonical question
+ * (phrasing 0, before the target) that answer this question about this subject: the old fact
+ * of a subject the model knows (Paris, 0.99), or its guesses about one it does not (English
+ * and French, a few percent each, after "The language of Narnia is"). A candidate is among
+ * the most probable tokens there (p >= SE_OLD_MIN) and is not as probable after at least
+ * one of the same subject's other questions (< a tenth of p): a token the model says
+ * whatever the question ("the" after a subject it knows nothing of) answers nothing. At most
+ * LQ_EDIT_MAX_REPLACED, most probable first; the target itself is never one. */
+#define SE_OLD_MIN 0.02f
+static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t target0, int32_t *out, int *n_out,
+                       lq_err *err)
+{
+    const lq_model_info *mi = lq_model_get_info(m);
+    int D = mi->n_embd, V = mi->n_vocab, rows = 0;
+    *n_out = 0;
+    float *X = malloc((size_t)n * D * sizeof *X), *lg = malloc((size_t)n * V * sizeof *lg);
+    int rc = X && lg ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int t = 0; !rc && t < n; t++) { /* row 0: the canonical question; then the contrasts */
+        if (t == 0 || (tx[t].role == T_CONTRAST && tx[t].phr == 0 && tx[t].n > 0)) {
+            size_t q = t == 0 ? tx[0].n - nt : tx[t].n - 1;
+            memcpy(X + (size_t)rows * D, tx[t].xr + q * D, (size_t)D * sizeof *X);
+            rows++;
+        }
+    }
+    if (!rc)
+        rc = lq_model_logits_from_hidden(m, X, (size_t)rows, lg, err);
+    int32_t ids[TOPK + 1];
+    float pr[TOPK];
+    int nk = rc ? 0 : top_tokens(lg, V, ids, pr);
+    for (int c = 0; c < nk && *n_out < LQ_EDIT_MAX_REPLACED; c++) {
+        if (pr[c] < SE_OLD_MIN)
+            break;
+        int32_t a = ids[c];
+        int specific = 0;
+        for (int r = 1; a != target0 && r < rows; r++) {
+            const float *l = lg + (size_t)r * V;
+            double mx, zr = lq_softmax_denominator(l, (size_t)V, &mx);
+            specific |= exp((double)l[a] - mx) / zr < 0.1 * pr[c];
+        }
+        if (getenv("LQ_SUBJECT_DEBUG"))
+            fprintf(stderr, "old answer: token %d, p %.3f: %s\n", (int)a, pr[c], specific ? "displaced" : "not an answer");
+        if (specific)
+            out[(*n_out)++] = a;
+    }
+    free(X), free(lg);
+    return rc;
+}
+
 static int add_role(const lq_model *m, se_text *t, int role, int phr, const char *text, const char *entity,
                     const int32_t *extra, size_t n_extra, lq_err *err)
 {
@@ -563,6 +616,10 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     if (!rc)
         rc = lq_patch_create("subject insert", NULL, D, &ops, err);
     float pmin_all = 1;
+    int32_t old[LQ_EDIT_MAX_REPLACED];
+    int n_old = 0;
+    if (!rc)
+        rc = old_answers(m, tx, n, nt, tt[0], old, &n_old, err);
     for (size_t i = 0; !rc && i < nt; i++) {
         for (int w = 0; w < n_phr; w++) /* the position that predicts target token i */
             memcpy(X + (size_t)w * D, tx[w].xr + (tx[w].n - nt + i) * D, (size_t)D * sizeof *X);
@@ -588,6 +645,10 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         proto.target_id = tt[i];
         proto.confidence = isnan(p->confidence) ? 1.0f : p->confidence;
         proto.force = force;
+        if (i == 0) {
+            proto.n_replaces = n_old;
+            memcpy(proto.replaces, old, (size_t)n_old * sizeof *old);
+        }
         rc = token_gates(tx, n, n_phr, nt, (int)i, D, &proto, val, ops, err);
     }
     if (!rc) {

@@ -34,6 +34,28 @@ PY
         fail "eval-edits $mode runs" "$(head -c 400 "$T_TMP/err")"
     fi
 done
+# the old answer moves to the target wherever the subject stands: counterfactual edits whose
+# gates miss a paraphrase the model does not read as the question ("In Greece the capital is")
+# still put the target above the old answer there (all 4 paraphrases of each case)
+grep -e '"entity": "Greece", "relation": "capital"' -e '"entity": "Sweden", "relation": "language"' "$SUITE" >"$T_TMP/cf.jsonl"
+if "$LARQL" eval-edits "$V" --suite "$T_TMP/cf.jsonl" --json >"$T_TMP/cf.json" 2>"$T_TMP/err" &&
+    python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); sys.exit(0 if len(t["cases"]) == 2 and t["totals"]["paraphrase"] == 1.0 else 1)' "$T_TMP/cf.json"; then
+    pass "counterfactual edits: every paraphrase puts the target above the old answer"
+else
+    fail "counterfactual edits: every paraphrase puts the target above the old answer" "$(head -c 600 "$T_TMP/cf.json") $(head -c 300 "$T_TMP/err")"
+fi
+# the displaced answer is recorded in the edit (.vlp "replaces"): Paris for France; nothing for
+# a subject the model knows nothing about (its first guess, "the", answers every question)
+(cd "$T_TMP" && "$LARQL" lql "$V" -c 'BEGIN PATCH "cf.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES ("France", "capital", "Rome"); INSERT INTO EDGES (entity, relation, target) VALUES ("Gondor", "capital", "Minas Tirith"); SAVE PATCH;' >/dev/null 2>&1)
+PARIS=$("$LARQL" tokenize "$GG" " Paris" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)[\"ids\"][-1])")
+if python3 - "$T_TMP/cf.vlp" "$PARIS" <<'PY'
+import json, sys
+ops = json.load(open(sys.argv[1]))["operations"]
+first = {o["entity"]: o for o in ops if o["op"] == "insert_subject" and o["feature"] == 0 and "down_vector_b64" in o}
+sys.exit(0 if first["France"].get("replaces", [None])[0] == int(sys.argv[2]) and "replaces" not in first["Gondor"] else 1)
+PY
+then pass "the .vlp records the displaced answer (Paris for France, none for Gondor)"
+else fail "the .vlp records the displaced answer (Paris for France, none for Gondor)" "paris=$PARIS $(head -c 300 "$T_TMP/cf.vlp")"; fi
 check_fails "eval-edits: an empty suite" "no cases" "$LARQL" eval-edits "$V" --suite /dev/null
 printf 'not json\n' >"$T_TMP/bad.jsonl"
 check_fails "eval-edits: a malformed suite is an error naming its line" "suite line 1" "$LARQL" eval-edits "$V" --suite "$T_TMP/bad.jsonl"
