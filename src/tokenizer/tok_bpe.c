@@ -11,48 +11,6 @@
 
 #include "tokenizer/tok_internal.h"
 
-/* ---------------------------------------------------------------- byte <-> unicode */
-
-static uint16_t byte_cp[256];   /* code point byte b is written as */
-static int16_t cp_byte[324];    /* inverse, -1 where no byte maps */
-static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
-
-static void init_tables(void)
-{
-    /* Printable Latin-1 bytes stand for themselves; the other 68 bytes take the code points
-     * 256, 257, ... in byte order, so every byte becomes a visible character. */
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        byte_cp[b] = (uint16_t)(printable ? b : 256 + n++);
-    }
-    for (int i = 0; i < 324; i++)
-        cp_byte[i] = -1;
-    for (int b = 0; b < 256; b++)
-        cp_byte[byte_cp[b]] = (int16_t)b;
-}
-
-void tok_bpe_byte_tables(void) { pthread_once(&byte_once, init_tables); }
-
-int tok_bpe_byte_to_utf8(uint8_t b, char out[2])
-{
-    tok_bpe_byte_tables();
-    unsigned cp = byte_cp[b];
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
-int tok_bpe_cp_to_byte(uint32_t cp)
-{
-    tok_bpe_byte_tables();
-    return cp < 324 ? cp_byte[cp] : -1;
-}
-
 /* ---------------------------------------------------------------- merge loop */
 
 typedef struct bpe_ctx {
