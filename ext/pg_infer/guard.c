@@ -35,6 +35,9 @@ static bool bus_installed;
 /* lq_mapfault_count() when this backend last checked: a difference is a fault not yet
  * reported */
 static uint64 faults_seen;
+/* what a vanished page costs: every local model closed (registry.c's, given by _PG_init, so
+ * that this file depends on no other of the extension) */
+static void (*close_local)(void);
 
 /* SIGBUS: a page of a file liblarql maps becomes zeros and the read resumes; any other bus
  * error gets the previous action back (the default one dumps core, as before). */
@@ -58,10 +61,11 @@ bus_handler(int sig, siginfo_t *si, void *uctx)
 }
 
 void
-pgi_guard_init(void)
+pgi_guard_init(void (*close_all_local)(void))
 {
 	struct sigaction sa;
 
+	close_local = close_all_local;
 	if (bus_installed)
 		return;
 	memset(&sa, 0, sizeof sa);
@@ -86,7 +90,8 @@ pgi_mapcheck(void)
 		return;
 	faults_seen = lq_mapfault_count();
 	/* the fault's mapping is not known: every local model may hold a zero page */
-	pgi_cache_close_local();
+	if (close_local)
+		close_local();
 	ereport(ERROR,
 			(errcode(ERRCODE_IO_ERROR),
 			 errmsg("vindex files changed on disk while this query read them (truncated or rewritten in place)"),
@@ -101,7 +106,8 @@ pgi_fault_forget(void)
 	if (!pgi_fault_pending())
 		return false;
 	faults_seen = lq_mapfault_count();
-	pgi_cache_close_local();
+	if (close_local)
+		close_local();
 	return true;
 }
 

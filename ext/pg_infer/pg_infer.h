@@ -1,10 +1,17 @@
 /* pg_infer: shared declarations of the extension's C files.
  *
- * pg_infer.c   _PG_init, the infer.* GUCs, liblarql status -> ereport, small helpers
+ * pg_infer.c   _PG_init only
+ * gucs.c       the infer.* GUCs
+ * util.c       liblarql status -> ereport, argument helpers, JSON through jsonb
  * registry.c   infer.models (SPI), the per-backend model cache, model management functions
+ * edits_fold.c the rows of infer.edits folded into a local model before it answers
+ * edits.c      infer_insert / infer_update / infer_delete (rows of infer.edits)
  * queries.c    the knowledge query functions (describe, walk, ...) and the operators
+ * am.c         the infer index access method
  * remote.c     the remote backend: HTTP to `larql serve` with libcurl, no threads
  * guard.c      vindex files that change under a backend (SIGBUS, identity), the cancel hook
+ * Arrows point one way: pg_infer -> am -> queries -> edits -> registry -> edits_fold, remote,
+ * guard -> util, gucs (tests/cli/py/file_cycles.py checks there is no circle).
  *
  * Everything runs on the backend's own thread: vindexes are opened with one scan thread
  * (no worker threads exist), so liblarql never runs concurrently with PostgreSQL code and
@@ -22,7 +29,8 @@
 #include "larql/status.h"
 #include "larql/vindex.h"
 
-/* ---- GUCs (pg_infer.c) ---- */
+/* ---- GUCs (gucs.c) ---- */
+extern void pgi_gucs_define(void);	/* from _PG_init */
 extern char *pgi_default_model;
 extern char *pgi_data_directory;
 extern int pgi_max_memory;
@@ -34,19 +42,20 @@ extern int pgi_similarity_max_layers;
 extern char *pgi_default_server_url;
 extern int pgi_remote_timeout_ms;
 
-/* ---- errors (pg_infer.c) ---- */
+/* ---- errors (util.c) ---- */
 /* ERROR for a liblarql status: SQLSTATE from the code, errmsg "<what>: <library message>". */
 extern void pgi_lq_error(int rc, const lq_err *err, const char *what) pg_attribute_noreturn();
 extern int pgi_lq_sqlstate(int rc);
 
-/* ---- helpers (pg_infer.c) ---- */
+/* ---- helpers (util.c) ---- */
 /* Text argument `argno` as a C string; ERROR "<name> must not be NULL" when NULL. */
 extern char *pgi_text_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 /* Text argument or NULL. */
 extern char *pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno);
-/* Band name of a layer ("" without bands in index.json). */extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
+/* Band name of a layer ("" without bands in index.json). */
+extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
 
-/* ---- JSON through jsonb (pg_infer.c): palloc'd, ERROR on malformed input ---- */
+/* ---- JSON through jsonb (util.c): palloc'd, ERROR on malformed input ---- */
 #include "utils/jsonb.h"
 extern JsonbContainer *pgi_json_parse(const char *body);
 extern char *pgi_jstr(JsonbContainer *c, const char *key);	/* "" when absent */
@@ -87,7 +96,9 @@ extern lq_model *pgi_model_engine(PgiModel *m);
  * `expect` (SPI_OK_SELECT, SPI_OK_DELETE, ...); returns the rows processed. */
 extern uint64 pgi_registry_exec(const char *sql, const char *name, int expect);
 
-/* ---- edits (edits.c) ---- */
+/* ---- edits (edits_fold.c) ---- */
+/* The next statement re-checks m's edits (after this backend wrote one). */
+extern void pgi_edits_forget_check(PgiModel *m);
 /* Folds the rows of infer.edits this statement sees into m (at most one check a statement);
  * called by pgi_model_by_name for local models. */
 extern void pgi_edits_sync(PgiModel *m);
@@ -99,7 +110,8 @@ extern struct lq_overlay *pgi_edits_overlay(PgiModel *m);
 extern double pgi_similar(PgiModel *m, const char *a, const char *b);
 
 /* ---- mapped files and cancels (guard.c) ---- */
-extern void pgi_guard_init(void);	/* SIGBUS handler; from _PG_init */
+/* SIGBUS handler; from _PG_init, with what closes every local model (registry.c) */
+extern void pgi_guard_init(void (*close_all_local)(void));
 /* A page of a mapped file vanished since the last check (the SIGBUS handler recovered it). */
 extern bool pgi_fault_pending(void);
 /* After reading mapped bytes: ERROR (58030) if a page vanished meanwhile, once every local

@@ -45,6 +45,12 @@ if nm "$EXT/pg_infer.so" 2>/dev/null | grep -q 'lq_fixture\|lq_fact_parse'; then
 else
     pass "the module holds no fixture code"
 fi
+# its files depend on each other one way (pg_infer.h names the order)
+if python3 "$(dirname "$0")/py/file_cycles.py" "$BUILD" pg_infer >"$T_TMP/cycles" 2>&1; then
+    pass "no file-level cycle among pg_infer's files"
+else
+    fail "no file-level cycle among pg_infer's files" "$(grep CYCLE "$T_TMP/cycles")"
+fi
 
 # ---- fixtures ----
 F=$T_TMP/fix
