@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/grammar_internal.h"
+#include "core/hash.h"
 
 #define GR_BIG_SUBTREE 64             /* subtrees with this many tokens get a byte set */
 #define GR_MASK_CACHE_BYTES (16u << 20) /* per state object (one request): 1,000 masks of a
@@ -292,15 +293,14 @@ static lq_grammar_vocab *cache[GR_VOCAB_CACHE];
 
 static uint64_t fingerprint(const lq_tokenizer *t)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)lq_tokenizer_kind(t);
+    uint64_t h = LQ_FNV64_OFFSET ^ (uint64_t)lq_tokenizer_kind(t);
     int32_t n = lq_tokenizer_n_vocab(t);
     for (int32_t i = 0; i < n; i++) {
         size_t len = 0;
         const char *p = lq_tokenizer_piece(t, i, &len);
-        for (size_t k = 0; p && k < len; k++)
-            h = (h ^ (unsigned char)p[k]) * 1099511628211ull;
-        h = (h ^ 0xFFu) * 1099511628211ull; /* piece separator */
-        h = (h ^ (uint64_t)lq_tokenizer_is_control(t, i)) * 1099511628211ull;
+        unsigned char tail[2] = {0xFF, (unsigned char)lq_tokenizer_is_control(t, i)}; /* separator, kind */
+        h = lq_fnv1a64_more(h, p ? p : "", p ? len : 0);
+        h = lq_fnv1a64_more(h, tail, 2);
     }
     return h ^ (uint64_t)n << 40;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "larql/gguf.h"
+#include "core/hash.h"
 
 #define LQ_GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define LQ_GGUF_DEFAULT_ALIGNMENT 32u
@@ -66,15 +67,7 @@ const char *lq_gguf_vtype_name(int vt);
 /* Whether a ggml type number is known at all (in the size table). */
 int lq_ggml_type_known(int type);
 
-/* FNV-1a, used by the key and tensor-name hash tables. */
-static inline uint64_t lq_gguf_hash(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
+/* the key and tensor-name hash tables */
+static inline uint64_t lq_gguf_hash(const char *s, size_t n) { return lq_fnv1a64(s, n); }
 
 #endif

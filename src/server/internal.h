@@ -243,7 +243,6 @@ typedef struct reply {
 
 /* util.c */
 double lq_now(void);                      /* monotonic seconds */
-double lq_round(double x, int decimals);
 json_t *lq_jstr(const char *s, size_t len); /* JSON string; invalid UTF-8 -> U+FFFD */
 void reply_json(reply *r, int status, json_t *j); /* steals j */
 void reply_larql_err(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

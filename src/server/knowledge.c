@@ -34,6 +34,7 @@
 
 #include "larql/patch.h"
 #include "server/internal.h"
+#include "core/round.h"
 
 #define SID_MAX 64
 
@@ -611,13 +612,13 @@ void route_insert(lq_server *s, req *q, reply *r)
         json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:s,s:f,s:o,s:f,s:s}", "entity", ip.entity, "relation",
                               ip.relation, "target", ip.target, "inserted", res.n_layers, "mode", mname,
                               "alpha", (double)ip.alpha, "session", session_value(&ke), "latency_ms",
-                              lq_round((lq_now() - t0) * 1000.0, 1), "id", res.id);
+                              lq_round_dp((lq_now() - t0) * 1000.0, 1), "id", res.id);
         if (o && ip.mode == LQ_INSERT_COMPOSE && res.weights) { /* ours: the balance's outcome */
-            json_object_set_new(o, "down_scale", json_real(lq_round(res.down_scale, 4)));
-            json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
+            json_object_set_new(o, "down_scale", json_real(lq_round_dp(res.down_scale, 4)));
+            json_object_set_new(o, "target_probability", json_real(lq_round_dp(res.target_prob, 4)));
         }
         if (o && ip.mode == LQ_INSERT_SUBJECT) { /* measured after the edit, on the canonical prompt */
-            json_object_set_new(o, "target_probability", json_real(lq_round(res.target_prob, 4)));
+            json_object_set_new(o, "target_probability", json_real(lq_round_dp(res.target_prob, 4)));
             json_object_set_new(o, "tokens_on_logits", json_integer(res.n_forced));
         }
         reply_json(r, 200, o);

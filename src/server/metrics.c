@@ -9,6 +9,7 @@
 #include "core/json_obj.h"
 #include "core/sb.h"
 #include "server/internal.h"
+#include "core/round.h"
 
 /* Requests are counted by row of the route table (srv_route_index), labelled by its path;
  * the last slot is every request that matched no row ("other"). */
@@ -222,8 +223,8 @@ static json_t *counters_json(lq_server *s)
                      "requests_served", (json_int_t)LD(m->requests_total), "requests_by_route", by,
                      "prompt_tokens", (json_int_t)LD(m->prompt_tokens),
                      "generated_tokens", (json_int_t)LD(m->generated_tokens),
-                     "prefill_tokens_per_second", lq_round(rate(LD(m->prefill_tokens), LD(m->prefill_us)), 1),
-                     "decode_tokens_per_second", lq_round(rate(LD(m->decode_tokens), LD(m->decode_us)), 1),
+                     "prefill_tokens_per_second", lq_round_dp(rate(LD(m->prefill_tokens), LD(m->prefill_us)), 1),
+                     "decode_tokens_per_second", lq_round_dp(rate(LD(m->decode_tokens), LD(m->decode_us)), 1),
                      "active_requests", (json_int_t)LD(m->active_requests),
                      "active_streams", (json_int_t)LD(m->active_streams),
                      "active_sessions", (json_int_t)sessions_in_use(s, &sst), "queue_depth", sst.queued,
@@ -290,15 +291,15 @@ void route_runtime(lq_server *s, req *q, reply *r)
     json_t *j = json_pack(
         "{s:s,s:b,s:s,s:i,s:f,s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "model", s->model_id, "loaded",
         m != NULL, "kernels", mi && mi->kernels ? mi->kernels : "", "threads", mi ? mi->n_threads : 0,
-        "model_load_ms", lq_round(s->load_ms, 1),
-        "decode_tokens_per_second", lq_round(rate(LD(mt->decode_tokens), LD(mt->decode_us)), 1),
-        "prefill_tokens_per_second", lq_round(rate(LD(mt->prefill_tokens), LD(mt->prefill_us)), 1),
+        "model_load_ms", lq_round_dp(s->load_ms, 1),
+        "decode_tokens_per_second", lq_round_dp(rate(LD(mt->decode_tokens), LD(mt->decode_us)), 1),
+        "prefill_tokens_per_second", lq_round_dp(rate(LD(mt->prefill_tokens), LD(mt->prefill_us)), 1),
         "active_sessions", (json_int_t)sessions, "active_streams", (json_int_t)LD(mt->active_streams),
         "active_requests", (json_int_t)LD(mt->active_requests),
         "pooled_sessions", (json_int_t)(s->n_sessions + st.sessions),
         "kv_bytes_per_session", (json_int_t)s->kv_bytes_per_session,
         "kv_bytes_in_use", (json_int_t)(sessions * (int64_t)s->kv_bytes_per_session),
-        "batched_decode", m != NULL, "uptime_seconds", lq_round(lq_now() - s->t_boot, 1));
+        "batched_decode", m != NULL, "uptime_seconds", lq_round_dp(lq_now() - s->t_boot, 1));
     /* the model options in force (as loaded; before the load, as asked) */
     const lq_model_opts *mo = &s->o.model;
     json_object_set_new(j, "kv_type", json_string(lq_kv_type_name(mi ? mi->kv_type : mo->kv_type)));
@@ -314,12 +315,12 @@ void route_runtime(lq_server *s, req *q, reply *r)
     json_object_set_new(j, "lm_head_bounded",
                         json_pack("{s:b,s:I,s:I,s:f,s:I,s:I,s:I,s:f,s:I,s:f,s:I}", "enabled", hs.enabled,
                                   "tokens", (json_int_t)hs.tokens, "rows_exact", (json_int_t)hs.rows_exact,
-                                  "rows_exact_per_token", lq_round(per_tok, 2), "full_head_tokens",
+                                  "rows_exact_per_token", lq_round_dp(per_tok, 2), "full_head_tokens",
                                   (json_int_t)hs.full, "rescored_after_sampling_transforms",
                                   (json_int_t)hs.gen_rescored, "full_head_after_sampling_transforms",
                                   (json_int_t)hs.gen_full, "max_uncovered_mass", hs.max_uncovered,
                                   "copy_bytes_per_token", (json_int_t)hs.copy_bytes,
-                                  "bytes_per_token", lq_round(hs.enabled ? (double)hs.copy_bytes + per_tok * row_bytes : 0.0, 0),
+                                  "bytes_per_token", lq_round_dp(hs.enabled ? (double)hs.copy_bytes + per_tok * row_bytes : 0.0, 0),
                                   "exact_bytes_per_token", (json_int_t)hs.exact_bytes));
     json_object_set_new(j, "act", json_string(mo->act_mode == LQ_ACT_F32 ? "float" : "ms"));
     /* copying: a GGUF's 2 MB-page copy is still being made (answers come from the mapping) */
@@ -345,8 +346,8 @@ void route_runtime(lq_server *s, req *q, reply *r)
                         json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,
                                   "decode_tokens", (json_int_t)st.decode_tokens, "decode_step_seconds",
-                                  lq_round(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
+                                  lq_round_dp(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
                                   "batch_size_histogram", hist, "aggregate_decode_tokens_per_second",
-                                  lq_round(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
+                                  lq_round_dp(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
     reply_json(r, 200, j);
 }

@@ -4,6 +4,7 @@
  * swept when the table fills, and IPv6 clients are keyed by their /64 (one host holds a whole
  * /64, so per-address buckets would not limit it). */
 #include "server/internal.h"
+#include "core/hash.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -70,13 +71,7 @@ void srv_ratelimit_free(srv_ratelimit *rl)
     free(rl);
 }
 
-static uint32_t key_hash(const char *k)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; *k; k++)
-        h = (h ^ (uint8_t)*k) * 16777619u;
-    return h;
-}
+static uint32_t key_hash(const char *k) { return (uint32_t)lq_hash_mix64(lq_fnv1a64_str(k)); }
 
 /* drop the buckets that have refilled: they answer as a new bucket would */
 static void sweep(srv_ratelimit *rl, double now)

@@ -28,6 +28,7 @@
 #include "core/le.h"
 #include "larql/vindex.h"
 #include "server/internal.h"
+#include "core/round.h"
 
 #define FFN_CT "application/x-larql-ffn"
 #define BATCH_MARKER 0xFFFFFFFFu
@@ -271,7 +272,7 @@ static json_t *features_json(lq_server *s, const ffn_req *f, reply *r)
         json_t *fe = json_array(), *sc = json_array();
         for (size_t h = 0; h < nh; h++) {
             json_array_append_new(fe, json_integer(hits[h].feature));
-            json_array_append_new(sc, json_real(lq_round(hits[h].score, 2)));
+            json_array_append_new(sc, json_real(lq_round_dp(hits[h].score, 2)));
         }
         json_array_append_new(results, json_pack("{s:i,s:o,s:o}", "layer", f->layers[i], "features", fe, "scores", sc));
     }
@@ -344,7 +345,7 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
         json_t *res = features_json(s, &f, r);
         if (!res)
             goto done;
-        double ms = lq_round((lq_now() - t0) * 1000.0, 1);
+        double ms = lq_round_dp((lq_now() - t0) * 1000.0, 1);
         if (f.n_layers == 1 && !f.batch) {
             json_t *one = json_incref(json_array_get(res, 0));
             json_decref(res);
@@ -423,11 +424,11 @@ void route_walk_ffn(lq_server *s, req *q, reply *r)
     if (one) {
         json_t *e = json_incref(json_array_get(results, 0));
         json_decref(results);
-        json_object_set_new(e, "latency_ms", json_real(lq_round(ms, 1)));
+        json_object_set_new(e, "latency_ms", json_real(lq_round_dp(ms, 1)));
         reply_json(r, 200, e);
     } else {
         reply_json(r, 200, json_pack("{s:o,s:I,s:f}", "results", results, "seq_len", (json_int_t)f.seq_len,
-                                     "latency_ms", lq_round(ms, 1)));
+                                     "latency_ms", lq_round_dp(ms, 1)));
     }
 done:
     free(bin);

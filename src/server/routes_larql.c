@@ -16,6 +16,8 @@
 #include "larql/sampler.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
+#include "core/hash.h"
+#include "core/round.h"
 
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference)
 {
@@ -172,13 +174,6 @@ static void vindex_reply(reply *r, int rc, char *json, const lq_err *err)
  * 304 when If-None-Match names the current ETag. The tag hashes the body without its
  * latency_ms, so it is stable while the answer is (LARQL's changes on every call unless its
  * server cache is on) and changes as soon as an edit changes what describe sees. */
-static uint64_t fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
-    return h;
-}
 
 static void describe_cache_headers(lq_server *s, req *q, reply *r)
 {
@@ -186,7 +181,7 @@ static void describe_cache_headers(lq_server *s, req *q, reply *r)
         return;
     const char *lat = strstr(r->body, ",\"latency_ms\":");
     size_t n = lat ? (size_t)(lat - r->body) : r->len;
-    snprintf(r->etag_buf, sizeof r->etag_buf, "\"%016llx\"", (unsigned long long)fnv1a(r->body, n));
+    snprintf(r->etag_buf, sizeof r->etag_buf, "\"%016llx\"", (unsigned long long)lq_fnv1a64(r->body, n));
     r->etag = r->etag_buf;
     if (s->o.cache_ttl_s > 0)
         snprintf(r->cache_buf, sizeof r->cache_buf, "public, max-age=%d", s->o.cache_ttl_s);
@@ -787,7 +782,7 @@ void route_embed(lq_server *s, req *q, reply *r)
         json_array_append_new(res, v);
     }
     reply_json(r, 200, json_pack("{s:o,s:I,s:I,s:f}", "residual", res, "seq_len", (json_int_t)n, "hidden_size",
-                                 (json_int_t)e.h, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+                                 (json_int_t)e.h, "latency_ms", lq_round_dp((lq_now() - t0) * 1000.0, 1)));
     res = NULL; /* owned by the reply */
 out:
     json_decref(res);
@@ -944,10 +939,10 @@ void route_logits(lq_server *s, req *q, reply *r)
         /* temperature 0: all mass on the argmax */
         double p = temp > 0 ? exp((double)vals[i] - lse) : (i == 0 ? 1.0 : 0.0);
         json_array_append_new(arr, json_pack("{s:i,s:o,s:f}", "token_id", ids[i], "token", lq_jstr(t, len),
-                                             "prob", lq_round(p, 6)));
+                                             "prob", lq_round_dp(p, 6)));
         free(t);
     }
-    reply_json(r, 200, json_pack("{s:o,s:f}", "top_k", arr, "latency_ms", lq_round((lq_now() - t0) * 1000.0, 1)));
+    reply_json(r, 200, json_pack("{s:o,s:f}", "top_k", arr, "latency_ms", lq_round_dp((lq_now() - t0) * 1000.0, 1)));
 out:
     free(x);
     free(logits);

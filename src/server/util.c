@@ -14,11 +14,6 @@
 
 double lq_now(void) { return lq_now_ms() / 1e3; }
 
-double lq_round(double x, int decimals)
-{
-    double p = pow(10.0, decimals);
-    return round(x * p) / p;
-}
 
 void srv_log(lq_server *s, const char *fmt, ...)
 {

@@ -34,6 +34,7 @@
 #include "larql/tokenizer.h"
 #include "server/internal.h"
 #include "server/sha1.h"
+#include "core/round.h"
 
 #define WS_MAX_MSG (1u << 20)      /* reassembled message limit: over -> close 1009 */
 /* Output a client has not read: past WS_OUT_SOFT no more of its frames are read (TCP pushes
@@ -298,7 +299,7 @@ static void finish_generation(ws *w)
     pthread_mutex_unlock(&w->mu);
     lq_sched_release(w->h);
     w->h = NULL;
-    double ms = lq_round((lq_now() - w->gen_t0) * 1000.0, 1);
+    double ms = lq_round_dp((lq_now() - w->gen_t0) * 1000.0, 1);
     if (rc && rc != LQ_ECANCELED) {
         put_error(w, "%s", e.msg);
         return;
@@ -435,7 +436,7 @@ static void do_describe(ws *w, json_t *j)
         for (; k < r.n_edges && r.edges[k].layer == r.layers[li]; k++) {
             const lq_describe_edge *d = &r.edges[k];
             json_t *o = json_pack("{s:o,s:f,s:i}", "target", lq_jstr(d->target, strlen(d->target)), "gate_score",
-                                  lq_round(d->gate_score, 1), "feature", d->feature);
+                                  lq_round_dp(d->gate_score, 1), "feature", d->feature);
             if (d->relation) {
                 json_object_set_new(o, "relation", lq_jstr(d->relation, strlen(d->relation)));
                 json_object_set_new(o, "source", json_string(d->relation_source ? d->relation_source : "probe"));
@@ -446,7 +447,7 @@ static void do_describe(ws *w, json_t *j)
         flush_out(w); /* layer by layer, as the route's name promises */
     }
     put_json(w, json_pack("{s:s,s:o,s:I,s:f}", "type", "done", "entity", lq_jstr(p.entity, strlen(p.entity)),
-                          "total_edges", (json_int_t)r.n_edges, "latency_ms", lq_round(r.latency_ms, 1)));
+                          "total_edges", (json_int_t)r.n_edges, "latency_ms", lq_round_dp(r.latency_ms, 1)));
     lq_describe_result_free(&r);
     srv_kview_put(&kv);
 }

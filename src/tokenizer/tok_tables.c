@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
+#include "core/hash.h"
 
 /* ---------------------------------------------------------------- small containers */
 
@@ -75,18 +76,7 @@ int tok_heap_pop(tok_heap *h, tok_bigram *out)
 
 /* ---------------------------------------------------------------- hashing */
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
+static uint64_t hash_bytes(const char *s, size_t n) { return lq_hash_mix64(lq_fnv1a64(s, n)); }
 
 static uint64_t hash_u64(uint64_t x)
 {

@@ -23,6 +23,7 @@
 #include "kernels/kernels.h"
 #include "larql/tokenizer.h"
 #include "vindex/vindex_internal.h"
+#include "core/hash.h"
 
 #define MAX_RELATION_CLUSTERS 512
 #define KMEANS_ITERS 50
@@ -417,13 +418,7 @@ typedef struct tokmap {
     size_t nslot;
 } tokmap;
 
-static size_t tm_hash(const char *s)
-{
-    size_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static size_t tm_hash(const char *s) { return (size_t)lq_fnv1a64_str(s); }
 
 static tokc *tm_get(tokmap *m, const char *tok)
 {

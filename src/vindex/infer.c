@@ -25,6 +25,7 @@
 #include "core/utf8.h"
 #include "larql/model.h"
 #include "vindex/vindex_internal.h"
+#include "core/round.h"
 
 /* ---- forward ---- */
 
@@ -379,8 +380,6 @@ int lq_infer_residuals(lq_model *m, const char *prompt, float *resid, lq_err *er
 
 /* ---- JSON ---- */
 
-static double r4(double p) { return round(p * 10000.0) / 10000.0; }
-static double r1(double ms) { return round(ms * 10.0) / 10.0; }
 
 static void put_preds(lq_sb *b, const lq_prediction *p, size_t n)
 {
@@ -389,7 +388,7 @@ static void put_preds(lq_sb *b, const lq_prediction *p, size_t n)
         lq_sb_puts(b, i ? ",{\"token\":" : "{\"token\":");
         lq_sb_json_str(b, p[i].token, strlen(p[i].token));
         lq_sb_puts(b, ",\"probability\":");
-        lq_sb_f64(b, r4(p[i].probability));
+        lq_sb_f64(b, lq_round_dp(p[i].probability, 4));
         lq_sb_puts(b, "}");
     }
     lq_sb_puts(b, "]");
@@ -407,7 +406,7 @@ static void put_override(lq_sb *b, const lq_infer_result *r)
         lq_sb_puts(b, ",\"model_top1\":{\"token\":");
         lq_sb_json_str(b, r->model_top1.token, strlen(r->model_top1.token));
         lq_sb_puts(b, ",\"probability\":");
-        lq_sb_f64(b, r4(r->model_top1.probability));
+        lq_sb_f64(b, lq_round_dp(r->model_top1.probability, 4));
         lq_sb_puts(b, "}");
     }
     lq_sb_puts(b, "}");
@@ -427,11 +426,11 @@ int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err
         lq_sb_puts(&b, ",\"walk\":");
         put_preds(&b, r.walk, r.n_walk);
         lq_sb_puts(&b, ",\"walk_ms\":");
-        lq_sb_f64(&b, r1(r.walk_ms));
+        lq_sb_f64(&b, lq_round_dp(r.walk_ms, 1));
         lq_sb_puts(&b, ",\"dense\":");
         put_preds(&b, r.dense, r.n_dense);
         lq_sb_puts(&b, ",\"dense_ms\":");
-        lq_sb_f64(&b, r1(r.dense_ms));
+        lq_sb_f64(&b, lq_round_dp(r.dense_ms, 1));
         if (r.knn_fired)
             put_override(&b, &r);
     } else if (r.coerced && p->mode && !strcmp(p->mode, "compare")) {
@@ -439,7 +438,7 @@ int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err
         lq_sb_puts(&b, ",\"dense\":");
         put_preds(&b, r.dense, r.n_dense);
         lq_sb_puts(&b, ",\"dense_ms\":");
-        lq_sb_f64(&b, r1(r.dense_ms));
+        lq_sb_f64(&b, lq_round_dp(r.dense_ms, 1));
     } else if (r.has_walk) {
         lq_sb_puts(&b, ",\"predictions\":");
         put_preds(&b, r.walk, r.n_walk);
@@ -452,7 +451,7 @@ int lq_infer_json(lq_model *m, const lq_infer_params *p, char **json_out, lq_err
         lq_sb_puts(&b, r.bitnet ? ",\"mode\":\"bitnet\"" : ",\"mode\":\"dense\"");
     }
     lq_sb_puts(&b, ",\"latency_ms\":");
-    lq_sb_f64(&b, r1(r.latency_ms));
+    lq_sb_f64(&b, lq_round_dp(r.latency_ms, 1));
     lq_sb_puts(&b, "}");
     lq_infer_result_free(&r);
     return lq_sb_finish(&b, json_out, err);
@@ -474,7 +473,7 @@ static void put_trace_feature(lq_sb *b, const lq_vindex *v, const lq_vindex_hit 
     lq_feature_meta fm;
     int has = lq_vindex_feature_meta(v, h->layer, h->feature, &fm);
     lq_sb_printf(b, "%s{\"feature\":%d,\"gate_score\":", first ? "" : ",", h->feature);
-    lq_sb_f64(b, round(h->score * 10.0) / 10.0);
+    lq_sb_f64(b, lq_round_dp(h->score, 1));
     lq_sb_puts(b, ",\"top_token\":");
     const char *t = has ? lq_vx_meta_text(v, &fm) : "";
     lq_sb_json_str(b, t, strlen(t));
@@ -569,7 +568,7 @@ int lq_explain_infer_json(lq_model *m, const lq_explain_params *p, char **json_o
     if (r.knn_fired)
         put_override(&b, &r);
     lq_sb_puts(&b, ",\"latency_ms\":");
-    lq_sb_f64(&b, r1(lq_now_ms() - t0));
+    lq_sb_f64(&b, lq_round_dp(lq_now_ms() - t0, 1));
     lq_sb_puts(&b, "}");
     rc = lq_sb_finish(&b, json_out, err);
 out:

@@ -9,8 +9,9 @@
 
 #include "core/clock.h"
 #include "vindex/vindex_internal.h"
+#include "core/hash.h"
+#include "core/round.h"
 
-static double round_ms(double ms) { return round(ms * 10.0) / 10.0; }
 
 /* ASCII lowercase copy (malloc'd). */
 static char *lower_dup(const char *s)
@@ -68,13 +69,7 @@ typedef struct smap {
     size_t cap, n;
 } smap;
 
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t str_hash(const char *s) { return lq_fnv1a64_str(s); }
 
 static int smap_find(const smap *m, const char *k)
 {
@@ -559,7 +554,7 @@ int lq_vindex_describe_json(const lq_vindex *v, const lq_describe_params *p, cha
         lq_sb_puts(&b, "}");
     }
     lq_sb_puts(&b, "],\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(r.latency_ms));
+    lq_sb_f64(&b, lq_round_dp(r.latency_ms, 1));
     lq_sb_puts(&b, "}");
     lq_describe_result_free(&r);
     return lq_sb_finish(&b, json_out, err);
@@ -758,7 +753,7 @@ int lq_vindex_walk_positions_json(const lq_vindex *v, const lq_walk_params *p, c
         return rc;
     }
     lq_sb_puts(&b, "],\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
+    lq_sb_f64(&b, lq_round_dp(lq_now_ms() - t0, 1));
     lq_sb_puts(&b, "}");
     return lq_sb_finish(&b, json_out, err);
 }
@@ -775,7 +770,7 @@ int lq_vindex_walk_json(const lq_vindex *v, const lq_walk_params *p, char **json
     lq_sb_puts(&b, ",\"hits\":");
     walk_hits_json(&b, &r);
     lq_sb_puts(&b, ",\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(r.latency_ms));
+    lq_sb_f64(&b, lq_round_dp(r.latency_ms, 1));
     lq_sb_puts(&b, "}");
     lq_walk_result_free(&r);
     return lq_sb_finish(&b, json_out, err);
@@ -904,7 +899,7 @@ int lq_vindex_select_json(const lq_vindex *v, const lq_select_params *p, char **
         lq_sb_puts(&b, "}");
     }
     lq_sb_printf(&b, "],\"total\":%zu,\"latency_ms\":", r.total);
-    lq_sb_f64(&b, round_ms(r.latency_ms));
+    lq_sb_f64(&b, lq_round_dp(r.latency_ms, 1));
     lq_sb_puts(&b, "}");
     lq_select_result_free(&r);
     return lq_sb_finish(&b, json_out, err);
@@ -1093,7 +1088,7 @@ static int relations_range(const lq_vindex *v, int lo, int hi, char **json_out, 
     }
     lq_sb_printf(&b, "],\"cluster_count\":%zu", v->n_clu);
     lq_sb_printf(&b, ",\"probe_count\":%zu,\"total\":%zu,\"latency_ms\":", v->n_labels, n);
-    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
+    lq_sb_f64(&b, lq_round_dp(lq_now_ms() - t0, 1));
     lq_sb_puts(&b, "}");
     free(agg);
     free(pa);
@@ -1170,14 +1165,14 @@ int lq_vindex_nearest_json(const lq_vindex *v, const lq_nearest_params *p, char 
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", first ? "" : ",", hits[i].feature);
         lq_sb_json_str(&b, tok, strlen(tok));
         lq_sb_puts(&b, ",\"score\":");
-        lq_sb_f64(&b, lq_round_to(hits[i].score, 1e4));
+        lq_sb_f64(&b, lq_round_dp(hits[i].score, 4));
         lq_sb_puts(&b, ",\"also\":");
         put_also(&b, v, &fm);
         lq_sb_puts(&b, "}");
         first = 0;
     }
     lq_sb_puts(&b, "],\"latency_ms\":");
-    lq_sb_f64(&b, round_ms(lq_now_ms() - t0));
+    lq_sb_f64(&b, lq_round_dp(lq_now_ms() - t0, 1));
     lq_sb_puts(&b, "}");
     free(hits);
     return lq_sb_finish(&b, json_out, err);
@@ -1301,9 +1296,9 @@ int lq_vindex_similar_json(const lq_vindex *v, const char *a, const char *b, cha
     lq_sb_puts(&sb, ",\"b\":");
     lq_sb_json_str(&sb, b, strlen(b));
     lq_sb_puts(&sb, ",\"score\":");
-    lq_sb_f64(&sb, lq_round_to(s, 1e4));
+    lq_sb_f64(&sb, lq_round_dp(s, 4));
     lq_sb_puts(&sb, ",\"latency_ms\":");
-    lq_sb_f64(&sb, round_ms(lq_now_ms() - t0));
+    lq_sb_f64(&sb, lq_round_dp(lq_now_ms() - t0, 1));
     lq_sb_puts(&sb, "}");
     return lq_sb_finish(&sb, json_out, err);
 }

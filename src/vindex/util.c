@@ -146,7 +146,6 @@ void lq_sb_json_pretty(lq_sb *b, const json_t *v, int ind)
 }
 
 float lq_round1_f32(float x) { return roundf(x * 10.0f) / 10.0f; }
-double lq_round_to(double x, double scale) { return round(x * scale) / scale; }
 
 /* ---- files ---- */
 

@@ -39,7 +39,6 @@ void lq_sb_json_pretty(lq_sb *b, const json_t *v, int indent);
 
 /* Rust's f32 rounding helpers used by the server: (x * 10).round() / 10 etc. */
 float lq_round1_f32(float x);
-double lq_round_to(double x, double scale);
 
 /* ---- files ---- */
 /* Writes n bytes to dir/name (creating it), fsync'd. */
