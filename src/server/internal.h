@@ -69,8 +69,6 @@ typedef struct route {
 #define SRV_MAX_ROUTES 64
 const route *srv_routes(size_t *n);
 extern const route srv_unknown_route;
-/* 0..n-1 for a row of the table, n for srv_unknown_route */
-int srv_route_index(const route *rt);
 /* The row for (path, method): NULL when no row has the path; a row of the path with another
  * method when none has this one (*allowed: the methods the path answers). A "{name}" row's
  * segment is returned in *arg / *arg_len. Exact paths win over "{name}" rows. */
@@ -131,6 +129,10 @@ void srv_statedb_figures(const struct lq_server *s, srv_statedb_fig *f);
 struct lq_server {
     lq_server_opts o;
     srv_ratelimit *rl;        /* --rate-limit: on the front server only (else NULL) */
+    /* the route table (routes.c), given at open: metrics.c and openapi.c read it here rather
+     * than name routes.c, whose rows name their handlers */
+    const struct route *routes;
+    size_t n_routes;
     struct srv_deadline *deadline; /* the front's header deadline (deadline.c), else NULL */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
     char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */

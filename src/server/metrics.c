@@ -11,27 +11,20 @@
 #include "server/internal.h"
 #include "core/round.h"
 
-/* Requests are counted by row of the route table (srv_route_index), labelled by its path;
- * the last slot is every request that matched no row ("other"). */
-static size_t n_route_slots(void)
-{
-    size_t n = 0;
-    srv_routes(&n);
-    return n + 1;
-}
+/* Requests are counted by row of the route table (s->routes), labelled by its path; the last
+ * slot is every request that matched no row ("other"). */
+static size_t n_route_slots(const lq_server *s) { return s->n_routes + 1; }
 
-static const char *route_label(size_t i)
+static const char *route_label(const lq_server *s, size_t i)
 {
-    size_t n = 0;
-    const route *rs = srv_routes(&n);
-    return i < n ? rs[i].path : srv_unknown_route.path;
+    return i < s->n_routes ? s->routes[i].path : "other";
 }
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 void metrics_count(lq_server *s, const route *rt, int status)
 {
-    int route_id = srv_route_index(rt ? rt : &srv_unknown_route);
+    size_t route_id = rt && rt >= s->routes && rt < s->routes + s->n_routes ? (size_t)(rt - s->routes) : s->n_routes;
     if (status < 0 || status >= MAX_STATUS)
         status = 0;
     __atomic_add_fetch(&s->m.requests[route_id][status], 1, __ATOMIC_RELAXED);
@@ -83,19 +76,19 @@ void route_metrics(lq_server *s, req *q, reply *r)
     lq_sb_printf(&b, "# HELP larql_requests_total HTTP requests by route and status.\n"
                   "# TYPE larql_requests_total counter\n");
     /* one series per path: rows that share a path (one per method) are summed */
-    for (size_t i = 0; i < n_route_slots(); i++) {
+    for (size_t i = 0; i < n_route_slots(s); i++) {
         size_t first = 0;
-        while (strcmp(route_label(first), route_label(i)))
+        while (strcmp(route_label(s, first), route_label(s, i)))
             first++;
         if (first != i)
             continue;
         for (int st = 0; st < MAX_STATUS; st++) {
             uint64_t v = 0;
-            for (size_t j = i; j < n_route_slots(); j++)
-                if (!strcmp(route_label(j), route_label(i)))
+            for (size_t j = i; j < n_route_slots(s); j++)
+                if (!strcmp(route_label(s, j), route_label(s, i)))
                     v += LD(m->requests[j][st]);
             if (v)
-                lq_sb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_label(i), st,
+                lq_sb_printf(&b, "larql_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_label(s, i), st,
                              (unsigned long long)v);
         }
     }
@@ -203,16 +196,16 @@ static json_t *counters_json(lq_server *s)
     lq_scheduler_stats sst;
     sched_stats(s, &sst);
     json_t *by = lq_json_object();
-    for (size_t i = 0; i < n_route_slots(); i++) {
+    for (size_t i = 0; i < n_route_slots(s); i++) {
         /* rows that share a path (one per method) share its entry */
-        json_t *st = json_object_get(by, route_label(i));
+        json_t *st = json_object_get(by, route_label(s, i));
         for (int c = 0; c < MAX_STATUS; c++) {
             uint64_t v = LD(m->requests[i][c]);
             if (!v)
                 continue;
             if (!st) {
                 st = lq_json_object();
-                json_object_set_new(by, route_label(i), st);
+                json_object_set_new(by, route_label(s, i), st);
             }
             char k[16];
             snprintf(k, sizeof k, "%d", c);

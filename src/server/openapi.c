@@ -108,8 +108,8 @@ static const char *method_name(int m)
 char *srv_openapi_json(const lq_server *s, size_t *len)
 {
     json_t *paths = lq_json_object();
-    size_t n = 0;
-    const route *rs = srv_routes(&n);
+    size_t n = s->n_routes;
+    const route *rs = s->routes;
     for (int scoped = 0; scoped < 2; scoped++)
         for (size_t i = 0; i < n; i++) {
             const route *rt = &rs[i];

@@ -182,11 +182,6 @@ const route *srv_routes(size_t *n)
     return ROUTES;
 }
 
-int srv_route_index(const route *rt)
-{
-    size_t n = sizeof ROUTES / sizeof ROUTES[0];
-    return rt >= ROUTES && rt < ROUTES + n ? (int)(rt - ROUTES) : (int)n;
-}
 
 /* 2: the exact path; 1: a "{name}" row whose prefix the url extends by one non-empty
  * segment (returned in *arg); 0: no match. n is the url's length without a trailing slash. */

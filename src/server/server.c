@@ -146,6 +146,7 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     if (!s)
         return lq_err_set(err, LQ_ENOMEM, "server: out of memory");
     s->o = *o;
+    s->routes = srv_routes(&s->n_routes);
     s->mem_limit = limit;
     s->host = dupz(o->host && *o->host ? o->host : "127.0.0.1");
     s->api_key = o->api_key && *o->api_key ? dupz(o->api_key) : NULL;

@@ -223,9 +223,10 @@ static int sync_dir(const char *dir, lq_err *err)
     return rc;
 }
 
-int lq_overlay_compact(const lq_overlay *o, const char *dir, lq_err *err)
+int lq_vx_compact(const lq_vindex *base, const lq_vindex *view, const lq_knn_store *knn, const char *dir,
+                  lq_err *err)
 {
-    if (!o || !dir || !*dir)
+    if (!base || !view || !dir || !*dir)
         return lq_err_set(err, LQ_EINVAL, "compact: overlay and directory are required");
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
@@ -247,7 +248,7 @@ int lq_overlay_compact(const lq_overlay *o, const char *dir, lq_err *err)
             rm_tree(old);
         if (stat(nw, &st) == 0)
             rm_tree(nw);
-        rc = lq_overlay_compile(o, nw, err);
+        rc = lq_vx_compile(base, view, knn, nw, err);
     }
     if (!rc && rename(d, old))
         rc = lq_err_set(err, LQ_EIO, "compact: cannot rename %s: %s", d, strerror(errno));

@@ -757,21 +757,6 @@ const char *lq_vindex_base_checksum(const lq_vindex *v)
 }
 const lq_tokenizer *lq_vindex_tokenizer(const lq_vindex *v) { return v->tok; }
 
-int lq_vindex_gate_layer(const lq_vindex *v, int layer, const void **rows, int *nf, lq_err *err)
-{
-    *rows = NULL;
-    *nf = 0;
-    if (layer < 0 || layer >= v->info.num_layers)
-        return lq_err_set(err, LQ_ERANGE, "layer %d out of range (model has %d layers)", layer,
-                          v->info.num_layers);
-    const lq_vx_layer *ly = &v->layers[layer];
-    if (!v->has_gate || !ly->present || ly->num_features == 0)
-        return LQ_OK;
-    *rows = v->gate.data + ly->offset;
-    *nf = ly->num_features;
-    return LQ_OK;
-}
-
 int lq_vindex_embed_row(const lq_vindex *v, int32_t id, float *out, lq_err *err)
 {
     int D = v->info.hidden_size;

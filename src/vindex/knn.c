@@ -462,3 +462,45 @@ int lq_vindex_gate_knn(const lq_vindex *v, int layer, const float *q, size_t k,
 {
     return lq_vindex_gate_knn_batch(v, &layer, 1, q, 1, k, out, n_out, err);
 }
+
+/* The gate KNN as the view shows it: the base scan asked for K + the layer's overrides and
+ * tombstones, so that K survive the merge (LARQL asks for 2K; this is exact). */
+int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t n_q,
+                             size_t k, lq_vindex_hit *out, size_t *counts, lq_err *err)
+{
+    size_t extra = 0, room = 0;
+    int touched = 0;
+    for (size_t i = 0; v->view && i < n_layers; i++) {
+        if (layers[i] < 0 || layers[i] >= v->info.num_layers || !lq_vx_ov_touches(v, layers[i]))
+            continue;
+        touched = 1;
+        size_t e = lq_vx_ov_extra(v, layers[i]), g = lq_vx_ov_n_gates(v, layers[i]);
+        extra = e > extra ? e : extra;
+        room = g > room ? g : room;
+    }
+    if (!touched || k == 0 || k > LQ_VINDEX_MAX_QUERY_K)
+        return lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k, out, counts, err);
+    size_t k2 = k + extra, cells = n_q * n_layers;
+    lq_vindex_hit *tmp = malloc(cells * k2 * sizeof *tmp), *mb = malloc((k2 + room) * sizeof *mb);
+    size_t *cnt = malloc((cells ? cells : 1) * sizeof *cnt);
+    int rc = tmp && mb && cnt ? lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k2, tmp, cnt, err)
+                              : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (size_t q = 0; !rc && q < n_q; q++)
+        for (size_t i = 0; i < n_layers; i++) {
+            size_t c = q * n_layers + i;
+            const lq_vindex_hit *src = tmp + c * k2;
+            size_t n = cnt[c];
+            if (lq_vx_ov_touches(v, layers[i])) {
+                n = lq_vx_ov_gate_merge(v, layers[i], Q + q * (size_t)v->info.hidden_size, src, n, k, mb);
+                src = mb;
+            } else if (n > k) {
+                n = k;
+            }
+            memcpy(out + c * k, src, n * sizeof *out);
+            counts[c] = n;
+        }
+    free(tmp);
+    free(mb);
+    free(cnt);
+    return rc;
+}

@@ -30,34 +30,13 @@
 
 /* ---- the feature table ---- */
 
-static size_t fhash(int l, int f)
-{
-    uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)f;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t)k;
-}
-
-static ov_feat *find(const lq_overlay *o, int l, int f)
-{
-    if (!o->hcap)
-        return NULL;
-    for (size_t j = fhash(l, f) & (o->hcap - 1); o->slot[j]; j = (j + 1) & (o->hcap - 1)) {
-        ov_feat *e = &o->f[o->slot[j] - 1];
-        if (e->layer == l && e->feature == f)
-            return e;
-    }
-    return NULL;
-}
-
 static int rehash(lq_overlay *o, size_t cap)
 {
     size_t *s = calloc(cap, sizeof *s);
     if (!s)
         return LQ_ENOMEM;
     for (size_t i = 0; i < o->nf; i++) {
-        size_t j = fhash(o->f[i].layer, o->f[i].feature) & (cap - 1);
+        size_t j = ov_fhash(o->f[i].layer, o->f[i].feature) & (cap - 1);
         while (s[j])
             j = (j + 1) & (cap - 1);
         s[j] = i + 1;
@@ -70,7 +49,7 @@ static int rehash(lq_overlay *o, size_t cap)
 
 static ov_feat *get_or_add(lq_overlay *o, int l, int f)
 {
-    ov_feat *e = find(o, l, f);
+    ov_feat *e = ov_find(o, l, f);
     if (e)
         return e;
     if (o->nf == o->capf) {
@@ -88,7 +67,7 @@ static ov_feat *get_or_add(lq_overlay *o, int l, int f)
     e->layer = l;
     e->feature = f;
     e->target_id = -1;
-    size_t j = fhash(l, f) & (o->hcap - 1);
+    size_t j = ov_fhash(l, f) & (o->hcap - 1);
     while (o->slot[j])
         j = (j + 1) & (o->hcap - 1);
     o->slot[j] = ++o->nf;
@@ -514,6 +493,7 @@ int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_ov
     o->base = base;
     o->view = *base;
     o->view.ov = o;
+    o->view.view = &ov_view_ops; /* the read path asks through it (overlay_view.c) */
     pthread_mutex_init(&o->es_mu, NULL);
     o->hidden = base->info.hidden_size;
     o->n_layers = base->info.num_layers;
@@ -560,7 +540,8 @@ void lq_overlay_free(lq_overlay *o)
     free(o->edits_name);
     clear_dead(o);
     lq_edit_set_unref(o->es);
-    ov_layer_free(o);
+    if (o->layer_free)
+        o->layer_free(o);
     pthread_mutex_destroy(&o->es_mu);
     free(o);
 }
@@ -602,7 +583,7 @@ lq_edit_set *lq_overlay_edit_set(lq_overlay *o, lq_err *err)
     }
     pthread_mutex_lock(&o->es_mu);
     if (!o->es || o->es_version != o->version) {
-        lq_edit_set *s = o->lower_es ? ov_build_layered_edit_set(o, err) : NULL;
+        lq_edit_set *s = o->build_layered ? o->build_layered(o, err) : NULL;
         if (!s)
             s = ov_build_full_edit_set(o, err);
         if (s) {
@@ -941,7 +922,7 @@ static int free_feature(const lq_overlay *o, int layer)
     int best = -1;
     float bc = INFINITY;
     for (int f = 0; f < ly->num_features; f++) {
-        if (find(o, layer, f))
+        if (ov_find(o, layer, f))
             continue;
         lq_feature_meta m;
         if (!lq_vindex_feature_meta(o->base, layer, f, &m))
@@ -1253,7 +1234,7 @@ static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *
 {
     if ((w->layer >= 0 && l != w->layer) || (w->feature >= 0 && f != w->feature))
         return 0;
-    const ov_feat *e = find(o, l, f);
+    const ov_feat *e = ov_find(o, l, f);
     if (e && e->deleted)
         return 0;
     if (w->entity) {
@@ -1442,151 +1423,6 @@ int lq_overlay_update(lq_overlay *o, const lq_edit_where *w, const char *set_tar
     return rc;
 }
 
-/* ---- what the queries ask (vindex_internal.h) ---- */
-
-int lq_vx_ov_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m)
-{
-    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
-    if (!e || (!e->deleted && !e->has_meta))
-        return -1;
-    if (e->deleted)
-        return 0;
-    memset(m, 0, sizeof *m);
-    m->top_token_id = e->target_id < 0 ? 0 : e->target_id;
-    m->c_score = e->c_score;
-    m->top_token = e->target;
-    if (e->target_id >= 0) {
-        m->n_top = 1;
-        m->top_ids[0] = e->target_id;
-        m->top_logits[0] = e->c_score;
-    }
-    return 1;
-}
-
-int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row)
-{
-    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
-    if (!e || (!e->deleted && !e->gate))
-        return -1;
-    if (e->deleted)
-        return 0;
-    memcpy(row, e->gate, (size_t)v->ov->hidden * sizeof *row);
-    return 1;
-}
-
-const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature)
-{
-    const ov_feat *e = v->ov ? find(v->ov, layer, feature) : NULL;
-    return e && !e->deleted && e->has_meta && e->relation && *e->relation ? e->relation : NULL;
-}
-
-int lq_vx_ov_touches(const lq_vindex *v, int layer)
-{
-    const lq_overlay *o = v->ov;
-    return o && layer >= 0 && layer < o->n_layers && (o->n_gate[layer] || o->n_del[layer]);
-}
-
-size_t lq_vx_ov_extra(const lq_vindex *v, int layer)
-{
-    const lq_overlay *o = v->ov;
-    /* the full scan masks them (lq_vx_ov_mask); the prefilter's candidates are not masked */
-    if (!v->prefilter)
-        return 0;
-    return lq_vx_ov_touches(v, layer) ? (size_t)o->n_gate[layer] + (size_t)o->n_del[layer] : 0;
-}
-
-void lq_vx_ov_mask(const lq_vindex *v, int layer, float *scores, size_t n)
-{
-    const lq_overlay *o = v->ov;
-    if (!lq_vx_ov_touches(v, layer))
-        return;
-    for (int i = 0; i < o->n_gate[layer]; i++)
-        if ((size_t)o->gfeat[layer][i] < n)
-            scores[o->gfeat[layer][i]] = NAN;
-    if (!o->n_del[layer])
-        return;
-    for (size_t i = 0; i < o->nf; i++)
-        if (o->f[i].layer == layer && o->f[i].deleted && (size_t)o->f[i].feature < n)
-            scores[o->f[i].feature] = NAN;
-}
-
-static int cmp_hit(const void *a, const void *b)
-{
-    const lq_vindex_hit *x = a, *y = b;
-    float ax = fabsf(x->score), ay = fabsf(y->score);
-    if (ax != ay)
-        return ax > ay ? -1 : 1;
-    return (x->feature > y->feature) - (x->feature < y->feature);
-}
-
-size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
-                           size_t k, lq_vindex_hit *out)
-{
-    const lq_overlay *o = v->ov;
-    size_t n = 0;
-    /* base hits of features the overlay neither deleted nor re-gated */
-    for (size_t i = 0; i < nb; i++) {
-        const ov_feat *e = find(o, layer, base[i].feature);
-        if (e && (e->deleted || e->gate))
-            continue;
-        out[n++] = base[i];
-    }
-    /* every gate override of the layer, scored against q with the vindex's gate kernel in one
-     * call (out has room: nb + n_gate; the scores land in out's tail, then become hits) */
-    int ng = o->n_gate[layer];
-    if (ng > 0 && o->gmat[layer]) {
-        float *sc = (float *)(void *)(out + n); /* ng floats fit in ng hits */
-        v->kern->gate_scores(o->gmat[layer], 0, (size_t)o->hidden, 0, (size_t)ng, q, 1, sc, (size_t)ng);
-        for (int i = ng - 1; i >= 0; i--) /* back to front: hit i is written over floats >= i */
-            out[n + (size_t)i] = (lq_vindex_hit){layer, o->gfeat[layer][i], sc[i]};
-        n += (size_t)ng;
-    }
-    qsort(out, n, sizeof *out, cmp_hit);
-    return n < k ? n : k;
-}
-
-/* The gate KNN as the view shows it: the base scan asked for K + the layer's overrides and
- * tombstones, so that K survive the merge (LARQL asks for 2K; this is exact). */
-int lq_vindex_gate_knn_batch(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t n_q,
-                             size_t k, lq_vindex_hit *out, size_t *counts, lq_err *err)
-{
-    size_t extra = 0, room = 0;
-    int touched = 0;
-    for (size_t i = 0; v->ov && i < n_layers; i++) {
-        if (layers[i] < 0 || layers[i] >= v->info.num_layers || !lq_vx_ov_touches(v, layers[i]))
-            continue;
-        touched = 1;
-        size_t e = lq_vx_ov_extra(v, layers[i]), g = (size_t)v->ov->n_gate[layers[i]];
-        extra = e > extra ? e : extra;
-        room = g > room ? g : room;
-    }
-    if (!touched || k == 0 || k > LQ_VINDEX_MAX_QUERY_K)
-        return lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k, out, counts, err);
-    size_t k2 = k + extra, cells = n_q * n_layers;
-    lq_vindex_hit *tmp = malloc(cells * k2 * sizeof *tmp), *mb = malloc((k2 + room) * sizeof *mb);
-    size_t *cnt = malloc((cells ? cells : 1) * sizeof *cnt);
-    int rc = tmp && mb && cnt ? lq_vx_gate_knn_batch_base(v, layers, n_layers, Q, n_q, k2, tmp, cnt, err)
-                              : lq_err_set(err, LQ_ENOMEM, "out of memory");
-    for (size_t q = 0; !rc && q < n_q; q++)
-        for (size_t i = 0; i < n_layers; i++) {
-            size_t c = q * n_layers + i;
-            const lq_vindex_hit *src = tmp + c * k2;
-            size_t n = cnt[c];
-            if (lq_vx_ov_touches(v, layers[i])) {
-                n = lq_vx_ov_gate_merge(v, layers[i], Q + q * (size_t)v->info.hidden_size, src, n, k, mb);
-                src = mb;
-            } else if (n > k) {
-                n = k;
-            }
-            memcpy(out + c * k, src, n * sizeof *out);
-            counts[c] = n;
-        }
-    free(tmp);
-    free(mb);
-    free(cnt);
-    return rc;
-}
-
 /* ---- COMPILE ... INTO VINDEX ---- */
 
 int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err)
@@ -1594,6 +1430,13 @@ int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err)
     if (!o || !out_dir || !*out_dir)
         return lq_err_set(err, LQ_EINVAL, "compile: overlay and output directory are required");
     return lq_vx_compile(o->base, &o->view, o->knn, out_dir, err);
+}
+
+int lq_overlay_compact(const lq_overlay *o, const char *dir, lq_err *err)
+{
+    if (!o)
+        return lq_err_set(err, LQ_EINVAL, "compact: overlay and directory are required");
+    return lq_vx_compact(o->base, &o->view, o->knn, dir, err);
 }
 
 /* ---- edits as rows ---- */

@@ -58,7 +58,36 @@ struct lq_overlay {
     size_t n_inh;
     uint64_t *inh_feat;   /* sorted (layer << 32 | feature) */
     size_t n_inh_feat;
+    /* set by lq_overlay_clone_layered (overlay_layer.c), which overlay.c does not name: the
+     * edit set of its own edits stacked on lower_es (NULL: build the whole fold), and what
+     * frees the fields above */
+    lq_edit_set *(*build_layered)(const lq_overlay *o, lq_err *err);
+    void (*layer_free)(lq_overlay *o);
 };
+
+/* ---- the feature table's lookup (overlay.c keeps it, overlay_view.c reads it) ---- */
+
+static inline size_t ov_fhash(int l, int f)
+{
+    uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)f;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+/* the feature (l, f) of the table, or NULL */
+static inline ov_feat *ov_find(const lq_overlay *o, int l, int f)
+{
+    if (!o->hcap)
+        return NULL;
+    for (size_t j = ov_fhash(l, f) & (o->hcap - 1); o->slot[j]; j = (j + 1) & (o->hcap - 1)) {
+        ov_feat *e = &o->f[o->slot[j] - 1];
+        if (e->layer == l && e->feature == f)
+            return e;
+    }
+    return NULL;
+}
 
 /* patch.c */
 int lq_vx_patch_hidden(const lq_patch *p);
@@ -71,10 +100,8 @@ lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err);
 int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err);
 int ov_rebuild(lq_overlay *o, lq_err *err);
 
-/* overlay_layer.c */
-/* the edit set of a layered overlay: its own edits stacked on the global set, or NULL when its
- * own patches change what it inherited (then the whole fold is built, as without layering) */
-lq_edit_set *ov_build_layered_edit_set(const lq_overlay *o, lq_err *err);
-void ov_layer_free(lq_overlay *o);
+/* overlay_view.c: what the read path asks an overlay's view (vindex_internal.h) */
+extern const lq_vx_view ov_view_ops;
+
 
 #endif

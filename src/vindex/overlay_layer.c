@@ -28,7 +28,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-void ov_layer_free(lq_overlay *o)
+static lq_edit_set *build_layered(const lq_overlay *o, lq_err *err);
+
+static void layer_free(lq_overlay *o)
 {
     lq_edit_set_unref(o->lower_es);
     free(o->inh);
@@ -59,13 +61,15 @@ int lq_overlay_clone_layered(lq_overlay *src, lq_overlay **out, lq_err *err)
     o->inh = malloc((o->np ? o->np : 1) * sizeof *o->inh);
     o->inh_feat = malloc((o->nf ? o->nf : 1) * sizeof *o->inh_feat);
     if (!o->inh || !o->inh_feat) { /* not layered: the whole fold, as without it */
-        ov_layer_free(o);
+        layer_free(o);
         return LQ_OK;
     }
     memcpy(o->inh, o->patches, o->np * sizeof *o->inh);
     for (size_t i = 0; i < o->nf; i++)
         o->inh_feat[i] = feat_key(o->f[i].layer, o->f[i].feature);
     qsort(o->inh_feat, o->n_inh_feat, sizeof *o->inh_feat, cmp_u64);
+    o->build_layered = build_layered;
+    o->layer_free = layer_free;
     return LQ_OK;
 }
 
@@ -100,7 +104,7 @@ static int only_adds(const lq_overlay *o)
     return 1;
 }
 
-lq_edit_set *ov_build_layered_edit_set(const lq_overlay *o, lq_err *err)
+static lq_edit_set *build_layered(const lq_overlay *o, lq_err *err)
 {
     if (!o->lower_es || !only_adds(o))
         return NULL;

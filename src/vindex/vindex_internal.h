@@ -112,6 +112,7 @@ struct lq_vindex {
     /* set only in an overlay's view (lq_overlay_vindex): a shallow copy of the base handle
      * whose queries see the overlay; never closed */
     const struct lq_overlay *ov;
+    const struct lq_vx_view *view; /* how the read path asks it (below; NULL: no overlay) */
     lq_knn_store *knn;         /* knn_store.bin of the directory, or NULL */
 };
 
@@ -196,29 +197,65 @@ int lq_vx_prompt_logits(struct lq_model *m, const char *prompt, const lq_resid_h
 /* ---- overlays (overlay.c, compile.c) ----
  * The read paths ask these first when v->ov is set. */
 struct lq_overlay;
-/* The overlay's metadata of (layer, feature): -1 = not patched (ask the base), 0 = deleted,
- * 1 = m filled (m->top_token is the target text). */
-int lq_vx_ov_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m);
-/* The relation of an inserted feature, or NULL. */
-const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature);
-/* -1 = not patched, 0 = deleted, 1 = row [hidden] receives the gate override. */
-int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row);
-/* 1 if the overlay has gate overrides or tombstones at layer (the gate KNN must merge). */
-int lq_vx_ov_touches(const lq_vindex *v, int layer);
-/* How many more base hits a layer's KNN needs so that K survive the merge (0 when the base
- * scan masks the overlay's features itself, see lq_vx_ov_mask). */
-size_t lq_vx_ov_extra(const lq_vindex *v, int layer);
-/* Sets the scores [n_features] of the layer's re-gated and deleted features to NaN. */
-void lq_vx_ov_mask(const lq_vindex *v, int layer, float *scores, size_t n);
-/* Merges base hits (nb, K + extra of them) with the layer's gate overrides scored against q:
- * tombstoned and re-gated features dropped, overrides added, sorted by |score| desc (ties
- * lower feature), truncated to k. out has room for nb + the layer's overrides. */
-size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
-                           size_t k, lq_vindex_hit *out);
+/* ---- the view: what an overlay changes in the read path ----
+ * An overlay's view (lq_overlay_vindex) is a shallow copy of the base handle with ov and view
+ * set: format.c, knn.c and compile.c ask the view through this table and never name the
+ * overlay (src/vindex/overlay_view.c fills it). */
+typedef struct lq_vx_view {
+    /* -1 = not patched, 0 = deleted (a tombstone), 1 = m filled (m->top_token: the target) */
+    int (*meta)(const lq_vindex *v, int layer, int feature, lq_feature_meta *m);
+    /* the relation of an inserted feature, or NULL */
+    const char *(*label)(const lq_vindex *v, int layer, int feature);
+    /* -1 = not patched, 0 = deleted, 1 = row [hidden] receives the gate override */
+    int (*gate_row)(const lq_vindex *v, int layer, int feature, float *row);
+    /* 1 if the overlay has gate overrides or tombstones at layer (the gate KNN must merge) */
+    int (*touches)(const lq_vindex *v, int layer);
+    /* the layer's gate overrides */
+    size_t (*n_gates)(const lq_vindex *v, int layer);
+    /* how many more base hits a layer's KNN needs so that K survive the merge (0 when the
+     * base scan masks the overlay's features itself, see mask) */
+    size_t (*extra)(const lq_vindex *v, int layer);
+    /* sets the scores [n_features] of the layer's re-gated and deleted features to NaN */
+    void (*mask)(const lq_vindex *v, int layer, float *scores, size_t n);
+    /* merges base hits (nb, K + extra of them) with the layer's gate overrides scored against
+     * q: tombstoned and re-gated features dropped, overrides added, sorted by |score| desc
+     * (ties lower feature), truncated to k. out has room for nb + the layer's overrides. */
+    size_t (*gate_merge)(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base, size_t nb,
+                         size_t k, lq_vindex_hit *out);
+} lq_vx_view;
+
+static inline int lq_vx_ov_meta(const lq_vindex *v, int layer, int feature, lq_feature_meta *m)
+{
+    return v->view ? v->view->meta(v, layer, feature, m) : -1;
+}
+static inline const char *lq_vx_ov_label(const lq_vindex *v, int layer, int feature)
+{
+    return v->view ? v->view->label(v, layer, feature) : NULL;
+}
+static inline int lq_vx_ov_gate_row(const lq_vindex *v, int layer, int feature, float *row)
+{
+    return v->view ? v->view->gate_row(v, layer, feature, row) : -1;
+}
+static inline int lq_vx_ov_touches(const lq_vindex *v, int layer) { return v->view && v->view->touches(v, layer); }
+static inline size_t lq_vx_ov_n_gates(const lq_vindex *v, int layer) { return v->view ? v->view->n_gates(v, layer) : 0; }
+static inline size_t lq_vx_ov_extra(const lq_vindex *v, int layer) { return v->view ? v->view->extra(v, layer) : 0; }
+static inline void lq_vx_ov_mask(const lq_vindex *v, int layer, float *scores, size_t n)
+{
+    if (v->view)
+        v->view->mask(v, layer, scores, n);
+}
+static inline size_t lq_vx_ov_gate_merge(const lq_vindex *v, int layer, const float *q, const lq_vindex_hit *base,
+                                         size_t nb, size_t k, lq_vindex_hit *out)
+{
+    return v->view->gate_merge(v, layer, q, base, nb, k, out);
+}
 /* knn.c: the gate KNN over the base files alone (lq_vindex_gate_knn_batch's contract) */
 int lq_vx_gate_knn_batch_base(const lq_vindex *v, const int *layers, size_t n_layers, const float *Q, size_t n_q,
                               size_t k, lq_vindex_hit *out, size_t *counts, lq_err *err);
 int lq_vx_compile(const lq_vindex *base, const lq_vindex *view, const lq_knn_store *knn, const char *out_dir,
+                  lq_err *err);
+/* COMPACT: the view compiled beside dir, then swapped in (aside, rename, fsync the parent) */
+int lq_vx_compact(const lq_vindex *base, const lq_vindex *view, const lq_knn_store *knn, const char *dir,
                   lq_err *err);
 
 /* The text a feature's metadata shows: an overlay's target, else the top token's text. */
