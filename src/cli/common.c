@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "larql/chat.h"
 #include "larql/model.h"
+#include "core/sb.h"
 
 void lq_cli_model_args_init(lq_cli_model_args *a)
 {
@@ -120,23 +121,11 @@ int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args
 
 void lq_cli_json_str(FILE *f, const char *s, size_t len)
 {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (c < 0x20)
-                fprintf(f, "\\u%04x", c);
-            else
-                fputc(c, f);
-        }
-    }
-    fputc('"', f);
+    lq_sb b = {0}; /* the library's escaper: the command prints strings as the server does */
+    lq_sb_json_str(&b, s, len);
+    if (b.s)
+        fwrite(b.s, 1, b.n, f);
+    lq_sb_free(&b);
 }
 
 static int choice_ok(const char *choices, const char *v)
