@@ -8,10 +8,13 @@
  * edits.c      infer_insert / infer_update / infer_delete (rows of infer.edits)
  * queries.c    the knowledge query functions (describe, walk, ...) and the operators
  * am.c         the infer index access method
+ * local.c      the local backend: liblarql over the vindex mapped in this backend
  * remote.c     the remote backend: HTTP to `larql serve` with libcurl, no threads
  * guard.c      vindex files that change under a backend (SIGBUS, identity), the cancel hook
- * Arrows point one way: pg_infer -> am -> queries -> edits -> registry -> edits_fold, remote,
- * guard -> util, gucs (tests/cli/py/file_cycles.py checks there is no circle).
+ * queries.c and am.c ask a model through m->ops (local.c or remote.c), never by testing its
+ * backend. Arrows point one way: pg_infer -> am -> queries -> edits -> registry -> local,
+ * remote -> edits_fold, guard -> util, gucs (tests/cli/py/file_cycles.py checks there is no
+ * circle).
  *
  * Everything runs on the backend's own thread: vindexes are opened with one scan thread
  * (no worker threads exist), so liblarql never runs concurrently with PostgreSQL code and
@@ -52,6 +55,8 @@ extern int pgi_lq_sqlstate(int rc);
 extern char *pgi_text_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 /* Text argument or NULL. */
 extern char *pgi_text_arg_opt(FunctionCallInfo fcinfo, int argno);
+/* ERROR "empty prompt" for "" */
+extern void pgi_check_prompt(const char *s);
 /* Band name of a layer ("" without bands in index.json). */
 extern const char *pgi_band_name(const lq_vindex_info *in, int layer);
 
@@ -64,6 +69,8 @@ extern bool pgi_jhas(JsonbContainer *c, const char *key, enum jbvType type);
 extern JsonbContainer *pgi_jarr(JsonbContainer *c, const char *key, int *n);
 extern JsonbContainer *pgi_jelem(JsonbContainer *arr, int i);
 extern char *pgi_jelem_str(JsonbContainer *arr, int i);
+/* A library JSON body (malloc'd) as jsonb; the body is freed. */
+extern JsonbContainer *pgi_json_body(char *body);
 
 /* ---- models (registry.c) ---- */
 typedef enum PgiBackend { PGI_LOCAL = 0, PGI_REMOTE = 1 } PgiBackend;
@@ -71,6 +78,7 @@ typedef enum PgiBackend { PGI_LOCAL = 0, PGI_REMOTE = 1 } PgiBackend;
 typedef struct PgiModel {
 	char	   *name;
 	PgiBackend	backend;
+	const struct PgiOps *ops;	/* what answers its queries: &pgi_local_ops or &pgi_remote_ops */
 	char	   *path;			/* local: vindex directory */
 	char	   *url;			/* remote: base URL (no trailing '/') */
 	lq_vindex  *base;			/* local: opened once per backend, read-only mappings */
@@ -90,7 +98,7 @@ typedef struct PgiModel {
  * infer.default_model, else ERROR. Opens and caches it on first use in this backend. */
 extern PgiModel *pgi_model_arg(FunctionCallInfo fcinfo, int argno);
 extern PgiModel *pgi_model_by_name(const char *name);
-/* The engine model of a local vindex (for infer()): opened as a read-only shared mapping. */
+/* The engine model of a local vindex (for infer(); local.c): opened as a read-only shared mapping. */
 extern lq_model *pgi_model_engine(PgiModel *m);
 /* Runs sql (one parameter, $1 = name) on the registry through SPI; ERROR unless SPI answers
  * `expect` (SPI_OK_SELECT, SPI_OK_DELETE, ...); returns the rows processed. */
@@ -148,15 +156,6 @@ typedef struct PgiHit {
 
 /* GET base/v1/stats: fills num_layers, hidden_size; returns the "model" string. */
 extern char *pgi_remote_stats(const char *url, int *num_layers, int *hidden_size);
-extern int	pgi_remote_describe(PgiModel *m, const char *entity, double explicit_threshold,
-								PgiEdge **out);
-extern int	pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out);
-extern double pgi_remote_similar(PgiModel *m, const char *a, const char *b);
-/* out[i] = similar_to(texts[i], q), the walks concurrently; NULL texts are skipped. */
-extern void pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q,
-									double *out);
-extern int	pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens,
-							 double **probs);
 /* GET path (with query string) against base; returns the body as palloc'd JSON text, or
  * NULL for HTTP 404 when allow_404. ERRORs on transport failures and other statuses. */
 extern char *pgi_http_request(const char *base, const char *path, const char *post_json,
@@ -166,5 +165,48 @@ extern char *pgi_http_request(const char *base, const char *path, const char *po
 extern void pgi_http_many(const char *base, int n, const char *const *paths, const char *const *posts,
 						  bool allow_404, char **out);
 extern char *pgi_url_escape(const char *s);
+
+/* ---- what a model answers, by where it lives (local.c, remote.c) ----
+ * The SQL functions (queries.c, am.c) call through m->ops: local.c runs liblarql over the
+ * vindex mapped in this backend, remote.c asks a larql serve over HTTP. A function only one
+ * of them can answer refuses the other by name (queries.c). Results are palloc'd. */
+typedef struct PgiFeatureRow {
+	int			feature;
+	char	   *token;
+	double		score;
+	char	   *also;
+} PgiFeatureRow;
+
+typedef struct PgiLayerRow {
+	int			layer;
+	const char *band;
+	int			features;
+} PgiLayerRow;
+
+typedef struct PgiOps {
+	const char *name;
+	/* edges of an entity at or above min_score (per_layer: one edge per hit, not merged) */
+	int			(*edges) (PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out);
+	/* the same for each entity (NULL or "": no edges): out[j], counts[j] */
+	void		(*edges_many) (PgiModel *m, char **ents, int n, double min_score, PgiEdge **out, int *counts);
+	/* features the prompt fires: per layer the top `top` by |score|; layer >= 0: that one */
+	int			(*hits) (PgiModel *m, const char *prompt, int top, int layer, PgiHit **out);
+	int			(*num_layers) (PgiModel *m);
+	/* nearest_to's rows: the features an entity fires at one layer */
+	int			(*nearest) (PgiModel *m, const char *entity, int layer, int top, PgiFeatureRow **out);
+	/* the relations body ({"relations": [...]}) */
+	JsonbContainer *(*relations) (PgiModel *m);
+	int			(*layers) (PgiModel *m, PgiLayerRow **out);
+	double		(*similar) (PgiModel *m, const char *a, const char *b);
+	/* out[i] = similar(texts[i], q); NULL texts are skipped (out[i] = 0) */
+	void		(*similar_many) (PgiModel *m, const char *const *texts, int n, const char *q, double *out);
+	/* the top next tokens of a prompt and their probabilities */
+	int			(*infer) (PgiModel *m, const char *prompt, int top, char ***tokens, double **probs);
+} PgiOps;
+
+extern const PgiOps pgi_local_ops;
+extern const PgiOps pgi_remote_ops;
+/* a library JSON array of feature rows ({feature, token, score, also}) under key */
+extern int	pgi_feature_rows(JsonbContainer *j, const char *key, PgiFeatureRow **out);
 
 #endif

@@ -63,11 +63,20 @@ not_remote(PgiModel *m, const char *op)
 				 errmsg("operation '%s' is not supported by the remote backend", op)));
 }
 
-static void
-check_prompt(const char *s)
+
+/* an entity's edges and a prompt's hits, from wherever the model lives (m->ops) */
+static int
+fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out)
 {
-	if (s[0] == 0)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("empty prompt")));
+	pgi_check_prompt(entity);
+	return m->ops->edges(m, entity, min_score, per_layer, out);
+}
+
+static int
+fetch_hits(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
+{
+	pgi_check_prompt(prompt);
+	return m->ops->hits(m, prompt, top, layer, out);
 }
 
 static int
@@ -82,23 +91,6 @@ float_arg(FunctionCallInfo fcinfo, int argno, double dflt)
 	return PG_NARGS() > argno && !PG_ARGISNULL(argno) ? PG_GETARG_FLOAT8(argno) : dflt;
 }
 
-/* Largest layer width: pg_infer's "top <= 0 means every feature". */
-static int
-max_features(const lq_vindex *vx)
-{
-	const lq_vindex_info *in = lq_vindex_get_info(vx);
-	int			mx = 0;
-
-	for (int l = 0; l < in->num_layers; l++)
-	{
-		const void *rows;
-		int			nf = 0;
-
-		if (lq_vindex_gate_layer(vx, l, &rows, &nf, NULL) == 0 && nf > mx)
-			mx = nf;
-	}
-	return mx > 0 ? mx : 1;
-}
 
 static bool
 ieq(const char *a, const char *b)
@@ -170,70 +162,8 @@ classify_relation(int layer, int L, const char *target, double score, char **sec
 
 /* ---- describe ---- */
 
-/* LARQL's describe over every layer, describe_top_k features per layer, at or above
- * min_score. */
-static void
-describe_params(lq_describe_params *p, double min_score)
-{
-	lq_describe_params_init(p);
-	p->band = "all";
-	p->limit = pgi_describe_top_k;
-	p->min_score = min_score;
-}
 
-/* Copies a library result into palloc'd edges and frees it. */
-static int
-take_edges(lq_describe_result *r, PgiEdge **out)
-{
-	PgiEdge    *e = palloc0(sizeof *e * (r->n_edges + 1));
-	int			n = (int) r->n_edges;
 
-	for (size_t i = 0; i < r->n_edges; i++)
-	{
-		const lq_describe_edge *x = &r->edges[i];
-
-		e[i].target = pstrdup(x->target);
-		e[i].relation = x->relation ? pstrdup(x->relation) : NULL;
-		e[i].score = x->gate_score;
-		e[i].layer = x->layer;
-		e[i].feature = x->feature;
-		for (int k = 0; k < x->n_also && k < 5; k++)
-			e[i].also[e[i].n_also++] = pstrdup(x->also[k]);
-	}
-	lq_describe_result_free(r);
-	*out = e;
-	return n;
-}
-
-/* Edges of an entity at or above min_score. per_layer: one edge per hit, no merging. */
-static int
-fetch_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out)
-{
-	lq_describe_params p;
-	lq_describe_result r;
-	lq_err		err = {0};
-	int			rc;
-
-	check_prompt(entity);
-	if (m->backend == PGI_REMOTE)
-	{
-		if (per_layer)
-			not_remote(m, "describe_layers");
-		return pgi_remote_describe(m, entity, min_score, out);
-	}
-	describe_params(&p, min_score);
-	p.entity = entity;
-	p.per_layer = per_layer;
-	if ((rc = lq_vindex_describe(m->vx, &p, &r, &err)) != 0)
-		pgi_lq_error(rc, &err, "describe failed");
-	if (r.n_tokens == 0)
-	{
-		lq_describe_result_free(&r);
-		check_prompt("");
-	}
-	pgi_mapcheck();
-	return take_edges(&r, out);
-}
 
 /* pg_infer's threshold: the explicit argument if > 0, else infer.gate_threshold if > 0,
  * else adaptive (0 here: the caller keeps edges >= 0.1 x the best score). */
@@ -365,37 +295,12 @@ pgi_describe_many(PG_FUNCTION_ARGS)
 	for (int j = 0; j < n; j++)
 		ents[j] = nulls[j] ? NULL : TextDatumGetCString(elems[j]);
 	InitMaterializedSRF(fcinfo, 0);
-	if (m->backend == PGI_REMOTE)
+	if (n > 0)
 	{
-		for (int j = 0; j < n; j++)
-		{
-			PgiEdge    *e;
-			DescRow    *rows;
-			int			k;
-
-			CHECK_FOR_INTERRUPTS();
-			if (ents[j] == NULL || ents[j][0] == 0)
-				continue;
-			k = pgi_remote_describe(m, ents[j], t, &e);
-			k = edges_to_rows(m, e, k, t, adaptive, &rows);
-			put_many_rows(fcinfo, ents[j], rows, k);
-		}
-	}
-	else if (n > 0)
-	{
-		lq_describe_params p;
-		lq_describe_result *res = palloc0(sizeof *res * n);
-		lq_err		err = {0};
 		PgiEdge   **edges = palloc0(sizeof(PgiEdge *) * n);
 		int		   *counts = palloc0(sizeof(int) * n);
-		int			rc;
 
-		describe_params(&p, t);
-		/* res is malloc'd inside: every result is copied out (and freed) right away */
-		if ((rc = lq_vindex_describe_many(m->vx, &p, (const char *const *) ents, (size_t) n, res, &err)) != 0)
-			pgi_lq_error(rc, &err, "describe_many failed");
-		for (int j = 0; j < n; j++)
-			counts[j] = take_edges(&res[j], &edges[j]);
+		m->ops->edges_many(m, ents, n, t, edges, counts);
 		for (int j = 0; j < n; j++)
 		{
 			DescRow    *rows;
@@ -495,95 +400,7 @@ pgi_implies_op(PG_FUNCTION_ARGS)
 
 /* ---- walk ---- */
 
-/* walk with infer.walk_embed_mode other than 'last' (pg_infer): the query is the mean of the
- * prompt's token embeddings (no special tokens), every feature hit is a row, '' for a
- * feature without metadata. */
-static int
-walk_mean(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
-{
-	const lq_vindex_info *in = lq_vindex_get_info(m->vx);
-	int			L = in->num_layers,
-				nl = 0,
-				n = 0,
-				rc;
-	size_t		k = (size_t) (top <= 0 || top > max_features(m->vx) ? max_features(m->vx) : top),
-				ntok = 0;
-	float	   *q = palloc(sizeof(float) * in->hidden_size);
-	int		   *layers = palloc(sizeof(int) * L);
-	lq_vindex_hit *hits;
-	size_t	   *counts;
-	lq_err		err = {0};
-	PgiHit	   *h;
 
-	if ((rc = lq_vindex_entity_vector(m->vx, prompt, q, &ntok, &err)) != 0)
-		pgi_lq_error(rc, &err, "walk failed");
-	if (ntok == 0)
-		check_prompt("");
-	for (int l = 0; l < L; l++)
-		if (layer < 0 || l == layer)
-			layers[nl++] = l;
-	hits = palloc(sizeof(lq_vindex_hit) * nl * k);
-	counts = palloc(sizeof(size_t) * nl);
-	if ((rc = lq_vindex_gate_knn_batch(m->vx, layers, (size_t) nl, q, 1, k, hits, counts, &err)) != 0)
-		pgi_lq_error(rc, &err, "walk failed");
-	h = palloc0(sizeof *h * (nl * k + 1));
-	for (int i = 0; i < nl; i++)
-		for (size_t j = 0; j < counts[i]; j++)
-		{
-			const lq_vindex_hit *x = &hits[i * k + j];
-			lq_feature_meta fm;
-
-			h[n].layer = x->layer;
-			h[n].feature = x->feature;
-			h[n].score = x->score;
-			h[n].token = pstrdup(lq_vindex_feature_meta(m->vx, x->layer, x->feature, &fm)
-								 ? lq_vindex_token_text(m->vx, fm.top_token_id) : "");
-			n++;
-		}
-	*out = h;
-	return n;
-}
-
-/* Hits of the prompt's last token (LARQL's walk): per layer the top `top` features by
- * |score|, layer ascending; layer >= 0 restricts to that layer. */
-static int
-fetch_hits(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
-{
-	lq_walk_params p;
-	lq_walk_result r;
-	lq_err		err = {0};
-	PgiHit	   *h;
-	int			rc;
-	char		spec[32];
-
-	check_prompt(prompt);
-	if (m->backend == PGI_REMOTE)
-		return pgi_remote_walk(m, prompt, top, layer, out);
-	if (pgi_walk_embed_mode && strcmp(pgi_walk_embed_mode, "last") != 0)
-		return walk_mean(m, prompt, top, layer, out);
-	lq_walk_params_init(&p);
-	p.prompt = prompt;
-	p.top = top <= 0 ? max_features(m->vx) : top;
-	if (layer >= 0)
-	{
-		snprintf(spec, sizeof spec, "%d-%d", layer, layer);
-		p.layers = spec;
-	}
-	if ((rc = lq_vindex_walk(m->vx, &p, &r, &err)) != 0)
-		pgi_lq_error(rc, &err, "walk failed");
-	h = palloc0(sizeof *h * (r.n_hits + 1));
-	for (size_t i = 0; i < r.n_hits; i++)
-	{
-		h[i].layer = r.hits[i].layer;
-		h[i].feature = r.hits[i].feature;
-		h[i].score = r.hits[i].gate_score;
-		h[i].token = pstrdup(r.hits[i].target ? r.hits[i].target : "");
-	}
-	rc = (int) r.n_hits;
-	lq_walk_result_free(&r);
-	*out = h;
-	return rc;
-}
 
 Datum
 pgi_walk(PG_FUNCTION_ARGS)
@@ -639,15 +456,6 @@ pgi_explain_walk(PG_FUNCTION_ARGS)
 
 /* ---- nearest_to, show_features, show_relations: the library's JSON bodies ---- */
 
-/* A library JSON body (malloc'd) as jsonb; the body is freed here. */
-static JsonbContainer *
-parse_body(char *body)
-{
-	char	   *copy = pstrdup(body);
-
-	free(body);
-	return pgi_json_parse(copy);
-}
 
 static void
 check_layer(int layer, int L)
@@ -658,20 +466,16 @@ check_layer(int layer, int L)
 				 errmsg("layer %d out of range (model has %d layers)", layer, L)));
 }
 
-/* Rows {feature, token, score, also} of a JSON array. */
+/* Rows {feature, token, score, also}. */
 static void
-put_feature_rows(FunctionCallInfo fcinfo, JsonbContainer *arr, int n)
+put_feature_rows(FunctionCallInfo fcinfo, const PgiFeatureRow *r, int n)
 {
 	for (int i = 0; i < n; i++)
 	{
-		JsonbContainer *o = pgi_jelem(arr, i);
-		Datum		v[4];
+		Datum		v[4] = {Int32GetDatum(r[i].feature), text_datum(r[i].token), Float8GetDatum(r[i].score),
+		text_datum(r[i].also)};
 		bool		nl[4] = {0};
 
-		v[0] = Int32GetDatum((int32) pgi_jnum(o, "feature"));
-		v[1] = text_datum(pgi_jstr(o, "token"));
-		v[2] = Float8GetDatum(pgi_jnum(o, "score"));
-		v[3] = text_datum(pgi_jstr(o, "also"));
 		put_row(fcinfo, v, nl);
 	}
 }
@@ -683,53 +487,17 @@ pgi_nearest_to(PG_FUNCTION_ARGS)
 	int			layer;
 	int			top = int_arg(fcinfo, 2, 20);
 	PgiModel   *m = pgi_model_arg(fcinfo, 3);
-	lq_nearest_params p;
-	lq_err		err = {0};
-	char	   *body = NULL;
-	JsonbContainer *j,
-			   *arr;
-	int			rc,
-				n;
+	PgiFeatureRow *rows;
+	int			n;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("layer must not be NULL")));
 	layer = PG_GETARG_INT32(1);
-	check_prompt(entity);
+	pgi_check_prompt(entity);
+	check_layer(layer, m->ops->num_layers(m));
+	n = m->ops->nearest(m, entity, layer, top, &rows);
 	InitMaterializedSRF(fcinfo, 0);
-	if (m->backend == PGI_REMOTE)
-	{
-		PgiHit	   *h;
-		int			n;
-
-		check_layer(layer, m->num_layers > 0 ? m->num_layers : INT_MAX);
-		n = pgi_remote_walk(m, entity, top, layer, &h);
-		for (int i = 0; i < n; i++)
-		{
-			Datum		v[4] = {Int32GetDatum(h[i].feature), text_datum(h[i].token),
-			Float8GetDatum(h[i].score), text_datum("")};
-			bool		nl[4] = {0};
-
-			if (h[i].layer == layer)
-				put_row(fcinfo, v, nl);
-		}
-		return (Datum) 0;
-	}
-	check_layer(layer, lq_vindex_get_info(m->vx)->num_layers);
-	lq_nearest_params_init(&p);
-	p.entity = entity;
-	p.layer = layer;
-	/* top <= 0 means every feature; more than a layer holds is capped there as walk caps
-	 * it (2147483647 would otherwise size the result buffer for that many hits) */
-	p.top = max_features(m->vx);
-	if (top > 0 && top < p.top)
-		p.top = top;
-	if ((rc = lq_vindex_nearest_json(m->vx, &p, &body, &err)) != 0)
-		pgi_lq_error(rc, &err, "nearest_to failed");
-	j = parse_body(body);
-	arr = pgi_jarr(j, "hits", &n);
-	put_feature_rows(fcinfo, arr, n);
-	/* rows read from mapped files: not answered if a page vanished meanwhile */
-	pgi_mapcheck();
+	put_feature_rows(fcinfo, rows, n);
 	return (Datum) 0;
 }
 
@@ -743,8 +511,7 @@ pgi_show_features(PG_FUNCTION_ARGS)
 	PgiModel   *m = pgi_model_arg(fcinfo, 4);
 	lq_err		err = {0};
 	char	   *body = NULL;
-	JsonbContainer *j,
-			   *arr;
+	PgiFeatureRow *rows;
 	int			rc,
 				n;
 
@@ -756,10 +523,9 @@ pgi_show_features(PG_FUNCTION_ARGS)
 	if ((rc = lq_vindex_show_features_json(m->vx, layer, filter, min_score, top < 0 ? 0 : top, &body,
 										   &err)) != 0)
 		pgi_lq_error(rc, &err, "infer_show_features failed");
-	j = parse_body(body);
-	arr = pgi_jarr(j, "features", &n);
+	n = pgi_feature_rows(pgi_json_body(body), "features", &rows);
 	InitMaterializedSRF(fcinfo, 0);
-	put_feature_rows(fcinfo, arr, n);
+	put_feature_rows(fcinfo, rows, n);
 	/* rows read from mapped files: not answered if a page vanished meanwhile */
 	pgi_mapcheck();
 	return (Datum) 0;
@@ -771,21 +537,10 @@ Datum
 pgi_show_relations(PG_FUNCTION_ARGS)
 {
 	PgiModel   *m = pgi_model_arg(fcinfo, 0);
-	lq_err		err = {0};
-	char	   *body = NULL;
-	JsonbContainer *j,
+	JsonbContainer *j = m->ops->relations(m),
 			   *arr;
-	int			rc,
-				n;
+	int			n;
 
-	if (m->backend == PGI_REMOTE)
-		j = pgi_json_parse(pgi_http_request(m->url, "/v1/relations", NULL, false));
-	else
-	{
-		if ((rc = lq_vindex_relations_json(m->vx, &body, &err)) != 0)
-			pgi_lq_error(rc, &err, "infer_show_relations failed");
-		j = parse_body(body);
-	}
 	arr = pgi_jarr(j, "relations", &n);
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)
@@ -819,41 +574,17 @@ Datum
 pgi_show_layers(PG_FUNCTION_ARGS)
 {
 	PgiModel   *m = pgi_model_arg(fcinfo, 0);
-	const lq_vindex_info *in;
+	PgiLayerRow *rows;
+	int			n = m->ops->layers(m, &rows);
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (m->backend == PGI_REMOTE)
+	for (int l = 0; l < n; l++)
 	{
-		/* GET /v1/stats: uniform features_per_layer, no bands (pg_infer's remote answer) */
-		JsonbContainer *j = pgi_json_parse(pgi_http_request(m->url, "/v1/stats", NULL, false));
-		int			L = (int) pgi_jnum(j, "layers"),
-					nf = (int) pgi_jnum(j, "features_per_layer");
-
-		for (int l = 0; l < L; l++)
-		{
-			Datum		v[3] = {Int32GetDatum(l), text_datum(""), Int32GetDatum(nf)};
-			bool		nl[3] = {0};
-
-			put_row(fcinfo, v, nl);
-		}
-		return (Datum) 0;
-	}
-	in = lq_vindex_get_info(m->vx);
-	for (int l = 0; l < in->num_layers; l++)
-	{
-		const void *rows;
-		int			nf = 0;
-		Datum		v[3];
+		Datum		v[3] = {Int32GetDatum(rows[l].layer), text_datum(rows[l].band), Int32GetDatum(rows[l].features)};
 		bool		nl[3] = {0};
 
-		(void) lq_vindex_gate_layer(m->vx, l, &rows, &nf, NULL);
-		v[0] = Int32GetDatum(l);
-		v[1] = text_datum(pgi_band_name(in, l));
-		v[2] = Int32GetDatum(nf);
 		put_row(fcinfo, v, nl);
 	}
-	/* rows read from mapped files: not answered if a page vanished meanwhile */
-	pgi_mapcheck();
 	return (Datum) 0;
 }
 
@@ -914,19 +645,11 @@ pgi_select(PG_FUNCTION_ARGS)
 double
 pgi_similar(PgiModel *m, const char *a, const char *b)
 {
-	lq_err		err = {0};
-	double		s = 0;
-	int			rc;
-
-	check_prompt(a);
-	check_prompt(b);
-	if (m->backend == PGI_REMOTE)
-		return pgi_remote_similar(m, a, b);
-	if ((rc = lq_vindex_similar_layers(m->vx, a, b, pgi_similarity_max_layers, &s, &err)) != 0)
-		pgi_lq_error(rc, &err, "similar_to failed");
-	pgi_mapcheck();
-	return s;
+	pgi_check_prompt(a);
+	pgi_check_prompt(b);
+	return m->ops->similar(m, a, b);
 }
+
 
 Datum
 pgi_similar_to(PG_FUNCTION_ARGS)
@@ -957,29 +680,23 @@ pgi_similar_to_many(PG_FUNCTION_ARGS)
 	m = pgi_model_arg(fcinfo, 2);
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	out = palloc(sizeof(Datum) * (n + 1));
-	if (m->backend == PGI_REMOTE && n > 0)
+	if (n > 0)
 	{
-		/* every walk of the array at once (the server's latency overlaps) */
+		/* every text at once: a remote model runs the walks concurrently */
 		const char **texts = palloc(sizeof(char *) * n);
 		double	   *s = palloc(sizeof(double) * n);
 
-		check_prompt(q);
+		pgi_check_prompt(q);
 		for (int i = 0; i < n; i++)
 		{
 			texts[i] = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
 			if (texts[i])
-				check_prompt(texts[i]);
+				pgi_check_prompt(texts[i]);
 		}
-		pgi_remote_similar_many(m, texts, n, q, s);
+		m->ops->similar_many(m, texts, n, q, s);
 		for (int i = 0; i < n; i++)
 			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(s[i]);
 	}
-	else
-		for (int i = 0; i < n; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			out[i] = nulls[i] ? (Datum) 0 : Float8GetDatum(pgi_similar(m, TextDatumGetCString(elems[i]), q));
-		}
 	dims[0] = n;
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(FLOAT8OID));
@@ -1009,38 +726,6 @@ pgi_distance(PG_FUNCTION_ARGS)
 
 /* ---- infer: the forward pass ---- */
 
-/* A predicted token as text, as `larql serve` answers /v1/infer: the id decoded, each byte
- * that is not part of valid UTF-8 (a character split across tokens) and NUL replaced by
- * U+FFFD, so the text datum is valid in a UTF-8 database. */
-static char *
-token_text(const lq_tokenizer *t, int32_t id)
-{
-	char	   *raw = NULL;
-	size_t		n = 0;
-	StringInfoData b;
-
-	initStringInfo(&b);
-	if (lq_tokenizer_decode(t, &id, 1, 0, &raw, &n, NULL) != 0)
-		return b.data;
-	for (size_t i = 0; i < n;)
-	{
-		const unsigned char *u = (const unsigned char *) raw + i;
-		int			l = pg_utf_mblen(u);
-
-		if (u[0] != 0 && i + l <= n && pg_utf8_islegal(u, l))
-		{
-			appendBinaryStringInfo(&b, raw + i, l);
-			i += l;
-		}
-		else
-		{
-			appendStringInfoString(&b, "\xEF\xBF\xBD");
-			i++;
-		}
-	}
-	free(raw);
-	return b.data;
-}
 
 Datum
 pgi_infer(PG_FUNCTION_ARGS)
@@ -1050,54 +735,12 @@ pgi_infer(PG_FUNCTION_ARGS)
 	PgiModel   *m = pgi_model_arg(fcinfo, 2);
 	char	  **toks;
 	double	   *probs;
-	int32	   *ids;
 	int			n;
 
-	check_prompt(prompt);
+	pgi_check_prompt(prompt);
 	if (top < 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("top must be >= 0")));
-	if (m->backend == PGI_REMOTE)
-		n = pgi_remote_infer(m, prompt, top, &toks, &probs);
-	else
-	{
-		lq_model   *lm = pgi_model_engine(m);
-		lq_infer_params p;
-		lq_infer_result r;
-		lq_err		err = {0};
-		int			rc;
-
-		struct lq_overlay *ov = pgi_edits_overlay(m);
-		const lq_prediction *pr;
-
-		lq_infer_params_init(&p);
-		p.prompt = prompt;
-		p.top = top;
-		/* with edits (infer.edits): the forward pass runs them (walk mode), without: dense,
-		 * which is the same pass with nothing added */
-		p.mode = ov ? "walk" : "dense";
-		if (ov && (p.edits = lq_overlay_edit_set(ov, &err)) == NULL)
-			pgi_lq_error(LQ_ENOMEM, &err, "infer failed");
-		rc = lq_infer(lm, &p, &r, &err);
-		lq_edit_set_unref(p.edits);
-		if (rc != 0)
-			pgi_lq_error(rc, &err, "infer failed");
-		n = (int) (ov ? r.n_walk : r.n_dense);
-		pr = ov ? r.walk : r.dense;
-		ids = palloc(sizeof(int32) * (n + 1));
-		probs = palloc(sizeof(double) * (n + 1));
-		toks = palloc(sizeof(char *) * (n + 1));
-		for (int i = 0; i < n; i++)
-		{
-			ids[i] = pr[i].id;
-			probs[i] = pr[i].probability;
-			/* a KNN override's entry has no token id: its text is the edit's target */
-			toks[i] = ids[i] < 0 ? pstrdup(pr[i].token ? pr[i].token : "") : NULL;
-		}
-		lq_infer_result_free(&r);
-		for (int i = 0; i < n; i++)
-			if (ids[i] >= 0)
-				toks[i] = token_text(lq_model_tokenizer(lm), ids[i]);
-	}
+	n = m->ops->infer(m, prompt, top, &toks, &probs);
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)
 	{

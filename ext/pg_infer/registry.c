@@ -191,6 +191,7 @@ model_load(const char *name)
 	if (backend == NULL || backend[0] == 0 || strcmp(backend, "local") == 0)
 	{
 		m->backend = PGI_LOCAL;
+		m->ops = &pgi_local_ops;
 		m->path = MemoryContextStrdup(TopMemoryContext, path ? path : "");
 		PG_TRY();
 		{
@@ -217,6 +218,7 @@ model_load(const char *name)
 							"and no larql server socket was found", name)));
 		}
 		m->backend = PGI_REMOTE;
+		m->ops = &pgi_remote_ops;
 		m->url = MemoryContextStrdup(TopMemoryContext, strip_slash(url));
 	}
 	else
@@ -272,40 +274,6 @@ pgi_model_arg(FunctionCallInfo fcinfo, int argno)
 		name = pgi_default_model;
 	}
 	return pgi_model_by_name(name);
-}
-
-lq_model *
-pgi_model_engine(PgiModel *m)
-{
-	if (m->lm == NULL)
-	{
-		lq_model_opts mo = {0};
-		lq_err		err = {0};
-		int			rc;
-
-		mo.n_threads = 1;
-		mo.hugepages = -1;		/* read-only shared mapping: never a private copy per backend */
-		mo.lm_head_mode = LQ_LM_HEAD_EXACT;	/* no bounded lm_head: its int8 copy would be
-												 * private memory in every backend too */
-		if ((rc = lq_model_open(m->path, &mo, &m->lm, &err)) != 0)
-		{
-			m->lm = NULL;
-			pgi_lq_error(rc, &err, "cannot load the model weights of the vindex (infer() needs "
-						 "a vindex built with --keep-quant --level inference)");
-		}
-		if (lq_model_get_info(m->lm)->weights_copied)
-		{
-			/* LQ_HUGEPAGES=1 in the server's environment overrides hugepages = -1: refuse
-			 * rather than hold a private copy of the weights in every backend */
-			lq_model_close(m->lm);
-			m->lm = NULL;
-			ereport(ERROR,
-					(errcode(ERRCODE_CONFIG_FILE_ERROR),
-					 errmsg("the model weights were copied into private memory instead of mapped"),
-					 errhint("Remove LQ_HUGEPAGES from the PostgreSQL server's environment.")));
-		}
-	}
-	return m->lm;
 }
 
 /* infer.data_directory as an absolute path. */
@@ -430,6 +398,7 @@ pgi_create_model(PG_FUNCTION_ARGS)
 	m->name = MemoryContextStrdup(TopMemoryContext, name);
 	m->path = MemoryContextStrdup(TopMemoryContext, canon);
 	m->backend = PGI_LOCAL;
+	m->ops = &pgi_local_ops;
 	m->base = vx;
 	m->vx = vx;
 	m->files_id = files_id;

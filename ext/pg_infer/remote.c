@@ -8,6 +8,8 @@
  * are refused. */
 #include "pg_infer.h"
 
+#include <limits.h>
+
 #include <string.h>
 
 #include <curl/curl.h>
@@ -303,8 +305,8 @@ ensure_stats(PgiModel *m)
 		(void) pgi_remote_stats(m->url, &m->num_layers, &m->hidden_size);
 }
 
-int
-pgi_remote_describe(PgiModel *m, const char *entity, double min_score, PgiEdge **out)
+static int
+remote_describe(PgiModel *m, const char *entity, double min_score, PgiEdge **out)
 {
 	char	   *path = psprintf("/v1/describe?entity=%s&band=all&limit=%d&min_score=%.17g",
 								pgi_url_escape(entity), pgi_describe_top_k,
@@ -370,8 +372,8 @@ parse_hits(const char *body, PgiHit **out)
 	return n;
 }
 
-int
-pgi_remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
+static int
+remote_walk(PgiModel *m, const char *prompt, int top, int layer, PgiHit **out)
 {
 	return parse_hits(pgi_http_request(m->url, walk_path(prompt, top, layer), NULL, false), out);
 }
@@ -396,13 +398,13 @@ walks_similar(const PgiHit *ha, int na, const PgiHit *hb, int nb)
 }
 
 /* pg_infer's remote similar_to: both texts walked with top 50. */
-double
-pgi_remote_similar(PgiModel *m, const char *a, const char *b)
+static double
+remote_similar(PgiModel *m, const char *a, const char *b)
 {
 	PgiHit	   *ha,
 			   *hb;
-	int			na = pgi_remote_walk(m, a, 50, -1, &ha),
-				nb = pgi_remote_walk(m, b, 50, -1, &hb);
+	int			na = remote_walk(m, a, 50, -1, &ha),
+				nb = remote_walk(m, b, 50, -1, &hb);
 
 	return walks_similar(ha, na, hb, nb);
 }
@@ -410,8 +412,8 @@ pgi_remote_similar(PgiModel *m, const char *a, const char *b)
 /* similar_to(texts[i], q) for every i (texts[i] NULL: skipped): the query and every text are
  * walked once each, the walks running concurrently (pgi_http_many), instead of two
  * sequential walks per pair. */
-void
-pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q, double *out)
+static void
+remote_similar_many(PgiModel *m, const char *const *texts, int n, const char *q, double *out)
 {
 	const char **paths = palloc(sizeof(char *) * (n + 2));
 	int		   *slot = palloc(sizeof(int) * (n + 1));
@@ -445,8 +447,8 @@ pgi_remote_similar_many(PgiModel *m, const char *const *texts, int n, const char
 	}
 }
 
-int
-pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens, double **probs)
+static int
+remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens, double **probs)
 {
 	StringInfoData req;
 	JsonbContainer *j,
@@ -472,3 +474,83 @@ pgi_remote_infer(PgiModel *m, const char *prompt, int top, char ***tokens, doubl
 	}
 	return n;
 }
+
+static int
+remote_edges(PgiModel *m, const char *entity, double min_score, bool per_layer, PgiEdge **out)
+{
+	if (per_layer)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("operation '%s' is not supported by the remote backend", "describe_layers")));
+	return remote_describe(m, entity, min_score, out);
+}
+
+/* one describe a request (the server has no batch describe) */
+static void
+remote_edges_many(PgiModel *m, char **ents, int n, double min_score, PgiEdge **out, int *counts)
+{
+	for (int j = 0; j < n; j++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ents[j] == NULL || ents[j][0] == 0)
+			continue;
+		counts[j] = remote_describe(m, ents[j], min_score, &out[j]);
+	}
+}
+
+static int
+remote_num_layers(PgiModel *m)
+{
+	return m->num_layers > 0 ? m->num_layers : INT_MAX;
+}
+
+/* the walk of the entity at that layer (the server has no nearest route): no "also" */
+static int
+remote_nearest(PgiModel *m, const char *entity, int layer, int top, PgiFeatureRow **out)
+{
+	PgiHit	   *h;
+	int			n = remote_walk(m, entity, top, layer, &h),
+				k = 0;
+	PgiFeatureRow *r = palloc0(sizeof *r * (n + 1));
+
+	for (int i = 0; i < n; i++)
+		if (h[i].layer == layer)
+			r[k++] = (PgiFeatureRow) {h[i].feature, h[i].token, h[i].score, ""};
+	*out = r;
+	return k;
+}
+
+static JsonbContainer *
+remote_relations(PgiModel *m)
+{
+	return pgi_json_parse(pgi_http_request(m->url, "/v1/relations", NULL, false));
+}
+
+/* GET /v1/stats: uniform features_per_layer, no bands (pg_infer's remote answer) */
+static int
+remote_layers(PgiModel *m, PgiLayerRow **out)
+{
+	JsonbContainer *j = pgi_json_parse(pgi_http_request(m->url, "/v1/stats", NULL, false));
+	int			L = (int) pgi_jnum(j, "layers"),
+				nf = (int) pgi_jnum(j, "features_per_layer");
+	PgiLayerRow *r = palloc0(sizeof *r * (L > 0 ? L + 1 : 1));
+
+	for (int l = 0; l < L; l++)
+		r[l] = (PgiLayerRow) {l, "", nf};
+	*out = r;
+	return L > 0 ? L : 0;
+}
+
+const PgiOps pgi_remote_ops = {
+	.name = "remote",
+	.edges = remote_edges,
+	.edges_many = remote_edges_many,
+	.hits = remote_walk,
+	.num_layers = remote_num_layers,
+	.nearest = remote_nearest,
+	.relations = remote_relations,
+	.layers = remote_layers,
+	.similar = remote_similar,
+	.similar_many = remote_similar_many,
+	.infer = remote_infer,
+};

@@ -165,3 +165,39 @@ pgi_jelem_str(JsonbContainer *arr, int i)
 
 	return v && v->type == jbvString ? pnstrdup(v->val.string.val, v->val.string.len) : pstrdup("");
 }
+
+void
+pgi_check_prompt(const char *s)
+{
+	if (s[0] == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("empty prompt")));
+}
+
+JsonbContainer *
+pgi_json_body(char *body)
+{
+	char	   *copy = pstrdup(body);
+
+	free(body);
+	return pgi_json_parse(copy);
+}
+
+int
+pgi_feature_rows(JsonbContainer *j, const char *key, PgiFeatureRow **out)
+{
+	int			n;
+	JsonbContainer *arr = pgi_jarr(j, key, &n);
+	PgiFeatureRow *r = palloc0(sizeof *r * (n + 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		JsonbContainer *o = pgi_jelem(arr, i);
+
+		r[i].feature = (int) pgi_jnum(o, "feature");
+		r[i].token = pgi_jstr(o, "token");
+		r[i].score = pgi_jnum(o, "score");
+		r[i].also = pgi_jstr(o, "also");
+	}
+	*out = r;
+	return n;
+}
