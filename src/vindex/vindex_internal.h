@@ -58,6 +58,8 @@ int lq_vx_file_write(lq_vx_file *w, const void *data, size_t n, lq_err *err);
 int lq_vx_file_close(lq_vx_file *w, char hex[65], lq_err *err);
 void lq_vx_file_abort(lq_vx_file *w);
 char *lq_vx_join(const char *dir, const char *name); /* malloc'd "dir/name" (dir NULL: name) */
+/* src/name copied to dst/name (fsync'd), format.c */
+int lq_vx_copy_file(const char *src, const char *dst, const char *name, lq_err *err);
 
 /* LARQL's f32 -> f16: truncates the mantissa, flushes below-normal results to signed zero,
  * overflow to inf (crates/larql-models/src/quant/half.rs). */
