@@ -511,6 +511,10 @@ static char *model_out_path(const char *dst, lq_err *err)
 
 static int exec_compile_model(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
+    if (s->format == 1) /* LARQL's default is a safetensors directory for its own loader */
+        return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE INTO MODEL ... FORMAT safetensors is not supported: it "
+                                                "writes GGUF (FORMAT GGUF, the default here), the file llama.cpp "
+                                                "and larql load");
     lq_vindex *src = NULL;
     lq_overlay *o = NULL;
     lq_model *m = NULL;
