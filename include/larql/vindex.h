@@ -397,6 +397,10 @@ typedef struct lq_vindex_build_opts {
     int no_clusters;        /* 1: skip relation_clusters.json / feature_clusters.jsonl (LARQL
                                writes them for models with a knowledge band, >= 8 layers; the
                                k-means over the band's features is the slowest stage there) */
+    int clusters_any_depth; /* 1: a model below 8 layers gets them too, over its layers between
+                               the first and the last (LARQL writes none: it has no knowledge
+                               band; on the shipped 4-layer model the names are noise, e.g.
+                               France -> Paris "prefix", hence off by default) */
     const char *tokenizer_json; /* NULL = <side dir>/tokenizer.json if present, else from GGUF */
     const char *side_dir;   /* where tokenizer.json, tokenizer_config.json ... are looked for;
                                NULL = the GGUF's directory (a converted Hugging Face folder

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_obj.h"
 #include "model/hf_internal.h"
 #include "model/model_internal.h"
 
@@ -128,7 +129,7 @@ static int add_tokenizer(save_ctx *c, const lq_model *m, const char *tok_dir)
 {
     if (!tok_dir)
         return lq_err_set(c->err, LQ_EINVAL, "the model has no GGUF: a tokenizer directory is required");
-    json_t *cfg = json_object();
+    json_t *cfg = lq_json_object();
     if (!cfg)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
     if (m->tok && lq_tokenizer_bos(m->tok) >= 0)

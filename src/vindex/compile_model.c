@@ -37,7 +37,7 @@ static int carry_one(json_t *arr, const lq_patch *p, const char *name, lq_err *e
     if (!vlp)
         return lq_err_set(err, LQ_EFORMAT, "patch %s: its own JSON does not parse: %s", name, je.text);
     json_object_del(vlp, "base_checksum");
-    json_t *e = json_object();
+    json_t *e = lq_json_object();
     json_object_set_new(e, "name", json_string(name));
     json_object_set_new(e, "patch", vlp);
     json_array_append_new(arr, e);

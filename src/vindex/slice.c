@@ -264,9 +264,8 @@ static int slice_sub(slice_ctx *c, const char *sub, unsigned parts)
 
 static int level_rank(const char *s)
 {
-    static const char *const L[] = {"browse", "attention", "inference", "all"};
     for (int i = 0; i < 4; i++)
-        if (s && !strcmp(s, L[i]))
+        if (s && !strcmp(s, lq_vindex_level_name(i)))
             return i;
     return 0;
 }
@@ -276,8 +275,7 @@ static int write_index(slice_ctx *c, const json_t *src_ix)
     json_t *ix = json_deep_copy(src_ix);
     if (!ix)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
-    static const char *const L[] = {"browse", "attention", "inference", "all"};
-    json_object_set_new(ix, "extract_level", json_string(L[c->r->new_level]));
+    json_object_set_new(ix, "extract_level", json_string(lq_vindex_level_name(c->r->new_level)));
     json_object_set_new(ix, "has_model_weights", json_boolean(c->r->new_has_weights));
     if (c->sums)
         json_object_set(ix, "checksums", c->sums);
@@ -336,7 +334,7 @@ int lq_vindex_slice(const char *src, const char *dst, unsigned parts, int force,
     slice_ctx c = {.r = r, .dry = dry_run, .src = src, .dst = dst, .err = err,
                    .src_sums = json_object_get(ix, "checksums")};
     if (json_is_object(c.src_sums))
-        c.sums = json_object();
+        c.sums = lq_json_object();
     r->parts = parts;
     r->source_level = level_rank(json_string_value(json_object_get(ix, "extract_level")));
     int have_attn = (parts & LQ_SLICE_ATTN) && (parts & LQ_SLICE_NORMS), have_ffn = (parts & LQ_SLICE_FFN) != 0;

@@ -152,9 +152,10 @@ void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64
 
 /* ---- prefilter sketches (kernels/kernels.h defines the codes and the arithmetic) ---- */
 /* clusters.c: relation_clusters.json + feature_clusters.jsonl into the (complete) vindex
- * directory dir, LARQL's algorithm; nothing when the model has no knowledge band (< 8 layers)
- * or no feature gets an offset direction. */
-int lq_vx_write_clusters(const char *dir, int n_threads, size_t *n_clustered, size_t *k, lq_err *err);
+ * directory dir, LARQL's algorithm; nothing when the model has no knowledge band (< 8 layers;
+ * any_depth: its layers between the first and the last then) or no feature gets an offset
+ * direction. */
+int lq_vx_write_clusters(const char *dir, int n_threads, int any_depth, size_t *n_clustered, size_t *k, lq_err *err);
 
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);

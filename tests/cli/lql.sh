@@ -11,9 +11,7 @@ case $LARQL in /*) ;; *) LARQL="$PWD/$LARQL" ;; esac # SHOW MODELS runs in anoth
 M="$T_TMP/planted.gguf"; V="$T_TMP/v"; B="$T_TMP/browse"
 "$LARQL" make-model --out "$M" --preset demo --seed 3 --plant ' France>Paris@1:5' \
     --plant ' Germany>Berlin@2:100' >/dev/null 2>&1 || { fail "make-model --plant"; done_tests; exit 1; }
-# no relation clusters: the DESCRIBE rows below are checked unlabeled (a random 4-layer
-# model's cluster names are noise)
-"$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference --no-clusters >/dev/null 2>&1 ||
+"$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference >/dev/null 2>&1 ||
     { fail "convert"; done_tests; exit 1; }
 "$LARQL" convert gguf-to-vindex "$M" --output "$B" >/dev/null 2>&1 || fail "convert browse"
 D="$T_TMP/dense"
