@@ -23,23 +23,6 @@ static int is_extra(const lq_model_save_opts *o, const char *key)
     return 0;
 }
 
-/* the source GGUF as stored, minus the keys the caller replaces */
-static int copy_gguf(lq_gguf_writer *w, const lq_model *m, const lq_model_save_opts *o)
-{
-    int rc = 0;
-    for (int64_t i = 0; !rc && i < lq_gguf_n_kv(m->gguf); i++)
-        if (!is_extra(o, lq_gguf_key(m->gguf, i)))
-            rc = lq_gguf_writer_copy_kv(w, m->gguf, i);
-    for (int64_t i = 0; !rc && i < lq_gguf_n_tensors(m->gguf); i++) {
-        const lq_gguf_tensor *t = lq_gguf_tensor_at(m->gguf, i);
-        uint64_t nb = t->n_bytes;
-        if (t->type == LQ_GGML_I2_S && nb < t->n_elements / 4 + 32)
-            nb = t->n_elements / 4 + 4; /* as read: the packed bytes and the scale */
-        rc = lq_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->data, nb);
-    }
-    return rc;
-}
-
 typedef struct save_ctx {
     lq_gguf_writer *w;
     void **bufs;
@@ -97,7 +80,33 @@ static int add_wmat(save_ctx *c, const char *name, const lq_wmat *x)
     return put(c, name, 2, ne, LQ_GGML_I2_S, p, nb);
 }
 
-static int add_config(save_ctx *c, const lq_model *m)
+/* the source GGUF as stored, minus the keys the caller replaces */
+static int copy_gguf(save_ctx *c, const lq_model *m, const lq_model_save_opts *o)
+{
+    int rc = 0;
+    for (int64_t i = 0; !rc && i < lq_gguf_n_kv(m->gguf); i++)
+        if (!is_extra(o, lq_gguf_key(m->gguf, i)) && lq_gguf_writer_copy_kv(c->w, m->gguf, i))
+            rc = lq_err_set(c->err, LQ_ENOMEM, "cannot copy metadata key %s", lq_gguf_key(m->gguf, i));
+    for (int64_t i = 0; !rc && i < lq_gguf_n_tensors(m->gguf); i++) {
+        const lq_gguf_tensor *t = lq_gguf_tensor_at(m->gguf, i);
+        const void *data = t->data;
+        uint64_t nb = t->n_bytes;
+        if (t->type == LQ_GGML_I2_S) {
+            /* the reader holds the packed bytes and the scale (n/4 + 4); a file may end
+             * there, so the 32-byte tail microsoft writes is made here, zero padded */
+            nb = t->n_elements / 4 + 32;
+            uint8_t *p = keep(c, nb);
+            if (!p)
+                return lq_err_set(c->err, LQ_ENOMEM, "out of memory for %s", t->name);
+            memcpy(p, t->data, t->n_bytes < nb ? t->n_bytes : nb);
+            data = p;
+        }
+        rc = put(c, t->name, t->n_dims, t->ne, t->type, data, nb);
+    }
+    return rc;
+}
+
+static int add_config(save_ctx *c, const lq_model *m, const lq_model_save_opts *o)
 {
     lq_gguf_writer *w = c->w;
     const char *A = m->arch_name;
@@ -105,7 +114,8 @@ static int add_config(save_ctx *c, const lq_model *m)
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", A, s), k)
     int pt = m->n_layer ? m->layers[0].q.src_type : LQ_GGML_F32;
     int rc = lq_gguf_writer_add_str(w, "general.architecture", A);
-    rc |= lq_gguf_writer_add_str(w, "general.name", m->name);
+    if (!is_extra(o, "general.name")) /* the caller's name replaces the model's */
+        rc |= lq_gguf_writer_add_str(w, "general.name", m->name);
     rc |= lq_gguf_writer_add_u32(w, "general.file_type", pt == LQ_GGML_I2_S ? 40 : pt == LQ_GGML_F16 ? 1 : 0);
     rc |= lq_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)m->n_vocab);
     rc |= lq_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)m->n_ctx_train);
@@ -184,12 +194,13 @@ int lq_model_save_gguf(const lq_model *m, const lq_model_save_opts *o, lq_err *e
     int held = lq_model_weights_enter(m);
     int rc;
     if (m->gguf)
-        rc = copy_gguf(w, m, o) ? lq_err_set(err, LQ_ENOMEM, "cannot copy the model's GGUF") : LQ_OK;
-    else if (!(rc = add_config(&c, m)) && !(rc = add_tokenizer(&c, m, o->tokenizer_dir)))
+        rc = copy_gguf(&c, m, o);
+    else if (!(rc = add_config(&c, m, o)) && !(rc = add_tokenizer(&c, m, o->tokenizer_dir)))
         rc = add_tensors(&c, m);
     for (size_t i = 0; !rc && i < o->n_extra; i++)
         if (lq_gguf_writer_add_str(w, o->extra_keys[i], o->extra_values[i]))
-            rc = lq_err_set(err, LQ_ENOMEM, "out of memory for metadata key %s", o->extra_keys[i]);
+            rc = lq_err_set(err, LQ_EINVAL, "cannot add metadata key %s (given twice, or one the model's "
+                                            "configuration writes)", o->extra_keys[i]);
     if (!rc)
         rc = lq_gguf_writer_write(w, o->path, err);
     lq_model_weights_leave(m, held);
