@@ -143,9 +143,13 @@ int lq_overlay_apply_carried(lq_overlay *o, const char *gguf_path, size_t *n_app
         return rc;
     const char *s = NULL;
     uint64_t len = 0;
-    if (lq_gguf_find_key(g, CARRY_KEY) < 0 || lq_gguf_get_str(g, CARRY_KEY, &s, &len, NULL) != 0) {
+    if (lq_gguf_find_key(g, CARRY_KEY) < 0) {
         lq_gguf_close(g);
-        return LQ_OK; /* no edits carried (a string of another type is no carried list) */
+        return LQ_OK; /* no edits carried */
+    }
+    if (lq_gguf_get_str(g, CARRY_KEY, &s, &len, NULL) != 0) {
+        lq_gguf_close(g);
+        return lq_err_set(err, LQ_EFORMAT, "%s: metadata " CARRY_KEY " is not a string", gguf_path);
     }
     json_error_t je;
     json_t *arr = json_loadb(s, len, 0, &je);

@@ -3,11 +3,13 @@
  * are refused. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "larql/fixture.h"
 #include "larql/gguf.h"
 #include "larql/model.h"
+#include "larql/patch.h"
 #include "larql/vindex.h"
 
 static char g_src[600], g_vx[600];
@@ -128,9 +130,63 @@ static void test_bad_args(void)
     lq_model_close(m);
 }
 
+/* a GGUF of metadata only, carrying larql.patches as given (u32 when text is NULL) */
+static void carried_file(const char *path, const char *text)
+{
+    lq_gguf_writer *w = lq_gguf_writer_create();
+    lq_err err = {0};
+    if (text)
+        lq_gguf_writer_add_str(w, "larql.patches", text);
+    else
+        lq_gguf_writer_add_u32(w, "larql.patches", 7);
+    CHECK(lq_gguf_writer_write(w, path, &err) == 0);
+    lq_gguf_writer_free(w);
+}
+
+/* lq_overlay_apply_carried on what COMPILE ... INTO MODEL did not write */
+static void test_carried_bad(void)
+{
+    lq_vindex *v = NULL;
+    lq_overlay *o = NULL;
+    lq_err err = {0};
+    lq_vindex_open_opts vo = {0};
+    CHECK(lq_vindex_open(g_vx, &vo, &v, &err) == 0);
+    CHECK(v && lq_overlay_create(v, NULL, &o, &err) == 0);
+    if (!o) {
+        lq_vindex_close(v);
+        return;
+    }
+    char p[700];
+    snprintf(p, sizeof p, "%s.carried.gguf", g_vx);
+    size_t n = 9;
+    static const struct {
+        const char *text, *msg;
+    } cases[] = {
+        {NULL, "is not a string"},
+        {"{\"name\": 1}", "is not a JSON array"},
+        {"not json", "is not a JSON array"},
+        {"[{\"patch\": {}}]", "lacks a name or a patch object"},
+        {"[{\"name\": \"x\", \"patch\": {\"operations\": [{\"op\": \"fly\"}]}}]", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(p);
+        carried_file(p, cases[i].text);
+        int rc = lq_overlay_apply_carried(o, p, &n, &err);
+        CHECK_MSG(rc != 0 && strstr(err.msg, cases[i].msg), "case %zu: rc %d, %s", i, rc, err.msg);
+        CHECK(n == 0 && lq_overlay_n_patches(o) == 0);
+    }
+    unlink(p);
+    carried_file(p, "[]"); /* an empty list: nothing applied, no error */
+    CHECK(lq_overlay_apply_carried(o, p, &n, &err) == 0 && n == 0);
+    unlink(p);
+    lq_overlay_free(o);
+    lq_vindex_close(v);
+}
+
 int main(void)
 {
     RUN(test_roundtrip);
     RUN(test_bad_args);
+    RUN(test_carried_bad);
     return harness_done();
 }
