@@ -154,12 +154,23 @@ static int add_tokenizer(save_ctx *c, const lq_model *m, const char *tok_dir)
     return rc;
 }
 
+/* A vindex keeps a tied head as lm_head.bin, a copy of embeddings.bin: written once, tied
+ * again, as the GGUF it came from had it. */
+static int same_as_embd(const lq_model *m)
+{
+    const lq_dense_mat *e = &m->embd, *h = &m->lm_head.dense;
+    if (m->lm_head.kind != LQ_WK_DENSE || h->type != e->type || h->rows != e->rows || h->cols != e->cols)
+        return 0;
+    size_t es = e->type == LQ_GGML_F32 ? 4 : 2;
+    return h->data == e->data || !memcmp(h->data, e->data, (size_t)e->rows * (size_t)e->cols * es);
+}
+
 static int add_tensors(save_ctx *c, const lq_model *m)
 {
     int rc = add_dense(c, "token_embd.weight", &m->embd);
     if (!rc)
         rc = add_vec(c, "output_norm.weight", m->output_norm, m->n_embd);
-    if (!rc && !m->info.tied_embeddings)
+    if (!rc && !m->info.tied_embeddings && !same_as_embd(m))
         rc = add_wmat(c, "output.weight", &m->lm_head);
     for (int l = 0; !rc && l < m->n_layer; l++) {
         const lq_layer *L = &m->layers[l];
