@@ -426,6 +426,7 @@ typedef struct lq_registry_entry {
                             newest snapshot with index.json */
     int hub;             /* 1: the Hugging Face hub cache, 0: the local registry */
     uint64_t size_bytes; /* regular files under path */
+    int num_layers, hidden_size; /* index.json's (0 when it does not say) */
 } lq_registry_entry;
 /* $LARQL_HOME/local, else $HOME/.cache/larql/local / $HF_HOME/hub, else
  * $HOME/.cache/huggingface/hub (malloc'd; NULL with err set when there is no HOME). */

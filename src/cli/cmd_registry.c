@@ -30,19 +30,9 @@ int lq_cli_list(int argc, char **argv)
         return 0;
     }
     printf("%-8s  %-48s  %10s  %7s  %8s\n", "SOURCE", "MODEL", "SIZE (MB)", "LAYERS", "HIDDEN");
-    for (size_t i = 0; i < n; i++) {
-        int layers = 0, hidden = 0;
-        lq_vindex *v = NULL;
-        lq_vindex_open_opts o = {0};
-        lq_err e2 = {0};
-        if (!lq_vindex_open(e[i].path, &o, &v, &e2)) {
-            layers = lq_vindex_get_info(v)->num_layers;
-            hidden = lq_vindex_get_info(v)->hidden_size;
-            lq_vindex_close(v);
-        }
+    for (size_t i = 0; i < n; i++)
         printf("%-8s  %-48s  %10.1f  %7d  %8d\n", e[i].hub ? "hf" : "local", e[i].repo, (double)e[i].size_bytes / 1e6,
-               layers, hidden);
-    }
+               e[i].num_layers, e[i].hidden_size);
     lq_registry_free(e, n);
     return 0;
 }

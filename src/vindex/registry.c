@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json_obj.h"
 #include "vindex/vindex_internal.h"
 
 static char *cache_dir(const char *env, const char *sub, const char *home_rel, lq_err *err)
@@ -92,6 +93,15 @@ static int push(ent_vec *ev, const char *repo, const char *path, int hub, lq_err
     x->path = strdup(path);
     x->hub = hub;
     x->size_bytes = dir_size(path, 0);
+    /* LARQL's list reads the config only: index.json, not the vindex */
+    char *ip = lq_vx_join(path, "index.json");
+    json_t *ix = ip ? json_load_file(ip, 0, NULL) : NULL;
+    free(ip);
+    json_int_t nl = json_integer_value(json_object_get(ix, "num_layers"));
+    json_int_t hs = json_integer_value(json_object_get(ix, "hidden_size"));
+    x->num_layers = nl > 0 && nl < INT_MAX ? (int)nl : 0;
+    x->hidden_size = hs > 0 && hs < INT_MAX ? (int)hs : 0;
+    json_decref(ix);
     if (!x->repo || !x->path) {
         free(x->repo), free(x->path);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
