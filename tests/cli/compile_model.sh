@@ -4,6 +4,7 @@
 # that carries it (larql.patches) and answers as the vindex with the edit once USE MODEL opens
 # it; each bad input is a clear error.
 . "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/server.inc"
 case $LARQL in /*) ;; *) LARQL="$PWD/$LARQL" ;; esac
 
 M="$T_TMP/m.gguf"; V="$T_TMP/v"
@@ -47,6 +48,13 @@ fi
 # the base weights are unchanged: other engines (and `larql logits`) run the unedited model
 logits edited.gguf >"$T_TMP/l_ed"
 if cmp -s "$T_TMP/l_orig" "$T_TMP/l_ed"; then pass "the carried edits leave the weights as they were"; else fail "the carried edits leave the weights as they were"; fi
+
+# larql serve runs the base model of such a file and says so
+if start_server ed edited.gguf && grep -q 'carries edits (metadata larql.patches) that this server does not apply' "$T_TMP/ed.out" "$T_TMP/ed.err"; then
+    pass "serve says the carried edits are not applied"
+else
+    fail "serve says the carried edits are not applied" "$(cat "$T_TMP/ed.err" | head -c 300)"
+fi
 
 # ---- bad input ----
 check_fails "an existing output file" "already exists" "$LARQL" lql "$V" -c 'COMPILE CURRENT INTO MODEL "plain.gguf";'
