@@ -180,6 +180,20 @@ int lq_model_logits_from_hidden(lq_model *m, const float *h, size_t n, float *lo
  * itself runs with a remote FFN. The server side of POST /v1/walk-ffn (LARQL's full_output).
  * layer outside 0..n_layer-1 -> LQ_ERANGE. Safe from several threads at once. */
 int lq_model_ffn(lq_model *m, int layer, const float *x, size_t n, float *out, lq_err *err);
+/* Writes the model as a GGUF file at path (LQL's COMPILE ... INTO MODEL): a model opened
+ * from a GGUF is copied as stored; one opened from a vindex is written from the tensors the
+ * engine holds (I2_S with its scale, f32/f16 embedding and head, f32 norms), the architecture
+ * keys the GGUF loader reads and the tokenizer converted from tokenizer_dir's tokenizer.json.
+ * extra_keys[i] = extra_values[i] are added as string metadata (replacing a key the source
+ * holds). The result opens to the same logits. A model held with the q8 lm_head or a remote
+ * FFN -> LQ_EUNSUPPORTED. */
+typedef struct lq_model_save_opts {
+    const char *path;
+    const char *tokenizer_dir;  /* a vindex-opened model: the directory with tokenizer.json */
+    const char *const *extra_keys, *const *extra_values;
+    size_t n_extra;
+} lq_model_save_opts;
+int lq_model_save_gguf(const lq_model *m, const lq_model_save_opts *o, lq_err *err);
 /* The output head's rows for ids, with the final RMSNorm's weight folded in: out [n, n_embd],
  * row i = norm_weight * lm_head[ids[i]], so that logit j of a hidden state h is out_j . h /
  * rms(h) (what an edit needs to know which way raises a token). Ids outside the vocabulary ->

@@ -547,6 +547,19 @@ size_t lq_overlay_n_composed(const lq_overlay *o);
  * (gate rows and down_meta records of patched features, tombstones as zero rows / empty
  * records, knn_store.bin), written to a temporary sibling and renamed into place. */
 int lq_overlay_compile(const lq_overlay *o, const char *out_dir, lq_err *err);
+/* COMPILE ... INTO MODEL "path": m (the overlay's vindex's model) written as a GGUF
+ * (lq_model_save_gguf; tokenizer_dir: the vindex directory) carrying the edits as metadata
+ * `larql.patches` (a JSON array of {"name", "patch": .vlp}): base_knn (the vindex's own
+ * knn_store.bin, may be NULL) as a patch of insert_knn ops, then every patch of o in order.
+ * No edit is folded into a weight (src/vindex/compile_model.c says why): other engines run the
+ * base model. Written to path.partial and renamed; an existing path -> LQ_EINVAL.
+ * *n_patches (may be NULL): the patches carried. */
+int lq_overlay_compile_model(const lq_overlay *o, const lq_knn_store *base_knn, const lq_model *m,
+                             const char *tokenizer_dir, const char *path, size_t *n_patches, lq_err *err);
+/* Applies to o, in order, the patches a GGUF written by lq_overlay_compile_model carries
+ * (none: LQ_OK, *n_applied 0). A malformed list or a patch o refuses -> an error (the
+ * patches before it stay applied: the caller drops the overlay). */
+int lq_overlay_apply_carried(lq_overlay *o, const char *gguf_path, size_t *n_applied, lq_err *err);
 
 #ifdef __cplusplus
 }

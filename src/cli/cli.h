@@ -35,6 +35,15 @@ int lq_cli_eval_edits(int argc, char **argv); /* src/cli/cmd_eval_edits.c */
 int lq_cli_lql(int argc, char **argv);
 int lq_cli_repl(int argc, char **argv);
 int lq_cli_verify(int argc, char **argv);
+/* the local registry and slice (cmd_registry.c, cmd_slice.c), the engine diagnostic (cmd_diag.c) */
+int lq_cli_list(int argc, char **argv);
+int lq_cli_link(int argc, char **argv);
+int lq_cli_rm(int argc, char **argv);
+int lq_cli_hf(int argc, char **argv);
+int lq_cli_pull(int argc, char **argv);
+int lq_cli_publish(int argc, char **argv);
+int lq_cli_slice(int argc, char **argv);
+int lq_cli_diag(int argc, char **argv);
 /* edit journals (src/cli/cmd_journal.c) */
 int lq_cli_journal(int argc, char **argv);
 /* server (src/cli/cmd_serve.c) */

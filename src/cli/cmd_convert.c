@@ -17,12 +17,14 @@
 static const char *USAGE_CONVERT =
     "larql convert gguf-to-vindex IN.gguf --output DIR [--level browse|inference|all] [--keep-quant]\n"
     "                             [--dense-only] [--f16] [--threads N] [--tokenizer FILE] [--no-clusters]\n"
+    "                             [--clusters (also below 8 layers)]\n"
     "larql convert safetensors-to-gguf HF_DIR --output F.gguf [--name NAME]\n"
     "larql convert safetensors-to-vindex HF_DIR --output DIR [the gguf-to-vindex options]";
 
 static const char *USAGE_EXTRACT =
     "larql extract-index HF_DIR|IN.gguf -o DIR [--level browse|attention|inference|all] [--include-weights]\n"
-    "                   [--keep-quant] [--f16] [--f32] [--down-top-k N] [--threads N] [--no-clusters]";
+    "                   [--keep-quant] [--f16] [--f32] [--down-top-k N] [--threads N] [--no-clusters]\n"
+    "                   [--clusters (also below 8 layers)]";
 
 typedef struct prog {
     int tty;
@@ -123,7 +125,7 @@ int lq_cli_convert(int argc, char **argv)
         LQ_STR("--level", &level), LQ_FLAG("--keep-quant", &o.keep_quant),
         LQ_FLAG("--dense-only", &o.dense_only), LQ_FLAG("--f16", &o.f16),
         LQ_STR("--tokenizer", &o.tokenizer_json), LQ_FLAG("--no-clusters", &o.no_clusters),
-        LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
+        LQ_FLAG("--clusters", &o.clusters_any_depth), LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
     int np = 0, r = lq_cli_parse(C, USAGE_CONVERT, argc, argv, 1, opts, NULL, pos, 2, &np);
     if (r)
         return r == LQ_CLI_HELP ? 0 : r;
@@ -164,7 +166,8 @@ int lq_cli_extract_index(int argc, char **argv)
         LQ_STR("--output", &out), LQ_STR("-o", &out), LQ_STR("--level", &level),
         LQ_FLAG("--include-weights", &include_weights), LQ_FLAG("--keep-quant", &o.keep_quant),
         LQ_FLAG("--f16", &o.f16), LQ_FLAG("--f32", &f32), LQ_INT("--down-top-k", &o.down_top_k, 1, 1000),
-        LQ_FLAG("--no-clusters", &o.no_clusters), LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
+        LQ_FLAG("--no-clusters", &o.no_clusters), LQ_FLAG("--clusters", &o.clusters_any_depth),
+        LQ_INT("--threads", &o.n_threads, 1, 256), LQ_OPT_END};
     int np = 0, r = lq_cli_parse(C, USAGE_EXTRACT, argc, argv, 1, opts, NULL, pos, 1, &np);
     if (r)
         return r == LQ_CLI_HELP ? 0 : r;

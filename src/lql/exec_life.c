@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "core/json_obj.h"
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +209,14 @@ static int exec_use_model(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
     }
     if (!rc) {
         q->model_tmp = dir; /* removed when the session leaves it */
+        /* a file COMPILE ... INTO MODEL wrote carries its edits: they apply as patches */
+        size_t n = 0;
+        if ((rc = lq_overlay_apply_carried(q->o, s->str, &n, err))) {
+            lq_lql_close_backend(q);
+            return rc;
+        }
+        if (n)
+            lq_sb_printf(out, "Applied the %zu patch(es) the model carries (larql.patches)\n", n);
         return 0;
     }
     lq_vindex_remove_dir(dir);
@@ -475,11 +484,95 @@ static int exec_rebalance(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *e
 
 /* ---- COMPILE ---- */
 
+/* The GGUF's path: "out/" or an existing directory (LARQL writes a directory) holds
+ * model.gguf; anything else is the file. */
+static char *model_out_path(const char *dst, lq_err *err)
+{
+    size_t n = strlen(dst);
+    struct stat st;
+    int dir = (n && dst[n - 1] == '/') || (stat(dst, &st) == 0 && S_ISDIR(st.st_mode));
+    char *p = malloc(n + 16);
+    if (!p) {
+        lq_err_set(err, LQ_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (!dir) {
+        memcpy(p, dst, n + 1);
+        return p;
+    }
+    snprintf(p, n + 16, "%s%smodel.gguf", dst, dst[n - 1] == '/' ? "" : "/");
+    if (mkdir(dst, 0777) != 0 && errno != EEXIST) {
+        lq_err_set(err, LQ_EIO, "COMPILE INTO MODEL: cannot create the directory %s", dst);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static int exec_compile_model(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
+{
+    if (s->format == 1) /* LARQL's default is a safetensors directory for its own loader */
+        return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE INTO MODEL ... FORMAT safetensors is not supported: it "
+                                                "writes GGUF (FORMAT GGUF, the default here), the file llama.cpp "
+                                                "and larql load");
+    lq_vindex *src = NULL;
+    lq_overlay *o = NULL;
+    lq_model *m = NULL;
+    const char *dir = s->str_src;
+    int rc = 0;
+    if (!s->compile_current && !(q->path && same_dir(s->str_src, q->path))) {
+        lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
+        rc = lq_vindex_open(s->str_src, &vo, &src, err);
+        if (!rc && !lq_vindex_get_info(src)->has_model_weights)
+            rc = LQ_EUNSUPPORTED;
+        if (!rc)
+            rc = lq_overlay_create(src, lq_vindex_knn_store(src), &o, err);
+        if (!rc) {
+            lq_model_opts mo;
+            memset(&mo, 0, sizeof mo);
+            mo.n_threads = q->opts.n_threads;
+            rc = lq_vindex_model_open(src, &mo, &m, err);
+        }
+    } else if (lq_lql_need_vindex(q, err)) {
+        return LQ_EINVAL;
+    } else {
+        dir = q->path;
+        rc = lq_vindex_get_info(q->v)->has_model_weights ? lq_lql_need_model(q, err) : LQ_EUNSUPPORTED;
+    }
+    const lq_vindex *v = src ? src : q->v;
+    if (rc == LQ_EUNSUPPORTED && v && !lq_vindex_get_info(v)->has_model_weights)
+        rc = lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE INTO MODEL requires model weights in the vindex; this one was "
+                                              "built without them. Rebuild: EXTRACT MODEL \"model.gguf\" INTO \"%s\" "
+                                              "WITH INFERENCE", dir);
+    char *path = rc ? NULL : model_out_path(s->str, err);
+    size_t np = 0;
+    if (!rc && !path)
+        rc = LQ_ENOMEM;
+    if (!rc)
+        rc = lq_overlay_compile_model(o ? o : q->o, lq_vindex_knn_store(v), m ? m : q->m, dir, path, &np, err);
+    if (!rc) {
+        struct stat st;
+        double mb = stat(path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+        lq_sb_printf(out, "Compiled %s \xe2\x86\x92 %s\n", dir, path);
+        lq_sb_printf(out, "Model: %s\n", lq_vindex_get_info(v)->model);
+        lq_sb_printf(out, "Size: %.1f MB\n", mb);
+        if (np)
+            lq_sb_printf(out, "Edits: %zu patch(es) carried as GGUF metadata larql.patches (not folded into weights); "
+                              "larql's USE MODEL applies them, other engines run the base model\n", np);
+        else
+            lq_sb_puts(out, "Edits: none (the base model)\n");
+    }
+    free(path);
+    lq_model_close(m);
+    lq_overlay_free(o);
+    lq_vindex_close(src);
+    return rc;
+}
+
 static int exec_compile(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     if (s->compile_model)
-        return lq_err_set(err, LQ_EUNSUPPORTED, "COMPILE ... INTO MODEL is not supported yet: COMPILE ... INTO VINDEX "
-                                                "\"dir\" keeps the edits, and INFER runs on it");
+        return exec_compile_model(q, s, out, err);
     lq_vindex *src = NULL;
     lq_overlay *o = NULL, *resolved = NULL;
     int rc = 0;

@@ -309,6 +309,7 @@ void route_embed(lq_server *s, req *q, reply *r);     /* POST /v1/embed: JSON or
 void route_embed_row(lq_server *s, req *q, reply *r); /* GET /v1/embed/{token_id} */
 void route_logits(lq_server *s, req *q, reply *r);
 void route_walk_ffn(lq_server *s, req *q, reply *r);     /* POST /v1/walk-ffn (routes_ffn.c) */
+void route_shard(lq_server *s, req *q, reply *r);        /* GET /v1/shard/{model_id}/{range} (routes_shard.c) */
 /* Common preamble of model routes: model load (503 when it fails); with inference set,
  * --no-infer -> 503 too. 0 ok, else r is filled. */
 int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int inference);

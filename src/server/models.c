@@ -97,6 +97,11 @@ int srv_model_load(lq_server *s, lq_err *err)
             mi->kernels ? mi->kernels : "?", mi->n_threads, lq_kv_type_name(mi->kv_type),
             mi->lm_head_q8 ? "q8" : "as stored", mi->weights_copied ? "mapped, copying into 2 MB pages" : "mapped",
             s->load_ms);
+    /* a file COMPILE ... INTO MODEL wrote: its edits live in a vindex's overlay, not here */
+    const lq_gguf *g = lq_model_gguf(m);
+    if (g && lq_gguf_find_key(g, "larql.patches") >= 0)
+        srv_log(s, "%s carries edits (metadata larql.patches) that this server does not apply: it serves the base "
+                   "model; LQL's USE MODEL applies them", s->model_path);
     return 0;
 }
 

@@ -17,10 +17,11 @@ static json_t *schema(const char *text)
     return j ? j : lq_json_object(); /* a malformed literal shows up as an empty schema in the test */
 }
 
-/* The "{name}" segment of a row's path, NULL for an exact path; *len is its length. */
-static const char *path_param(const route *rt, size_t *len)
+/* The first "{name}" segment of path at or after from, NULL when there is none; *len is its
+ * length (a row may have two: /v1/shard/{model_id}/{range}). */
+static const char *path_param(const char *from, size_t *len)
 {
-    const char *b = strchr(rt->path, '{'), *e = b ? strchr(b, '}') : NULL;
+    const char *b = strchr(from, '{'), *e = b ? strchr(b, '}') : NULL;
     if (!b || !e)
         return NULL;
     *len = (size_t)(e - b - 1);
@@ -35,8 +36,7 @@ static json_t *params_of(const route *rt, int model_scoped)
                                            "schema", "type", "string", "description",
                                            "a model id from /v1/models (larql serve --dir)"));
     size_t pl = 0;
-    const char *pp = path_param(rt, &pl);
-    if (pp) {
+    for (const char *pp = path_param(rt->path, &pl); pp; pp = path_param(pp + pl, &pl)) {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)pl, pp);
         json_array_append_new(a, json_pack("{s:s,s:s,s:b,s:{s:s}}", "name", name, "in", "path", "required", 1,

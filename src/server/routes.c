@@ -125,6 +125,11 @@ static const route ROUTES[] = {
       OBJ("\"model\":" STR ",\"input\":" "{}" ",\"encoding_format\":" STR), NULL,
       OBJ("\"object\":" STR ",\"data\":" ARR(OBJ("\"embedding\":" ARR(NUM) ",\"index\":" INT)) ",\"model\":" STR),
       NULL}},
+    /* not gated: a tar of a large vindex streams for long */
+    {"/v1/shard/{model_id}/{range}", M_GET, route_shard, 0,
+     {"Stream this server's vindex directory as a tar (LARQL's grid hand-off: the receiver serves the layer range "
+      "START-END of it with --layers)",
+      NULL, NULL, NULL, NULL, "application/x-tar"}},
     {"/v1/warmup", M_POST, route_warmup, LARQL,
      {"Read the gate rows of the given layers (all by default) into memory and load the weights unless "
       "skip_weights (LARQL's warmup)",
@@ -191,6 +196,15 @@ static int path_match(const char *pattern, const char *url, size_t n, const char
     if (!brace)
         return strlen(pattern) == n && !memcmp(pattern, url, n) ? 2 : 0;
     size_t pl = (size_t)(brace - pattern);
+    if (strstr(brace, "}/{")) { /* two segments ("/v1/shard/{model_id}/{range}"): both non-empty */
+        const char *sl = n > pl ? memchr(url + pl, '/', n - pl) : NULL;
+        if (!sl || sl == url + pl || sl == url + n - 1 || memchr(sl + 1, '/', (size_t)(url + n - sl - 1)) ||
+            memcmp(pattern, url, pl))
+            return 0;
+        *arg = url + pl;
+        *arg_len = n - pl;
+        return 1;
+    }
     if (n > pl && !memcmp(pattern, url, pl) && !memchr(url + pl, '/', n - pl)) {
         *arg = url + pl;
         *arg_len = n - pl;

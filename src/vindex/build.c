@@ -1192,7 +1192,7 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
     if (!o->dense_only && !o->no_clusters) {
         size_t nclu = 0, kclu = 0;
         progress(&c, "clusters", 0, 1);
-        if ((rc = lq_vx_write_clusters(tmp, o->n_threads > 0 ? o->n_threads : lq_cpu_count(), &nclu, &kclu, err)))
+        if ((rc = lq_vx_write_clusters(tmp, o->n_threads > 0 ? o->n_threads : lq_cpu_count(), o->clusters_any_depth, &nclu, &kclu, err)))
             goto out;
         progress(&c, "clusters", 1, 1);
     }

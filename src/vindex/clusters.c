@@ -1,6 +1,7 @@
 /* Relation clusters, as LARQL's builder makes them (crates/larql-vindex/src/extract/build*,
- * clustering/): for a model with a knowledge band (>= 8 layers), every feature of the band's
- * layers whose down_meta has a top token gets an offset direction
+ * clustering/): every feature of the knowledge band's layers (>= 8 layers; a smaller model,
+ * which LARQL leaves without clusters, only when asked: its layers but the first and the
+ * last) whose down_meta has a top token gets an offset direction
  *     normalize(E[top token] - mean E[tokens of the gate's whole-word input token])
  * (France -> Paris and Germany -> Berlin share "capital-of"); the directions are clustered
  * by cosine k-means (k = min(512, n), k-means++ seeded from the longest vector, 50 rounds)
@@ -725,7 +726,7 @@ static int write_files(const char *dir, const collect *co, const float *centres,
 
 /* ---- the stage ---- */
 
-int lq_vx_write_clusters(const char *dir, int n_threads, size_t *n_clustered, size_t *k_out, lq_err *err)
+int lq_vx_write_clusters(const char *dir, int n_threads, int any_depth, size_t *n_clustered, size_t *k_out, lq_err *err)
 {
     *n_clustered = 0;
     *k_out = 0;
@@ -736,12 +737,17 @@ int lq_vx_write_clusters(const char *dir, int n_threads, size_t *n_clustered, si
         return rc;
     const lq_vindex_info *in = &v->info;
     int L = in->num_layers, D = in->hidden_size, V = in->vocab_size;
-    if (!in->has_bands || in->dense_only || !v->has_gate || !v->has_down) { /* < 8 layers: LARQL has no band */
+    if (in->dense_only || !v->has_gate || !v->has_down || (!in->has_bands && !any_depth)) {
         lq_vindex_close(v);
         return LQ_OK;
     }
-    int l0 = in->bands[1].start < L ? in->bands[1].start : L;
-    int l1 = in->bands[1].end + 1 < L ? in->bands[1].end + 1 : L;
+    /* A model below 8 layers has no knowledge band in LARQL's table (and LARQL writes no
+     * clusters for it); with any_depth, the layers between the first and the last (every
+     * layer of a model of one or two). */
+    int l0 = in->has_bands ? in->bands[1].start : L > 2 ? 1 : 0;
+    int l1 = in->has_bands ? in->bands[1].end + 1 : L > 2 ? L - 1 : L;
+    l0 = l0 < L ? l0 : L;
+    l1 = l1 < L ? l1 : L;
     /* the whole-word vocabulary and its embedding rows */
     int32_t *ww_ids = malloc((size_t)V * sizeof *ww_ids);
     float *ww = NULL, *dir_v = malloc((size_t)D * sizeof *dir_v), *row = malloc((size_t)D * sizeof *row),

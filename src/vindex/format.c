@@ -922,7 +922,7 @@ int lq_vindex_verify_checksums(const lq_vindex *v, lq_err *err)
 
 static int copy_tree(const char *src, const char *dst, int top, const lq_vindex *v, lq_err *err);
 
-static int copy_file(const char *src, const char *dst, const char *name, lq_err *err)
+int lq_vx_copy_file(const char *src, const char *dst, const char *name, lq_err *err)
 {
     lq_mapfile m;
     int rc = map_file(src, name, &m, err);
@@ -959,7 +959,7 @@ static int copy_tree(const char *src, const char *dst, int top, const lq_vindex 
                 rc = copy_tree(sp, dp, 0, v, err);
             free(dp);
         } else if (S_ISREG(st.st_mode)) {
-            rc = copy_file(src, dst, e->d_name, err);
+            rc = lq_vx_copy_file(src, dst, e->d_name, err);
         }
         free(sp);
     }

@@ -57,6 +57,8 @@ int lq_vx_file_write(lq_vx_file *w, const void *data, size_t n, lq_err *err);
 int lq_vx_file_close(lq_vx_file *w, char hex[65], lq_err *err);
 void lq_vx_file_abort(lq_vx_file *w);
 char *lq_vx_join(const char *dir, const char *name); /* malloc'd "dir/name" (dir NULL: name) */
+/* src/name copied to dst/name (fsync'd), format.c */
+int lq_vx_copy_file(const char *src, const char *dst, const char *name, lq_err *err);
 
 /* LARQL's f32 -> f16: truncates the mantissa, flushes below-normal results to signed zero,
  * overflow to inf (crates/larql-models/src/quant/half.rs). */
@@ -150,9 +152,10 @@ void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64
 
 /* ---- prefilter sketches (kernels/kernels.h defines the codes and the arithmetic) ---- */
 /* clusters.c: relation_clusters.json + feature_clusters.jsonl into the (complete) vindex
- * directory dir, LARQL's algorithm; nothing when the model has no knowledge band (< 8 layers)
- * or no feature gets an offset direction. */
-int lq_vx_write_clusters(const char *dir, int n_threads, size_t *n_clustered, size_t *k, lq_err *err);
+ * directory dir, LARQL's algorithm; nothing when the model has no knowledge band (< 8 layers;
+ * any_depth: its layers between the first and the last then) or no feature gets an offset
+ * direction. */
+int lq_vx_write_clusters(const char *dir, int n_threads, int any_depth, size_t *n_clustered, size_t *k, lq_err *err);
 
 /* Builds the sketches of every gate layer (parallel on the vindex's pool). */
 int lq_vx_build_sketches(lq_vindex *v, lq_err *err);

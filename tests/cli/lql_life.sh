@@ -110,7 +110,8 @@ lq "COMPILE ON CONFLICT LAST_WINS" 'APPLY PATCH "c1.vlp"; APPLY PATCH "m1.vlp"; 
 "$LARQL" lql lw.vindex -c 'SELECT * FROM EDGES WHERE layer = 1 AND feature = 5;' 2>&1 | grep -q '^L1 *F5 *Berlin ' &&
     pass "LAST_WINS: the last patch's write" || fail "LAST_WINS: the last patch's write"
 lq "COMPILE \"path\" INTO VINDEX" 'COMPILE "v0" INTO VINDEX "copy.vindex";' '^Compiled: copy\.vindex \(0 patched features, 0 KNN entries\)$'
-lq_err "COMPILE INTO MODEL is refused clearly" 'COMPILE CURRENT INTO MODEL "o.gguf" FORMAT GGUF;' 'INTO MODEL is not supported'
+lq "COMPILE INTO MODEL ... FORMAT GGUF (tests/cli/compile_model.sh tests the file)" 'COMPILE CURRENT INTO MODEL "o.gguf" FORMAT GGUF;' '^Compiled .* → o\.gguf$' '^Edits: none'
+lq_err "COMPILE INTO MODEL FORMAT safetensors is refused clearly" 'COMPILE CURRENT INTO MODEL "o2" FORMAT safetensors;' 'FORMAT safetensors is not supported'
 
 # ---- COMPACT, SHOW COMPACT STATUS ----
 fresh

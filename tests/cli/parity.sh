@@ -69,6 +69,12 @@ check "convert --no-clusters" "$LARQL" convert gguf-to-vindex "$C" --output "$T_
 if [ ! -e "$T_TMP/c10n/relation_clusters.json" ] && [ ! -e "$T_TMP/c10n/feature_clusters.jsonl" ] && [ ! -e "$V/relation_clusters.json" ]; then
     pass "no clusters with --no-clusters, nor for a 4-layer model (no knowledge band)"
 else fail "no clusters with --no-clusters, nor for a 4-layer model (no knowledge band)"; fi
+# --clusters: a model below 8 layers gets them over its layers between the first and the last
+check "convert --clusters (a 4-layer model)" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/v4c" --clusters
+if [ -s "$T_TMP/v4c/relation_clusters.json" ] && [ -s "$T_TMP/v4c/feature_clusters.jsonl" ] &&
+    ! grep -q '"l": *0[,}]' "$T_TMP/v4c/feature_clusters.jsonl" && ! grep -q '"l": *3[,}]' "$T_TMP/v4c/feature_clusters.jsonl"; then
+    pass "--clusters: a 4-layer model has clusters of layers 1-2"
+else fail "--clusters: a 4-layer model has clusters of layers 1-2" "$(head -c 200 "$T_TMP/v4c/feature_clusters.jsonl" 2>/dev/null)"; fi
 cp -r "$CV" "$T_TMP/c10bad"; echo '{"l":99,"f":0,"c":0}' >>"$T_TMP/c10bad/feature_clusters.jsonl"
 check_fails "a feature_clusters.jsonl line outside the vindex is an error naming the file" "feature_clusters.jsonl: line" \
     "$LARQL" describe "$T_TMP/c10bad" France
