@@ -17,43 +17,8 @@
 
 /* ---- output helpers ---- */
 
-static size_t utf8_chars(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
 
-void lq_lql_pad(lq_sb *b, const char *s, int width, int right)
-{
-    size_t n = utf8_chars(s);
-    size_t fill = width > 0 && n < (size_t)width ? (size_t)width - n : 0;
-    static const char spaces[] = "                                                                ";
-    if (!right)
-        lq_sb_puts(b, s);
-    while (fill) {
-        size_t k = fill < sizeof spaces - 1 ? fill : sizeof spaces - 1;
-        lq_sb_put(b, spaces, k);
-        fill -= k;
-    }
-    if (right)
-        lq_sb_puts(b, s);
-}
 
-void lq_lql_quoted(lq_sb *b, const char *s)
-{
-    lq_sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        const char *e = *s == '"' ? "\\\"" : *s == '\\' ? "\\\\" : *s == '\n' ? "\\n"
-                      : *s == '\t' ? "\\t" : *s == '\r' ? "\\r" : NULL;
-        if (e)
-            lq_sb_puts(b, e);
-        else
-            lq_sb_put(b, s, 1);
-    }
-    lq_sb_put(b, "\"", 1);
-}
 
 /* Quoted text padded to width (Rust: format!("{:15}", format!("{:?}", s))). */
 static void pad_quoted(lq_sb *b, const char *s, int width)
@@ -64,15 +29,6 @@ static void pad_quoted(lq_sb *b, const char *s, int width)
     lq_sb_free(&t);
 }
 
-void lq_lql_fmt_count(char *buf, size_t cap, uint64_t n)
-{
-    if (n >= 1000000)
-        snprintf(buf, cap, "%.2fM", (double)n / 1e6);
-    else if (n >= 1000)
-        snprintf(buf, cap, "%.1fK", (double)n / 1e3);
-    else
-        snprintf(buf, cap, "%llu", (unsigned long long)n);
-}
 
 static void fmt_bytes(char *buf, size_t cap, uint64_t b)
 {
@@ -126,25 +82,6 @@ int lq_lql_create(const lq_lql_opts *opts, lq_lql **out, lq_err *err)
     return 0;
 }
 
-void lq_lql_close_backend(lq_lql *q)
-{
-    lq_overlay_free(q->o);
-    q->o = NULL;
-    lq_model_close(q->m); /* before the vindex it borrows */
-    q->m = NULL;
-    lq_vindex_close(q->v);
-    q->v = NULL;
-    free(q->path);
-    q->path = NULL;
-    free(q->patch_name);
-    q->patch_name = NULL;
-    q->recording = 0;
-    q->patch_mark = 0;
-    if (q->model_tmp) /* USE MODEL's vindex lives as long as it is in use */
-        lq_vindex_remove_dir(q->model_tmp);
-    free(q->model_tmp);
-    q->model_tmp = NULL;
-}
 
 void lq_lql_free(lq_lql *q)
 {
@@ -156,35 +93,9 @@ void lq_lql_free(lq_lql *q)
     free(q);
 }
 
-const lq_vindex *lq_lql_view(const lq_lql *q) { return q->o ? lq_overlay_vindex(q->o) : q->v; }
 
-static const lq_knn_store *session_knn(const lq_lql *q)
-{
-    return q->o ? lq_overlay_knn(q->o) : q->v ? lq_vindex_knn_store(q->v) : NULL;
-}
 
-int lq_lql_need_vindex(const lq_lql *q, lq_err *err)
-{
-    if (!q->v)
-        return lq_err_set(err, LQ_EINVAL, "No backend loaded. Run USE \"path.vindex\" first.");
-    return 0;
-}
 
-int lq_lql_need_model(lq_lql *q, lq_err *err)
-{
-    if (lq_lql_need_vindex(q, err))
-        return LQ_EINVAL;
-    if (q->m)
-        return 0;
-    if (!lq_vindex_get_info(q->v)->has_model_weights)
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "this vindex has no model weights (build it with larql convert gguf-to-vindex "
-                          "--keep-quant --level inference)");
-    lq_model_opts mo;
-    memset(&mo, 0, sizeof mo);
-    mo.n_threads = q->opts.n_threads;
-    return lq_vindex_model_open(q->v, &mo, &q->m, err);
-}
 
 static const lq_vindex_info *vinfo(const lq_lql *q) { return lq_vindex_get_info(q->v); }
 
@@ -215,40 +126,6 @@ static int check_layer(const lq_lql *q, int layer, lq_err *err)
 
 /* ---- USE / STATS ---- */
 
-int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err)
-{
-    lq_vindex *v = NULL;
-    lq_vindex_open_opts vo = {.n_threads = q->opts.n_threads};
-    int rc = lq_vindex_open(path, &vo, &v, err);
-    if (rc)
-        return rc;
-    const lq_vindex_info *vi = lq_vindex_get_info(v);
-    char *p = strdup(path);
-    if (!p) {
-        lq_vindex_close(v);
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    }
-    lq_lql_close_backend(q);
-    free(q->remote); /* a local vindex ends a remote session */
-    q->remote = NULL;
-    q->v = v;
-    q->path = p;
-    if ((rc = lq_lql_edit_open(q, err)))
-        return rc;
-    char nf[32];
-    lq_lql_fmt_count(nf, sizeof nf, vi->total_features);
-    lq_sb_printf(out, "Using: %s (%d layers, %s features, model: %s", path, vi->num_layers, nf,
-                 vi->model ? vi->model : "");
-    if (vi->n_probe_labels)
-        lq_sb_printf(out, ", relations: %d probe labels", vi->n_probe_labels);
-    lq_sb_puts(out, ")\n");
-    /* knn_store.bin: INSERT ... MODE KNN facts compiled into the directory (LARQL loads it
-     * at USE; the vindex opens it) */
-    const lq_knn_store *ks = lq_vindex_knn_store(v);
-    if (ks)
-        lq_sb_printf(out, "  KNN store: %zu entries (knn_store.bin)\n", lq_knn_store_count(ks));
-    return 0;
-}
 
 /* Bytes of the files in dir and one level of subdirectories (bitnet/). */
 static uint64_t dir_size(const char *dir, int depth)
@@ -428,7 +305,7 @@ static int exec_describe(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *er
         lq_describe_result_free(&r);
         return 0;
     }
-    const lq_knn_store *ks = session_knn(q);
+    const lq_knn_store *ks = lq_lql_session_knn(q);
     size_t nk = ks ? lq_knn_store_count(ks) : 0;
     dedge *e = calloc(r.n_edges + nk + 1, sizeof *e);
     if (!e) {
@@ -650,45 +527,7 @@ static void prediction_rows(lq_sb *out, const lq_infer_result *r, const lq_predi
     }
 }
 
-static int run_infer(lq_lql *q, const char *prompt, int top, int compare, const lq_lql_stmt *route,
-                     lq_infer_result *r, lq_err *err)
-{
-    if (lq_lql_need_model(q, err))
-        return err->code ? err->code : LQ_EINVAL;
-    if (!*prompt)
-        return lq_err_set(err, LQ_EINVAL, "empty prompt");
-    lq_infer_params p;
-    lq_infer_params_init(&p);
-    p.prompt = prompt;
-    p.top = top;
-    p.mode = compare ? "compare" : "walk";
-    p.knn = session_knn(q);
-    if (route && route->route) { /* ROUTE VERIFY [FALLBACK] [TOPK n]; EXIT changes no answer */
-        p.route = route->route_fallback ? LQ_ROUTE_FALLBACK : LQ_ROUTE_VERIFY;
-        p.route_topk = route->route_topk;
-    }
-    lq_knn_store *empty = NULL;
-    if (!p.knn) { /* NULL would mean the model's own store; the session's is authoritative */
-        int rc = lq_knn_store_create(vinfo(q)->hidden_size, &empty, err);
-        if (rc)
-            return rc;
-        p.knn = empty;
-    }
-    /* the session's overlay edits the forward pass (KNN entries and composed features) */
-    if (q->o && !(p.edits = lq_overlay_edit_set(q->o, err))) {
-        lq_knn_store_free(empty);
-        return LQ_ENOMEM;
-    }
-    int rc = lq_infer(q->m, &p, r, err);
-    lq_edit_set_unref(p.edits);
-    lq_knn_store_free(empty);
-    return rc;
-}
 
-int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err)
-{
-    return run_infer(q, prompt, top, 0, NULL, r, err);
-}
 
 static void infer_output(lq_sb *out, const lq_infer_result *r)
 {
@@ -711,7 +550,7 @@ static void infer_output(lq_sb *out, const lq_infer_result *r)
 static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, s, &r, err);
+    int rc = lq_lql_run_infer(q, s->str, s->top >= 0 ? s->top : 5, s->compare, s, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);
@@ -725,7 +564,7 @@ static int exec_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 static int exec_explain_infer(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err)
 {
     lq_infer_result r;
-    int rc = run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, NULL, &r, err);
+    int rc = lq_lql_run_infer(q, s->str, s->top >= 0 ? s->top : 5, 0, NULL, &r, err);
     if (rc)
         return rc;
     infer_output(out, &r);
@@ -783,17 +622,6 @@ static int cond_num(const lq_lql_cond *c, double *x, lq_err *err)
     return 0;
 }
 
-/* "%paris%" -> "paris": LIKE patterns are substrings here (LARQL supports % at either end) */
-const char *lq_lql_like_core(const char *s, char *buf, size_t cap)
-{
-    while (*s == '%')
-        s++;
-    snprintf(buf, cap, "%s", s);
-    size_t l = strlen(buf);
-    while (l && buf[l - 1] == '%')
-        buf[--l] = 0;
-    return buf;
-}
 
 static int also_list(const lq_vindex *v, int layer, int feature, int from, int to, lq_sb *b)
 {

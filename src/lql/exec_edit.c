@@ -9,11 +9,6 @@
 
 #include "lql/exec_internal.h"
 
-int lq_lql_edit_open(lq_lql *q, lq_err *err)
-{
-    return lq_overlay_create(q->v, lq_vindex_knn_store(q->v), &q->o, err);
-}
-
 static size_t edits_ops(const lq_lql *q)
 {
     const lq_patch *e = lq_overlay_edits(q->o);

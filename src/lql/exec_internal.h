@@ -24,13 +24,19 @@ struct lq_lql {
     char *remote;            /* USE REMOTE: the server's URL; statements go there */
 };
 
-/* USE "dir" (exec.c): opens it, replacing the session's vindex. */
+/* USE "dir" (backend.c): opens it, replacing the session's vindex, with an empty overlay. */
 int lq_lql_use(lq_lql *q, const char *path, lq_sb *out, lq_err *err);
 /* USE REMOTE and the statements a remote session sends to the server (remote.c). */
 int lq_lql_exec_remote(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
-/* INFER's walk-mode inference with the session's edits (exec.c). */
+/* ---- the backend (backend.c) ---- */
+/* INFER's walk-mode inference with the session's edits. */
 int lq_lql_infer(lq_lql *q, const char *prompt, int top, lq_infer_result *r, lq_err *err);
-/* Closes the session's vindex, model and overlay (exec.c). */
+/* The same with compare mode and a statement's ROUTE clause (route NULL: none). */
+int lq_lql_run_infer(lq_lql *q, const char *prompt, int top, int compare, const lq_lql_stmt *route,
+                     lq_infer_result *r, lq_err *err);
+/* The session's KNN store: the overlay's, else the vindex's (NULL: none). */
+const lq_knn_store *lq_lql_session_knn(const lq_lql *q);
+/* Closes the session's vindex, model and overlay. */
 void lq_lql_close_backend(lq_lql *q);
 /* Lifecycle statements (exec_life.c): TRACE, EXTRACT, USE MODEL / REMOTE, DIFF, MERGE,
  * COMPACT, SHOW COMPACT STATUS, REBALANCE, COMPILE. */
@@ -43,7 +49,7 @@ int lq_lql_need_vindex(const lq_lql *q, lq_err *err);
 /* Opens the model from the vindex's weights on first use. */
 int lq_lql_need_model(lq_lql *q, lq_err *err);
 
-/* ---- output helpers ---- */
+/* ---- output helpers (format.c) ---- */
 /* s left-aligned (right when right != 0) in width columns, counting UTF-8 characters (as
  * Rust's {:20} does); longer text is not cut. */
 void lq_lql_pad(lq_sb *b, const char *s, int width, int right);
@@ -70,8 +76,6 @@ int lq_lql_rows_match(const lq_lql_cond *const *cs, size_t n, const lq_lql_row *
 
 /* ---- statements (exec_edit.c) ---- */
 int lq_lql_exec_edit(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_err *err);
-/* Creates the overlay for a freshly USE'd vindex. */
-int lq_lql_edit_open(lq_lql *q, lq_err *err);
 /* "Edits:" summary line for STATS. */
 void lq_lql_edit_summary(const lq_lql *q, lq_sb *out);
 
