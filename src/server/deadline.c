@@ -8,11 +8,12 @@
  * once the headers are not complete within the deadline; libmicrohttpd then sees the peer gone
  * and closes the connection on its own thread. A connection idle between requests is not
  * waiting for headers, so keep-alive clients are bounded only by the idle timeout. */
-#include "internal.h"
-
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
+
+#include "core/clock.h"
+#include "server/internal.h"
 
 typedef struct conn_entry {
     struct conn_entry *prev, *next;
@@ -46,13 +47,7 @@ static void *watchdog(void *arg)
                 e->cut = 1;
                 d->cut_total++;
             }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 250 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = lq_time_in(CLOCK_MONOTONIC, 250);
         pthread_cond_timedwait(&d->cv, &d->mu, &ts);
     }
     pthread_mutex_unlock(&d->mu);

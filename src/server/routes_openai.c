@@ -28,7 +28,8 @@
 #include "larql/tokenizer.h"
 #include "server/internal.h"
 #include "server/oai_tools.h"
-#include "server/sha1.h"
+#include "core/sha1.h"
+#include "core/clock.h"
 
 #define MAX_STOPS 16
 #define MAX_LOGIT_BIAS 1024
@@ -1006,13 +1007,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         /* between tokens: wake every 20 ms to notice a client that hung up */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = lq_time_in(CLOCK_REALTIME, 20);
         pthread_cond_timedwait(&jb->cv, &jb->mu, &ts);
         if (jb->out_len == jb->out_off && !jb->finished && srv_conn_gone(jb->conn)) {
             pthread_mutex_unlock(&jb->mu);

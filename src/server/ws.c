@@ -33,7 +33,7 @@
 #include "larql/generate.h"
 #include "larql/tokenizer.h"
 #include "server/internal.h"
-#include "server/sha1.h"
+#include "core/sha1.h"
 #include "core/round.h"
 
 #define WS_MAX_MSG (1u << 20)      /* reassembled message limit: over -> close 1009 */

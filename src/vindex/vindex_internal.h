@@ -12,22 +12,11 @@
 #include "core/mapfile.h"
 #include "core/threadpool.h"
 #include "core/sb.h"
+#include "core/sha256.h"
 #include "kernels/kernels.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "larql/vindex.h"
-
-/* ---- sha256 ---- */
-typedef struct lq_sha256 {
-    uint32_t h[8];
-    uint64_t len;
-    uint8_t buf[64];
-    size_t nbuf;
-} lq_sha256;
-void lq_sha256_init(lq_sha256 *s);
-void lq_sha256_update(lq_sha256 *s, const void *data, size_t n);
-void lq_sha256_final(lq_sha256 *s, uint8_t out[32]);
-void lq_sha256_hex(const void *data, size_t n, char hex[65]);
 
 /* ---- JSON output on the core string builder (core/sb.h) ---- */
 /* (JSON string literals: lq_sb_json_str in core/sb.h) */

@@ -3,7 +3,7 @@
  * example (Sec-WebSocket-Accept of "dGhlIHNhbXBsZSBub25jZQ=="). */
 #include "harness.h"
 
-#include "server/sha1.h"
+#include "core/sha1.h"
 
 static void hex(const uint8_t d[20], char out[41])
 {

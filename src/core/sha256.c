@@ -1,9 +1,9 @@
 /* SHA-256 (FIPS 180-4), used for index.json "checksums". Small and portable: checksums are
  * computed once per file at build time, so speed is secondary to being obviously right. */
-#include "vindex/vindex_internal.h"
-
 #include <stdio.h>
 #include <string.h>
+
+#include "core/sha256.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,

@@ -1,8 +1,8 @@
 /* SHA-1 (FIPS 180-4) and base64 (RFC 4648), for the WebSocket handshake only:
  * Sec-WebSocket-Accept = base64(SHA-1(key + GUID)). SHA-1 is not used for anything that
  * needs collision resistance here. Not a public header. */
-#ifndef LQ_SERVER_SHA1_H
-#define LQ_SERVER_SHA1_H
+#ifndef LQ_CORE_SHA1_H
+#define LQ_CORE_SHA1_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* SHA-1 as FIPS 180-4 §6.1 defines it (80 rounds over 512-bit blocks, big-endian words,
  * length-padded), and base64 encoding. See sha1.h for why it exists. */
-#include "server/sha1.h"
+#include "core/sha1.h"
 
 #include <string.h>
 
