@@ -317,8 +317,9 @@ int need_model(lq_server *s, const route *rt, reply *r, lq_model **m, int infere
 const lq_tokenizer *need_tokenizer(lq_server *s, const route *rt, reply *r);
 /* POST /v1/infer and the WebSocket's infer: lq_infer_json on a pooled session (bounded by
  * --max-concurrent), with the knowledge state named by session_id (the X-Session-Id header;
- * NULL or unknown = the global state). 0 with *body (malloc'd, the library's JSON) or the HTTP
- * status with e filled (LQ_EBUSY: all sessions busy). */
+ * NULL or unknown = the global state). 0 with *body (malloc'd, the library's JSON), or LQ_E*
+ * with e filled (status_from_lq gives the HTTP status: LQ_EBUSY 503 when no model or session
+ * is available). */
 int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, char **body, lq_err *e);
 /* Decoded text of one token id (raw bytes, may be partial UTF-8), malloc'd. */
 char *token_text(const lq_tokenizer *t, int32_t id, size_t *len);
@@ -339,7 +340,7 @@ typedef struct kview {
 } kview;
 int srv_knowledge_init(lq_server *s, lq_err *err);
 void srv_knowledge_free(lq_server *s);
-int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or an HTTP status */
+int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e); /* 0 or LQ_E* (status_from_lq) */
 void srv_kview_put(kview *kv);
 /* dcache.c: the describe cache (--cache-ttl > 0), keyed by the session (NULL: the global
  * state), the edit generation and the query; srv_dcache_bump after every edit. */
@@ -352,7 +353,7 @@ void srv_dcache_put(lq_server *s, const char *sid, const char *query, const char
 void srv_dcache_stats(lq_server *s, uint64_t *hits, uint64_t *misses);
 /* The forward-pass edits a generation for this request runs (sid's session, or the global
  * state): *out is a hook for lq_generate_params.hook (composed features act, a KNN match
- * names the next token), or NULL when nothing edits the forward pass. 0 or an HTTP status. */
+ * names the next token), or NULL when nothing edits the forward pass. 0 or LQ_E*. */
 int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *key, lq_err *e);
 void route_insert(lq_server *s, req *q, reply *r);       /* POST /v1/insert */
 void route_patches(lq_server *s, req *q, reply *r);      /* GET, POST /v1/patches[/apply] */

@@ -287,14 +287,13 @@ static int valid_sid(const char *sid)
     return 1;
 }
 
-/* Finds (or with create, makes) the session sid and takes a reference. 0, or an HTTP status
- * with e filled. */
+/* Finds (or with create, makes) the session sid and takes a reference. 0, or LQ_EINVAL (a bad
+ * id), LQ_EBUSY (the table is full) or LQ_ENOMEM, with e filled. */
 static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out, lq_err *e)
 {
     *out = NULL;
     if (!valid_sid(sid)) {
-        lq_err_set(e, LQ_EINVAL, "X-Session-Id must be 1..%d characters of [A-Za-z0-9_-]", SID_MAX);
-        return 400;
+        return lq_err_set(e, LQ_EINVAL, "X-Session-Id must be 1..%d characters of [A-Za-z0-9_-]", SID_MAX);
     }
     double now = lq_now();
     pthread_mutex_lock(&s->sess_mu);
@@ -323,17 +322,15 @@ static int ks_get(lq_server *s, const char *sid, int create, srv_ksession **out,
     }
     if (s->n_sess >= s->o.max_sessions) {
         pthread_mutex_unlock(&s->sess_mu);
-        lq_err_set(e, LQ_EBUSY, "too many sessions (%d, --max-sessions); idle ones expire after %d s",
-                   s->o.max_sessions, s->o.session_ttl_s);
-        return 503;
+        return lq_err_set(e, LQ_EBUSY, "too many sessions (%d, --max-sessions); idle ones expire after %d s",
+                          s->o.max_sessions, s->o.session_ttl_s);
     }
     srv_ksession *k = ks_new(sid, now);
     srv_ksession **ns = k ? realloc(s->sess, (size_t)(s->n_sess + 1) * sizeof *ns) : NULL;
     if (!ns) {
         ks_free(k);
         pthread_mutex_unlock(&s->sess_mu);
-        lq_err_set(e, LQ_ENOMEM, "out of memory");
-        return 500;
+        return lq_err_set(e, LQ_ENOMEM, "out of memory");
     }
     s->sess = ns;
     k->refs = 1;
@@ -419,7 +416,7 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
             pthread_mutex_unlock(&kv->ks->mu);
             ks_put(s, kv->ks);
             *e = err;
-            return 500;
+            return LQ_EIO; /* the session's state cannot be built: the server's fault (500) */
         }
         kv->ov = kv->ks->ov;
         kv->sid = kv->ks->id;
@@ -431,7 +428,7 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
     kv->knn = lq_overlay_knn(kv->ov);
     if (!(kv->edits = lq_overlay_edit_set(kv->ov, e))) {
         srv_kview_put(kv);
-        return 500;
+        return LQ_ENOMEM;
     }
     return 0;
 }
@@ -449,7 +446,7 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *
     lq_edit_set *es = lq_edit_set_ref(kv.edits);
     srv_kview_put(&kv);
     if (lq_edit_set_n_knn(es) || lq_edit_set_n_features(es) || lq_edit_set_n_subject(es)) {
-        st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? 500 : 0;
+        st = lq_edit_set_hook(es, LQ_EDITS_COMPOSE | LQ_EDITS_KNN_FORCE, out, e) ? LQ_ENOMEM : 0;
         *key = lq_edit_set_serial(es); /* the prompt cache shares KV only under the same edits */
     }
     lq_edit_set_unref(es);
@@ -490,9 +487,9 @@ static int kedit_begin(lq_server *s, req *q, reply *r, kedit *ke)
     const char *sid = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id");
     lq_err e = {0};
     if (sid) {
-        int st = ks_get(s, sid, 1, &ke->ks, &e);
-        if (st) {
-            reply_larql_err(r, st, "%s", e.msg);
+        int rc = ks_get(s, sid, 1, &ke->ks, &e);
+        if (rc) {
+            reply_larql_err(r, status_from_lq(rc), "%s", e.msg);
             return -1;
         }
         pthread_mutex_lock(&ke->ks->mu);
@@ -632,9 +629,9 @@ void route_patches(lq_server *s, req *q, reply *r)
     if (q->method == M_GET) {
         kview kv;
         lq_err e = {0};
-        int st = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &kv, &e);
-        if (st) {
-            reply_larql_err(r, st, "%s", e.msg);
+        int rc = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &kv, &e);
+        if (rc) {
+            reply_larql_err(r, status_from_lq(rc), "%s", e.msg);
             return;
         }
         json_t *a = json_array();

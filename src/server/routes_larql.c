@@ -203,10 +203,10 @@ static void describe_cache_headers(lq_server *s, req *q, reply *r)
 static int kget(lq_server *s, req *q, kview *kv, reply *r)
 {
     lq_err e = {0};
-    int st = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), kv, &e);
-    if (st)
-        reply_larql_err(r, st, "%s", e.msg);
-    return st;
+    int rc = srv_kview_get(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), kv, &e);
+    if (rc)
+        reply_larql_err(r, status_from_lq(rc), "%s", e.msg);
+    return rc;
 }
 
 /* The browse routes need a vindex: a GGUF-backed server answers their 400s first (the
@@ -326,40 +326,39 @@ int srv_infer(lq_server *s, const char *session_id, const lq_infer_params *p, ch
     lq_err err = {0};
     memset(e, 0, sizeof *e);
     *body = NULL;
+    /* no model to run: 503 (LQ_EBUSY), whatever e's code says why */
     if (s->o.no_infer) {
         lq_err_set(e, LQ_EUNSUPPORTED, "inference disabled (--no-infer)");
-        return 503;
+        return LQ_EBUSY;
     }
     if (srv_model(s, &m, &err)) {
         lq_err_set(e, err.code ? err.code : LQ_EIO, "model not available: %s", err.msg);
-        return 503;
+        return LQ_EBUSY;
     }
     int rc = srv_session_get(s, &sess, &err);
     if (rc) {
         *e = err;
-        return status_from_lq(rc);
+        return rc;
     }
     lq_infer_params ip = *p;
     ip.session = sess;
     /* X-Session-Id names the knowledge state the request sees (its session's, or the global
      * overlay's); walk mode applies that state's KNN store */
     kview kv;
-    int st = srv_kview_get(s, session_id, &kv, &err);
-    if (st) {
+    rc = srv_kview_get(s, session_id, &kv, &err);
+    if (rc) {
         srv_session_put(s, sess);
         *e = err;
-        return st;
+        return rc;
     }
     ip.knn = kv.knn;
     ip.edits = kv.edits;
     rc = lq_infer_json(m, &ip, body, &err);
     srv_kview_put(&kv);
     srv_session_put(s, sess);
-    if (rc) {
+    if (rc)
         *e = err;
-        return status_from_lq(rc);
-    }
-    return 0;
+    return rc;
 }
 
 void route_infer(lq_server *s, req *q, reply *r)
@@ -392,9 +391,9 @@ void route_infer(lq_server *s, req *q, reply *r)
     ip.mode = mode;
     char *body = NULL;
     lq_err err;
-    int st = srv_infer(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &ip, &body, &err);
-    if (st) {
-        reply_larql_err(r, st, "%s", err.msg);
+    int rc = srv_infer(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"), &ip, &body, &err);
+    if (rc) {
+        reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
         if (err.code == LQ_EBUSY)
             r->retry_after = 1;
         goto out;

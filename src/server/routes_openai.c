@@ -1183,10 +1183,10 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
 {
     lq_err err = {0};
     lq_resid_hook *hook = NULL;
-    int st = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
-                           &hook, &jb->gp.cache_key, &err);
-    if (st) {
-        reply_oai_err(r, st, NULL, "%s", err.msg);
+    int rc0 = srv_edit_hook(s, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, "X-Session-Id"),
+                            &hook, &jb->gp.cache_key, &err);
+    if (rc0) {
+        reply_oai_err(r, status_from_lq(rc0), NULL, "%s", err.msg);
         return -1;
     }
     jb->gp.hook = hook;
