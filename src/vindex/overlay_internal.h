@@ -96,6 +96,10 @@ lq_patch *lq_vx_patch_ref(lq_patch *p);
 int lq_vx_patch_shared(const lq_patch *p);
 
 /* overlay.c */
+/* ops[0..n) as one edit: all checked before any is applied or recorded in the live patch */
+int ov_edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err);
+/* 1 if a delete_edit op of the patches removed the edit id */
+int ov_is_dead(const lq_overlay *o, const char *id);
 lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err);
 int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err);
 int ov_rebuild(lq_overlay *o, lq_err *err);
