@@ -15,7 +15,10 @@
  *             chunk's compute, and short prompts prefill together. A request whose prompt
  *             completes gets its first token sampled at once. Then per decoding request:
  *             sample (its own sampler and seed), EOS, detokenize, stop strings, callback:
- *             the same code lq_generate runs, in the same order
+ *             the same code lq_generate runs, in the same order. A request running alone
+ *             (no other one decoding or prefilling) feeds its speculative draft in the same
+ *             pass (lq_generate_params.draft): streams in a batch already share the weights'
+ *             read, and drafted rows would lengthen every stream's step
  *
  * Same request, same seed -> the same tokens, text and finish as lq_generate on a fresh
  * session, provided the batched decode gives each session the logits a lone decode gives it
@@ -126,6 +129,10 @@ typedef struct lq_scheduler_stats {
     uint64_t cache_reused_tokens; /* prompt positions not prefilled thanks to it */
     uint64_t shared_hits;      /* requests that copied a running request's prompt prefix */
     uint64_t shared_tokens;    /* prompt positions copied so instead of prefilled */
+    uint64_t draft_steps;      /* passes that verified a speculative draft (a request running
+                                * alone: lq_generate_params.draft) */
+    uint64_t draft_tokens;     /* draft tokens verified */
+    uint64_t draft_accepted;   /* of them: kept */
 } lq_scheduler_stats;
 
 void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);

@@ -1,0 +1,275 @@
+/* Prompt-lookup speculative decoding (draft.h).
+ *
+ * Draft: the last 3 (else 2, else 1) tokens of the text so far (prompt + fed output) are
+ * looked up, most recent occurrence first, and the tokens that followed that occurrence are
+ * the draft. Quoting, summarising, code edits and chat turns that repeat the prompt continue
+ * such n-grams the same way most of the time.
+ *
+ * How long a draft is worth verifying: a pass over 1 + k rows reads the weights once, so it
+ * costs about 1 + alpha k single steps, alpha measured here (the pass times of one row and of
+ * longer ones, moving averages). Drafted token i survives with probability a^i, a the
+ * acceptance measured in this request for the n-gram length that found the draft (recent
+ * trials weigh more). k maximises the expected tokens per unit of cost,
+ * (1 + a + ... + a^k) / (1 + alpha k), and is 0 - a plain step - when no k gains 2%: on text
+ * whose drafts keep failing, drafting stops costing after a few tries. */
+#include "engine/draft.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "larql/generate.h"
+
+#define NGRAM_MAX 3
+#define DECAY 0.92  /* weight of the past in the acceptance counts, per verified draft */
+#define PRIOR_A 0.5 /* acceptance assumed before any trial (PRIOR_N trials' worth) */
+#define PRIOR_N 2.0
+#define ALPHA0 0.15 /* cost of one more row, in single steps, before any measure */
+#define EMA 0.2
+
+typedef struct lq_draft {
+    int kmax;
+    int32_t *hist;          /* [cap] the tokens in the session's KV from the prompt on, then
+                             * the rows of the pass being verified */
+    size_t n_hist, cap;
+    int32_t ids[LQ_DRAFT_MAX + 1];
+    float *outs[LQ_DRAFT_MAX + 1];        /* row j's logits: outs[0] = g->logits */
+    lq_head_req *heads[LQ_DRAFT_MAX + 1]; /* row j's bounded-logits request (NULL: exact) */
+    float *lbuf[LQ_DRAFT_MAX + 1];        /* [1..kmax] logits of the draft rows (lazily) */
+    lq_head_req head[LQ_DRAFT_MAX + 1];   /* [1..kmax] their requests */
+    int rows_ready;         /* lbuf/head allocated; -1: allocation failed (no drafting) */
+    int cls;                /* n-gram length - 1 of the draft being verified */
+    double succ[NGRAM_MAX], tri[NGRAM_MAX]; /* decayed acceptance counts per n-gram length */
+    double t1, tx;          /* ms of a one-row pass; ms each extra row adds (0: unmeasured) */
+} lq_draft;
+
+static int env_mode(void)
+{
+    const char *e = getenv("LQ_DRAFT");
+    if (e && !strcmp(e, "none"))
+        return LQ_DRAFT_NONE;
+    return LQ_DRAFT_NGRAM;
+}
+
+int lq_draft_begin(lq_gen_state *g, const lq_generate_params *p, const int32_t *prompt,
+                   size_t n_prompt, int n_ctx, lq_err *err)
+{
+    g->draft = NULL;
+    if (p->draft < LQ_DRAFT_AUTO || p->draft > LQ_DRAFT_NGRAM)
+        return lq_err_set(err, LQ_EINVAL, "generate: draft mode %d (0 auto, 1 none, 2 ngram)", p->draft);
+    if (p->draft_max < 0 || p->draft_max > LQ_DRAFT_MAX)
+        return lq_err_set(err, LQ_EINVAL, "generate: draft_max %d outside 0..%d", p->draft_max,
+                          LQ_DRAFT_MAX);
+    int mode = p->draft == LQ_DRAFT_AUTO ? env_mode() : p->draft;
+    /* a grammar's state and an edit hook's memory of positions would have to be rolled back
+     * with the rejected rows: such requests decode plainly */
+    if (mode != LQ_DRAFT_NGRAM || g->gs || p->hook || g->max_tokens < 2)
+        return LQ_OK;
+    lq_draft *d = calloc(1, sizeof *d);
+    if (!d)
+        return lq_err_set(err, LQ_ENOMEM, "generate: out of memory");
+    d->kmax = p->draft_max ? p->draft_max : 8;
+    size_t gen = (size_t)(g->max_tokens < n_ctx ? g->max_tokens : n_ctx);
+    d->cap = n_prompt + gen + LQ_DRAFT_MAX + 2;
+    d->hist = malloc(d->cap * sizeof *d->hist);
+    if (!d->hist) {
+        free(d);
+        return lq_err_set(err, LQ_ENOMEM, "generate: out of memory");
+    }
+    memcpy(d->hist, prompt, n_prompt * sizeof *d->hist);
+    d->n_hist = n_prompt;
+    g->draft = d;
+    return LQ_OK;
+}
+
+void lq_draft_free(lq_gen_state *g)
+{
+    lq_draft *d = g->draft;
+    if (!d)
+        return;
+    for (int j = 1; j <= LQ_DRAFT_MAX; j++) {
+        free(d->lbuf[j]);
+        free(d->head[j].exact);
+        free(d->head[j].ids);
+        free(d->head[j].x);
+    }
+    free(d->hist);
+    free(d);
+    g->draft = NULL;
+}
+
+/* The draft rows' buffers, once per request at its first draft (a request that never drafts
+ * never holds them): 0, or -1 without memory (the request then decodes plainly). */
+static int rows_alloc(lq_gen_state *g, lq_draft *d)
+{
+    if (d->rows_ready)
+        return d->rows_ready > 0 ? 0 : -1;
+    d->rows_ready = -1;
+    size_t words = ((size_t)g->n_vocab + 31) / 32;
+    for (int j = 1; j <= d->kmax; j++) {
+        d->lbuf[j] = malloc((size_t)g->n_vocab * sizeof(float));
+        if (!d->lbuf[j])
+            return -1;
+        if (!g->bounded)
+            continue;
+        lq_head_req *h = &d->head[j];
+        *h = g->head; /* k, window, cap */
+        h->logits = d->lbuf[j];
+        h->valid = 0;
+        h->exact = malloc(words * sizeof(uint32_t));
+        h->ids = malloc((size_t)g->head.cap * sizeof(int32_t));
+        h->x = malloc((size_t)g->m->n_embd * sizeof(float));
+        if (!h->exact || !h->ids || !h->x)
+            return -1;
+    }
+    d->rows_ready = 1;
+    return 0;
+}
+
+/* Most recent earlier occurrence of the last n tokens of h[0..len): the index just after it
+ * (its continuation), or -1. */
+static long find_ngram(const int32_t *h, size_t len, size_t n)
+{
+    if (len < n + 1)
+        return -1;
+    const int32_t *suf = h + len - n;
+    for (size_t j = len - n; j-- > 0;) {
+        if (h[j] != suf[0])
+            continue;
+        size_t i = 1;
+        while (i < n && h[j + i] == suf[i])
+            i++;
+        if (i == n)
+            return (long)(j + n);
+    }
+    return -1;
+}
+
+/* The draft length worth verifying for acceptance a with at most L tokens available. */
+static int best_k(const lq_draft *d, double a, int L)
+{
+    double alpha = d->t1 > 0 && d->tx > 0 ? d->tx / d->t1 : ALPHA0;
+    if (alpha < 0.01)
+        alpha = 0.01;
+    double best = 1.02, gain = 1.0, ai = 1.0;
+    int k = 0;
+    for (int i = 1; i <= L; i++) {
+        ai *= a;
+        gain += ai;
+        double v = gain / (1.0 + alpha * i);
+        if (v > best) {
+            best = v;
+            k = i;
+        }
+    }
+    return k;
+}
+
+int lq_draft_plan(lq_gen_state *g, int room, int allow)
+{
+    lq_draft *d = g->draft;
+    d->ids[0] = g->next_id;
+    d->outs[0] = g->logits;
+    d->heads[0] = lq_gen_head(g);
+    if (d->n_hist >= d->cap)
+        return 1; /* cannot happen: cap holds the prompt and every token that may be fed */
+    d->hist[d->n_hist] = g->next_id;
+    size_t len = d->n_hist + 1;
+    /* tokens that may still be sampled after this one, rows the context holds */
+    int L = g->max_new - g->i - 1;
+    if (L > room - 1)
+        L = room - 1;
+    if (L > d->kmax)
+        L = d->kmax;
+    if ((size_t)L > d->cap - len)
+        L = (int)(d->cap - len);
+    if (!allow || L < 1)
+        return 1;
+    long at = -1;
+    int n = NGRAM_MAX;
+    for (; n >= 1 && at < 0; n--)
+        at = find_ngram(d->hist, len, (size_t)n);
+    if (at < 0)
+        return 1;
+    d->cls = n; /* the loop's n-- ran once more: n + 1 tokens matched, class n */
+    if ((size_t)at + (size_t)L > len)
+        L = (int)(len - (size_t)at);
+    double a = (d->succ[d->cls] + PRIOR_A * PRIOR_N) / (d->tri[d->cls] + PRIOR_N);
+    int k = best_k(d, a, L);
+    if (k < 1 || rows_alloc(g, d))
+        return 1;
+    for (int j = 1; j <= k; j++) {
+        d->ids[j] = d->hist[at + j - 1];
+        d->hist[len + j - 1] = d->ids[j]; /* kept there if accepted */
+        d->outs[j] = d->lbuf[j];
+        d->heads[j] = g->bounded ? &d->head[j] : NULL;
+    }
+    return k + 1;
+}
+
+const int32_t *lq_draft_ids(const lq_gen_state *g) { return g->draft->ids; }
+float *const *lq_draft_outs(const lq_gen_state *g) { return g->draft->outs; }
+lq_head_req *const *lq_draft_heads(const lq_gen_state *g) { return g->draft->heads; }
+
+/* Row j's logits and bounded request into g (and g's into row j): gen_step works on g. */
+static void swap_row(lq_gen_state *g, lq_draft *d, int j)
+{
+    float *l = g->logits;
+    g->logits = d->lbuf[j];
+    d->lbuf[j] = l;
+    if (g->bounded) {
+        lq_head_req h = g->head;
+        g->head = d->head[j];
+        d->head[j] = h;
+    }
+}
+
+static void learn_cost(lq_draft *d, int T, double ms)
+{
+    if (ms < 0)
+        return;
+    if (T == 1) {
+        d->t1 = d->t1 > 0 ? d->t1 + EMA * (ms - d->t1) : ms;
+    } else if (d->t1 > 0) {
+        double x = (ms - d->t1) / (T - 1);
+        if (x < 0)
+            x = 0;
+        d->tx = d->tx > 0 ? d->tx + EMA * (x - d->tx) : x;
+    }
+}
+
+int lq_draft_verify(lq_gen_state *g, int T, double eval_ms, lq_token_cb cb, void *user,
+                    int *keep, lq_err *err)
+{
+    lq_draft *d = g->draft;
+    lq_generate_result *res = g->res;
+    learn_cost(d, T, eval_ms);
+    int st = LQ_GEN_NEXT, j = 0, rejected = 0;
+    for (; j < T; j++) {
+        if (j)
+            swap_row(g, d, j);
+        st = lq_gen_step(g, cb, user, err);
+        if (j)
+            swap_row(g, d, j);
+        if (st != LQ_GEN_NEXT)
+            break;
+        if (j + 1 < T && g->next_id != d->ids[j + 1]) {
+            rejected = 1;
+            break;
+        }
+    }
+    /* rows 0..j were consumed (row j's logits gave the last token) */
+    int kept = j < T ? j + 1 : T;
+    *keep = kept;
+    d->n_hist += (size_t)kept;
+    if (T > 1) {
+        int acc = kept - 1;
+        res->draft_steps++;
+        res->drafted += T - 1;
+        res->draft_accepted += acc;
+        /* trials: the accepted tokens and the one rejected; a stream that ended inside the
+         * draft says nothing about the rows after the end */
+        d->succ[d->cls] = d->succ[d->cls] * DECAY + acc;
+        d->tri[d->cls] = d->tri[d->cls] * DECAY + acc + rejected;
+    }
+    return st;
+}
