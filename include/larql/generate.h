@@ -61,6 +61,7 @@ typedef enum lq_draft_mode {
 } lq_draft_mode;
 
 #define LQ_DRAFT_MAX 16 /* longest draft verified in one pass */
+#define LQ_PREDICTION_MAX 65536
 
 typedef struct lq_generate_params {
     int max_tokens;            /* >= 0 (default 256); clamped to the context left after the
@@ -99,6 +100,11 @@ typedef struct lq_generate_params {
                                 * and a hooked request with key 0 never does */
     int draft;                 /* lq_draft_mode; other values -> LQ_EINVAL */
     int draft_max;             /* longest draft: 0 = 8, else 1..LQ_DRAFT_MAX */
+    const int32_t *prediction; /* NULL, or the output expected, mostly (OpenAI's "prediction":
+                                * an edit of a known text): drafts are also looked up there.
+                                * Copied; changes the speed only. Ids outside the vocabulary
+                                * or more than LQ_PREDICTION_MAX -> LQ_EINVAL */
+    size_t n_prediction;
 } lq_generate_params;
 
 typedef struct lq_generate_result {

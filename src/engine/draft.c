@@ -19,26 +19,34 @@
 
 #include "larql/generate.h"
 
-#define NGRAM_MAX 3
-#define DECAY 0.92  /* weight of the past in the acceptance counts, per verified draft */
-#define PRIOR_A 0.5 /* acceptance assumed before any trial (PRIOR_N trials' worth) */
-#define PRIOR_N 2.0
+#define NCLS 4      /* acceptance is tracked by how long the match is: 1, 2, 3-7, 8+ tokens */
+#define FADE 0.97   /* per step, the weight of past trials: evidence fades back to the prior, so
+                     * a class that failed is tried again after a while (a text that starts
+                     * quoting after free prose) at the cost of one short pass */
+#define PRIOR_N 2.0 /* the prior's weight in trials */
 #define ALPHA0 0.15 /* cost of one more row, in single steps, before any measure */
+#define ALPHA_MAX 0.5
 #define EMA 0.2
+#define MATCH_MAX 32
+
+static const double PRIOR_A[NCLS] = {0.3, 0.4, 0.5, 0.7};
 
 typedef struct lq_draft {
     int kmax;
     int32_t *hist;          /* [cap] the tokens in the session's KV from the prompt on, then
                              * the rows of the pass being verified */
     size_t n_hist, cap;
+    int32_t *pred;          /* [n_pred] the prompt's last MATCH_MAX tokens, then the caller's
+                             * prediction of the output (NULL: none) */
+    size_t n_pred;
     int32_t ids[LQ_DRAFT_MAX + 1];
     float *outs[LQ_DRAFT_MAX + 1];        /* row j's logits: outs[0] = g->logits */
     lq_head_req *heads[LQ_DRAFT_MAX + 1]; /* row j's bounded-logits request (NULL: exact) */
     float *lbuf[LQ_DRAFT_MAX + 1];        /* [1..kmax] logits of the draft rows (lazily) */
     lq_head_req head[LQ_DRAFT_MAX + 1];   /* [1..kmax] their requests */
     int rows_ready;         /* lbuf/head allocated; -1: allocation failed (no drafting) */
-    int cls;                /* n-gram length - 1 of the draft being verified */
-    double succ[NGRAM_MAX], tri[NGRAM_MAX]; /* decayed acceptance counts per n-gram length */
+    int cls;                /* match class of the draft being verified */
+    double succ[NCLS], tri[NCLS]; /* fading acceptance counts per match class */
     double t1, tx;          /* ms of a one-row pass; ms each extra row adds (0: unmeasured) */
 } lq_draft;
 
@@ -59,6 +67,13 @@ int lq_draft_begin(lq_gen_state *g, const lq_generate_params *p, const int32_t *
     if (p->draft_max < 0 || p->draft_max > LQ_DRAFT_MAX)
         return lq_err_set(err, LQ_EINVAL, "generate: draft_max %d outside 0..%d", p->draft_max,
                           LQ_DRAFT_MAX);
+    if (p->n_prediction && (!p->prediction || p->n_prediction > LQ_PREDICTION_MAX))
+        return lq_err_set(err, LQ_EINVAL, "generate: a prediction of %zu tokens (at most %d, and "
+                          "a non-NULL list)", p->n_prediction, LQ_PREDICTION_MAX);
+    for (size_t i = 0; i < p->n_prediction; i++)
+        if (p->prediction[i] < 0 || p->prediction[i] >= g->n_vocab)
+            return lq_err_set(err, LQ_EINVAL, "generate: prediction[%zu] = %d outside the "
+                              "vocabulary [0, %d)", i, (int)p->prediction[i], (int)g->n_vocab);
     int mode = p->draft == LQ_DRAFT_AUTO ? env_mode() : p->draft;
     /* a grammar's state and an edit hook's memory of positions would have to be rolled back
      * with the rejected rows: such requests decode plainly */
@@ -78,6 +93,15 @@ int lq_draft_begin(lq_gen_state *g, const lq_generate_params *p, const int32_t *
     memcpy(d->hist, prompt, n_prompt * sizeof *d->hist);
     d->n_hist = n_prompt;
     g->draft = d;
+    if (p->n_prediction) {
+        size_t tail = n_prompt < MATCH_MAX ? n_prompt : MATCH_MAX;
+        d->n_pred = tail + p->n_prediction;
+        d->pred = malloc(d->n_pred * sizeof *d->pred);
+        if (!d->pred)
+            return lq_err_set(err, LQ_ENOMEM, "generate: out of memory for the prediction");
+        memcpy(d->pred, prompt + n_prompt - tail, tail * sizeof *d->pred);
+        memcpy(d->pred + tail, p->prediction, p->n_prediction * sizeof *d->pred);
+    }
     return LQ_OK;
 }
 
@@ -93,6 +117,7 @@ void lq_draft_free(lq_gen_state *g)
         free(d->head[j].x);
     }
     free(d->hist);
+    free(d->pred);
     free(d);
     g->draft = NULL;
 }
@@ -125,31 +150,44 @@ static int rows_alloc(lq_gen_state *g, lq_draft *d)
     return 0;
 }
 
-/* Most recent earlier occurrence of the last n tokens of h[0..len): the index just after it
- * (its continuation), or -1. */
-static long find_ngram(const int32_t *h, size_t len, size_t n)
+/* The place in corpus c[0..nc) whose preceding tokens match the end of h[0..len) longest
+ * (at most MATCH_MAX, ties to the later place): returns the index of what followed there
+ * (< nc, so that there is a continuation), or -1 when not even the last token occurs; *mlen =
+ * the match's length. When c is h itself, nc = len - 1 keeps the suffix from matching itself. */
+static long best_match(const int32_t *c, size_t nc, const int32_t *h, size_t len, int *mlen)
 {
-    if (len < n + 1)
-        return -1;
-    const int32_t *suf = h + len - n;
-    for (size_t j = len - n; j-- > 0;) {
-        if (h[j] != suf[0])
+    long best = -1;
+    int bm = 0;
+    const int32_t last = h[len - 1];
+    for (size_t e = nc; e-- > 1;) {
+        if (c[e - 1] != last)
             continue;
-        size_t i = 1;
-        while (i < n && h[j + i] == suf[i])
-            i++;
-        if (i == n)
-            return (long)(j + n);
+        int m = 1;
+        while (m < MATCH_MAX && (size_t)m < e && (size_t)m < len && c[e - 1 - (size_t)m] == h[len - 1 - (size_t)m])
+            m++;
+        if (m > bm) {
+            bm = m;
+            best = (long)e;
+            if (m == MATCH_MAX)
+                break;
+        }
     }
-    return -1;
+    *mlen = bm;
+    return best;
 }
+
+static int match_class(int n) { return n >= 8 ? 3 : n >= 3 ? 2 : n - 1; }
 
 /* The draft length worth verifying for acceptance a with at most L tokens available. */
 static int best_k(const lq_draft *d, double a, int L)
 {
     double alpha = d->t1 > 0 && d->tx > 0 ? d->tx / d->t1 : ALPHA0;
+    /* a slow pass now and then (another process on the cores) must not stop drafting for
+     * good: no longer pass would be timed again to correct it */
     if (alpha < 0.01)
         alpha = 0.01;
+    if (alpha > ALPHA_MAX)
+        alpha = ALPHA_MAX;
     double best = 1.02, gain = 1.0, ai = 1.0;
     int k = 0;
     for (int i = 1; i <= L; i++) {
@@ -184,21 +222,32 @@ int lq_draft_plan(lq_gen_state *g, int room, int allow)
         L = (int)(d->cap - len);
     if (!allow || L < 1)
         return 1;
-    long at = -1;
-    int n = NGRAM_MAX;
-    for (; n >= 1 && at < 0; n--)
-        at = find_ngram(d->hist, len, (size_t)n);
+    for (int c = 0; c < NCLS; c++) {
+        d->succ[c] *= FADE;
+        d->tri[c] *= FADE;
+    }
+    /* the text so far, then the caller's prediction of the output */
+    int mh = 0, mp = 0;
+    long at = best_match(d->hist, len - 1, d->hist, len, &mh);
+    long ap = d->pred ? best_match(d->pred, d->n_pred, d->hist, len, &mp) : -1;
+    const int32_t *src = d->hist;
+    size_t end = len;
+    if (mp > mh) {
+        at = ap;
+        src = d->pred;
+        end = d->n_pred;
+    }
     if (at < 0)
         return 1;
-    d->cls = n; /* the loop's n-- ran once more: n + 1 tokens matched, class n */
-    if ((size_t)at + (size_t)L > len)
-        L = (int)(len - (size_t)at);
-    double a = (d->succ[d->cls] + PRIOR_A * PRIOR_N) / (d->tri[d->cls] + PRIOR_N);
+    d->cls = match_class(mp > mh ? mp : mh);
+    if ((size_t)at + (size_t)L > end)
+        L = (int)(end - (size_t)at);
+    double a = (d->succ[d->cls] + PRIOR_A[d->cls] * PRIOR_N) / (d->tri[d->cls] + PRIOR_N);
     int k = best_k(d, a, L);
     if (k < 1 || rows_alloc(g, d))
         return 1;
     for (int j = 1; j <= k; j++) {
-        d->ids[j] = d->hist[at + j - 1];
+        d->ids[j] = src[at + j - 1];
         d->hist[len + j - 1] = d->ids[j]; /* kept there if accepted */
         d->outs[j] = d->lbuf[j];
         d->heads[j] = g->bounded ? &d->head[j] : NULL;
@@ -223,16 +272,19 @@ static void swap_row(lq_gen_state *g, lq_draft *d, int j)
     }
 }
 
+/* Moving averages of the pass times; each sample is clipped to 3x the average so far (a pass
+ * the OS preempted says nothing about the model). */
 static void learn_cost(lq_draft *d, int T, double ms)
 {
-    if (ms < 0)
+    if (!(ms >= 0))
         return;
     if (T == 1) {
+        if (d->t1 > 0 && ms > 3 * d->t1)
+            ms = 3 * d->t1;
         d->t1 = d->t1 > 0 ? d->t1 + EMA * (ms - d->t1) : ms;
     } else if (d->t1 > 0) {
-        double x = (ms - d->t1) / (T - 1);
-        if (x < 0)
-            x = 0;
+        double x = (ms - d->t1) / (T - 1), cap = 3 * (d->tx > 0 ? d->tx : d->t1 * ALPHA0);
+        x = x < 0 ? 0 : x > cap ? cap : x;
         d->tx = d->tx > 0 ? d->tx + EMA * (x - d->tx) : x;
     }
 }
@@ -268,8 +320,8 @@ int lq_draft_verify(lq_gen_state *g, int T, double eval_ms, lq_token_cb cb, void
         res->draft_accepted += acc;
         /* trials: the accepted tokens and the one rejected; a stream that ended inside the
          * draft says nothing about the rows after the end */
-        d->succ[d->cls] = d->succ[d->cls] * DECAY + acc;
-        d->tri[d->cls] = d->tri[d->cls] * DECAY + acc + rejected;
+        d->succ[d->cls] += acc;
+        d->tri[d->cls] += acc + rejected;
     }
     return st;
 }
