@@ -70,6 +70,9 @@ typedef struct lq_scheduler_opts {
                         * (the choices of an n > 1 request, concurrent requests behind one
                         * system prompt) copies that prefix's KV once it is computed instead
                         * of prefilling it again (stats shared_*) */
+    int draft;         /* lq_draft_mode for requests that leave theirs LQ_DRAFT_AUTO (a server's
+                        * --draft): LQ_DRAFT_AUTO (0) keeps the library's default */
+    int draft_max;     /* for requests whose draft_max is 0; 0 = the library's (8) */
 } lq_scheduler_opts;
 
 void lq_scheduler_opts_init(lq_scheduler_opts *o);

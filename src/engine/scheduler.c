@@ -379,6 +379,7 @@ static void verify_draft(lq_scheduler *S, lq_sched_req *r, const int32_t *ids, i
         S->st.draft_steps++;
         S->st.draft_tokens += (uint64_t)(T - 1);
         S->st.draft_accepted += (uint64_t)(keep - 1);
+        S->st.decode_tokens += (uint64_t)(keep - 1); /* tokens the pass decoded beyond one */
         pthread_mutex_unlock(&S->mu);
     }
     if (st < 0) {
@@ -644,6 +645,9 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
                           o->prefill_chunk);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "scheduler: n_ctx %d is negative", o->n_ctx);
+    if (o->draft < LQ_DRAFT_AUTO || o->draft > LQ_DRAFT_NGRAM || o->draft_max < 0 || o->draft_max > LQ_DRAFT_MAX)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: draft mode %d / draft_max %d (modes 0-2, 0..%d)", o->draft,
+                          o->draft_max, LQ_DRAFT_MAX);
     if (o->prompt_cache < 0 || o->prompt_cache > 4096)
         return lq_err_set(err, LQ_EINVAL, "scheduler: prompt_cache %d outside 0..4096", o->prompt_cache);
     lq_scheduler *S = calloc(1, sizeof *S);
@@ -732,7 +736,15 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     if (!r)
         return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
     /* Everything lq_generate checks, checked now, on the caller's thread. The generation
-     * state copies what it keeps (stop strings, eos ids, sampler params). */
+     * state copies what it keeps (stop strings, eos ids, sampler params). The scheduler's
+     * draft options fill in what the request leaves to the default. */
+    lq_generate_params pd;
+    if (p && ((!p->draft && S->o.draft) || (!p->draft_max && S->o.draft_max))) {
+        pd = *p;
+        pd.draft = p->draft ? p->draft : S->o.draft;
+        pd.draft_max = p->draft_max ? p->draft_max : S->o.draft_max;
+        p = &pd;
+    }
     int rc = lq_gen_begin(&r->g, S->m, 0, S->n_ctx, prompt, n_prompt, p, &r->res, err);
     if (rc) {
         free(r);
