@@ -301,52 +301,37 @@ int main(int argc, char **argv)
         bench_passes(m, runs, nt);
     printf("| workload | threads | plain tok/s median (min-max) | drafts tok/s median (min-max) | same-run ratio median "
            "(min-max) | drafts accepted | tokens from drafts | tokens identical | load |\n|---|---|---|---|---|---|---|---|---|\n");
-    work w;
-    if (trained && want("quoting")) {
-        text_work(m, &w, "quoting", QUOTING, 6);
+    /* the workloads: their texts (NULL: random ids), sampling, and whether they stop at EOS */
+    static const struct {
+        const char *key, *name;
+        const char *const *texts;
+        float temp;
+        int ignore_eos, predicted;
+    } W[] = {
+        {"quoting", "quoting", QUOTING, 0, 1, 0},
+        {"free", "free text (greedy, to EOS)", FREE, 0, 0, 0},
+        {"sampled", "free text (T 0.8, top-p 0.95)", FREE, 0.8f, 0, 0},
+        {"predicted", "predicted (every 10th token differs)", NULL, 0, 1, 1},
+        {"random", "random prompt, no repeats", NULL, 0, 1, 0},
+    };
+    for (size_t k = 0; k < sizeof W / sizeof W[0]; k++) {
+        /* texts need the trained model: random weights never repeat a text */
+        if (!want(W[k].key) || (W[k].texts && !trained))
+            continue;
+        work w;
+        if (W[k].texts)
+            text_work(m, &w, W[k].name, W[k].texts, 6);
+        else
+            ids_work(m, &w, W[k].name, trained ? 6 : 1);
         lq_generate_defaults(&w.p);
-        w.p.sampling.temperature = 0;
-        w.p.max_tokens = n_decode;
-        w.p.ignore_eos = 1;
-        bench(m, &w, runs, nt);
-        work_free(&w);
-    }
-    if (trained && want("free")) {
-        text_work(m, &w, "free text (greedy, to EOS)", FREE, 6);
-        lq_generate_defaults(&w.p);
-        w.p.sampling.temperature = 0;
-        w.p.max_tokens = n_decode;
-        bench(m, &w, runs, nt);
-        work_free(&w);
-    }
-    if (trained && want("sampled")) {
-        text_work(m, &w, "free text (T 0.8, top-p 0.95)", FREE, 6);
-        lq_generate_defaults(&w.p);
-        w.p.sampling.temperature = 0.8f;
+        w.p.sampling.temperature = W[k].temp;
         w.p.sampling.top_k = 0;
         w.p.sampling.top_p = 0.95f;
         w.p.sampling.seed = 42;
         w.p.sampling.has_seed = 1;
         w.p.max_tokens = n_decode;
-        bench(m, &w, runs, nt);
-        work_free(&w);
-    }
-    if (want("predicted")) {
-        ids_work(m, &w, "predicted (every 10th token differs)", trained ? 6 : 1);
-        lq_generate_defaults(&w.p);
-        w.p.sampling.temperature = 0;
-        w.p.max_tokens = n_decode;
-        w.p.ignore_eos = 1;
-        w.predicted = 1;
-        bench(m, &w, runs, nt);
-        work_free(&w);
-    }
-    if (want("random")) {
-        ids_work(m, &w, "random prompt, no repeats", trained ? 6 : 1);
-        lq_generate_defaults(&w.p);
-        w.p.sampling.temperature = 0;
-        w.p.max_tokens = n_decode;
-        w.p.ignore_eos = 1;
+        w.p.ignore_eos = W[k].ignore_eos;
+        w.predicted = W[k].predicted;
         bench(m, &w, runs, nt);
         work_free(&w);
     }
