@@ -563,7 +563,7 @@ static void test_scheduler(void)
         for (int i = 0; i < count; i++)
             CHECK(lq_scheduler_submit(S, ids[i], n[i], &p[i], on_tok, on_done, &got[i], &h[i], &err) == 0);
         for (int i = 0; i < count; i++) {
-            lq_generate_result res;
+            lq_generate_result res = {0};
             CHECK(lq_sched_wait(h[i], -1) == 1 && lq_sched_result(h[i], &res, &err) == 0);
             lq_sched_release(h[i]);
             run r = {0};
