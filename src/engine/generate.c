@@ -588,6 +588,10 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
         return rc;
 
     const lq_resid_hook *prev_hook = lq_session_hook(s);
+    /* edits the caller put on the session itself: as with p->hook, no drafts (an edit's
+     * memory of positions would have to be rolled back with the rejected rows) */
+    if (prev_hook)
+        lq_draft_free(&g);
     if (p && p->hook)
         lq_session_set_hook(s, p->hook);
     lq_session_set_head(s, lq_gen_head(&g));
