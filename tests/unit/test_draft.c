@@ -455,7 +455,12 @@ static void test_prediction(void)
     lq_model_close(m);
 }
 
-/* What cannot draft does not: a grammar. Bad parameters are refused. */
+static void noop_layer(void *ctx, int layer, int pos, int logits, float *x, int n_embd)
+{
+    (void)ctx, (void)layer, (void)pos, (void)logits, (void)x, (void)n_embd;
+}
+
+/* What cannot draft does not: a grammar, edits. Bad parameters are refused. */
 static void test_params(void)
 {
     lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
@@ -508,6 +513,21 @@ static void test_params(void)
     CHECK(res.n_generated > 10);
     CHECK_EQ_INT(res.drafted, 0);
     lq_grammar_free(gr);
+    /* edits on the session (set by the caller, not through p->hook): plain decoding too */
+    lq_resid_hook hk = {0};
+    hk.after_layer = noop_layer;
+    lq_session_reset(s);
+    lq_session_set_hook(s, &hk);
+    lq_generate_defaults(&p);
+    p.sampling.temperature = 0;
+    p.max_tokens = 60;
+    p.ignore_eos = 1;
+    p.draft = LQ_DRAFT_NGRAM;
+    CHECK(lq_generate(s, ids, n, &p, NULL, NULL, &res, &err) == 0);
+    CHECK_EQ_INT(res.n_generated, 60);
+    CHECK_EQ_INT(res.drafted, 0);
+    CHECK(lq_session_hook(s) == &hk);
+    lq_session_set_hook(s, NULL);
     lq_session_free(s);
     free(ids);
     lq_model_close(m);
