@@ -1,15 +1,16 @@
 /* Prompt-lookup speculative decoding (draft.h).
  *
- * Draft: the last 3 (else 2, else 1) tokens of the text so far (prompt + fed output) are
- * looked up, most recent occurrence first, and the tokens that followed that occurrence are
- * the draft. Quoting, summarising, code edits and chat turns that repeat the prompt continue
- * such n-grams the same way most of the time.
+ * Draft: the place in the text so far (prompt + fed output), or in the caller's prediction of
+ * the output, whose preceding tokens match the end of the text longest (up to 32 tokens, the
+ * latest place on ties) - and the tokens that followed it there. Quoting, summarising, code
+ * edits and chat turns that repeat the prompt continue such spans the same way most of the
+ * time, and the longer the match the more likely.
  *
  * How long a draft is worth verifying: a pass over 1 + k rows reads the weights once, so it
  * costs about 1 + alpha k single steps, alpha measured here (the pass times of one row and of
  * longer ones, moving averages). Drafted token i survives with probability a^i, a the
- * acceptance measured in this request for the n-gram length that found the draft (recent
- * trials weigh more). k maximises the expected tokens per unit of cost,
+ * acceptance measured in this request for matches of that length (recent trials weigh more,
+ * and old failures fade back to a prior). k maximises the expected tokens per unit of cost,
  * (1 + a + ... + a^k) / (1 + alpha k), and is 0 - a plain step - when no k gains 2%: on text
  * whose drafts keep failing, drafting stops costing after a few tries. */
 #include "engine/draft.h"

@@ -124,6 +124,31 @@ static int same(const run *a, const run *b, const char *what)
     return ok;
 }
 
+/* What the drafted runs of a test did, in all. */
+typedef struct tally {
+    long drafted, accepted, generated;
+} tally;
+
+/* p without drafts, then with (at most dmax tokens, 0: the default): everything a caller sees
+ * must be equal. Counts the drafted run into t. */
+static void both(lq_model *m, const int32_t *ids, size_t n, lq_generate_params p, int dmax, int cancel,
+                 const char *what, tally *t)
+{
+    run a, b;
+    p.draft = LQ_DRAFT_NONE;
+    gen(m, ids, n, &p, cancel, &a);
+    p.draft = LQ_DRAFT_NGRAM;
+    p.draft_max = dmax;
+    gen(m, ids, n, &p, cancel, &b);
+    CHECK_MSG(same(&a, &b, what), "%s: drafting changed the output", what);
+    CHECK_EQ_INT(a.res.drafted, 0);
+    t->drafted += b.res.drafted;
+    t->accepted += b.res.draft_accepted;
+    t->generated += b.res.n_generated;
+    run_free(&a);
+    run_free(&b);
+}
+
 static const char *PROMPTS[] = {
     "Once upon a time",
     "Lily and Ben were friends. Lily said",
@@ -167,7 +192,7 @@ static void greedy_trained(int head_mode, int full_logits)
     CHECK(m != NULL);
     if (!m)
         return;
-    long drafted = 0, accepted = 0, generated = 0;
+    tally t = {0};
     for (int i = 0; i < NPROMPTS; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
@@ -181,26 +206,15 @@ static void greedy_trained(int head_mode, int full_logits)
         p.max_tokens = i % 3 == 0 ? 200 : 96;
         p.ignore_eos = i % 2;
         p.full_logits = full_logits;
-        run a, b;
-        p.draft = LQ_DRAFT_NONE;
-        gen(m, ids, n, &p, 0, &a);
-        p.draft = LQ_DRAFT_NGRAM;
-        gen(m, ids, n, &p, 0, &b);
         char what[64];
         snprintf(what, sizeof what, "prompt %d", i);
-        CHECK_MSG(same(&a, &b, what), "prompt %d: drafting changed the output", i);
-        CHECK_EQ_INT(a.res.drafted, 0);
-        drafted += b.res.drafted;
-        accepted += b.res.draft_accepted;
-        generated += b.res.n_generated;
-        run_free(&a);
-        run_free(&b);
+        both(m, ids, n, p, 0, 0, what, &t);
         free(ids);
     }
     printf("#   head %s: %ld tokens, %ld drafted, %ld accepted (%.0f%%)\n", head_mode == LQ_LM_HEAD_EXACT ? "exact" : "bounded",
-           generated, drafted, accepted, drafted ? 100.0 * accepted / drafted : 0.0);
+           t.generated, t.drafted, t.accepted, t.drafted ? 100.0 * t.accepted / t.drafted : 0.0);
     /* the repeating prompts make drafts pay: a quarter of the tokens at least came from them */
-    CHECK_MSG(accepted * 4 >= generated, "%ld of %ld tokens accepted from drafts", accepted, generated);
+    CHECK_MSG(t.accepted * 4 >= t.generated, "%ld of %ld tokens accepted from drafts", t.accepted, t.generated);
     lq_model_close(m);
 }
 
@@ -221,7 +235,7 @@ static void test_greedy_fixture(void)
     CHECK(m != NULL);
     if (!m)
         return;
-    long drafted = 0;
+    tally t = {0};
     for (int i = 0; i < 20; i++) {
         int32_t ids[64];
         size_t n = 0;
@@ -234,19 +248,10 @@ static void test_greedy_fixture(void)
         p.sampling.temperature = 0;
         p.max_tokens = 120;
         p.ignore_eos = 1;
-        run a, b;
-        p.draft = LQ_DRAFT_NONE;
-        gen(m, ids, n, &p, 0, &a);
-        p.draft = LQ_DRAFT_NGRAM;
-        p.draft_max = 1 + i % LQ_DRAFT_MAX;
-        gen(m, ids, n, &p, 0, &b);
-        CHECK_MSG(same(&a, &b, "fixture"), "fixture prompt %d", i);
-        drafted += b.res.drafted;
-        run_free(&a);
-        run_free(&b);
+        both(m, ids, n, p, 1 + i % LQ_DRAFT_MAX, 0, "fixture", &t);
     }
-    printf("#   fixture: %ld drafted tokens\n", drafted);
-    CHECK(drafted > 0);
+    printf("#   fixture: %ld drafted tokens\n", t.drafted);
+    CHECK(t.drafted > 0);
     lq_model_close(m);
 }
 
@@ -262,7 +267,7 @@ static void test_stops_and_limits(void)
     size_t n = 0;
     CHECK(encode(m, PROMPTS[4], &ids, &n) == 0);
     static const char *stops[][2] = {{"Russian", NULL}, {"speak", "."}, {"Assistant", NULL}, {"x", "?"}};
-    long drafted = 0;
+    tally t = {0};
     for (int mt = 1; mt <= 24; mt++) {
         for (int si = -1; si < 4; si++) {
             lq_generate_params p;
@@ -277,20 +282,15 @@ static void test_stops_and_limits(void)
                 p.ignore_eos = 1;
             }
             int cancel = si == -1 && mt > 12 ? mt - 10 : 0;
-            run a, b;
-            p.draft = LQ_DRAFT_NONE;
-            gen(m, ids, n, &p, cancel, &a);
-            p.draft = LQ_DRAFT_NGRAM;
-            gen(m, ids, n, &p, cancel, &b);
-            CHECK_MSG(same(&a, &b, "stops"), "max_tokens %d, stop set %d, cancel %d", p.max_tokens, si, cancel);
+            char what[96];
+            snprintf(what, sizeof what, "max_tokens %d, stop set %d, cancel %d", p.max_tokens, si, cancel);
+            long before = t.generated;
+            both(m, ids, n, p, 0, cancel, what, &t);
             if (si == -1 && !cancel)
-                CHECK_EQ_INT(b.r.n, mt);
-            drafted += b.res.drafted;
-            run_free(&a);
-            run_free(&b);
+                CHECK_EQ_INT(t.generated - before, mt);
         }
     }
-    CHECK(drafted > 0);
+    CHECK(t.drafted > 0);
     free(ids);
     lq_model_close(m);
 }
@@ -303,7 +303,7 @@ static void test_sampling_same_seed(void)
     CHECK(m != NULL);
     if (!m)
         return;
-    long drafted = 0;
+    tally t = {0};
     for (int i = 0; i < 24; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
@@ -327,19 +327,13 @@ static void test_sampling_same_seed(void)
             p.n_logit_bias = 2;
         }
         p.full_logits = i % 2;
-        run a, b;
-        p.draft = LQ_DRAFT_NONE;
-        gen(m, ids, n, &p, 0, &a);
-        p.draft = LQ_DRAFT_NGRAM;
-        gen(m, ids, n, &p, 0, &b);
-        CHECK_MSG(same(&a, &b, "sampling"), "sampling case %d", i);
-        drafted += b.res.drafted;
-        run_free(&a);
-        run_free(&b);
+        char what[64];
+        snprintf(what, sizeof what, "sampling case %d", i);
+        both(m, ids, n, p, 0, 0, what, &t);
         free(ids);
     }
-    printf("#   sampling: %ld drafted tokens\n", drafted);
-    CHECK(drafted > 0);
+    printf("#   sampling: %ld drafted tokens\n", t.drafted);
+    CHECK(t.drafted > 0);
     lq_model_close(m);
 }
 
