@@ -135,7 +135,7 @@ typedef struct lq_scheduler_stats {
     uint64_t draft_steps;      /* passes that verified a speculative draft (a request running
                                 * alone: lq_generate_params.draft) */
     uint64_t draft_tokens;     /* draft tokens verified */
-    uint64_t draft_accepted;   /* of them: kept */
+    uint64_t draft_accepted;   /* of them: kept (tokens decoded on top of decode_tokens) */
 } lq_scheduler_stats;
 
 void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);

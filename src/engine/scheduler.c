@@ -379,7 +379,6 @@ static void verify_draft(lq_scheduler *S, lq_sched_req *r, const int32_t *ids, i
         S->st.draft_steps++;
         S->st.draft_tokens += (uint64_t)(T - 1);
         S->st.draft_accepted += (uint64_t)(keep - 1);
-        S->st.decode_tokens += (uint64_t)(keep - 1); /* tokens the pass decoded beyond one */
         pthread_mutex_unlock(&S->mu);
     }
     if (st < 0) {

@@ -128,7 +128,7 @@ void route_metrics(lq_server *s, req *q, reply *r)
          rate(LD(m->decode_tokens), LD(m->decode_us))},
         {"larql_decode_aggregate_tokens_per_second", "gauge",
          "Decode tokens/s of all streams together: tokens over the wall time of the batched steps.",
-         st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0},
+         st.decode_ms > 0 ? (double)(st.decode_tokens + st.draft_accepted) * 1e3 / st.decode_ms : 0.0},
         {"larql_decode_steps_total", "counter", "Batched decode steps (one weight pass for every running stream).",
          (double)st.steps},
         {"larql_decode_batch_max", "gauge", "Largest number of streams one decode step has run.", (double)st.max_batch},
@@ -356,6 +356,6 @@ void route_runtime(lq_server *s, req *q, reply *r)
                                   "decode_tokens", (json_int_t)st.decode_tokens, "decode_step_seconds",
                                   lq_round(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
                                   "batch_size_histogram", hist, "aggregate_decode_tokens_per_second",
-                                  lq_round(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
+                                  lq_round(st.decode_ms > 0 ? (double)(st.decode_tokens + st.draft_accepted) * 1e3 / st.decode_ms : 0.0, 1)));
     reply_json(r, 200, j);
 }
