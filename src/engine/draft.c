@@ -7,11 +7,11 @@
  * time, and the longer the match the more likely.
  *
  * How long a draft is worth verifying: a pass over 1 + k rows reads the weights once, so it
- * costs about 1 + alpha k single steps, alpha measured here (the pass times of one row and of
- * longer ones, moving averages). Drafted token i survives with probability a^i, a the
+ * costs little more than a single step - c(1 + k) single steps, measured here per length
+ * (moving averages of the pass times). Drafted token i survives with probability a^i, a the
  * acceptance measured in this request for matches of that length (recent trials weigh more,
  * and old failures fade back to a prior). k maximises the expected tokens per unit of cost,
- * (1 + a + ... + a^k) / (1 + alpha k), and is 0 - a plain step - when no k gains 2%: on text
+ * (1 + a + ... + a^k) / c(1 + k), and is 0 - a plain step - when no k gains 2%: on text
  * whose drafts keep failing, drafting stops costing after a few tries. */
 #include "engine/draft.h"
 
@@ -48,7 +48,7 @@ typedef struct lq_draft {
     int rows_ready;         /* lbuf/head allocated; -1: allocation failed (no drafting) */
     int cls;                /* match class of the draft being verified */
     double succ[NCLS], tri[NCLS]; /* fading acceptance counts per match class */
-    double t1, tx;          /* ms of a one-row pass; ms each extra row adds (0: unmeasured) */
+    double ms[LQ_DRAFT_MAX + 2]; /* [T] moving average of a pass of T rows, ms (0: unmeasured) */
 } lq_draft;
 
 static int env_mode(void)
@@ -179,22 +179,42 @@ static long best_match(const int32_t *c, size_t nc, const int32_t *h, size_t len
 
 static int match_class(int n) { return n >= 8 ? 3 : n >= 3 ? 2 : n - 1; }
 
+/* A pass of T rows in single steps: measured (both T and 1), else 1 + alpha (T - 1) with alpha
+ * the mean per-row cost of the lengths measured (ALPHA0 before any). Kept within
+ * [1, 1 + ALPHA_MAX (T - 1)]: a slow pass now and then (another process on the cores) must not
+ * stop drafting for good, as no longer pass would be timed again to correct it. The cost is
+ * not linear (kernel tiles of 4 tokens; a small model's rows cost arithmetic rather than
+ * reads: 2 rows cost 1.03 steps of the trained model, 3 rows 1.31), hence a table. */
+static double rel_cost(const lq_draft *d, int T)
+{
+    double r;
+    if (T == 1)
+        return 1.0;
+    if (d->ms[1] > 0 && d->ms[T] > 0) {
+        r = d->ms[T] / d->ms[1];
+    } else {
+        double sum = 0;
+        int n = 0;
+        for (int t = 2; t <= LQ_DRAFT_MAX + 1 && d->ms[1] > 0; t++)
+            if (d->ms[t] > 0) {
+                sum += (d->ms[t] / d->ms[1] - 1) / (t - 1);
+                n++;
+            }
+        r = 1 + (n ? sum / n : ALPHA0) * (T - 1);
+    }
+    double hi = 1 + ALPHA_MAX * (T - 1);
+    return r < 1 ? 1 : r > hi ? hi : r;
+}
+
 /* The draft length worth verifying for acceptance a with at most L tokens available. */
 static int best_k(const lq_draft *d, double a, int L)
 {
-    double alpha = d->t1 > 0 && d->tx > 0 ? d->tx / d->t1 : ALPHA0;
-    /* a slow pass now and then (another process on the cores) must not stop drafting for
-     * good: no longer pass would be timed again to correct it */
-    if (alpha < 0.01)
-        alpha = 0.01;
-    if (alpha > ALPHA_MAX)
-        alpha = ALPHA_MAX;
     double best = 1.02, gain = 1.0, ai = 1.0;
     int k = 0;
     for (int i = 1; i <= L; i++) {
         ai *= a;
         gain += ai;
-        double v = gain / (1.0 + alpha * i);
+        double v = gain / rel_cost(d, i + 1);
         if (v > best) {
             best = v;
             k = i;
@@ -273,21 +293,16 @@ static void swap_row(lq_gen_state *g, lq_draft *d, int j)
     }
 }
 
-/* Moving averages of the pass times; each sample is clipped to 3x the average so far (a pass
- * the OS preempted says nothing about the model). */
+/* Moving averages of the pass times per length; each sample is clipped to 3x the average so
+ * far (a pass the OS preempted says nothing about the model). */
 static void learn_cost(lq_draft *d, int T, double ms)
 {
-    if (!(ms >= 0))
+    if (!(ms >= 0) || T < 1 || T > LQ_DRAFT_MAX + 1)
         return;
-    if (T == 1) {
-        if (d->t1 > 0 && ms > 3 * d->t1)
-            ms = 3 * d->t1;
-        d->t1 = d->t1 > 0 ? d->t1 + EMA * (ms - d->t1) : ms;
-    } else if (d->t1 > 0) {
-        double x = (ms - d->t1) / (T - 1), cap = 3 * (d->tx > 0 ? d->tx : d->t1 * ALPHA0);
-        x = x < 0 ? 0 : x > cap ? cap : x;
-        d->tx = d->tx > 0 ? d->tx + EMA * (x - d->tx) : x;
-    }
+    double *m = &d->ms[T];
+    if (*m > 0 && ms > 3 * *m)
+        ms = 3 * *m;
+    *m = *m > 0 ? *m + EMA * (ms - *m) : ms;
 }
 
 int lq_draft_verify(lq_gen_state *g, int T, double eval_ms, lq_token_cb cb, void *user,
