@@ -184,6 +184,19 @@ static int encode(lq_model *m, const char *text, int32_t **ids, size_t *n)
                                &err);
 }
 
+/* The trained model (bounded head) and prompt i's ids; NULL after a failed check. */
+static lq_model *trained_with(int i, int32_t **ids, size_t *n)
+{
+    lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
+    CHECK(m != NULL);
+    if (m && encode(m, PROMPTS[i], ids, n)) {
+        CHECK(0);
+        lq_model_close(m);
+        m = NULL;
+    }
+    return m;
+}
+
 /* Greedy over 20 prompts, with and without drafts, under the bounded head (logits -inf off the
  * computed rows) and the exact one with full logits (every logprob and top-5). */
 static void greedy_trained(int head_mode, int full_logits)
@@ -259,13 +272,11 @@ static void test_greedy_fixture(void)
  * and the session holds what it would hold. */
 static void test_stops_and_limits(void)
 {
-    lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
-    CHECK(m != NULL);
-    if (!m)
-        return;
     int32_t *ids = NULL;
     size_t n = 0;
-    CHECK(encode(m, PROMPTS[4], &ids, &n) == 0);
+    lq_model *m = trained_with(4, &ids, &n);
+    if (!m)
+        return;
     static const char *stops[][2] = {{"Russian", NULL}, {"speak", "."}, {"Assistant", NULL}, {"x", "?"}};
     tally t = {0};
     for (int mt = 1; mt <= 24; mt++) {
@@ -343,13 +354,11 @@ static void test_sampling_same_seed(void)
  * is deterministic (fixed seeds); the bound is far above its 99.9% quantile. */
 static void test_sampling_distribution(void)
 {
-    lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
-    CHECK(m != NULL);
-    if (!m)
-        return;
     int32_t *ids = NULL;
     size_t n = 0;
-    CHECK(encode(m, PROMPTS[2], &ids, &n) == 0);
+    lq_model *m = trained_with(2, &ids, &n);
+    if (!m)
+        return;
     int32_t V = lq_model_get_info(m)->n_vocab;
     long *ca = calloc((size_t)V, sizeof *ca), *cb = calloc((size_t)V, sizeof *cb);
     long drafted = 0;
@@ -412,13 +421,11 @@ static void test_sampling_distribution(void)
  * wrong one changes nothing but the speed. */
 static void test_prediction(void)
 {
-    lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
-    CHECK(m != NULL);
-    if (!m)
-        return;
     int32_t *ids = NULL;
     size_t n = 0;
-    CHECK(encode(m, PROMPTS[6], &ids, &n) == 0);
+    lq_model *m = trained_with(6, &ids, &n);
+    if (!m)
+        return;
     lq_generate_params p;
     lq_generate_defaults(&p);
     p.sampling.temperature = 0;
@@ -457,13 +464,11 @@ static void noop_layer(void *ctx, int layer, int pos, int logits, float *x, int 
 /* What cannot draft does not: a grammar, edits. Bad parameters are refused. */
 static void test_params(void)
 {
-    lq_model *m = open_model(TRAINED, LQ_LM_HEAD_BOUNDED);
-    CHECK(m != NULL);
-    if (!m)
-        return;
     int32_t *ids = NULL;
     size_t n = 0;
-    CHECK(encode(m, PROMPTS[2], &ids, &n) == 0);
+    lq_model *m = trained_with(2, &ids, &n);
+    if (!m)
+        return;
     lq_session *s = NULL;
     lq_err err = {0};
     CHECK(lq_session_create(m, 0, &s, &err) == 0);
