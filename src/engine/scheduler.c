@@ -738,8 +738,13 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
      * state copies what it keeps (stop strings, eos ids, sampler params). The scheduler's
      * draft options fill in what the request leaves to the default. */
     lq_generate_params pd;
-    if (p && ((!p->draft && S->o.draft) || (!p->draft_max && S->o.draft_max))) {
-        pd = *p;
+    if (!p) {
+        lq_generate_defaults(&pd);
+        p = &pd;
+    }
+    if ((!p->draft && S->o.draft) || (!p->draft_max && S->o.draft_max)) {
+        if (p != &pd)
+            pd = *p;
         pd.draft = p->draft ? p->draft : S->o.draft;
         pd.draft_max = p->draft_max ? p->draft_max : S->o.draft_max;
         p = &pd;

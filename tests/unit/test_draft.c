@@ -602,6 +602,44 @@ static void test_scheduler(void)
             CHECK(st.draft_accepted > 0);
     }
     lq_scheduler_free(S);
+    /* the scheduler's own options: bad ones refused; LQ_DRAFT_NONE for every request that
+     * leaves its mode to the default (a server's --draft none) */
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.draft = 9;
+    S = NULL;
+    CHECK_EQ_INT(lq_scheduler_create(m, &so, &S, &err), LQ_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "draft mode 9");
+    lq_scheduler_opts_init(&so);
+    so.draft_max = LQ_DRAFT_MAX + 1;
+    CHECK_EQ_INT(lq_scheduler_create(m, &so, &S, &err), LQ_EINVAL);
+    lq_scheduler_opts_init(&so);
+    so.draft = LQ_DRAFT_NONE;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    if (S) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(encode(m, PROMPTS[4], &ids, &n) == 0);
+        lq_generate_params p;
+        lq_generate_defaults(&p);
+        p.max_tokens = 80;
+        p.ignore_eos = 1;
+        p.sampling.temperature = 0;
+        static rec got;
+        got.V = V;
+        lq_sched_req *h = NULL;
+        lq_generate_result res = {0};
+        CHECK(lq_scheduler_submit(S, ids, n, &p, on_tok, on_done, &got, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+        lq_sched_release(h);
+        lq_scheduler_stats st;
+        lq_scheduler_get_stats(S, &st);
+        CHECK_EQ_INT(res.n_generated, 80);
+        CHECK_EQ_INT(res.drafted, 0);
+        CHECK(st.draft_steps == 0);
+        lq_scheduler_free(S);
+        free(ids);
+    }
     lq_model_close(m);
 }
 
