@@ -329,7 +329,7 @@ out:
 static const char *CHAT_USAGE =
     "larql chat MODEL [--system TEXT] [--chat-template NAME|FILE] [-n N] [--temp T]\n"
     "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
-    "       [--lm-head exact|bounded|q8] [--kv f32|f16|q8]\n"
+    "       [--lm-head exact|bounded|q8] [--kv f32|f16|q8] [--draft ngram|none] [--draft-max K]\n"
     "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
 
 typedef struct chat_reply {
