@@ -27,6 +27,17 @@ echo
 echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 
+# speculative decoding (prompt lookup): tokens/s with and without drafts in alternating runs, the
+# acceptance rate, and what a verification pass of T rows costs; on the trained model (quoting,
+# free text) and on the 2B shape (whose random weights never repeat a text: a request with a
+# prediction of its output, and a random prompt for the bookkeeping's cost)
+if [ -x "$BUILD/bench/bench_draft" ]; then
+    echo
+    echo "## speculative decoding (--draft ngram vs none)"
+    "$BUILD/bench/bench_draft" models/tinystories-ternary.gguf --runs "${LQ_BENCH_RUNS:-5}"
+    "$BUILD/bench/bench_draft" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --decode 64
+fi
+
 # constrained decoding: the grammar mask's cost per token under a 10-field JSON schema, next
 # to the decode step, on the trained model's 4,096-token vocabulary and the 2B shape's 128,256
 if [ -x "$BUILD/bench/bench_grammar" ]; then

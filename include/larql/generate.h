@@ -44,6 +44,25 @@ typedef struct lq_logit_bias {
     float bias;
 } lq_logit_bias;
 
+/* Speculative decoding (lq_generate_params.draft). Prompt lookup: the longest recent n-gram
+ * (1-3 tokens) ending the text so far is looked up in the prompt and the output, and the
+ * tokens that followed it there are verified in one batched forward pass (every weight read
+ * once for all of them); the longest prefix the sampler itself picks is kept and the KV of
+ * the rest is dropped. Every token is still drawn by the sampler from its own position's
+ * logits with the same random draws, so the output is the one plain decoding gives — the same
+ * tokens for the same seed (a draft token is kept with probability p(t), the standard rule for
+ * a deterministic draft) — and only the speed changes. The draft length adapts to the
+ * acceptance measured in this request and to the measured cost of a longer pass, down to no
+ * draft at all. Requests with a grammar or forward-pass edits (hook) never draft. */
+typedef enum lq_draft_mode {
+    LQ_DRAFT_AUTO = 0,  /* = LQ_DRAFT_NGRAM (LQ_DRAFT=none|ngram in the environment overrides) */
+    LQ_DRAFT_NONE = 1,
+    LQ_DRAFT_NGRAM = 2,
+} lq_draft_mode;
+
+#define LQ_DRAFT_MAX 16 /* longest draft verified in one pass */
+#define LQ_PREDICTION_MAX 65536
+
 typedef struct lq_generate_params {
     int max_tokens;            /* >= 0 (default 256); clamped to the context left after the
                                 * prompt, so prompt + completion <= n_ctx */
@@ -79,6 +98,13 @@ typedef struct lq_generate_params {
     uint64_t cache_key;        /* with a hook: what its edits are (lq_edit_set_serial of the
                                 * set it runs); requests share cached KV only under equal keys,
                                 * and a hooked request with key 0 never does */
+    int draft;                 /* lq_draft_mode; other values -> LQ_EINVAL */
+    int draft_max;             /* longest draft: 0 = 8, else 1..LQ_DRAFT_MAX */
+    const int32_t *prediction; /* NULL, or the output expected, mostly (OpenAI's "prediction":
+                                * an edit of a known text): drafts are also looked up there.
+                                * Copied; changes the speed only. Ids outside the vocabulary
+                                * or more than LQ_PREDICTION_MAX -> LQ_EINVAL */
+    size_t n_prediction;
 } lq_generate_params;
 
 typedef struct lq_generate_result {
@@ -90,6 +116,9 @@ typedef struct lq_generate_result {
     int lm_steps;              /* steps sampled from bounded lm_head logits */
     int lm_full;               /* of them: computed over the whole vocabulary (fallback) */
     int64_t lm_rows_exact;     /* lm_head rows computed exactly in those steps */
+    int draft_steps;           /* passes that verified a draft */
+    int drafted;               /* draft tokens verified */
+    int draft_accepted;        /* of them: kept (each one a forward pass saved) */
 } lq_generate_result;
 
 void lq_generate_defaults(lq_generate_params *p);

@@ -15,7 +15,10 @@
  *             chunk's compute, and short prompts prefill together. A request whose prompt
  *             completes gets its first token sampled at once. Then per decoding request:
  *             sample (its own sampler and seed), EOS, detokenize, stop strings, callback:
- *             the same code lq_generate runs, in the same order
+ *             the same code lq_generate runs, in the same order. A request running alone
+ *             (no other one decoding or prefilling) feeds its speculative draft in the same
+ *             pass (lq_generate_params.draft): streams in a batch already share the weights'
+ *             read, and drafted rows would lengthen every stream's step
  *
  * Same request, same seed -> the same tokens, text and finish as lq_generate on a fresh
  * session, provided the batched decode gives each session the logits a lone decode gives it
@@ -67,6 +70,9 @@ typedef struct lq_scheduler_opts {
                         * (the choices of an n > 1 request, concurrent requests behind one
                         * system prompt) copies that prefix's KV once it is computed instead
                         * of prefilling it again (stats shared_*) */
+    int draft;         /* lq_draft_mode for requests that leave theirs LQ_DRAFT_AUTO (a server's
+                        * --draft): LQ_DRAFT_AUTO (0) keeps the library's default */
+    int draft_max;     /* for requests whose draft_max is 0; 0 = the library's (8) */
 } lq_scheduler_opts;
 
 void lq_scheduler_opts_init(lq_scheduler_opts *o);
@@ -126,6 +132,10 @@ typedef struct lq_scheduler_stats {
     uint64_t cache_reused_tokens; /* prompt positions not prefilled thanks to it */
     uint64_t shared_hits;      /* requests that copied a running request's prompt prefix */
     uint64_t shared_tokens;    /* prompt positions copied so instead of prefilled */
+    uint64_t draft_steps;      /* passes that verified a speculative draft (a request running
+                                * alone: lq_generate_params.draft) */
+    uint64_t draft_tokens;     /* draft tokens verified */
+    uint64_t draft_accepted;   /* of them: kept (tokens decoded on top of decode_tokens) */
 } lq_scheduler_stats;
 
 void lq_scheduler_get_stats(lq_scheduler *s, lq_scheduler_stats *out);

@@ -109,6 +109,9 @@ typedef struct lq_server_opts {
                                  built-in format for it); "plain", "llama3", "bitnet": that
                                  built-in; anything else: Jinja template text for
                                  /v1/chat/completions (`serve --chat-template NAME|FILE`) */
+    int draft;                /* `serve --draft ngram|none`: lq_draft_mode of every generation
+                                 (lq_scheduler_opts.draft); 0: the library's default */
+    int draft_max;            /* `--draft-max K` (0: the library's) */
     lq_server_log_fn log;
     void *log_user;
 } lq_server_opts;

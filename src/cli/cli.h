@@ -77,6 +77,10 @@ struct lq_model;
  * Prints the error (a template that does not parse names its line) and returns 1. */
 int lq_cli_chat_format(const char *cmd, const struct lq_model *m, const char *arg, struct lq_chat_format **out);
 
+/* --draft ngram|none (common.c) -> lq_draft_mode in *mode; prints the usage error and returns
+ * -1 for anything else. */
+int lq_cli_parse_draft(const char *cmd, const char *usage, const char *v, int *mode);
+
 /* Options every model-loading command shares (common.c). */
 struct lq_model;
 typedef struct lq_cli_model_args {

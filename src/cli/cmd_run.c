@@ -31,7 +31,8 @@ static int gen_opt(const char *C, const char *U, int argc, char **argv, int *i, 
     static const char *const with_value[] = {"-n", "--max-tokens", "--temp", "--top-k", "--top-p",
                                              "--min-p", "--seed", "--repeat-penalty",
                                              "--frequency-penalty", "--presence-penalty", "--stop",
-                                             "--template", "--chat-template", "--system"};
+                                             "--template", "--chat-template", "--system", "--draft",
+                                             "--draft-max"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(o, with_value[k]);
@@ -49,6 +50,15 @@ static int gen_opt(const char *C, const char *U, int argc, char **argv, int *i, 
         if (lq_parse_long(v, 0, 1 << 20, &n))
             goto bad_int;
         g->gen.max_tokens = (int)n;
+    } else if (!strcmp(o, "--draft")) {
+        if (lq_cli_parse_draft(C, U, v, &g->gen.draft))
+            return -1;
+    } else if (!strcmp(o, "--draft-max")) {
+        if (lq_parse_long(v, 1, LQ_DRAFT_MAX, &n)) {
+            lq_cli_usage(C, U, "--draft-max: '%s' is not an integer in 1..%d", v, LQ_DRAFT_MAX);
+            return -1;
+        }
+        g->gen.draft_max = (int)n;
     } else if (!strcmp(o, "--top-k")) {
         if (lq_parse_long(v, 0, 1 << 24, &n))
             goto bad_int;
@@ -147,6 +157,10 @@ static void print_speed(const lq_generate_result *r)
     int nd = r->n_generated > 0 ? r->n_generated - 1 : 0;
     double dc = r->decode_ms > 0 ? nd * 1000.0 / r->decode_ms : 0;
     fprintf(stderr, "prefill %d tok %.1f tok/s, decode %d tok %.1f tok/s\n", r->n_prompt, pf, nd, dc);
+    /* speculative decoding: draft tokens verified and kept (each kept one a pass saved) */
+    if (r->drafted > 0)
+        fprintf(stderr, "draft: %d passes verified %d drafted tokens, %d accepted (%.0f%%)\n",
+                r->draft_steps, r->drafted, r->draft_accepted, 100.0 * r->draft_accepted / r->drafted);
     /* the bounded lm_head: rows computed exactly per sampled token (of the vocabulary) */
     if (r->lm_steps > 0)
         fprintf(stderr, "lm_head bounded: %.1f rows exact per token (%d tokens, %d over the whole vocabulary)\n",
@@ -160,6 +174,7 @@ static const char *RUN_USAGE =
     "       [--weights auto|copy|mmap] [--ffn URL [--ffn-timeout-secs S]]\n"
     "       [--chat [--chat-template NAME|FILE] [--system S]]\n"
     "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
+    "       [--draft ngram|none] [--draft-max K]\n"
     "  PROMPT may follow MODEL as LARQL takes it; without a prompt (and without --ids) run is\n"
     "  larql chat on MODEL, as in LARQL";
 
@@ -314,7 +329,7 @@ out:
 static const char *CHAT_USAGE =
     "larql chat MODEL [--system TEXT] [--chat-template NAME|FILE] [-n N] [--temp T]\n"
     "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx N] [--act ms|float]\n"
-    "       [--lm-head exact|bounded|q8] [--kv f32|f16|q8]\n"
+    "       [--lm-head exact|bounded|q8] [--kv f32|f16|q8] [--draft ngram|none] [--draft-max K]\n"
     "  type a message and press enter; /reset starts over, /quit (or end of input) leaves";
 
 typedef struct chat_reply {

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "larql/generate.h"
 #include "larql/mapfault.h"
 #include "larql/model.h"
 #include "larql/server.h"
@@ -20,6 +21,7 @@ static const char *SERVE_USAGE =
     "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
     "       [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--cache-ram MIB] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
+    "       [--draft ngram|none] [--draft-max K]\n"
     "       [--ffn-only [--layers A-B]] [--ffn URL [--ffn-timeout MS | --ffn-timeout-secs S]]\n"
     "  MODEL is a GGUF file or a vindex directory (browse routes need a vindex). --port 0 picks\n"
     "  a free port. --dir DIR serves every vindex under DIR (each subdirectory with an index.json)\n"
@@ -193,6 +195,13 @@ int lq_cli_serve(int argc, char **argv)
             o.memory_limit = (uint64_t)v;
         } else if (!strcmp(a, "--chat-template") && has_val) {
             chat_template_arg = argv[++i];
+        } else if (!strcmp(a, "--draft") && has_val) {
+            if (lq_cli_parse_draft(C, SERVE_USAGE, argv[++i], &o.draft))
+                return 2;
+        } else if (!strcmp(a, "--draft-max") && has_val) {
+            if (lq_parse_long(argv[++i], 1, LQ_DRAFT_MAX, &v))
+                return lq_cli_usage(C, SERVE_USAGE, "--draft-max: '%s' is not in 1..%d", argv[i], LQ_DRAFT_MAX);
+            o.draft_max = (int)v;
         } else if (a[0] == '-') {
             return lq_cli_usage(C, SERVE_USAGE, "unknown option or missing value: '%s'", a);
         } else if (!o.model_path) {

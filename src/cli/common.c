@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "larql/chat.h"
+#include "larql/generate.h"
 #include "larql/model.h"
 #include "core/sb.h"
 
@@ -12,6 +13,19 @@ void lq_cli_model_args_init(lq_cli_model_args *a)
 {
     memset(a, 0, sizeof *a);
     a->act = LQ_ACT_INT8;
+}
+
+int lq_cli_parse_draft(const char *cmd, const char *usage, const char *v, int *mode)
+{
+    if (!strcmp(v, "ngram"))
+        *mode = LQ_DRAFT_NGRAM;
+    else if (!strcmp(v, "none"))
+        *mode = LQ_DRAFT_NONE;
+    else {
+        lq_cli_usage(cmd, usage, "--draft: '%s' is not ngram or none", v);
+        return -1;
+    }
+    return 0;
 }
 
 int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, int *i,

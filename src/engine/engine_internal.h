@@ -107,6 +107,14 @@ void lq_head_rescore(const lq_model *m, lq_head_req *h, const int32_t *ids, int 
  * last position's logits go to h->logits (and that computes no other logits) fills it. */
 void lq_session_set_head(lq_session *s, lq_head_req *h);
 
+/* lq_session_eval_batch with logits wanted per row rather than per session: row k (sessions
+ * in order, each session's ids in order) writes row_logits[k] (NULL: none) under the
+ * bounded-logits request row_heads[k] (row_heads NULL or an entry NULL or with another
+ * logits buffer: exact). What speculative decoding verifies a draft with: the logits after
+ * every drafted token, in one pass. Same checks as lq_session_eval_batch. */
+int lq_session_eval_rows(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                         float *const *row_logits, lq_head_req *const *row_heads, lq_err *err);
+
 /* One row of a forward batch: the KV cache / RoPE table it uses, its absolute position
  * there, and its session's forward-pass edits. */
 typedef struct lq_fwd_row {

@@ -59,6 +59,7 @@ typedef struct lq_gen_state {
     int32_t *ti;             /* [n_vocab] scratch ids (also the rows to rescore) */
     int32_t kb_ids[LQ_HEAD_MAX_K];
     float kb_vals[LQ_HEAD_MAX_K];
+    struct lq_draft *draft;  /* speculative decoding (draft.h), NULL: plain */
     char piece[LQ_GEN_PIECE_CAP];
 } lq_gen_state;
 

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "engine/draft.h"
 #include "engine/gen_step.h"
 #include "engine/grammar_internal.h"
 #include "engine/sampler_internal.h"
@@ -59,6 +60,7 @@ void lq_gen_free(lq_gen_state *g)
 {
     if (!g)
         return;
+    lq_draft_free(g);
     lq_detok_free(g->dt);
     lq_stopper_free(g->stp);
     lq_sampler_free(g->smp);
@@ -403,6 +405,9 @@ int lq_gen_begin(lq_gen_state *g, lq_model *m, int pos0, int n_ctx, const int32_
     rc = setup_bounded(g, m, p, err);
     if (rc)
         goto fail;
+    rc = lq_draft_begin(g, p, prompt, n_prompt, n_ctx, err);
+    if (rc)
+        goto fail;
     return LQ_OK;
 fail:
     lq_gen_free(g);
@@ -583,6 +588,10 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
         return rc;
 
     const lq_resid_hook *prev_hook = lq_session_hook(s);
+    /* edits the caller put on the session itself: as with p->hook, no drafts (an edit's
+     * memory of positions would have to be rolled back with the rejected rows) */
+    if (prev_hook)
+        lq_draft_free(&g);
     if (p && p->hook)
         lq_session_set_hook(s, p->hook);
     lq_session_set_head(s, lq_gen_head(&g));
@@ -593,21 +602,38 @@ int lq_generate(lq_session *s, const int32_t *prompt, size_t n_prompt,
     if (rc)
         goto done;
     lq_gen_set_limit(&g, lq_session_n_ctx(s) - lq_session_pos(s));
-    for (;;) {
-        int st = lq_gen_step(&g, cb, user, err);
-        if (st < 0) {
-            rc = st;
-            goto done;
-        }
-        if (st == LQ_GEN_END)
-            break;
+    int st = lq_gen_step(&g, cb, user, err);
+    while (st == LQ_GEN_NEXT) {
         double ts = lq_now_ms();
-        rc = lq_session_decode(s, g.next_id, g.logits, err);
-        res->decode_ms += lq_now_ms() - ts;
+        if (!g.draft) {
+            rc = lq_session_decode(s, g.next_id, g.logits, err);
+            res->decode_ms += lq_now_ms() - ts;
+            if (rc) {
+                res->finish = LQ_FINISH_NONE;
+                goto done;
+            }
+            st = lq_gen_step(&g, cb, user, err);
+            continue;
+        }
+        /* the token and its draft in one pass; the rows the sampler does not confirm leave
+         * the KV cache again */
+        int pos = lq_session_pos(s), keep = 0;
+        int T = lq_draft_plan(&g, lq_session_n_ctx(s) - pos, 1);
+        rc = lq_session_eval_rows(&s, lq_draft_ids(&g), &T, 1, lq_draft_outs(&g),
+                                  lq_draft_heads(&g), err);
+        double dt = lq_now_ms() - ts;
+        res->decode_ms += dt;
         if (rc) {
             res->finish = LQ_FINISH_NONE;
             goto done;
         }
+        st = lq_draft_verify(&g, T, dt, cb, user, &keep, err);
+        if (keep < T)
+            lq_session_truncate(s, pos + keep, NULL);
+    }
+    if (st < 0) {
+        rc = st;
+        goto done;
     }
     lq_gen_end(&g, cb, user);
     rc = LQ_OK;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "engine/draft.h"
 #include "engine/engine_internal.h"
 #include "engine/gen_step.h"
 #include "engine/prompt_cache.h"
@@ -86,7 +87,8 @@ struct lq_scheduler {
     pcache *cache;           /* finished requests' sessions, for prompt-prefix reuse */
     uint64_t next_seq;
     lq_session **b_sess;     /* [max_active] one decode step's batch */
-    int32_t *b_ids;          /* [max_active + prefill_chunk] the step's ids, session by session */
+    int32_t *b_ids;          /* [max_active + prefill_chunk + LQ_DRAFT_MAX] the step's ids,
+                              * session by session */
     int *b_counts;           /* [max_active] ids per session in the step */
     float **b_logits;        /* [max_active] */
     lq_sched_req **b_req;    /* [max_active] */
@@ -360,6 +362,33 @@ static void remember_fed(lq_sched_req *r, int32_t id)
     r->gen_fed[r->n_gen_fed++] = id;
 }
 
+/* The rows a drafting request fed this step (its token, maybe a draft): sampled in order,
+ * the rejected rows' KV dropped, the kept ones remembered for the prompt cache. ms: the
+ * pass's time when it ran this request alone (< 0 otherwise). */
+static void verify_draft(lq_scheduler *S, lq_sched_req *r, const int32_t *ids, int T, double ms)
+{
+    int pos = lq_session_pos(r->sess) - T, keep = 0;
+    int st = lq_draft_verify(&r->g, T, ms, tramp_token, r, &keep, &r->err);
+    if (keep < T)
+        lq_session_truncate(r->sess, pos + keep, NULL);
+    if (r->cacheable)
+        for (int k = 0; k < keep; k++)
+            remember_fed(r, ids[k]);
+    if (T > 1) {
+        pthread_mutex_lock(&S->mu);
+        S->st.draft_steps++;
+        S->st.draft_tokens += (uint64_t)(T - 1);
+        S->st.draft_accepted += (uint64_t)(keep - 1);
+        pthread_mutex_unlock(&S->mu);
+    }
+    if (st < 0) {
+        finish(S, r, st);
+    } else if (st == LQ_GEN_END) {
+        lq_gen_end(&r->g, tramp_token, r);
+        finish(S, r, LQ_OK);
+    }
+}
+
 /* One lq_session_eval_batch per loop turn (continuous batching with chunked prefill): every
  * decoding request feeds its token, and the requests still prefilling, oldest first, feed
  * prompt chunks within a budget of prefill_chunk positions. One forward pass reads the
@@ -368,8 +397,11 @@ static void remember_fed(lq_sched_req *r, int32_t id)
  * completes in this step gets its first token at once. */
 static void batch_step(lq_scheduler *S)
 {
-    int B = 0, n_dec = 0;
+    int B = 0, n_dec = 0, n_rows = 0, n_run = 0, solo;
     size_t nid = 0, n_pre = 0;
+    for (int i = 0; i < S->n_active; i++)
+        n_run += S->active[i]->state == RS_DECODE || S->active[i]->state == RS_PREFILL;
+    solo = n_run == 1;
     for (int i = 0; i < S->n_active; i++) {
         lq_sched_req *r = S->active[i];
         if (r->state != RS_DECODE)
@@ -380,12 +412,21 @@ static void batch_step(lq_scheduler *S)
         }
         S->b_sess[B] = r->sess;
         S->b_counts[B] = 1;
-        S->b_ids[nid++] = r->g.next_id;
+        S->b_ids[nid] = r->g.next_id;
         S->b_logits[B] = r->g.logits;
         S->b_req[B] = r;
+        if (r->g.draft) {
+            /* drafts only when this request runs alone: in a batch of streams the pass is
+             * already shared, and every drafted row would add to all of their step times */
+            int T = lq_draft_plan(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess), solo);
+            memcpy(S->b_ids + nid, lq_draft_ids(&r->g), (size_t)T * sizeof *S->b_ids);
+            S->b_counts[B] = T;
+        }
+        nid += (size_t)S->b_counts[B];
+        n_rows += S->b_counts[B];
+        n_dec++;
         B++;
     }
-    n_dec = B;
     size_t budget = (size_t)S->o.prefill_chunk;
     for (int i = 0; i < S->n_active && budget > 0; i++) {
         lq_sched_req *r = S->active[i];
@@ -407,7 +448,11 @@ static void batch_step(lq_scheduler *S)
         return;
     lq_err err = {0};
     double t0 = lq_now_ms();
-    int rc = lq_session_eval_batch(S->b_sess, S->b_ids, S->b_counts, B, S->b_logits, &err);
+    /* a drafting request runs alone (solo): its rows want logits each */
+    int rc = B == 1 && n_dec == 1 && S->b_counts[0] > 1
+                 ? lq_session_eval_rows(S->b_sess, S->b_ids, S->b_counts, 1, lq_draft_outs(&S->b_req[0]->g),
+                                        lq_draft_heads(&S->b_req[0]->g), &err)
+                 : lq_session_eval_batch(S->b_sess, S->b_ids, S->b_counts, B, S->b_logits, &err);
     double dt = lq_now_ms() - t0;
     /* A mapped weight file shrank since a request began (a host's SIGBUS handler turned the
      * lost pages into zeros, see mapfault.h): its logits are garbage from then on, so no
@@ -415,7 +460,7 @@ static void batch_step(lq_scheduler *S)
      * its last event) instead of running on with zeros. */
     uint64_t faults = lq_mapfault_count();
     /* The step's time is split between decode and prefill by their share of the rows. */
-    double dec_ms = dt * (double)n_dec / (double)(n_dec + n_pre);
+    double dec_ms = dt * (double)n_rows / (double)((size_t)n_rows + n_pre);
     pthread_mutex_lock(&S->mu);
     if (n_dec > 0) {
         S->st.steps++;
@@ -447,6 +492,10 @@ static void batch_step(lq_scheduler *S)
         }
         if (r->state == RS_DECODE) {
             r->res.decode_ms += dt;
+            if (r->g.draft) {
+                verify_draft(S, r, S->b_ids + at, S->b_counts[b], B == 1 ? dt : -1);
+                continue;
+            }
             if (r->cacheable)
                 remember_fed(r, S->b_ids[at]);
             step_token(S, r);
@@ -595,6 +644,9 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
                           o->prefill_chunk);
     if (o->n_ctx < 0)
         return lq_err_set(err, LQ_EINVAL, "scheduler: n_ctx %d is negative", o->n_ctx);
+    if (o->draft < LQ_DRAFT_AUTO || o->draft > LQ_DRAFT_NGRAM || o->draft_max < 0 || o->draft_max > LQ_DRAFT_MAX)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: draft mode %d / draft_max %d (modes 0-2, 0..%d)", o->draft,
+                          o->draft_max, LQ_DRAFT_MAX);
     if (o->prompt_cache < 0 || o->prompt_cache > 4096)
         return lq_err_set(err, LQ_EINVAL, "scheduler: prompt_cache %d outside 0..4096", o->prompt_cache);
     lq_scheduler *S = calloc(1, sizeof *S);
@@ -606,7 +658,7 @@ int lq_scheduler_create(lq_model *m, const lq_scheduler_opts *o, lq_scheduler **
     S->active = calloc(A, sizeof *S->active);
     S->pool = calloc(A, sizeof *S->pool);
     S->b_sess = calloc(A, sizeof *S->b_sess);
-    S->b_ids = calloc(A + (size_t)o->prefill_chunk, sizeof *S->b_ids);
+    S->b_ids = calloc(A + (size_t)o->prefill_chunk + LQ_DRAFT_MAX, sizeof *S->b_ids);
     S->b_counts = calloc(A, sizeof *S->b_counts);
     S->b_logits = calloc(A, sizeof *S->b_logits);
     S->b_req = calloc(A, sizeof *S->b_req);
@@ -683,7 +735,20 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     if (!r)
         return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
     /* Everything lq_generate checks, checked now, on the caller's thread. The generation
-     * state copies what it keeps (stop strings, eos ids, sampler params). */
+     * state copies what it keeps (stop strings, eos ids, sampler params). The scheduler's
+     * draft options fill in what the request leaves to the default. */
+    lq_generate_params pd;
+    if (!p) {
+        lq_generate_defaults(&pd);
+        p = &pd;
+    }
+    if ((!p->draft && S->o.draft) || (!p->draft_max && S->o.draft_max)) {
+        if (p != &pd)
+            pd = *p;
+        pd.draft = p->draft ? p->draft : S->o.draft;
+        pd.draft_max = p->draft_max ? p->draft_max : S->o.draft_max;
+        p = &pd;
+    }
     int rc = lq_gen_begin(&r->g, S->m, 0, S->n_ctx, prompt, n_prompt, p, &r->res, err);
     if (rc) {
         free(r);

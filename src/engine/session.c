@@ -213,8 +213,9 @@ int lq_session_decode(lq_session *s, int32_t id, float *logits, lq_err *err)
     return lq_session_eval(s, &id, 1, logits, NULL, err);
 }
 
-int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
-                          float *const *logits, lq_err *err)
+/* The checks lq_session_eval_batch promises, before anything changes; total: rows in all. */
+static int check_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                       size_t *total_out, lq_err *err)
 {
     if (!ss || !ids || B < 1)
         return lq_err_set(err, LQ_EINVAL, "lq_session_eval_batch: empty batch");
@@ -247,10 +248,20 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
         }
         total += (size_t)n;
     }
-    /* Row k is ids[k]: sessions in order, each with its ids at consecutive positions. Rows
-     * go through forward passes of at most LQ_MAX_BATCH; a session's ids may straddle two
-     * passes (within a pass, rows of one session see each other causally). Positions are
-     * computed from the sessions' positions before the call, which change only at the end. */
+    *total_out = total;
+    return LQ_OK;
+}
+
+/* Row k is ids[k]: sessions in order, each with its ids at consecutive positions. Rows go
+ * through forward passes of at most LQ_MAX_BATCH; a session's ids may straddle two passes
+ * (within a pass, rows of one session see each other causally). Positions are computed from
+ * the sessions' positions before the call, which change only at the end. Row k's logits go
+ * to row_out(k) with the bounded-logits request row_head(k). */
+static int run_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                     float *const *logits, float *const *row_logits,
+                     lq_head_req *const *row_heads, lq_err *err)
+{
+    const lq_model *m = ss[0]->m;
     lq_fwd_row rows[LQ_MAX_BATCH];
     float *outp[LQ_MAX_BATCH];
     size_t k0 = 0;
@@ -258,13 +269,22 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
     lq_session *first = ss[0];
     while (b < B) {
         int n = counts ? counts[b] : 1;
+        size_t k = k0 + (size_t)T;
         if (T == 0)
             first = ss[b];
         rows[T].kv = &ss[b]->view;
         rows[T].pos = ss[b]->pos + j;
         rows[T].hook = ss[b]->hook;
-        outp[T] = j == n - 1 && logits ? logits[b] : NULL;
-        rows[T].head = row_head(ss[b], outp[T]);
+        if (row_logits) {
+            outp[T] = row_logits[k];
+            rows[T].head = row_heads && row_heads[k] && outp[T] && row_heads[k]->logits == outp[T] &&
+                                   !(ss[b]->hook && ss[b]->hook->on_logits)
+                               ? row_heads[k]
+                               : NULL;
+        } else {
+            outp[T] = j == n - 1 && logits ? logits[b] : NULL;
+            rows[T].head = row_head(ss[b], outp[T]);
+        }
         want |= outp[T] != NULL;
         T++;
         if (++j == n) {
@@ -286,6 +306,24 @@ int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *
     for (b = 0; b < B; b++)
         ss[b]->pos += counts ? counts[b] : 1;
     return LQ_OK;
+}
+
+int lq_session_eval_batch(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                          float *const *logits, lq_err *err)
+{
+    size_t total;
+    int rc = check_batch(ss, ids, counts, B, &total, err);
+    return rc ? rc : run_batch(ss, ids, counts, B, logits, NULL, NULL, err);
+}
+
+int lq_session_eval_rows(lq_session *const *ss, const int32_t *ids, const int *counts, int B,
+                         float *const *row_logits, lq_head_req *const *row_heads, lq_err *err)
+{
+    size_t total;
+    int rc = check_batch(ss, ids, counts, B, &total, err);
+    if (!rc && !row_logits)
+        rc = lq_err_set(err, LQ_EINVAL, "lq_session_eval_rows: no logits pointers");
+    return rc ? rc : run_batch(ss, ids, counts, B, NULL, row_logits, row_heads, err);
 }
 
 int lq_session_decode_batch(lq_session *const *ss, const int32_t *ids, int B,

@@ -122,7 +122,7 @@ void route_metrics(lq_server *s, req *q, reply *r)
          rate(LD(m->decode_tokens), LD(m->decode_us))},
         {"larql_decode_aggregate_tokens_per_second", "gauge",
          "Decode tokens/s of all streams together: tokens over the wall time of the batched steps.",
-         st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0},
+         st.decode_ms > 0 ? (double)(st.decode_tokens + st.draft_accepted) * 1e3 / st.decode_ms : 0.0},
         {"larql_decode_steps_total", "counter", "Batched decode steps (one weight pass for every running stream).",
          (double)st.steps},
         {"larql_decode_batch_max", "gauge", "Largest number of streams one decode step has run.", (double)st.max_batch},
@@ -134,6 +134,11 @@ void route_metrics(lq_server *s, req *q, reply *r)
          "Prompt positions not prefilled because their KV was cached.", (double)st.cache_reused_tokens},
         {"larql_prompt_cache_entries", "gauge", "Finished generations' KV caches held for reuse.",
          (double)st.cache_entries},
+        {"larql_draft_steps_total", "counter",
+         "Decode passes that verified a speculative (prompt-lookup) draft.", (double)st.draft_steps},
+        {"larql_draft_tokens_total", "counter", "Draft tokens verified.", (double)st.draft_tokens},
+        {"larql_draft_accepted_total", "counter",
+         "Draft tokens kept (the sampler picked them): each one a decode pass saved.", (double)st.draft_accepted},
         {"larql_prompt_shared_tokens_total", "counter",
          "Prompt positions copied from a running request's KV (n > 1 choices, a shared system prompt).",
          (double)st.shared_tokens},
@@ -335,12 +340,19 @@ void route_runtime(lq_server *s, req *q, reply *r)
                                   (json_int_t)st.cache_misses, "reused_tokens", (json_int_t)st.cache_reused_tokens,
                                   "shared_hits", (json_int_t)st.shared_hits, "shared_tokens",
                                   (json_int_t)st.shared_tokens));
+    /* speculative decoding: draft tokens verified and kept (requests running alone) */
+    json_object_set_new(j, "draft",
+                        json_pack("{s:s,s:I,s:I,s:I,s:f}", "mode",
+                                  s->o.draft == LQ_DRAFT_NONE ? "none" : "ngram", "steps",
+                                  (json_int_t)st.draft_steps, "drafted", (json_int_t)st.draft_tokens, "accepted",
+                                  (json_int_t)st.draft_accepted, "acceptance",
+                                  lq_round_dp(st.draft_tokens ? (double)st.draft_accepted / (double)st.draft_tokens : 0.0, 3)));
     json_object_set_new(j, "scheduler",
                         json_pack("{s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:o,s:f}", "max_active", st.max_active, "active",
                                   st.active, "queued", st.queued, "decode_steps", (json_int_t)st.steps,
                                   "decode_tokens", (json_int_t)st.decode_tokens, "decode_step_seconds",
                                   lq_round_dp(st.decode_ms / 1e3, 4), "max_batch_seen", st.max_batch,
                                   "batch_size_histogram", hist, "aggregate_decode_tokens_per_second",
-                                  lq_round_dp(st.decode_ms > 0 ? (double)st.decode_tokens * 1e3 / st.decode_ms : 0.0, 1)));
+                                  lq_round_dp(st.decode_ms > 0 ? (double)(st.decode_tokens + st.draft_accepted) * 1e3 / st.decode_ms : 0.0, 1)));
     reply_json(r, 200, j);
 }

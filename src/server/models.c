@@ -61,6 +61,8 @@ int srv_model_load(lq_server *s, lq_err *err)
     so.max_active = s->o.max_concurrent;
     so.max_queued = s->o.max_concurrent;
     so.n_ctx = s->o.n_ctx;
+    so.draft = s->o.draft;
+    so.draft_max = s->o.draft_max;
     s->pool_cap = s->o.max_concurrent;
     if ((rc = fit_memory(s, m, &so, err)) != 0) {
         lq_model_close(m);
