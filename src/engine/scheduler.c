@@ -822,16 +822,9 @@ int lq_sched_wait(lq_sched_req *r, int timeout_ms)
     if (!r)
         return 1;
     lq_scheduler *S = r->S;
-    struct timespec end;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_REALTIME, &end);
-        end.tv_sec += timeout_ms / 1000;
-        end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (end.tv_nsec >= 1000000000L) {
-            end.tv_sec++;
-            end.tv_nsec -= 1000000000L;
-        }
-    }
+    struct timespec end = {0, 0};
+    if (timeout_ms >= 0)
+        end = lq_time_in(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&S->mu);
     while (!r->finished) {
         if (timeout_ms < 0) {
