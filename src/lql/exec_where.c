@@ -8,9 +8,9 @@
 #include <strings.h>
 
 #include "lql/exec_internal.h"
+#include "core/str.h"
 
 /* case-insensitive substring; an empty needle matches any text, a missing text nothing */
-static int icontains(const char *hay, const char *needle) { return hay && strcasestr(hay, needle); }
 
 int lq_lql_field_kind(const char *f)
 {
@@ -32,7 +32,7 @@ static int str_eq(const char *have, const lq_lql_value *v)
     char buf[256];
     if (v->kind != LQ_LV_STRING)
         return 0;
-    return icontains(have, lq_lql_like_core(v->s, buf, sizeof buf));
+    return lq_icontains(have, lq_lql_like_core(v->s, buf, sizeof buf));
 }
 
 static int num_cmp(double have, int op, const lq_lql_value *v, int is_score)

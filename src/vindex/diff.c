@@ -12,6 +12,7 @@
 #include "larql/patch.h"
 #include "larql/vindex.h"
 #include "vindex/vindex_internal.h"
+#include "core/str.h"
 
 static int layer_features(const lq_vindex *v, int l)
 {
@@ -29,7 +30,6 @@ static const char *meta_text(const lq_vindex *v, const lq_feature_meta *m)
 }
 
 /* case-insensitive substring; an empty needle matches any text, a missing text nothing */
-static int icontains(const char *hay, const char *needle) { return hay && strcasestr(hay, needle); }
 
 int lq_vindex_diff(const lq_vindex *a, const lq_vindex *b, const lq_diff_params *p, lq_diff_fn fn, void *ctx,
                    lq_err *err)
@@ -66,10 +66,10 @@ int lq_vindex_diff(const lq_vindex *a, const lq_vindex *b, const lq_diff_params 
             }
             if (p && p->relation) {
                 const char *la = lq_vindex_probe_label(a, l, f), *lb = lq_vindex_probe_label(b, l, f);
-                if (!icontains(la, p->relation) && !icontains(lb, p->relation))
+                if (!lq_icontains(la, p->relation) && !lq_icontains(lb, p->relation))
                     continue;
             }
-            if (p && p->entity && !icontains(r.tok_a, p->entity) && !icontains(r.tok_b, p->entity))
+            if (p && p->entity && !lq_icontains(r.tok_a, p->entity) && !lq_icontains(r.tok_b, p->entity))
                 continue;
             if (fn(ctx, &r))
                 return LQ_OK;

@@ -26,6 +26,7 @@
 #include "larql/model.h"
 #include "vindex/vindex_internal.h"
 #include "core/round.h"
+#include "core/str.h"
 
 /* ---- forward ---- */
 
@@ -175,7 +176,6 @@ static const lq_knn_store *knn_of(const lq_model *m, const lq_infer_params *p)
 }
 
 /* the prompt names the entity: a case-insensitive substring (an empty entity names nothing) */
-static int icontains_lc(const char *hay, const char *needle) { return *needle && strcasestr(hay, needle); }
 
 /* LARQL's verified / two-tier KNN router (infer_patched.rs verified_route, fallback_route)
  * over the residuals after every layer: 1 and *mt when it fires. */
@@ -217,7 +217,7 @@ static int route_match(const lq_infer_params *p, const lq_knn_store *ks, const f
                     }
             for (size_t a = 0; a < m && (int)a < (pass ? 1 : k) && cos[a] > thr; a++) {
                 lq_knn_store_get(ks, ord[a], &e);
-                if (pass == 0 && !(e.entity && icontains_lc(p->prompt, e.entity)))
+                if (pass == 0 && !(e.entity && *e.entity && lq_icontains(p->prompt, e.entity)))
                     continue; /* verify: the prompt must name the entity */
                 mt->layer = l;
                 mt->cosine = cos[a];

@@ -15,6 +15,7 @@
 #include "core/softmax.h"
 #include "larql/model.h"
 #include "vindex/overlay_internal.h"
+#include "core/str.h"
 
 void lq_insert_params_init(lq_insert_params *p)
 {
@@ -368,17 +369,6 @@ void lq_edit_where_init(lq_edit_where *w)
     w->layer = w->feature = -1;
 }
 
-static int icontains(const char *hay, const char *needle)
-{
-    if (!hay)
-        return 0;
-    size_t n = strlen(needle);
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
-            return 1;
-    return !*needle;
-}
-
 /* Does (layer, feature) as the overlay shows it match w? */
 static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *w)
 {
@@ -391,10 +381,10 @@ static int feat_matches(const lq_overlay *o, int l, int f, const lq_edit_where *
         lq_feature_meta m;
         int has = lq_vindex_feature_meta(&o->view, l, f, &m);
         const char *t = has ? lq_vx_meta_text(&o->view, &m) : NULL;
-        if (!icontains(t, w->entity) && !(e && icontains(e->entity, w->entity)))
+        if (!lq_icontains(t, w->entity) && !(e && lq_icontains(e->entity, w->entity)))
             return 0;
     }
-    if (w->relation && !icontains(lq_vindex_probe_label(&o->view, l, f), w->relation))
+    if (w->relation && !lq_icontains(lq_vindex_probe_label(&o->view, l, f), w->relation))
         return 0;
     if (w->match) {
         lq_feature_meta m;
@@ -466,8 +456,8 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     size_t nk = 0;
     for (size_t i = 0; !rc && w->entity && w->feature < 0 && i < o->knn->n; i++) {
         const lq_vx_knn_entry *e = &o->knn->e[i];
-        if (icontains(e->entity, w->entity) && (w->layer < 0 || e->layer == w->layer) &&
-            (!w->relation || icontains(e->relation, w->relation)) &&
+        if (lq_icontains(e->entity, w->entity) && (w->layer < 0 || e->layer == w->layer) &&
+            (!w->relation || lq_icontains(e->relation, w->relation)) &&
             (!w->match || w->match(w->match_ctx, e->layer, -1, e->entity, e->relation)))
             nk++;
     }
@@ -475,7 +465,7 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     lq_patch_op sop;
     for (size_t i = 0; !rc && w->entity && w->feature < 0 && lq_patch_op_at(o->subj, i, &sop); i++)
         if (sop.feature == 0 && sop.down && sop.entity && !strcasecmp(sop.entity, w->entity) && (w->layer < 0 || sop.layer == w->layer) &&
-            (!w->relation || icontains(sop.relation, w->relation)))
+            (!w->relation || lq_icontains(sop.relation, w->relation)))
             nk++;
     lq_patch_op *ops = rc ? NULL : calloc(n + 1, sizeof *ops);
     if (!rc && !ops)

@@ -5,12 +5,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "core/clock.h"
 #include "vindex/vindex_internal.h"
 #include "core/hash.h"
 #include "core/round.h"
+#include "core/str.h"
 
 
 /* ASCII lowercase copy (malloc'd). */
@@ -23,30 +25,6 @@ static char *lower_dup(const char *s)
     for (size_t i = 0; i <= n; i++)
         d[i] = (char)tolower((unsigned char)s[i]);
     return d;
-}
-
-static int ieq(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == *b;
-}
-
-/* Case-insensitive (ASCII) substring test. */
-static int icontains(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    if (n == 0)
-        return 1;
-    for (; *hay; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
-            i++;
-        if (i == n)
-            return 1;
-    }
-    return 0;
 }
 
 /* Trimmed copy of the entity for comparisons (LARQL compares trimmed token text with the
@@ -283,7 +261,7 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
         lq_feature_meta fm;
         lq_vindex_feature_meta(v, h->layer, h->feature, &fm);
         const char *tok = lq_vx_meta_text(v, &fm);
-        if (strlen(tok) < 2 || ieq(tok, ent))
+        if (strlen(tok) < 2 || !strcasecmp(tok, ent))
             continue;
         if (p->per_layer) {
             /* no merging: hits arrive in layer order, |score| order within a layer */
@@ -316,7 +294,7 @@ static int describe_merge(const lq_vindex *v, const lq_describe_params *p, const
             e->count = 1;
             for (int k = 0; k < fm.n_top && e->n_also < 3; k++) {
                 const char *a = lq_vindex_token_text(v, fm.top_ids[k]);
-                if (fm.top_logits[k] > 0 && strlen(a) >= 2 && !ieq(a, tok) && !ieq(a, ent))
+                if (fm.top_logits[k] > 0 && strlen(a) >= 2 && strcasecmp(a, tok) && strcasecmp(a, ent))
                     e->also[e->n_also++] = strdup(a);
             }
             if (smap_put(&map, key, (int)ne)) {
@@ -849,10 +827,10 @@ int lq_vindex_select(const lq_vindex *v, const lq_select_params *p, lq_select_re
             if (!lq_vindex_feature_meta(v, l, f, &fm))
                 continue;
             const char *lab = lq_vindex_probe_label(v, l, f);
-            if (p->relation && (!lab || !icontains(lab, p->relation)))
+            if (p->relation && (!lab || !lq_icontains(lab, p->relation)))
                 continue;
             const char *tok = lq_vx_meta_text(v, &fm);
-            if (p->entity && !icontains(tok, p->entity))
+            if (p->entity && !lq_icontains(tok, p->entity))
                 continue;
             if (!isnan(p->min_confidence) && !(fm.c_score >= p->min_confidence))
                 continue;
@@ -996,7 +974,7 @@ static int relations_range(const lq_vindex *v, int lo, int hi, char **json_out, 
             a->seq = n;
             for (int k = 0; k < fm.n_top && a->n_ex < 3; k++) {
                 const char *x = lq_vindex_token_text(v, fm.top_ids[k]);
-                if (lq_vx_is_content(x) && !ieq(x, tok))
+                if (lq_vx_is_content(x) && strcasecmp(x, tok))
                     a->examples[a->n_ex++] = x;
             }
             if (smap_put(&map, key, (int)n)) {
@@ -1194,7 +1172,7 @@ int lq_vindex_show_features_json(const lq_vindex *v, int layer, const char *filt
         if (!lq_vindex_feature_meta(v, layer, f, &fm) || fm.c_score < min_score)
             continue;
         const char *tok = lq_vx_meta_text(v, &fm);
-        if (filter && *filter && !icontains(tok, filter))
+        if (filter && *filter && !lq_icontains(tok, filter))
             continue;
         lq_sb_printf(&b, "%s{\"feature\":%d,\"token\":", rows ? "," : "", f);
         lq_sb_json_str(&b, tok, strlen(tok));
