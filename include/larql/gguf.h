@@ -176,6 +176,10 @@ int lq_gguf_writer_write_buffer(lq_gguf_writer *w, uint8_t **buf, size_t *len, l
 /* Pack n ternary values (-1/0/+1, row-major, n % 128 == 0) into microsoft's I2_S layout:
  * n/4 bytes, then the f32 scale, then 28 zero bytes (out must hold n/4 + 32 bytes). */
 int lq_i2s_pack(const int8_t *trits, uint64_t n, float scale, uint8_t *out);
+/* Pack n ternary values (-1/0/+1, row-major, n % 256 == 0) as llama.cpp's TQ2_0 or TQ1_0
+ * (type): n/256 blocks of 66 or 54 bytes, block b with the f16 scale d[b] (d NULL: 1 for
+ * every block). out must hold n/256 blocks. Returns 0 or LQ_EINVAL. */
+int lq_tq_pack(int type, const int8_t *trits, uint64_t n, const float *d, uint8_t *out);
 /* Trit of element i (0-based, row-major) of a packed I2_S buffer; code 3 reads as 0. */
 int lq_i2s_get(const uint8_t *packed, uint64_t i);
 

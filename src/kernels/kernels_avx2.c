@@ -391,6 +391,7 @@ const lq_kernels lq_kernels_avx2 = {
     .quant_i8 = quant_i8_avx2,
     .i2s_i8 = i2s_i8_avx2,
     .i2s_f32 = i2s_f32_avx2,
+    .tq_i8 = lq_tq_i8_avx2,
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
     .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */

@@ -1,0 +1,145 @@
+/* AVX-512 (F/BW/VL/DQ + VNNI) kernels for TQ2_0 / TQ1_0 x int8 activations.
+ *
+ * Each 256-weight block is unpacked to 4 zmm of 64 unsigned codes (0..2; 3 for a TQ2_0 code
+ * 3) in element order, each multiplied with 64 contiguous activations by vpdpbusd (u8 x s8,
+ * four products per int32 lane, no saturation). Σ code*q - Σ q over the block = Σ trit*q,
+ * exact; the block sums Σ q come once per chunk from the driver (kernels_internal.h), then the
+ * block's float step is lq_tq_acc as in the reference: bit-identical to tq_scalar.c.
+ *
+ * TQ2_0: each 32-byte half of qs (128 elements, element 32k+m in byte m at shift 2k) is
+ * broadcast to both halves of a zmm; shifts (0 | 2) and (4 | 6) then a mask give elements
+ * 0..63 and 64..127 in order. TQ1_0: the digit n of a byte q is ((uint8)(q*3^n)*3) >> 8;
+ * the five digits of qs[0..31], the five of qs[32..47] (16 elements each) and the four of
+ * qh (4 each) are laid out by multiplying broadcast copies by 3^n (byte additions, mod 256)
+ * per 128/256-bit lane, then (v*3)>>8 = [v >= 86] + [v >= 171]. Tiles: up to 4 rows x 2
+ * tokens, one unpack per row and block. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* acc += dpbusd(codes u8, x s8), pinned in place (see kernels_avx512.c). */
+#define DPBUSD(acc, codes, x) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(x))
+
+/* Σ of each 256 int8 of x [nb * 256] into out[nb]: sad of the bytes + 128 (unsigned). */
+static void block_sums(const int8_t *x, int nb, int32_t *out)
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int b = 0; b < nb; b++) {
+        __m512i s = zero;
+        for (int k = 0; k < 4; k++) {
+            __m512i v = _mm512_loadu_si512(x + b * 256 + 64 * k);
+            s = _mm512_add_epi64(s, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
+        }
+        out[b] = (int32_t)_mm512_reduce_add_epi64(s) - 128 * 256;
+    }
+}
+
+/* (v * 3) mod 256 in every byte. */
+AI __m512i mul3(__m512i v)
+{
+    return _mm512_add_epi8(v, _mm512_add_epi8(v, v));
+}
+AI __m128i mul3x(__m128i v)
+{
+    return _mm_add_epi8(v, _mm_add_epi8(v, v));
+}
+
+/* Base-3 digit of every byte: (v * 3) >> 8. */
+AI __m512i digit(__m512i v)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    __m512i a = _mm512_min_epu8(_mm512_subs_epu8(v, _mm512_set1_epi8(85)), one);
+    __m512i b = _mm512_min_epu8(_mm512_subs_epu8(v, _mm512_set1_epi8((char)170)), one);
+    return _mm512_add_epi8(a, b);
+}
+
+/* The 4 code vectors (elements 64k..64k+63) of one block. */
+AI void unpack(int type, const uint8_t *blk, __m512i c[4])
+{
+    if (type == LQ_GGML_TQ2_0) {
+        const __m512i m3 = _mm512_set1_epi8(3);
+        const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+        const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+        __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+        __m512i hi = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+        c[0] = _mm512_and_si512(_mm512_srlv_epi16(lo, sh_a), m3);
+        c[1] = _mm512_and_si512(_mm512_srlv_epi16(lo, sh_b), m3);
+        c[2] = _mm512_and_si512(_mm512_srlv_epi16(hi, sh_a), m3);
+        c[3] = _mm512_and_si512(_mm512_srlv_epi16(hi, sh_b), m3);
+        return;
+    }
+    /* TQ1_0, in 128-bit lanes:
+     *   c0 = [x x | 3x 3x]    elements 0..63       (x = qs[0..31], 32 bytes)
+     *   c1 = [9x 9x | 27x 27x]            64..127
+     *   c2 = [81x 81x | y | 3y]           128..191  (y = qs[32..47], 16 bytes)
+     *   c3 = [9y | 27y | 81y | z]         192..255  (z = qh times 1, 3, 9, 27 per 4 bytes) */
+    __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i x01 = _mm512_mask_blend_epi64(0xF0, x, mul3(x));
+    __m512i x23 = mul3(mul3(x01));
+    __m512i x4 = mul3(mul3(x23)); /* low half: 81x */
+    __m512i y = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 32)));
+    __m512i y3 = mul3(y), y9 = mul3(y3);
+    __m512i c2 = _mm512_mask_blend_epi64(0xC0, _mm512_mask_blend_epi64(0xF0, x4, y), y3);
+    __m512i v = _mm512_mask_blend_epi64(0x30, _mm512_mask_blend_epi64(0x0C, y, y3), y9);
+    uint32_t qh;
+    memcpy(&qh, blk + 48, 4);
+    __m128i z0 = _mm_set1_epi32((int)qh), z1 = mul3x(z0), z2 = mul3x(z1), z3 = mul3x(z2);
+    __m128i z = _mm_blend_epi32(_mm_blend_epi32(z0, z1, 2), _mm_blend_epi32(z2, z3, 8), 12);
+    __m512i c3 = _mm512_inserti32x4(mul3(mul3(v)), z, 3);
+    c[0] = digit(x01);
+    c[1] = digit(x23);
+    c[2] = digit(c2);
+    c[3] = digit(c3);
+}
+
+/* acc[r][t] += blocks [0, nb) of R rows x TT tokens (see LQ_TQ_I8_DRIVER). */
+AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb, int R,
+             int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+{
+    const size_t bb = lq_tq_block_bytes(type);
+    for (int b = 0; b < nb; b++) {
+        __m512i xv[2][4];
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                xv[t][k] = _mm512_loadu_si512(x + (size_t)t * ldx + b * 256 + 64 * k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * rb + (size_t)b * bb;
+            _mm_prefetch((const char *)blk + LQ_I2S_PF_BYTES, _MM_HINT_T0);
+            __m512i c[4];
+            unpack(type, blk, c);
+            const float d = lq_tq_d(blk, type);
+#pragma GCC unroll 2
+            for (int t = 0; t < TT; t++) {
+                __m512i a = _mm512_setzero_si512(), e = _mm512_setzero_si512();
+                DPBUSD(a, c[0], xv[t][0]);
+                DPBUSD(e, c[1], xv[t][1]);
+                DPBUSD(a, c[2], xv[t][2]);
+                DPBUSD(e, c[3], xv[t][3]);
+                int32_t dot = _mm512_reduce_add_epi32(_mm512_add_epi32(a, e)) - bs[t][b];
+                acc[r][t] = lq_tq_acc(acc[r][t], dot, d);
+            }
+        }
+    }
+}
+
+#define SHAPE(R, TT)                                                                       \
+    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, bs, acc); break
+
+static void tile_any(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb,
+                     int R, int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+{
+    switch (R * 4 + TT) { /* constant shapes, unrolled */
+        SHAPE(1, 1); SHAPE(1, 2); SHAPE(2, 1); SHAPE(2, 2);
+        SHAPE(3, 1); SHAPE(3, 2); SHAPE(4, 1);
+    default: tile(type, w, rb, x, ldx, nb, 4, 2, bs, acc); break;
+    }
+}
+#undef SHAPE
+
+LQ_TQ_I8_DRIVER(lq_tq_i8_avx512, block_sums, tile_any, 2, T == 1 ? lq_i2s_decode_rows() : 4)
