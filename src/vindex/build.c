@@ -1099,6 +1099,16 @@ int lq_vindex_build(const char *gguf_path, const char *out_dir, lq_vindex_build_
                         "norm/embed/lm_head tensors that browse level does not extract. Re-run with --level inference.");
         goto out;
     }
+    if (keep && q0 && (q0->type == LQ_GGML_TQ1_0 || q0->type == LQ_GGML_TQ2_0)) {
+        /* bitnet/ holds LARQL's I2_S-derived layout with one scale per row; a TQ tensor has one
+         * per 256-block */
+        rc = lq_err_set(err, LQ_EUNSUPPORTED,
+                        "--keep-quant: the projections are %s (blk.0.attn_q.weight), and a vindex keeps "
+                        "ternary weights only as I2_S (bitnet/); build a browse vindex without "
+                        "--keep-quant, and run inference from the GGUF",
+                        lq_ggml_type_name(q0->type));
+        goto out;
+    }
     if (ternary_llama && !keep && level >= LQ_VLEVEL_INFERENCE) {
         /* the dense files hold unit-scale trits (LARQL's convention for I2_S), which a llama
          * vindex would run as its real weights */

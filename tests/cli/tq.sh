@@ -1,0 +1,47 @@
+#!/bin/sh
+# llama.cpp's ternary types TQ2_0 and TQ1_0 (issue 27), run in place by their own kernels:
+# make-model writes a BitNet family's file with TQ projections; logits and 64 greedy tokens
+# against tests/families/ref_family.py (which decodes TQ itself), int8 and float activations;
+# both types give the same logits for the same trits; info shows the packed bytes per token;
+# a browse vindex builds, --keep-quant refuses clearly; bad input is refused clearly.
+. "$(dirname "$0")/lib.inc"
+FAM_DIR="$(cd "$(dirname "$0")/../families" && pwd)"
+
+# seed 1: no quantised activation near a rounding tie on the compared positions (families.sh)
+for ty in tq2_0 tq1_0; do
+    TY=$(echo "$ty" | tr a-z A-Z)
+    M="$T_TMP/$ty.gguf"
+    check "$ty: make-model --proj-type $ty" "$LARQL" make-model --out "$M" --family 2b4t --seed 1 --dim 256 --ffn 512 --proj-type "$ty"
+    check "$ty: info" "$LARQL" info "$M"
+    if grep -q "$TY x14" "$T_TMP/out"; then pass "$ty: info lists the $TY projections"; else fail "$ty: info lists the $TY projections" "$(cat "$T_TMP/out")"; fi
+    check "$ty: logits and 64 greedy tokens match the reference (int8 activations)" \
+        python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 64
+    [ -s "$T_TMP/out" ] && echo "#   $(cat "$T_TMP/out")"
+    check "$ty: logits match the reference (--act float, decoded at load)" python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 16 --act float
+    "$LARQL" logits "$M" --ids 1,40,41,42 --top 5 >"$T_TMP/lg_$ty" 2>&1
+
+    check "$ty: browse vindex" "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/$ty.vx"
+    check_fails "$ty: --keep-quant refused clearly" "the projections are $TY (blk.0.attn_q.weight), and a vindex keeps ternary weights only as I2_S" \
+        "$LARQL" convert gguf-to-vindex "$M" --output "$T_TMP/$ty.vi" --keep-quant --level inference
+
+    python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" scale blk.1.ffn_up.weight nan
+    check_fails "$ty: NaN block scale refused" "blk.1.ffn_up.weight: block 1 has a scale nan that is not finite" "$LARQL" logits "$T_TMP/b.gguf" --ids 1
+    python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" scale blk.0.attn_q.weight inf
+    check_fails "$ty: infinite block scale refused" "blk.0.attn_q.weight: block 1 has a scale inf" "$LARQL" logits "$T_TMP/b.gguf" --ids 1
+done
+if [ -s "$T_TMP/lg_tq2_0" ] && cmp -s "$T_TMP/lg_tq2_0" "$T_TMP/lg_tq1_0"; then pass "TQ2_0 and TQ1_0 of the same trits give identical logits"
+else fail "TQ2_0 and TQ1_0 of the same trits give identical logits" "$(head -c 300 "$T_TMP/lg_tq1_0")"; fi
+
+# the bitnet (SiLU) layout in TQ2_0
+M="$T_TMP/silu.gguf"
+check "1bitllm tq2_0: make-model" "$LARQL" make-model --out "$M" --family 1bitllm --seed 1 --dim 256 --ffn 512 --proj-type tq2_0
+check "1bitllm tq2_0: logits match the reference" python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 16
+
+# bad options
+check_fails "make-model: TQ needs 256-multiples" "TQ2_0 projections: dim, ffn and heads x head_dim must be multiples of 256" \
+    "$LARQL" make-model --out "$T_TMP/x.gguf" --proj-type tq2_0
+check_fails "make-model: unknown --proj-type" "expected f32, f16, i2s, tq2_0 or tq1_0" \
+    "$LARQL" make-model --out "$T_TMP/x.gguf" --proj-type tq3_0
+check_fails "make-model: TQ is for BitNet archs" "llama takes F32 or F16" \
+    "$LARQL" make-model --out "$T_TMP/x.gguf" --arch llama --dim 256 --ffn 512 --proj-type tq1_0
+done_tests
