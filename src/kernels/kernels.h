@@ -73,11 +73,16 @@ typedef void (*lq_i2s_i8_fn)(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
                              const float *inv_scale, const int32_t *xsum, int T,
                              float *y, size_t ldy, int64_t r0, int64_t r1);
 
-/* Y[t][r] for a TQ matrix against per-token int8 activations (quant_i8): for each block b of
- * row r in order, D_b = Σ trit * xq[t] over its 256 columns (exact int32) and
- * acc = acc + (float)D_b * d_b (the product rounded to float first, then the sum), then
- * Y = acc * (inv_scale[t] * mult). Every set computes exactly this (kernels_internal.h
- * lq_tq_acc / lq_tq_out), so results are bit-identical across sets. */
+/* Y[t][r] for a TQ matrix against per-token int8 activations (quant_i8):
+ *   S = Σ_b D_b * d_b, D_b = Σ trit * xq[t] over block b's 256 columns,
+ *   Y = (float)S * (inv_scale[t] * mult),
+ * where S is exact (every product and partial sum representable in double). That holds when
+ * the nonzero scales of a matrix span few binades: with e_min, e_max the frexp exponents of
+ * the smallest and largest |d|, e_max - e_min + log2(cols) <= 34 (lq_tq_exact; the loader
+ * checks it, and decodes a matrix that fails to f32 instead). Then S does not depend on the
+ * order of the sums, so a set may add the int32 dots of a run of blocks with one d before
+ * scaling (BitNet files quantised by llama-quantize have one d per tensor: one scaling per
+ * row), and every set gives bit-identical results. cols <= 2^20. */
 typedef void (*lq_tq_i8_fn)(const lq_tq_mat *w, const int8_t *xq, size_t ldx,
                             const float *inv_scale, int T, float *y, size_t ldy, int64_t r0,
                             int64_t r1);
@@ -258,6 +263,9 @@ typedef struct lq_kernels {
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the
  * environment forces one, if supported). Never NULL. */
 const lq_kernels *lq_kernels_best(void);
+/* 1 if the kernels' sums over w are exact (the condition above): nonzero finite scales only
+ * (a NaN or infinite d: 0), cols a multiple of 256 and at most 2^20. */
+int lq_tq_exact(const lq_tq_mat *w);
 /* A named kernel set, or NULL if unknown or unsupported by this CPU. */
 const lq_kernels *lq_kernels_by_name(const char *name);
 /* 1 if name is one of the set names ("scalar", "avx2", "avx512"), supported here or not

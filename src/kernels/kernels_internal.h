@@ -61,73 +61,68 @@ static inline float lq_q8_out(int64_t dot, float inv_scale, float w_scale)
 #define LQ_TQ_BLOCK 256
 #define LQ_TQ2_BYTES 66 /* qs[64], f16 d */
 #define LQ_TQ1_BYTES 54 /* qs[48], qh[4], f16 d */
-/* Blocks per chunk of the SIMD drivers: the activations' per-block sums of a token group are
- * kept on the stack for one chunk (a 2B-4T row is 10 or 27 blocks: one chunk). */
-#define LQ_TQ_CHUNK 64
+/* The longest row the TQ kernels take, in blocks (the model's cap on a row length, 2^20, over
+ * 256): the SIMD drivers keep the activations' prefix block sums of a token group on the stack
+ * (2 x 4097 int32, 32 KB). The loader refuses longer rows (LQ_MODEL_MAX_FF). */
+#define LQ_TQ_MAX_BLOCKS 4096
 
 static inline size_t lq_tq_block_bytes(int type)
 {
     return type == LQ_GGML_TQ1_0 ? LQ_TQ1_BYTES : LQ_TQ2_BYTES;
 }
 
-/* The block's scale d (f16 at its end; no alignment assumed). */
+/* The raw f16 scale d of a block (at its end; no alignment assumed) and its value. */
+static inline uint16_t lq_tq_dbits(const uint8_t *blk, size_t bb)
+{
+    return (uint16_t)(blk[bb - 2] | blk[bb - 1] << 8);
+}
 static inline float lq_tq_d(const uint8_t *blk, int type)
 {
-    const uint8_t *p = blk + lq_tq_block_bytes(type) - 2;
-    return lq_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    return lq_f16_to_f32(lq_tq_dbits(blk, lq_tq_block_bytes(type)));
 }
 
-/* The one float expression of a block and of the output (kernels.h lq_tq_i8_fn): the product
- * is a statement of its own so that no compiler contracts it with the sum into an FMA (which
- * would make sets differ). */
-static inline float lq_tq_acc(float acc, int32_t dot, float d)
-{
-    float p = (float)dot * d;
-    return acc + p;
-}
-
-static inline float lq_tq_out(float acc, float inv_scale, float mult)
+/* The output of a row (kernels.h lq_tq_i8_fn): S = Σ_b D_b d_b, exact in double (the loader
+ * guarantees it), rounded once to float, then times inv_scale * mult. */
+static inline float lq_tq_out(double s, float inv_scale, float mult)
 {
     float k = inv_scale * mult;
-    return acc * k;
+    float f = (float)s;
+    return f * k;
 }
 
-/* The SIMD sets' entry point: tokens in groups of TG; per group the blocks in chunks of
- * LQ_TQ_CHUNK, whose activation block sums BSUM(x, nb, out[nb]) (Σ xq over each 256) are
- * computed once and serve every row; rows in tiles of up to 4 (RSTEP) through
- * TILE(type, wr, rb, x, ldx, nb, R, TT, bs, acc) which adds blocks [0, nb) of the R rows at wr
- * (row stride rb bytes) for TT tokens to acc[r][t] in block order (lq_tq_acc of Σ code*xq -
- * bs[t][b], exact). A row's partial sum waits in y between chunks. */
+/* The SIMD sets' entry point: tokens in groups of TG; per group the activations' block sums
+ * as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq over each 256), computed
+ * once for every row; rows in tiles of up to 4 (RSTEP) through
+ * TILE(type, wr, rb, x, ldx, nb, R, TT, pre, acc), which sets acc[r][t] to S of the R rows at
+ * wr (row stride rb bytes) for TT tokens: a run of blocks with the same d accumulates
+ * Σ code*xq in int32, minus the run's Σ xq from pre, times d into the double (exact). */
 #define LQ_TQ_I8_DRIVER(NAME, BSUM, TILE, TG, RSTEP)                                         \
     void NAME(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,        \
-                     int T, float *y, size_t ldy, int64_t r0, int64_t r1)                    \
+              int T, float *y, size_t ldy, int64_t r0, int64_t r1)                           \
     {                                                                                        \
-        const int64_t nblk = w->cols / LQ_TQ_BLOCK;                                          \
+        const int nblk = (int)(w->cols / LQ_TQ_BLOCK);                                       \
         const size_t bb = lq_tq_block_bytes(w->type), rb = (size_t)nblk * bb;                \
         const int rstep = (RSTEP);                                                           \
-        int32_t bs[TG][LQ_TQ_CHUNK];                                                         \
+        int32_t pre[TG][LQ_TQ_MAX_BLOCKS + 1];                                               \
+        if (nblk > LQ_TQ_MAX_BLOCKS)                                                         \
+            return; /* never: the loader refuses such rows */                               \
         for (int t = 0; t < T; t += (TG)) {                                                  \
             const int TT = T - t < (TG) ? T - t : (TG);                                      \
             const int8_t *xt = xq + (size_t)t * ldx;                                         \
-            for (int64_t b0 = 0; b0 < nblk; b0 += LQ_TQ_CHUNK) {                             \
-                const int nb = nblk - b0 < LQ_TQ_CHUNK ? (int)(nblk - b0) : LQ_TQ_CHUNK;     \
-                const int last = b0 + nb == nblk;                                            \
-                for (int tt = 0; tt < TT; tt++)                                              \
-                    BSUM(xt + (size_t)tt * ldx + b0 * LQ_TQ_BLOCK, nb, bs[tt]);              \
-                for (int64_t r = r0; r < r1; r += rstep) {                                   \
-                    const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;                    \
-                    float acc[4][TG];                                                        \
-                    for (int rr = 0; rr < R; rr++)                                           \
-                        for (int tt = 0; tt < TT; tt++)                                      \
-                            acc[rr][tt] = b0 ? y[(size_t)(t + tt) * ldy + r + rr] : 0.0f;    \
-                    TILE(w->type, w->data + (size_t)r * rb + (size_t)b0 * bb, rb,            \
-                         xt + b0 * LQ_TQ_BLOCK, ldx, nb, R, TT, bs, acc);                    \
-                    for (int rr = 0; rr < R; rr++)                                           \
-                        for (int tt = 0; tt < TT; tt++)                                      \
-                            y[(size_t)(t + tt) * ldy + r + rr] =                             \
-                                last ? lq_tq_out(acc[rr][tt], inv_scale[t + tt], w->mult)    \
-                                     : acc[rr][tt];                                          \
-                }                                                                            \
+            for (int tt = 0; tt < TT; tt++) {                                                \
+                BSUM(xt + (size_t)tt * ldx, nblk, pre[tt] + 1);                              \
+                pre[tt][0] = 0;                                                              \
+                for (int b = 1; b <= nblk; b++)                                              \
+                    pre[tt][b] += pre[tt][b - 1];                                            \
+            }                                                                                \
+            for (int64_t r = r0; r < r1; r += rstep) {                                       \
+                const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;                        \
+                double acc[4][TG];                                                           \
+                TILE(w->type, w->data + (size_t)r * rb, rb, xt, ldx, nblk, R, TT, pre, acc); \
+                for (int rr = 0; rr < R; rr++)                                               \
+                    for (int tt = 0; tt < TT; tt++)                                          \
+                        y[(size_t)(t + tt) * ldy + r + rr] =                                 \
+                            lq_tq_out(acc[rr][tt], inv_scale[t + tt], w->mult);              \
             }                                                                                \
         }                                                                                    \
     }

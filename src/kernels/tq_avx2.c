@@ -3,9 +3,9 @@
  * Each 256-weight block is unpacked to 8 vectors of 32 unsigned codes (0..2; 3 for a TQ2_0
  * code 3) in element order and multiplied with 32 contiguous activations by maddubs (u8 x s8,
  * pairs summed to int16: |pair| <= 2*3*128, the eight of a block <= 6144, no saturation),
- * widened by madd(ones). Σ code*q - Σ q over the block = Σ trit*q, exact; the block sums Σ q
- * come once per chunk from the driver (kernels_internal.h), then the block's float step is
- * lq_tq_acc as in the reference: bit-identical to tq_scalar.c.
+ * widened by madd(ones). Σ code*q - Σ q = Σ trit*q, exact. A run of blocks with one scale d
+ * is summed in int32 and scaled once: S = Σ D_b d_b is exact in double (kernels.h), so this
+ * is bit-identical to the block-by-block reference (tq_scalar.c).
  *
  * TQ2_0: bytes 0..31 hold elements 0..127 (element 32k+m in byte m at shift 2k), bytes 32..63
  * elements 128..255. TQ1_0: the base-3 digit n of a byte q is ((uint8)(q*3^n)*3) >> 8; q*3^n
@@ -96,20 +96,51 @@ AI void unpack(int type, const uint8_t *blk, __m256i c[8])
     c[7] = digit(_mm256_set_m128i(z, y4));
 }
 
-/* acc[r][t] += blocks [0, nb) of R rows x TT tokens (see LQ_TQ_I8_DRIVER). */
+/* acc[r][t] = S of R rows x TT tokens (see LQ_TQ_I8_DRIVER): per row, a run of blocks with
+ * the same d bits adds its dots into int32 lanes; where d changes, and at the end, the run is
+ * reduced, its Σ xq (from the prefix sums) taken off, and (double)D * d added to acc (exact,
+ * as the reference's per-block sum). A lane gains < 2^14 per block: no overflow. */
 AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb, int R,
-             int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+             int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     const size_t bb = lq_tq_block_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);
+    __m256i A[4][2];
+    uint16_t cur[4];
+    int start[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        cur[r] = lq_tq_dbits(w + r * rb, bb);
+        start[r] = 0;
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            A[r][t] = _mm256_setzero_si256();
+            acc[r][t] = 0;
+        }
+    }
+#define FLUSH(r, b)                                                                          \
+    do {                                                                                     \
+        const double dd = (double)_cvtsh_ss(cur[r]);                                         \
+        _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                                \
+        {                                                                                    \
+            int32_t D = hsum_epi32(A[r][t]) - (pre[t][b] - pre[t][start[r]]);               \
+            acc[r][t] += (double)D * dd;                                                     \
+            A[r][t] = _mm256_setzero_si256();                                                \
+        }                                                                                    \
+    } while (0)
     for (int b = 0; b < nb; b++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * rb + (size_t)b * bb;
             _mm_prefetch((const char *)blk + LQ_I2S_PF_BYTES, _MM_HINT_T0);
+            const uint16_t h = lq_tq_dbits(blk, bb);
+            if (__builtin_expect(h != cur[r], 0)) {
+                FLUSH(r, b);
+                cur[r] = h;
+                start[r] = b;
+            }
             __m256i c[8];
             unpack(type, blk, c);
-            const float d = lq_tq_d(blk, type);
 #pragma GCC unroll 2
             for (int t = 0; t < TT; t++) {
                 const int8_t *xp = x + (size_t)t * ldx + b * 256;
@@ -118,23 +149,26 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
                 for (int k = 1; k < 8; k++)
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
                                                 c[k], _mm256_loadu_si256((const __m256i *)(xp + 32 * k))));
-                int32_t dot = hsum_epi32(_mm256_madd_epi16(s, ones)) - bs[t][b];
-                acc[r][t] = lq_tq_acc(acc[r][t], dot, d);
+                A[r][t] = _mm256_add_epi32(A[r][t], _mm256_madd_epi16(s, ones));
             }
         }
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        FLUSH(r, nb);
+#undef FLUSH
 }
 
 #define SHAPE(R, TT)                                                                       \
-    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, bs, acc); break
+    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, pre, acc); break
 
 static void tile_any(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb,
-                     int R, int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+                     int R, int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     switch (R * 4 + TT) { /* constant shapes, unrolled */
         SHAPE(1, 1); SHAPE(1, 2); SHAPE(2, 1); SHAPE(2, 2);
         SHAPE(3, 1); SHAPE(3, 2); SHAPE(4, 1);
-    default: tile(type, w, rb, x, ldx, nb, 4, 2, bs, acc); break;
+    default: tile(type, w, rb, x, ldx, nb, 4, 2, pre, acc); break;
     }
 }
 #undef SHAPE

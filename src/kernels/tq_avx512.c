@@ -1,18 +1,18 @@
 /* AVX-512 (F/BW/VL/DQ + VNNI) kernels for TQ2_0 / TQ1_0 x int8 activations.
  *
- * Each 256-weight block is unpacked to 4 zmm of 64 unsigned codes (0..2; 3 for a TQ2_0 code
- * 3) in element order, each multiplied with 64 contiguous activations by vpdpbusd (u8 x s8,
- * four products per int32 lane, no saturation). Σ code*q - Σ q over the block = Σ trit*q,
- * exact; the block sums Σ q come once per chunk from the driver (kernels_internal.h), then the
- * block's float step is lq_tq_acc as in the reference: bit-identical to tq_scalar.c.
+ * Each 256-weight block gives 4 zmm of 64 unsigned codes in element order (codes 0..2; 3 for
+ * a TQ2_0 code 3), each multiplied with 64 contiguous activations by vpdpbusd (u8 x s8, four
+ * products per int32 lane, no saturation). Σ code*q - Σ q = Σ trit*q, exact. A run of blocks
+ * with one scale d (a whole row, in files llama-quantize made from a BitNet model) is summed
+ * in int32 lanes and scaled once: S = Σ D_b d_b is exact in double (kernels.h), so this is
+ * bit-identical to the block-by-block reference (tq_scalar.c).
  *
- * TQ2_0: each 32-byte half of qs (128 elements, element 32k+m in byte m at shift 2k) is
- * broadcast to both halves of a zmm; shifts (0 | 2) and (4 | 6) then a mask give elements
- * 0..63 and 64..127 in order. TQ1_0: the digit n of a byte q is ((uint8)(q*3^n)*3) >> 8;
- * the five digits of qs[0..31], the five of qs[32..47] (16 elements each) and the four of
- * qh (4 each) are laid out by multiplying broadcast copies by 3^n (byte additions, mod 256)
- * per 128/256-bit lane, then (v*3)>>8 = [v >= 86] + [v >= 171]. Tiles: up to 4 rows x 2
- * tokens, one unpack per row and block. */
+ * TQ2_0: masks only, as the I2_S decode tile (tq2_masked). TQ1_0: the digit n of a byte q is
+ * ((uint8)(q*3^n)*3) >> 8; the five digits of qs[0..31], the five of qs[32..47] (16 elements
+ * each) and the four of qh (4 each) are laid out by multiplying broadcast copies by 3^n
+ * (byte additions, mod 256) per 128/256-bit lane, then (v*3)>>8 = [v >= 86] + [v >= 171].
+ * Tiles: up to 4 rows x 2 tokens; a block's activations are loaded once for the tile's rows,
+ * a row's codes once for its tokens. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -56,21 +56,27 @@ AI __m512i digit(__m512i v)
     return _mm512_add_epi8(a, b);
 }
 
-/* The 4 code vectors (elements 64k..64k+63) of one block. */
-AI void unpack(int type, const uint8_t *blk, __m512i c[4])
+/* TQ2_0 for the grouped path: masks only, no shifts (as the I2_S decode tile). With each
+ * half of qs broadcast to both halves of a zmm, mask [0x03 | 0x0C] leaves code*1 (elements
+ * 32k+m, k = 0) in the low half and code*4 (k = 1) in the high half, [0x30 | 0xC0] code*16
+ * (k = 2) and code*64 (k = 3): a block's dot is then srav(A, 0 | 2) + srav(E, 4 | 6) of the
+ * two accumulators A (masks 03/0C) and E (30/C0) - exact, every term a multiple. A lane of A
+ * or E gains <= 8 * 192 * 128 < 2^18 per block: no overflow. */
+AI void tq2_masked(const uint8_t *blk, __m512i c[4])
 {
-    if (type == LQ_GGML_TQ2_0) {
-        const __m512i m3 = _mm512_set1_epi8(3);
-        const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-        const __m512i sh_b = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-        __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
-        __m512i hi = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-        c[0] = _mm512_and_si512(_mm512_srlv_epi16(lo, sh_a), m3);
-        c[1] = _mm512_and_si512(_mm512_srlv_epi16(lo, sh_b), m3);
-        c[2] = _mm512_and_si512(_mm512_srlv_epi16(hi, sh_a), m3);
-        c[3] = _mm512_and_si512(_mm512_srlv_epi16(hi, sh_b), m3);
-        return;
-    }
+    const __m512i mk_a = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
+    const __m512i mk_e = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8((char)0xC0), 1);
+    __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i hi = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    c[0] = _mm512_and_si512(lo, mk_a); /* elements 0..63 (x 1 | x 4) */
+    c[1] = _mm512_and_si512(lo, mk_e); /* 64..127 (x 16 | x 64) */
+    c[2] = _mm512_and_si512(hi, mk_a); /* 128..191 */
+    c[3] = _mm512_and_si512(hi, mk_e); /* 192..255 */
+}
+
+/* The 4 code vectors (elements 64k..64k+63) of one TQ1_0 block. */
+AI void tq1_codes(const uint8_t *blk, __m512i c[4])
+{
     /* TQ1_0, in 128-bit lanes:
      *   c0 = [x x | 3x 3x]    elements 0..63       (x = qs[0..31], 32 bytes)
      *   c1 = [9x 9x | 27x 27x]            64..127
@@ -95,11 +101,45 @@ AI void unpack(int type, const uint8_t *blk, __m512i c[4])
     c[3] = digit(c3);
 }
 
-/* acc[r][t] += blocks [0, nb) of R rows x TT tokens (see LQ_TQ_I8_DRIVER). */
+/* acc[r][t] = S of R rows x TT tokens (see LQ_TQ_I8_DRIVER). Per row, a run of blocks with
+ * the same d bits adds its dots into int32 lanes (A, and E for TQ2_0's shifted codes); where
+ * d changes, and at the end, the run is reduced, its Σ xq (from the prefix sums) taken off,
+ * and (double)D * d added to acc: exact, as the reference's per-block sum. A lane of A or E
+ * gains < 2^18 per block (8 products of <= 192 x 128), so a run of up to 4096 blocks stays
+ * within int32. */
 AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb, int R,
-             int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+             int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     const size_t bb = lq_tq_block_bytes(type);
+    const int tq2 = type == LQ_GGML_TQ2_0;
+    const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(2), 1);
+    const __m512i sh_e = _mm512_inserti64x4(_mm512_set1_epi32(4), _mm256_set1_epi32(6), 1);
+    __m512i A[4][2], E[4][2];
+    uint16_t cur[4];
+    int start[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        cur[r] = lq_tq_dbits(w + r * rb, bb);
+        start[r] = 0;
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            A[r][t] = E[r][t] = _mm512_setzero_si512();
+            acc[r][t] = 0;
+        }
+    }
+#define FLUSH(r, b)                                                                          \
+    do {                                                                                     \
+        const double dd = (double)_cvtsh_ss(cur[r]);                                         \
+        _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                                \
+        {                                                                                    \
+            __m512i v = tq2 ? _mm512_add_epi32(_mm512_srav_epi32(A[r][t], sh_a),             \
+                                               _mm512_srav_epi32(E[r][t], sh_e))             \
+                            : _mm512_add_epi32(A[r][t], E[r][t]);                            \
+            int32_t D = _mm512_reduce_add_epi32(v) - (pre[t][b] - pre[t][start[r]]);        \
+            acc[r][t] += (double)D * dd;                                                     \
+            A[r][t] = E[r][t] = _mm512_setzero_si512();                                      \
+        }                                                                                    \
+    } while (0)
     for (int b = 0; b < nb; b++) {
         __m512i xv[2][4];
 #pragma GCC unroll 2
@@ -111,33 +151,42 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * rb + (size_t)b * bb;
             _mm_prefetch((const char *)blk + LQ_I2S_PF_BYTES, _MM_HINT_T0);
+            const uint16_t h = lq_tq_dbits(blk, bb);
+            if (__builtin_expect(h != cur[r], 0)) {
+                FLUSH(r, b);
+                cur[r] = h;
+                start[r] = b;
+            }
             __m512i c[4];
-            unpack(type, blk, c);
-            const float d = lq_tq_d(blk, type);
+            if (tq2)
+                tq2_masked(blk, c);
+            else
+                tq1_codes(blk, c);
 #pragma GCC unroll 2
             for (int t = 0; t < TT; t++) {
-                __m512i a = _mm512_setzero_si512(), e = _mm512_setzero_si512();
-                DPBUSD(a, c[0], xv[t][0]);
-                DPBUSD(e, c[1], xv[t][1]);
-                DPBUSD(a, c[2], xv[t][2]);
-                DPBUSD(e, c[3], xv[t][3]);
-                int32_t dot = _mm512_reduce_add_epi32(_mm512_add_epi32(a, e)) - bs[t][b];
-                acc[r][t] = lq_tq_acc(acc[r][t], dot, d);
+                DPBUSD(A[r][t], c[0], xv[t][0]);
+                DPBUSD(E[r][t], c[1], xv[t][1]);
+                DPBUSD(A[r][t], c[2], xv[t][2]);
+                DPBUSD(E[r][t], c[3], xv[t][3]);
             }
         }
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        FLUSH(r, nb);
+#undef FLUSH
 }
 
 #define SHAPE(R, TT)                                                                       \
-    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, bs, acc); break
+    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, pre, acc); break
 
 static void tile_any(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb,
-                     int R, int TT, int32_t bs[2][LQ_TQ_CHUNK], float acc[4][2])
+                     int R, int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     switch (R * 4 + TT) { /* constant shapes, unrolled */
         SHAPE(1, 1); SHAPE(1, 2); SHAPE(2, 1); SHAPE(2, 2);
         SHAPE(3, 1); SHAPE(3, 2); SHAPE(4, 1);
-    default: tile(type, w, rb, x, ldx, nb, 4, 2, bs, acc); break;
+    default: tile(type, w, rb, x, ldx, nb, 4, 2, pre, acc); break;
     }
 }
 #undef SHAPE

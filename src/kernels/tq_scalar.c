@@ -1,7 +1,9 @@
 /* Reference kernel for llama.cpp's ternary types TQ2_0 and TQ1_0 against int8 activations:
- * each weight's trit read straight from the layout of kernels.h (lq_tq_mat), the block's dot
- * exact in int32, then the one float expression every set uses (lq_tq_acc, lq_tq_out). The
- * SIMD sets (tq_avx2.c, tq_avx512.c) are tested bit for bit against this. */
+ * each weight's trit read straight from the layout of kernels.h (lq_tq_mat), each block's dot
+ * exact in int32, S = Σ D_b d_b in double (exact under lq_tq_exact), then lq_tq_out. The SIMD
+ * sets (tq_avx2.c, tq_avx512.c) are tested bit for bit against this. */
+#include <math.h>
+
 #include "kernels/kernels_internal.h"
 
 /* Code (0..3; trit = code - 1) of element e (0..255) of a TQ2_0 block. */
@@ -38,15 +40,41 @@ void lq_tq_i8_scalar(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const flo
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = w->data + (size_t)r * (size_t)nblk * bb;
             const int8_t *x = xq + (size_t)t * ldx;
-            float acc = 0.0f;
+            double s = 0;
             for (int64_t b = 0; b < nblk; b++) {
                 const uint8_t *blk = row + (size_t)b * bb;
                 const int8_t *xb = x + b * LQ_TQ_BLOCK;
                 int32_t dot = 0;
                 for (int e = 0; e < LQ_TQ_BLOCK; e++)
                     dot += ((tq1 ? tq1_code(blk, e) : tq2_code(blk, e)) - 1) * xb[e];
-                acc = lq_tq_acc(acc, dot, lq_tq_d(blk, w->type));
+                s += (double)dot * (double)lq_tq_d(blk, w->type);
             }
-            y[(size_t)t * ldy + r] = lq_tq_out(acc, inv_scale[t], w->mult);
+            y[(size_t)t * ldy + r] = lq_tq_out(s, inv_scale[t], w->mult);
         }
+}
+
+int lq_tq_exact(const lq_tq_mat *w)
+{
+    if (w->cols <= 0 || w->cols % LQ_TQ_BLOCK || w->cols > (int64_t)LQ_TQ_MAX_BLOCKS * LQ_TQ_BLOCK)
+        return 0;
+    const size_t bb = lq_tq_block_bytes(w->type);
+    const uint64_t nb = (uint64_t)w->rows * (uint64_t)(w->cols / LQ_TQ_BLOCK);
+    int emin = 1000, emax = -1000;
+    for (uint64_t b = 0; b < nb; b++) {
+        float d = lq_f16_to_f32(lq_tq_dbits(w->data + b * bb, bb));
+        if (!isfinite(d))
+            return 0;
+        if (d == 0)
+            continue;
+        int e;
+        frexpf(d, &e);
+        emin = e < emin ? e : emin;
+        emax = e > emax ? e : emax;
+    }
+    int lc = 0;
+    while ((1LL << lc) < w->cols)
+        lc++;
+    /* terms are multiples of 2^(emin - 11) (11 significant bits of an f16), |S| and every
+     * partial sum < cols * 256 * 2^emax: fewer than 53 bits between them */
+    return emax < emin || emax - emin + lc <= 34;
 }

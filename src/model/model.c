@@ -215,7 +215,9 @@ static int tq_companion_scale(lq_model *m, const char *wname, float *mult, lq_er
 
 /* A TQ1_0/TQ2_0 projection kept in the mapping (kernels.h lq_tq_mat): rows of whole 256-blocks
  * and every block's f16 scale finite (one read of 2 bytes a block: a NaN or infinite scale
- * would turn every output it touches into NaN; 0 is a legal all-zero block). */
+ * would turn every output it touches into NaN; 0 is a legal all-zero block). A tensor whose
+ * scales span too many binades for the kernels' exact sums (lq_tq_exact; no converter writes
+ * one) is left with kind 0: the caller decodes it to f32. */
 static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64_t rows,
                    int64_t cols, lq_wmat *w, lq_err *err)
 {
@@ -239,12 +241,14 @@ static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64
     int rc = tq_companion_scale(m, name, &mult, err);
     if (rc != 0)
         return rc;
-    w->kind = LQ_WK_TQ;
     w->tq.data = t->data;
     w->tq.rows = rows;
     w->tq.cols = cols;
     w->tq.type = t->type;
     w->tq.mult = mult;
+    if (!lq_tq_exact(&w->tq))
+        return LQ_OK;
+    w->kind = LQ_WK_TQ;
     w->bytes = nblk * bb;
     return LQ_OK;
 }
@@ -287,8 +291,10 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         return LQ_OK;
     }
     if ((t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) && bitlinear &&
-        m->arch != LQ_ARCH_LLAMA && m->act_mode == LQ_ACT_INT8)
-        return load_tq(m, name, t, rows, cols, w, err);
+        m->arch != LQ_ARCH_LLAMA && m->act_mode == LQ_ACT_INT8) {
+        if ((rc = load_tq(m, name, t, rows, cols, w, err)) != 0 || w->kind == LQ_WK_TQ)
+            return rc;
+    }
     int es = dense_elem_size(t->type);
     w->kind = LQ_WK_DENSE;
     w->dense.rows = rows;

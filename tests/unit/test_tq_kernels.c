@@ -27,25 +27,41 @@ static uint32_t rnd(void)
 
 static const int types[2] = {LQ_GGML_TQ2_0, LQ_GGML_TQ1_0};
 
-/* A random f16 scale: normal values of both signs, sometimes 0 or a subnormal. */
-static uint16_t rand_d(void)
+/* Random f16 scales for one matrix, within what lq_tq_exact accepts: both signs, zeros, one
+ * binade range (a random base, 3 binades above it, or subnormals), and as one d for the whole
+ * matrix, runs of a few blocks, or a new d every block (the SIMD sets scale runs at once). */
+typedef struct dgen {
+    int mode, base;
+    uint16_t last;
+} dgen;
+
+static uint16_t next_d(dgen *g, size_t b)
 {
-    switch (rnd() % 8) {
-    case 0: return 0;
-    case 1: return (uint16_t)(rnd() % 0x3ff + 1); /* subnormal */
-    default: return (uint16_t)((rnd() & 0x8000) | (0x1c00 + rnd() % 0x2800)); /* ~2^-8..2^2 */
-    }
+    if (g->mode == 0 && b > 0)
+        return g->last;
+    if (g->mode == 1 && b > 0 && rnd() % 4)
+        return g->last;
+    uint16_t h;
+    if (rnd() % 10 == 0)
+        h = 0;
+    else if (g->base < 0) /* subnormals only */
+        h = (uint16_t)(rnd() % 0x3ff + 1);
+    else
+        h = (uint16_t)(((unsigned)(g->base + rnd() % 4) << 10) | (rnd() & 0x3ff));
+    h |= (uint16_t)(rnd() & 0x8000);
+    return g->last = h;
 }
 
-/* rows x cols of random blocks (any byte in the code part), random scales. */
+/* rows x cols of random blocks (any byte in the code part), scales from next_d. */
 static uint8_t *rand_tq(int type, int64_t rows, int64_t cols)
 {
     size_t bb = lq_tq_block_bytes(type), nb = (size_t)(rows * cols / 256);
     uint8_t *d = malloc(nb * bb);
+    dgen g = {(int)(rnd() % 3), rnd() % 8 == 0 ? -1 : (int)(1 + rnd() % 26), 0};
     for (size_t b = 0; b < nb; b++) {
         for (size_t i = 0; i < bb - 2; i++)
             d[b * bb + i] = (uint8_t)rnd();
-        uint16_t h = rand_d();
+        uint16_t h = next_d(&g, b);
         memcpy(d + b * bb + bb - 2, &h, 2);
     }
     return d;
@@ -61,6 +77,11 @@ static int check_case(const lq_kernels *k, int type, int64_t rows, int64_t cols,
     size_t ldy = (size_t)rows + rnd() % 5;
     uint8_t *wd = rand_tq(type, rows, cols);
     lq_tq_mat w = {wd, rows, cols, type, rnd() % 2 ? 1.0f : 0.75f};
+    if (!lq_tq_exact(&w)) {
+        printf("#   generated a matrix outside lq_tq_exact\n");
+        free(wd);
+        return 0;
+    }
     int8_t *xq = malloc(ldx * (size_t)T);
     float inv[8];
     for (int t = 0; t < T; t++) {
@@ -92,7 +113,7 @@ static int check_case(const lq_kernels *k, int type, int64_t rows, int64_t cols,
 static void run_set(int si)
 {
     static const int64_t row_set[] = {1, 2, 3, 5, 7, 17, 64};
-    static const int64_t col_set[] = {256, 512, 768};
+    static const int64_t col_set[] = {256, 768, 1024, 1280};
     static const int t_set[] = {1, 2, 3, 4, 5, 8};
     const lq_kernels *k = simd_sets[si];
     if (!k)
@@ -109,19 +130,21 @@ static void run_set(int si)
                         bad += !check_case(k, types[ty], rows, col_set[b], t_set[c], r0, r1);
                     n += 2;
                 }
-        /* rows of 2B-4T's widths, and longer than one LQ_TQ_CHUNK (partial sums kept in y) */
-        bad += !check_case(k, types[ty], 9, 2560, 3, 1, 8);
-        bad += !check_case(k, types[ty], 5, 6912, 1, 0, 5);
-        bad += !check_case(k, types[ty], 3, (LQ_TQ_CHUNK * 2 + 3) * 256, 3, 0, 3);
-        n += 3;
+        /* rows of 2B-4T's widths, and the longest row the kernels take */
+        for (int rep = 0; rep < 4; rep++) {
+            bad += !check_case(k, types[ty], 9, 2560, 3, 1, 8);
+            bad += !check_case(k, types[ty], 5, 6912, 1, 0, 5);
+        }
+        bad += !check_case(k, types[ty], 2, (int64_t)LQ_TQ_MAX_BLOCKS * 256, 2, 0, 2);
+        n += 9;
     }
     CHECK_MSG(bad == 0, "%d of %d tq_i8 cases differ from scalar", bad, n);
 }
 static void test_tq_avx2(void) { run_set(0); }
 static void test_tq_avx512(void) { run_set(1); }
 
-/* The reference on packed trits: y = (Σ_b (float)(Σ trit*q) * d_b) * (inv * mult), in block
- * order, for both types; and every set agrees. */
+/* The reference on packed trits: y = (float)(Σ_b d_b Σ trit*q) * (inv * mult), the sum exact,
+ * for both types; and every set agrees. */
 static void test_known_answer(void)
 {
     enum { ROWS = 3, COLS = 768 };
@@ -146,15 +169,14 @@ static void test_known_answer(void)
             float y[ROWS];
             sets[s]->tq_i8(&w, xq, COLS, &inv, 1, y, ROWS, 0, ROWS);
             for (int r = 0; r < ROWS; r++) {
-                float acc = 0.0f;
+                double acc = 0;
                 for (int b = 0; b < COLS / 256; b++) {
                     int32_t dot = 0;
                     for (int e = 0; e < 256; e++)
                         dot += tr[r * COLS + b * 256 + e] * xq[b * 256 + e];
-                    float p = (float)dot * d[r * COLS / 256 + b];
-                    acc += p;
+                    acc += (double)dot * d[r * COLS / 256 + b];
                 }
-                float k = inv * mult, want = acc * k;
+                float k = inv * mult, want = (float)acc * k;
                 CHECK_MSG(memcmp(&y[r], &want, 4) == 0, "%s %s row %d: %.9g, want %.9g",
                           sets[s]->name, lq_ggml_type_name(types[ty]), r, y[r], want);
             }
@@ -199,11 +221,48 @@ static void test_tq1_every_byte(void)
     CHECK_MSG(bad == 0, "%d single-element TQ1_0 reads differ or are not trits", bad);
 }
 
+/* lq_tq_exact: one d, close d's, zero d's pass; d's 2^30 apart, a NaN or infinite d, and rows
+ * that are not whole blocks or longer than 2^20 fail. */
+static void test_exact_condition(void)
+{
+    enum { NB = 8 };
+    static uint8_t w[NB * 66];
+    memset(w, 0, sizeof w);
+    lq_tq_mat m = {w, 2, NB / 2 * 256, LQ_GGML_TQ2_0, 1.0f};
+    uint16_t ds[NB];
+    for (int b = 0; b < NB; b++)
+        ds[b] = lq_f32_to_f16(0.25f);
+#define SET_D() for (int b = 0; b < NB; b++) memcpy(w + b * 66 + 64, &ds[b], 2)
+    SET_D();
+    CHECK(lq_tq_exact(&m));
+    ds[3] = lq_f32_to_f16(-3.0f);
+    ds[5] = 0;
+    SET_D();
+    CHECK(lq_tq_exact(&m));
+    ds[6] = 0x0001;                 /* 2^-24 next to 2 */
+    SET_D();
+    CHECK(!lq_tq_exact(&m));
+    ds[6] = 0x7e00;                 /* NaN */
+    SET_D();
+    CHECK(!lq_tq_exact(&m));
+    ds[6] = 0x7c00;                 /* inf */
+    SET_D();
+    CHECK(!lq_tq_exact(&m));
+#undef SET_D
+    lq_tq_mat bad = m;
+    bad.cols = 300;
+    CHECK(!lq_tq_exact(&bad));
+    bad.cols = (int64_t)(LQ_TQ_MAX_BLOCKS + 1) * 256;
+    bad.rows = 0;
+    CHECK(!lq_tq_exact(&bad));
+}
+
 int main(void)
 {
     simd_sets[0] = lq_kernels_by_name("avx2");
     simd_sets[1] = lq_kernels_by_name("avx512");
     RUN(test_known_answer);
+    RUN(test_exact_condition);
     RUN(test_tq1_every_byte);
     RUN(test_tq_avx2);
     RUN(test_tq_avx512);
