@@ -8,9 +8,8 @@
  * bit-identical to the block-by-block reference (tq_scalar.c).
  *
  * TQ2_0: masks only, as the I2_S decode tile (tq2_masked). TQ1_0: the digit n of a byte q is
- * ((uint8)(q*3^n)*3) >> 8; the five digits of qs[0..31], the five of qs[32..47] (16 elements
- * each) and the four of qh (4 each) are laid out by multiplying broadcast copies by 3^n
- * (byte additions, mod 256) per 128/256-bit lane, then (v*3)>>8 = [v >= 86] + [v >= 171].
+ * ((uint8)(q*3^n)*3) >> 8, computed for broadcast copies of qs[0..31], qs[32..47] and qh with
+ * 16-bit multiplies, 3^n chosen per 16-bit lane (tq1_codes).
  * Tiles: up to 4 rows x 2 tokens; a block's activations are loaded once for the tile's rows,
  * a row's codes once for its tokens. */
 #include <immintrin.h>
@@ -37,31 +36,11 @@ static void block_sums(const int8_t *x, int nb, int32_t *out)
     }
 }
 
-/* (v * 3) mod 256 in every byte. */
-AI __m512i mul3(__m512i v)
-{
-    return _mm512_add_epi8(v, _mm512_add_epi8(v, v));
-}
-AI __m128i mul3x(__m128i v)
-{
-    return _mm_add_epi8(v, _mm_add_epi8(v, v));
-}
-
-/* Base-3 digit of every byte: (v * 3) >> 8. */
-AI __m512i digit(__m512i v)
-{
-    const __m512i one = _mm512_set1_epi8(1);
-    __m512i a = _mm512_min_epu8(_mm512_subs_epu8(v, _mm512_set1_epi8(85)), one);
-    __m512i b = _mm512_min_epu8(_mm512_subs_epu8(v, _mm512_set1_epi8((char)170)), one);
-    return _mm512_add_epi8(a, b);
-}
-
-/* TQ2_0 for the grouped path: masks only, no shifts (as the I2_S decode tile). With each
- * half of qs broadcast to both halves of a zmm, mask [0x03 | 0x0C] leaves code*1 (elements
- * 32k+m, k = 0) in the low half and code*4 (k = 1) in the high half, [0x30 | 0xC0] code*16
- * (k = 2) and code*64 (k = 3): a block's dot is then srav(A, 0 | 2) + srav(E, 4 | 6) of the
- * two accumulators A (masks 03/0C) and E (30/C0) - exact, every term a multiple. A lane of A
- * or E gains <= 8 * 192 * 128 < 2^18 per block: no overflow. */
+/* TQ2_0, masks only (as the I2_S decode tile). With each half of qs broadcast to both halves
+ * of a zmm, mask [0x03 | 0x0C] leaves code*1 (elements 32k+m, k = 0) in the low half and
+ * code*4 (k = 1) in the high half, [0x30 | 0xC0] code*16 (k = 2) and code*64 (k = 3): a run's
+ * dot is then srav(A, 0 | 2) + srav(E, 4 | 6) of the two accumulators A (masks 03/0C) and E
+ * (30/C0), exact, every term a multiple. */
 AI void tq2_masked(const uint8_t *blk, __m512i c[4])
 {
     const __m512i mk_a = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
@@ -74,31 +53,39 @@ AI void tq2_masked(const uint8_t *blk, __m512i c[4])
     c[3] = _mm512_and_si512(hi, mk_e); /* 192..255 */
 }
 
-/* The 4 code vectors (elements 64k..64k+63) of one TQ1_0 block. */
+/* Base-3 digit n of every byte of s, n given per 16-bit lane by p = 3^n: with a byte b in the
+ * high half of a 16-bit lane (low half zero), mullo(b << 8, p) = ((b * p) mod 256) << 8 and
+ * mulhi(that, 3) = ((b * p mod 256) * 3) >> 8, the digit, in the low half. Even bytes are
+ * moved up first, odd bytes are there already; the two digits are put back in place. */
+AI __m512i digits(__m512i s, __m512i p)
+{
+    const __m512i hi = _mm512_set1_epi16((short)0xFF00), three = _mm512_set1_epi16(3);
+    __m512i e = _mm512_mulhi_epu16(_mm512_mullo_epi16(_mm512_slli_epi16(s, 8), p), three);
+    __m512i o = _mm512_mulhi_epu16(_mm512_mullo_epi16(_mm512_and_si512(s, hi), p), three);
+    return _mm512_or_si512(e, _mm512_slli_epi16(o, 8));
+}
+
+/* The 4 code vectors (elements 64k..64k+63) of one TQ1_0 block, by 128-bit lanes:
+ *   c0 = digits 0 | 1 of x (x = qs[0..31], 32 bytes)   elements 0..63
+ *   c1 = digits 2 | 3 of x                              64..127
+ *   c2 = digit 4 of x | digit 0 of y | 1 of y           128..191 (y = qs[32..47])
+ *   c3 = digit 2 | 3 | 4 of y | digits 0..3 of qh      192..255 (4 bytes each) */
 AI void tq1_codes(const uint8_t *blk, __m512i c[4])
 {
-    /* TQ1_0, in 128-bit lanes:
-     *   c0 = [x x | 3x 3x]    elements 0..63       (x = qs[0..31], 32 bytes)
-     *   c1 = [9x 9x | 27x 27x]            64..127
-     *   c2 = [81x 81x | y | 3y]           128..191  (y = qs[32..47], 16 bytes)
-     *   c3 = [9y | 27y | 81y | z]         192..255  (z = qh times 1, 3, 9, 27 per 4 bytes) */
-    __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
-    __m512i x01 = _mm512_mask_blend_epi64(0xF0, x, mul3(x));
-    __m512i x23 = mul3(mul3(x01));
-    __m512i x4 = mul3(mul3(x23)); /* low half: 81x */
-    __m512i y = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 32)));
-    __m512i y3 = mul3(y), y9 = mul3(y3);
-    __m512i c2 = _mm512_mask_blend_epi64(0xC0, _mm512_mask_blend_epi64(0xF0, x4, y), y3);
-    __m512i v = _mm512_mask_blend_epi64(0x30, _mm512_mask_blend_epi64(0x0C, y, y3), y9);
+    const __m512i p0 = _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1);
+    const __m512i p1 = _mm512_inserti64x4(_mm512_set1_epi16(9), _mm256_set1_epi16(27), 1);
+    const __m512i p2 = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 81, 81, 81,
+                                        81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81);
+    const __m512i p3 = _mm512_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81, 27,
+                                        27, 27, 27, 27, 27, 27, 27, 9, 9, 9, 9, 9, 9, 9, 9);
     uint32_t qh;
     memcpy(&qh, blk + 48, 4);
-    __m128i z0 = _mm_set1_epi32((int)qh), z1 = mul3x(z0), z2 = mul3x(z1), z3 = mul3x(z2);
-    __m128i z = _mm_blend_epi32(_mm_blend_epi32(z0, z1, 2), _mm_blend_epi32(z2, z3, 8), 12);
-    __m512i c3 = _mm512_inserti32x4(mul3(mul3(v)), z, 3);
-    c[0] = digit(x01);
-    c[1] = digit(x23);
-    c[2] = digit(c2);
-    c[3] = digit(c3);
+    __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i y = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + 32)));
+    c[0] = digits(x, p0);
+    c[1] = digits(x, p1);
+    c[2] = digits(_mm512_mask_blend_epi64(0xF0, x, y), p2);
+    c[3] = digits(_mm512_inserti32x4(y, _mm_set1_epi32((int)qh), 3), p3);
 }
 
 /* acc[r][t] = S of R rows x TT tokens (see LQ_TQ_I8_DRIVER). Per row, a run of blocks with
