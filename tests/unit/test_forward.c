@@ -327,6 +327,20 @@ static void test_tq_native_vs_decoded(void)
         }
         lq_gguf_close(g);
     }
+    /* scales 2^28 apart: beyond lq_tq_exact, so decoded to f32 at load (the F32 file's bytes
+     * per token, its logits) */
+    o.tq_block_d = 2;
+    o.proj_type = LQ_GGML_F32;
+    const char *pwf = model_path("wided_f32", &o);
+    o.proj_type = LQ_GGML_TQ2_0;
+    const char *pwt = model_path("wided_tq2_0", &o);
+    {
+        lq_model *a = open_model(pwt, 2, LQ_ACT_INT8, NULL), *b = open_model(pwf, 2, LQ_ACT_INT8, NULL);
+        CHECK(a && b && lq_model_get_info(a)->bytes_per_token == lq_model_get_info(b)->bytes_per_token);
+        compare_models(a, b, 1e-5, 1);
+        lq_model_close(a);
+        lq_model_close(b);
+    }
     /* the companion ".scale" multiplier on the in-place path (d = 1, TQ1_0 here; TQ2_0's is
      * test_q8_0_and_tq2_0_projections) */
     o = tg_default();

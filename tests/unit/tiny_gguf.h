@@ -26,7 +26,8 @@ typedef struct tg_opts {
                          * cols % 256 == 0) */
     int tq_block_d;     /* 1: TQ projections get a scale per 256-block, d_b = f16(scale *
                          * (0.5 + 0.25 * (b % 4))), and no companion; F32/F16 projections hold
-                         * trit * d_b (the same weights as the TQ file, decoded) */
+                         * trit * d_b (the same weights as the TQ file, decoded). 2: d_b
+                         * alternates scale * 2^13 and scale * 2^-15 */
     uint64_t seed;
     const char *skip_tensor;      /* leave this tensor out */
     const char *bad_shape_tensor; /* write this 2-D tensor with ne1 = ne0 (square) */
@@ -111,6 +112,8 @@ static inline float tg_block_d(const tg_opts *o, float scale, uint64_t b)
 {
     if (!o->tq_block_d)
         return 1.0f;
+    if (o->tq_block_d == 2) /* 2^28 apart: too wide for the TQ kernels' exact sums */
+        return lq_f16_to_f32(lq_f32_to_f16(scale * (b % 2 ? 8192.0f : 1.0f / 32768.0f)));
     return lq_f16_to_f32(lq_f32_to_f16(scale * (0.5f + 0.25f * (float)(b % 4))));
 }
 
