@@ -57,6 +57,18 @@ static inline float lq_q8_out(int64_t dot, float inv_scale, float w_scale)
  * 4096/16 products of |q| <= 127 by |x| <= 32767 per block (< 2^30; two summed < 2^31). */
 #define LQ_Q8_BLOCK 4096
 
+#ifdef __AVX2__
+#include <immintrin.h>
+/* Σ of the 8 int32 lanes of v (the AVX2 files). */
+static inline __attribute__((always_inline)) int32_t lq_hsum_epi32_avx2(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+#endif
+
 /* ---- TQ1_0 / TQ2_0 (layouts in kernels.h, lq_tq_mat) ---- */
 #define LQ_TQ_BLOCK 256
 #define LQ_TQ2_BYTES 66 /* qs[64], f16 d */
@@ -90,10 +102,49 @@ static inline float lq_tq_out(double s, float inv_scale, float mult)
     return f * k;
 }
 
+/* The SIMD tiles' runs of blocks with one scale: the end of row r's run [start, b) for one
+ * token, whose Σ code*xq is code_dot: minus the run's Σ xq (prefix sums pre), times d, into
+ * the exact sum acc. */
+static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *pre, int start,
+                                 int b, uint16_t dbits)
+{
+    int32_t dot = code_dot - (pre[b] - pre[start]);
+    *acc += (double)dot * (double)lq_f16_to_f32(dbits);
+}
+
+/* A tile's run state: per row the scale bits of its current run (cur) and where the run began
+ * (start), from the first block; acc zeroed. ZERO(r, t) clears the tile's accumulators. */
+#define LQ_TQ_RUNS_BEGIN(R, TT, w, rb, bb, ZERO)                                             \
+    uint16_t cur[4];                                                                         \
+    int start[4];                                                                            \
+    _Pragma("GCC unroll 4") for (int r_ = 0; r_ < (R); r_++)                                \
+    {                                                                                        \
+        cur[r_] = lq_tq_dbits((w) + r_ * (rb), bb);                                          \
+        start[r_] = 0;                                                                       \
+        _Pragma("GCC unroll 2") for (int t_ = 0; t_ < (TT); t_++)                           \
+        {                                                                                    \
+            ZERO(r_, t_);                                                                    \
+            acc[r_][t_] = 0;                                                                 \
+        }                                                                                    \
+    }
+
+/* Before block b of row r (at blk): where its scale differs from the run's (cur[r]), END(r, b)
+ * closes the run and a new one starts here. cur[] and start[] are the tile's. */
+#define LQ_TQ_RUN_STEP(r, b, blk, bb, END)                                                   \
+    do {                                                                                     \
+        const uint16_t h_ = lq_tq_dbits(blk, bb);                                            \
+        if (__builtin_expect(h_ != cur[r], 0)) {                                             \
+            END(r, b);                                                                       \
+            cur[r] = h_;                                                                     \
+            start[r] = b;                                                                    \
+        }                                                                                    \
+    } while (0)
+
 /* The SIMD sets' entry point: tokens in groups of TG; per group the activations' block sums
  * as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq over each 256), computed
- * once for every row; rows in tiles of up to 4 (RSTEP) through
- * TILE(type, wr, rb, x, ldx, nb, R, TT, pre, acc), which sets acc[r][t] to S of the R rows at
+ * once for every row; rows in tiles of up to 4 (RSTEP) through the set's always-inline
+ * TILE(type, wr, rb, x, ldx, nb, R, TT, pre, acc) with constant R and TT (TG must be 2), which
+ * sets acc[r][t] to S of the R rows at
  * wr (row stride rb bytes) for TT tokens: a run of blocks with the same d accumulates
  * Σ code*xq in int32, minus the run's Σ xq from pre, times d into the double (exact). */
 #define LQ_TQ_I8_DRIVER(NAME, BSUM, TILE, TG, RSTEP)                                         \
@@ -118,7 +169,17 @@ static inline float lq_tq_out(double s, float inv_scale, float mult)
             for (int64_t r = r0; r < r1; r += rstep) {                                       \
                 const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;                        \
                 double acc[4][TG];                                                           \
-                TILE(w->type, w->data + (size_t)r * rb, rb, xt, ldx, nblk, R, TT, pre, acc); \
+                const uint8_t *wr = w->data + (size_t)r * rb;                                \
+                switch (R * 4 + TT) { /* constant tile shapes, unrolled */                   \
+                case 5: TILE(w->type, wr, rb, xt, ldx, nblk, 1, 1, pre, acc); break;         \
+                case 6: TILE(w->type, wr, rb, xt, ldx, nblk, 1, 2, pre, acc); break;         \
+                case 9: TILE(w->type, wr, rb, xt, ldx, nblk, 2, 1, pre, acc); break;         \
+                case 10: TILE(w->type, wr, rb, xt, ldx, nblk, 2, 2, pre, acc); break;        \
+                case 13: TILE(w->type, wr, rb, xt, ldx, nblk, 3, 1, pre, acc); break;        \
+                case 14: TILE(w->type, wr, rb, xt, ldx, nblk, 3, 2, pre, acc); break;        \
+                case 17: TILE(w->type, wr, rb, xt, ldx, nblk, 4, 1, pre, acc); break;        \
+                default: TILE(w->type, wr, rb, xt, ldx, nblk, 4, 2, pre, acc); break;        \
+                }                                                                            \
                 for (int rr = 0; rr < R; rr++)                                               \
                     for (int tt = 0; tt < TT; tt++)                                          \
                         y[(size_t)(t + tt) * ldy + r + rr] =                                 \

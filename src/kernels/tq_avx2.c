@@ -18,14 +18,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI int32_t hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* Σ of each 256 int8 of x [nb * 256] into out[nb]: sad of the bytes + 128 (unsigned). */
 static void block_sums(const int8_t *x, int nb, int32_t *out)
 {
@@ -106,25 +98,14 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
     const size_t bb = lq_tq_block_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i A[4][2];
-    uint16_t cur[4];
-    int start[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        cur[r] = lq_tq_dbits(w + r * rb, bb);
-        start[r] = 0;
-#pragma GCC unroll 2
-        for (int t = 0; t < TT; t++) {
-            A[r][t] = _mm256_setzero_si256();
-            acc[r][t] = 0;
-        }
-    }
+#define ZERO(r, t) (A[r][t] = _mm256_setzero_si256())
+    LQ_TQ_RUNS_BEGIN(R, TT, w, rb, bb, ZERO)
+#undef ZERO
 #define FLUSH(r, b)                                                                          \
     do {                                                                                     \
-        const double dd = (double)_cvtsh_ss(cur[r]);                                         \
         _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                                \
         {                                                                                    \
-            int32_t D = hsum_epi32(A[r][t]) - (pre[t][b] - pre[t][start[r]]);               \
-            acc[r][t] += (double)D * dd;                                                     \
+            lq_tq_run_end(&acc[r][t], lq_hsum_epi32_avx2(A[r][t]), pre[t], start[r], b, cur[r]); \
             A[r][t] = _mm256_setzero_si256();                                                \
         }                                                                                    \
     } while (0)
@@ -133,12 +114,7 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * rb + (size_t)b * bb;
             _mm_prefetch((const char *)blk + LQ_I2S_PF_BYTES, _MM_HINT_T0);
-            const uint16_t h = lq_tq_dbits(blk, bb);
-            if (__builtin_expect(h != cur[r], 0)) {
-                FLUSH(r, b);
-                cur[r] = h;
-                start[r] = b;
-            }
+            LQ_TQ_RUN_STEP(r, b, blk, bb, FLUSH);
             __m256i c[8];
             unpack(type, blk, c);
 #pragma GCC unroll 2
@@ -159,18 +135,4 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
 #undef FLUSH
 }
 
-#define SHAPE(R, TT)                                                                       \
-    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, pre, acc); break
-
-static void tile_any(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb,
-                     int R, int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
-{
-    switch (R * 4 + TT) { /* constant shapes, unrolled */
-        SHAPE(1, 1); SHAPE(1, 2); SHAPE(2, 1); SHAPE(2, 2);
-        SHAPE(3, 1); SHAPE(3, 2); SHAPE(4, 1);
-    default: tile(type, w, rb, x, ldx, nb, 4, 2, pre, acc); break;
-    }
-}
-#undef SHAPE
-
-LQ_TQ_I8_DRIVER(lq_tq_i8_avx2, block_sums, tile_any, 2, T == 1 ? lq_i2s_decode_rows() : 4)
+LQ_TQ_I8_DRIVER(lq_tq_i8_avx2, block_sums, tile, 2, T == 1 ? lq_i2s_decode_rows() : 4)

@@ -102,28 +102,17 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
     const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(2), 1);
     const __m512i sh_e = _mm512_inserti64x4(_mm512_set1_epi32(4), _mm256_set1_epi32(6), 1);
     __m512i A[4][2], E[4][2];
-    uint16_t cur[4];
-    int start[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        cur[r] = lq_tq_dbits(w + r * rb, bb);
-        start[r] = 0;
-#pragma GCC unroll 2
-        for (int t = 0; t < TT; t++) {
-            A[r][t] = E[r][t] = _mm512_setzero_si512();
-            acc[r][t] = 0;
-        }
-    }
+#define ZERO(r, t) (A[r][t] = E[r][t] = _mm512_setzero_si512())
+    LQ_TQ_RUNS_BEGIN(R, TT, w, rb, bb, ZERO)
+#undef ZERO
 #define FLUSH(r, b)                                                                          \
     do {                                                                                     \
-        const double dd = (double)_cvtsh_ss(cur[r]);                                         \
         _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                                \
         {                                                                                    \
             __m512i v = tq2 ? _mm512_add_epi32(_mm512_srav_epi32(A[r][t], sh_a),             \
                                                _mm512_srav_epi32(E[r][t], sh_e))             \
                             : _mm512_add_epi32(A[r][t], E[r][t]);                            \
-            int32_t D = _mm512_reduce_add_epi32(v) - (pre[t][b] - pre[t][start[r]]);        \
-            acc[r][t] += (double)D * dd;                                                     \
+            lq_tq_run_end(&acc[r][t], _mm512_reduce_add_epi32(v), pre[t], start[r], b, cur[r]); \
             A[r][t] = E[r][t] = _mm512_setzero_si512();                                      \
         }                                                                                    \
     } while (0)
@@ -138,12 +127,7 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * rb + (size_t)b * bb;
             _mm_prefetch((const char *)blk + LQ_I2S_PF_BYTES, _MM_HINT_T0);
-            const uint16_t h = lq_tq_dbits(blk, bb);
-            if (__builtin_expect(h != cur[r], 0)) {
-                FLUSH(r, b);
-                cur[r] = h;
-                start[r] = b;
-            }
+            LQ_TQ_RUN_STEP(r, b, blk, bb, FLUSH);
             __m512i c[4];
             if (tq2)
                 tq2_masked(blk, c);
@@ -164,18 +148,4 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
 #undef FLUSH
 }
 
-#define SHAPE(R, TT)                                                                       \
-    case (R) * 4 + (TT): tile(type, w, rb, x, ldx, nb, R, TT, pre, acc); break
-
-static void tile_any(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb,
-                     int R, int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
-{
-    switch (R * 4 + TT) { /* constant shapes, unrolled */
-        SHAPE(1, 1); SHAPE(1, 2); SHAPE(2, 1); SHAPE(2, 2);
-        SHAPE(3, 1); SHAPE(3, 2); SHAPE(4, 1);
-    default: tile(type, w, rb, x, ldx, nb, 4, 2, pre, acc); break;
-    }
-}
-#undef SHAPE
-
-LQ_TQ_I8_DRIVER(lq_tq_i8_avx512, block_sums, tile_any, 2, T == 1 ? lq_i2s_decode_rows() : 4)
+LQ_TQ_I8_DRIVER(lq_tq_i8_avx512, block_sums, tile, 2, T == 1 ? lq_i2s_decode_rows() : 4)

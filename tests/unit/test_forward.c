@@ -261,6 +261,18 @@ static void test_q8_0_and_tq2_0_projections(void)
     lq_model_close(b);
 }
 
+/* compare_models on two files opened with 2 threads; returns whether their bytes per token
+ * are equal (both decoded alike). */
+static int compare_files(const char *pa, const char *pb, int act, double tol, int mode)
+{
+    lq_model *a = open_model(pa, 2, act, NULL), *b = open_model(pb, 2, act, NULL);
+    compare_models(a, b, tol, mode);
+    int same = a && b && lq_model_get_info(a)->bytes_per_token == lq_model_get_info(b)->bytes_per_token;
+    lq_model_close(a);
+    lq_model_close(b);
+    return same;
+}
+
 /* TQ2_0 / TQ1_0 projections run in place by the tq_i8 kernels (int8 activations): their
  * logits equal, within float tolerance, those of an F32 file holding the same weights decoded
  * (trit * the block's f16 scale, scales varying per 256-block) - the f32 reference path - and
@@ -294,11 +306,7 @@ static void test_tq_native_vs_decoded(void)
         lq_model_close(a);
         lq_model_close(b);
         lq_model_close(c);
-        a = open_model(pt, 2, LQ_ACT_F32, NULL); /* decoded to f32 at load */
-        b = open_model(pf, 2, LQ_ACT_F32, NULL);
-        compare_models(a, b, 1e-3, 1);
-        lq_model_close(a);
-        lq_model_close(b);
+        compare_files(pt, pf, LQ_ACT_F32, 1e-3, 1); /* decoded to f32 at load */
 
         /* a NaN block scale in blk.1.ffn_down: refused with the tensor and block named */
         char bad[4200];
@@ -334,13 +342,7 @@ static void test_tq_native_vs_decoded(void)
     const char *pwf = model_path("wided_f32", &o);
     o.proj_type = LQ_GGML_TQ2_0;
     const char *pwt = model_path("wided_tq2_0", &o);
-    {
-        lq_model *a = open_model(pwt, 2, LQ_ACT_INT8, NULL), *b = open_model(pwf, 2, LQ_ACT_INT8, NULL);
-        CHECK(a && b && lq_model_get_info(a)->bytes_per_token == lq_model_get_info(b)->bytes_per_token);
-        compare_models(a, b, 1e-5, 1);
-        lq_model_close(a);
-        lq_model_close(b);
-    }
+    CHECK(compare_files(pwt, pwf, LQ_ACT_INT8, 1e-5, 1));
     /* the companion ".scale" multiplier on the in-place path (d = 1, TQ1_0 here; TQ2_0's is
      * test_q8_0_and_tq2_0_projections) */
     o = tg_default();
@@ -350,10 +352,7 @@ static void test_tq_native_vs_decoded(void)
     const char *pc = model_path("wide_tq1_0", &o);
     o.proj_type = LQ_GGML_F32;
     const char *pw = model_path("wide_f32", &o);
-    lq_model *a = open_model(pc, 2, LQ_ACT_INT8, NULL), *b = open_model(pw, 2, LQ_ACT_INT8, NULL);
-    compare_models(a, b, 1e-4, 2);
-    lq_model_close(a);
-    lq_model_close(b);
+    compare_files(pc, pw, LQ_ACT_INT8, 1e-4, 2);
 }
 
 /* "bitnet" (SiLU) and "bitnet-b1.58" (relu²) on identical weights must differ. */
