@@ -388,9 +388,11 @@ int main(void)
                     memcpy(blk, wbuf + (b * 64) % (mat_bytes * (size_t)copies), 64);
                 memcpy(blk + bb - 2, &half, 2);
             }
-            for (int i = 0; i < copies; i++)
+            for (int i = 0; i < copies; i++) {
                 tmats[ty][i] = (lq_tq_mat){tbuf[ty] + tq_bytes[ty] * (size_t)i, rows, cols,
-                                           ty ? LQ_GGML_TQ1_0 : LQ_GGML_TQ2_0, 1.0f};
+                                           ty ? LQ_GGML_TQ1_0 : LQ_GGML_TQ2_0, 1.0f, 0};
+                lq_tq_prepare(&tmats[ty][i]); /* one d: rows uniform */
+            }
         }
         const char *tn[3] = {"I2_S", "TQ2_0", "TQ1_0"};
         const double tb[3] = {(double)mat_bytes, (double)tq_bytes[0], (double)tq_bytes[1]};

@@ -42,6 +42,8 @@ typedef struct lq_tq_mat {
     int64_t rows, cols;
     int type; /* LQ_GGML_TQ1_0 or LQ_GGML_TQ2_0 */
     float mult;
+    int row_uniform; /* 1: every block of each row has that row's first d (set by lq_tq_prepare;
+                        the kernels then skip the per-block scale check) */
 } lq_tq_mat;
 
 /* A dense matrix: type is LQ_GGML_F32, LQ_GGML_F16 or LQ_GGML_BF16 (see larql/gguf.h). */
@@ -78,7 +80,7 @@ typedef void (*lq_i2s_i8_fn)(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
  *   Y = (float)S * (inv_scale[t] * mult),
  * where S is exact (every product and partial sum representable in double). That holds when
  * the nonzero scales of a matrix span few binades: with e_min, e_max the frexp exponents of
- * the smallest and largest |d|, e_max - e_min + log2(cols) <= 34 (lq_tq_exact; the loader
+ * the smallest and largest |d|, e_max - e_min + log2(cols) <= 34 (lq_tq_prepare; the loader
  * checks it, and decodes a matrix that fails to f32 instead). Then S does not depend on the
  * order of the sums, so a set may add the int32 dots of a run of blocks with one d before
  * scaling (BitNet files quantised by llama-quantize have one d per tensor: one scaling per
@@ -263,9 +265,10 @@ typedef struct lq_kernels {
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the
  * environment forces one, if supported). Never NULL. */
 const lq_kernels *lq_kernels_best(void);
-/* 1 if the kernels' sums over w are exact (the condition above): nonzero finite scales only
- * (a NaN or infinite d: 0), cols a multiple of 256 and at most 2^20. */
-int lq_tq_exact(const lq_tq_mat *w);
+/* 1 if the kernels' sums over w are exact (the condition above): finite scales only (a NaN or
+ * infinite d: 0), cols a multiple of 256 and at most 2^20. Also sets w->row_uniform. Call it
+ * once for every matrix before any kernel: a wrong row_uniform gives wrong results. */
+int lq_tq_prepare(lq_tq_mat *w);
 /* A named kernel set, or NULL if unknown or unsupported by this CPU. */
 const lq_kernels *lq_kernels_by_name(const char *name);
 /* 1 if name is one of the set names ("scalar", "avx2", "avx512"), supported here or not

@@ -129,10 +129,11 @@ static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *p
     }
 
 /* Before block b of row r (at blk): where its scale differs from the run's (cur[r]), END(r, b)
- * closes the run and a new one starts here. cur[] and start[] are the tile's. */
+ * closes the run and a new one starts here. cur[] and start[] are the tile's; uni (a constant
+ * of the tile: w->row_uniform) skips the check. */
 #define LQ_TQ_RUN_STEP(r, b, blk, bb, END)                                                   \
     do {                                                                                     \
-        const uint16_t h_ = lq_tq_dbits(blk, bb);                                            \
+        const uint16_t h_ = uni ? cur[r] : lq_tq_dbits(blk, bb);                             \
         if (__builtin_expect(h_ != cur[r], 0)) {                                             \
             END(r, b);                                                                       \
             cur[r] = h_;                                                                     \
@@ -140,10 +141,16 @@ static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *p
         }                                                                                    \
     } while (0)
 
+/* One tile call of LQ_TQ_I8_DRIVER with constant R, TT and uniformity. */
+#define LQ_TQ_TILE_CALL(TILE, R_, TT_)                                                       \
+    (w->row_uniform ? TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 1, pre, acc)             \
+                    : TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 0, pre, acc))
+
 /* The SIMD sets' entry point: tokens in groups of TG; per group the activations' block sums
  * as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq over each 256), computed
  * once for every row; rows in tiles of up to 4 (RSTEP) through the set's always-inline
- * TILE(type, wr, rb, x, ldx, nb, R, TT, pre, acc) with constant R and TT (TG must be 2), which
+ * TILE(type, wr, rb, x, ldx, nb, R, TT, uni, pre, acc) with constant R, TT (TG must be 2) and uni
+ * (w->row_uniform), which
  * sets acc[r][t] to S of the R rows at
  * wr (row stride rb bytes) for TT tokens: a run of blocks with the same d accumulates
  * Σ code*xq in int32, minus the run's Σ xq from pre, times d into the double (exact). */
@@ -170,15 +177,16 @@ static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *p
                 const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;                        \
                 double acc[4][TG];                                                           \
                 const uint8_t *wr = w->data + (size_t)r * rb;                                \
+                /* each shape twice: rows with one d skip the per-block scale check */        \
                 switch (R * 4 + TT) { /* constant tile shapes, unrolled */                   \
-                case 5: TILE(w->type, wr, rb, xt, ldx, nblk, 1, 1, pre, acc); break;         \
-                case 6: TILE(w->type, wr, rb, xt, ldx, nblk, 1, 2, pre, acc); break;         \
-                case 9: TILE(w->type, wr, rb, xt, ldx, nblk, 2, 1, pre, acc); break;         \
-                case 10: TILE(w->type, wr, rb, xt, ldx, nblk, 2, 2, pre, acc); break;        \
-                case 13: TILE(w->type, wr, rb, xt, ldx, nblk, 3, 1, pre, acc); break;        \
-                case 14: TILE(w->type, wr, rb, xt, ldx, nblk, 3, 2, pre, acc); break;        \
-                case 17: TILE(w->type, wr, rb, xt, ldx, nblk, 4, 1, pre, acc); break;        \
-                default: TILE(w->type, wr, rb, xt, ldx, nblk, 4, 2, pre, acc); break;        \
+                case 5: LQ_TQ_TILE_CALL(TILE, 1, 1); break;                                  \
+                case 6: LQ_TQ_TILE_CALL(TILE, 1, 2); break;                                  \
+                case 9: LQ_TQ_TILE_CALL(TILE, 2, 1); break;                                  \
+                case 10: LQ_TQ_TILE_CALL(TILE, 2, 2); break;                                 \
+                case 13: LQ_TQ_TILE_CALL(TILE, 3, 1); break;                                 \
+                case 14: LQ_TQ_TILE_CALL(TILE, 3, 2); break;                                 \
+                case 17: LQ_TQ_TILE_CALL(TILE, 4, 1); break;                                 \
+                default: LQ_TQ_TILE_CALL(TILE, 4, 2); break;                                 \
                 }                                                                            \
                 for (int rr = 0; rr < R; rr++)                                               \
                     for (int tt = 0; tt < TT; tt++)                                          \

@@ -93,7 +93,7 @@ AI void unpack(int type, const uint8_t *blk, __m256i c[8])
  * reduced, its Σ xq (from the prefix sums) taken off, and (double)D * d added to acc (exact,
  * as the reference's per-block sum). A lane gains < 2^14 per block: no overflow. */
 AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb, int R,
-             int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
+             int TT, int uni, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     const size_t bb = lq_tq_block_bytes(type);
     const __m256i ones = _mm256_set1_epi16(1);

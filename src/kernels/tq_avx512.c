@@ -95,25 +95,29 @@ AI void tq1_codes(const uint8_t *blk, __m512i c[4])
  * gains < 2^18 per block (8 products of <= 192 x 128), so a run of up to 4096 blocks stays
  * within int32. */
 AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, int nb, int R,
-             int TT, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
+             int TT, int uni, const int32_t pre[2][LQ_TQ_MAX_BLOCKS + 1], double acc[4][2])
 {
     const size_t bb = lq_tq_block_bytes(type);
     const int tq2 = type == LQ_GGML_TQ2_0;
     const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(2), 1);
     const __m512i sh_e = _mm512_inserti64x4(_mm512_set1_epi32(4), _mm256_set1_epi32(6), 1);
-    __m512i A[4][2], E[4][2];
-#define ZERO(r, t) (A[r][t] = E[r][t] = _mm512_setzero_si512())
+    /* A/E take codes 0 and 1 (and 2 and 3 unless split); with few rows x tokens the dpbusd
+     * chains are too few to hide their latency, so then codes 2 and 3 go to A2/E2 */
+    const int split = R * TT <= 2;
+    __m512i A[4][2], E[4][2], A2[4][2], E2[4][2];
+#define ZERO(r, t) (A[r][t] = E[r][t] = A2[r][t] = E2[r][t] = _mm512_setzero_si512())
     LQ_TQ_RUNS_BEGIN(R, TT, w, rb, bb, ZERO)
-#undef ZERO
 #define FLUSH(r, b)                                                                          \
     do {                                                                                     \
         _Pragma("GCC unroll 2") for (int t = 0; t < TT; t++)                                \
         {                                                                                    \
-            __m512i v = tq2 ? _mm512_add_epi32(_mm512_srav_epi32(A[r][t], sh_a),             \
-                                               _mm512_srav_epi32(E[r][t], sh_e))             \
-                            : _mm512_add_epi32(A[r][t], E[r][t]);                            \
+            __m512i a = split ? _mm512_add_epi32(A[r][t], A2[r][t]) : A[r][t];               \
+            __m512i e = split ? _mm512_add_epi32(E[r][t], E2[r][t]) : E[r][t];               \
+            __m512i v = tq2 ? _mm512_add_epi32(_mm512_srav_epi32(a, sh_a),                   \
+                                               _mm512_srav_epi32(e, sh_e))                   \
+                            : _mm512_add_epi32(a, e);                                        \
             lq_tq_run_end(&acc[r][t], _mm512_reduce_add_epi32(v), pre[t], start[r], b, cur[r]); \
-            A[r][t] = E[r][t] = _mm512_setzero_si512();                                      \
+            ZERO(r, t);                                                                      \
         }                                                                                    \
     } while (0)
     for (int b = 0; b < nb; b++) {
@@ -137,8 +141,13 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
             for (int t = 0; t < TT; t++) {
                 DPBUSD(A[r][t], c[0], xv[t][0]);
                 DPBUSD(E[r][t], c[1], xv[t][1]);
-                DPBUSD(A[r][t], c[2], xv[t][2]);
-                DPBUSD(E[r][t], c[3], xv[t][3]);
+                if (split) {
+                    DPBUSD(A2[r][t], c[2], xv[t][2]);
+                    DPBUSD(E2[r][t], c[3], xv[t][3]);
+                } else {
+                    DPBUSD(A[r][t], c[2], xv[t][2]);
+                    DPBUSD(E[r][t], c[3], xv[t][3]);
+                }
             }
         }
     }
@@ -146,6 +155,7 @@ AI void tile(int type, const uint8_t *w, size_t rb, const int8_t *x, size_t ldx,
     for (int r = 0; r < R; r++)
         FLUSH(r, nb);
 #undef FLUSH
+#undef ZERO
 }
 
 LQ_TQ_I8_DRIVER(lq_tq_i8_avx512, block_sums, tile, 2, T == 1 ? lq_i2s_decode_rows() : 4)

@@ -1,6 +1,6 @@
 /* Reference kernel for llama.cpp's ternary types TQ2_0 and TQ1_0 against int8 activations:
  * each weight's trit read straight from the layout of kernels.h (lq_tq_mat), each block's dot
- * exact in int32, S = Σ D_b d_b in double (exact under lq_tq_exact), then lq_tq_out. The SIMD
+ * exact in int32, S = Σ D_b d_b in double (exact under lq_tq_prepare), then lq_tq_out. The SIMD
  * sets (tq_avx2.c, tq_avx512.c) are tested bit for bit against this. */
 #include <math.h>
 
@@ -53,15 +53,19 @@ void lq_tq_i8_scalar(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const flo
         }
 }
 
-int lq_tq_exact(const lq_tq_mat *w)
+int lq_tq_prepare(lq_tq_mat *w)
 {
+    w->row_uniform = 0;
     if (w->cols <= 0 || w->cols % LQ_TQ_BLOCK || w->cols > (int64_t)LQ_TQ_MAX_BLOCKS * LQ_TQ_BLOCK)
         return 0;
     const size_t bb = lq_tq_block_bytes(w->type);
     const uint64_t nb = (uint64_t)w->rows * (uint64_t)(w->cols / LQ_TQ_BLOCK);
-    int emin = 1000, emax = -1000;
+    const uint64_t nbr = (uint64_t)(w->cols / LQ_TQ_BLOCK);
+    int emin = 1000, emax = -1000, uniform = 1;
     for (uint64_t b = 0; b < nb; b++) {
-        float d = lq_f16_to_f32(lq_tq_dbits(w->data + b * bb, bb));
+        uint16_t h = lq_tq_dbits(w->data + b * bb, bb);
+        uniform &= h == lq_tq_dbits(w->data + (b - b % nbr) * bb, bb);
+        float d = lq_f16_to_f32(h);
         if (!isfinite(d))
             return 0;
         if (d == 0)
@@ -76,5 +80,8 @@ int lq_tq_exact(const lq_tq_mat *w)
         lc++;
     /* terms are multiples of 2^(emin - 11) (11 significant bits of an f16), |S| and every
      * partial sum < cols * 256 * 2^emax: fewer than 53 bits between them */
-    return emax < emin || emax - emin + lc <= 34;
+    if (!(emax < emin || emax - emin + lc <= 34))
+        return 0;
+    w->row_uniform = uniform;
+    return 1;
 }

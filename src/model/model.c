@@ -216,7 +216,7 @@ static int tq_companion_scale(lq_model *m, const char *wname, float *mult, lq_er
 /* A TQ1_0/TQ2_0 projection kept in the mapping (kernels.h lq_tq_mat): rows of whole 256-blocks
  * and every block's f16 scale finite (one read of 2 bytes a block: a NaN or infinite scale
  * would turn every output it touches into NaN; 0 is a legal all-zero block). A tensor whose
- * scales span too many binades for the kernels' exact sums (lq_tq_exact; no converter writes
+ * scales span too many binades for the kernels' exact sums (lq_tq_prepare; no converter writes
  * one) is left with kind 0: the caller decodes it to f32. */
 static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64_t rows,
                    int64_t cols, lq_wmat *w, lq_err *err)
@@ -246,7 +246,7 @@ static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64
     w->tq.cols = cols;
     w->tq.type = t->type;
     w->tq.mult = mult;
-    if (!lq_tq_exact(&w->tq))
+    if (!lq_tq_prepare(&w->tq))
         return LQ_OK;
     w->kind = LQ_WK_TQ;
     w->bytes = nblk * bb;

@@ -76,8 +76,8 @@ static int check_case(const lq_kernels *k, int type, int64_t rows, int64_t cols,
     size_t ldx = (size_t)cols + (rnd() % 3) * 64 + (rnd() % 2) * 7;
     size_t ldy = (size_t)rows + rnd() % 5;
     uint8_t *wd = rand_tq(type, rows, cols);
-    lq_tq_mat w = {wd, rows, cols, type, rnd() % 2 ? 1.0f : 0.75f};
-    if (!lq_tq_exact(&w)) {
+    lq_tq_mat w = {wd, rows, cols, type, rnd() % 2 ? 1.0f : 0.75f, 0};
+    if (!lq_tq_prepare(&w)) {
         printf("#   generated a matrix outside lq_tq_exact\n");
         free(wd);
         return 0;
@@ -161,7 +161,8 @@ static void test_known_answer(void)
     for (int ty = 0; ty < 2; ty++) {
         uint8_t packed[ROWS * COLS / 256 * 66];
         CHECK_EQ_INT(lq_tq_pack(types[ty], tr, ROWS * COLS, d, packed), LQ_OK);
-        lq_tq_mat w = {packed, ROWS, COLS, types[ty], mult};
+        lq_tq_mat w = {packed, ROWS, COLS, types[ty], mult, 0};
+        CHECK(lq_tq_prepare(&w));
         const lq_kernels *sets[3] = {&lq_kernels_scalar, simd_sets[0], simd_sets[1]};
         for (int s = 0; s < 3; s++) {
             if (!sets[s])
@@ -202,7 +203,8 @@ static void test_tq1_every_byte(void)
         uint16_t one = lq_f32_to_f16(1.0f);
         memcpy(w + b * 54 + 52, &one, 2);
     }
-    lq_tq_mat m = {w, 1, NB * 256, LQ_GGML_TQ1_0, 1.0f};
+    lq_tq_mat m = {w, 1, NB * 256, LQ_GGML_TQ1_0, 1.0f, 0};
+    CHECK(lq_tq_prepare(&m));
     static int8_t x[NB * 256];
     float inv = 1.0f;
     int bad = 0;
@@ -228,33 +230,33 @@ static void test_exact_condition(void)
     enum { NB = 8 };
     static uint8_t w[NB * 66];
     memset(w, 0, sizeof w);
-    lq_tq_mat m = {w, 2, NB / 2 * 256, LQ_GGML_TQ2_0, 1.0f};
+    lq_tq_mat m = {w, 2, NB / 2 * 256, LQ_GGML_TQ2_0, 1.0f, 0};
     uint16_t ds[NB];
     for (int b = 0; b < NB; b++)
         ds[b] = lq_f32_to_f16(0.25f);
 #define SET_D() for (int b = 0; b < NB; b++) memcpy(w + b * 66 + 64, &ds[b], 2)
     SET_D();
-    CHECK(lq_tq_exact(&m));
+    CHECK(lq_tq_prepare(&m));
     ds[3] = lq_f32_to_f16(-3.0f);
     ds[5] = 0;
     SET_D();
-    CHECK(lq_tq_exact(&m));
+    CHECK(lq_tq_prepare(&m));
     ds[6] = 0x0001;                 /* 2^-24 next to 2 */
     SET_D();
-    CHECK(!lq_tq_exact(&m));
+    CHECK(!lq_tq_prepare(&m));
     ds[6] = 0x7e00;                 /* NaN */
     SET_D();
-    CHECK(!lq_tq_exact(&m));
+    CHECK(!lq_tq_prepare(&m));
     ds[6] = 0x7c00;                 /* inf */
     SET_D();
-    CHECK(!lq_tq_exact(&m));
+    CHECK(!lq_tq_prepare(&m));
 #undef SET_D
     lq_tq_mat bad = m;
     bad.cols = 300;
-    CHECK(!lq_tq_exact(&bad));
+    CHECK(!lq_tq_prepare(&bad));
     bad.cols = (int64_t)(LQ_TQ_MAX_BLOCKS + 1) * 256;
     bad.rows = 0;
-    CHECK(!lq_tq_exact(&bad));
+    CHECK(!lq_tq_prepare(&bad));
 }
 
 int main(void)
