@@ -213,13 +213,11 @@ static int tq_companion_scale(lq_model *m, const char *wname, float *mult, lq_er
     return LQ_OK;
 }
 
-/* A TQ1_0/TQ2_0 projection kept in the mapping (kernels.h lq_tq_mat): rows of whole 256-blocks
- * and every block's f16 scale finite (one read of 2 bytes a block: a NaN or infinite scale
- * would turn every output it touches into NaN; 0 is a legal all-zero block). A tensor whose
- * scales span too many binades for the kernels' exact sums (lq_tq_prepare; no converter writes
- * one) is left with kind 0: the caller decodes it to f32. */
-static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64_t rows,
-                   int64_t cols, lq_wmat *w, lq_err *err)
+/* A TQ1_0/TQ2_0 projection, in place or decoded: rows of whole 256-blocks and every block's f16
+ * scale finite (one read of 2 bytes a block: a NaN or infinite scale would turn every output
+ * it touches into NaN; 0 is a legal all-zero block). */
+static int tq_check(const char *name, const lq_gguf_tensor *t, int64_t rows, int64_t cols,
+                    lq_err *err)
 {
     if (cols % 256 != 0)
         return lq_err_set(err, LQ_EFORMAT, "%s: %s row length %lld is not a multiple of 256", name,
@@ -237,6 +235,17 @@ static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64
             return lq_err_set(err, LQ_EFORMAT, "%s: block %llu has a scale %g that is not finite",
                               name, (unsigned long long)b, (double)d);
     }
+    return LQ_OK;
+}
+
+/* A TQ1_0/TQ2_0 projection kept in the mapping (kernels.h lq_tq_mat), checked by tq_check. A
+ * tensor whose scales span too many binades for the kernels' exact sums (lq_tq_prepare; no
+ * converter writes one) is left with kind 0: the caller decodes it to f32. */
+static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64_t rows,
+                   int64_t cols, lq_wmat *w, lq_err *err)
+{
+    const uint64_t bb = t->type == LQ_GGML_TQ1_0 ? 54 : 66;
+    const uint64_t nblk = (uint64_t)rows * (uint64_t)cols / 256;
     float mult;
     int rc = tq_companion_scale(m, name, &mult, err);
     if (rc != 0)
@@ -290,9 +299,11 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         w->bytes = (uint64_t)rows * (uint64_t)cols / 4;
         return LQ_OK;
     }
-    if ((t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) && bitlinear &&
-        m->arch != LQ_ARCH_LLAMA && m->act_mode == LQ_ACT_INT8) {
-        if ((rc = load_tq(m, name, t, rows, cols, w, err)) != 0 || w->kind == LQ_WK_TQ)
+    if (t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) {
+        if ((rc = tq_check(name, t, rows, cols, err)) != 0)
+            return rc;
+        if (bitlinear && m->arch != LQ_ARCH_LLAMA && m->act_mode == LQ_ACT_INT8 &&
+            ((rc = load_tq(m, name, t, rows, cols, w, err)) != 0 || w->kind == LQ_WK_TQ))
             return rc;
     }
     int es = dense_elem_size(t->type);

@@ -26,6 +26,7 @@ for ty in tq2_0 tq1_0; do
 
     python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" scale blk.1.ffn_up.weight nan
     check_fails "$ty: NaN block scale refused" "blk.1.ffn_up.weight: block 1 has a scale nan that is not finite" "$LARQL" logits "$T_TMP/b.gguf" --ids 1
+    check_fails "$ty: NaN block scale refused with --act float (decoded)" "blk.1.ffn_up.weight: block 1 has a scale nan" "$LARQL" logits "$T_TMP/b.gguf" --ids 1 --act float
     python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" scale blk.0.attn_q.weight inf
     check_fails "$ty: infinite block scale refused" "blk.0.attn_q.weight: block 1 has a scale inf" "$LARQL" logits "$T_TMP/b.gguf" --ids 1
 done
