@@ -146,14 +146,13 @@ static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *p
     (w->row_uniform ? TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 1, pre, acc)             \
                     : TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 0, pre, acc))
 
-/* The SIMD sets' entry point: tokens in groups of TG; per group the activations' block sums
- * as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq over each 256), computed
- * once for every row; rows in tiles of up to 4 (RSTEP) through the set's always-inline
- * TILE(type, wr, rb, x, ldx, nb, R, TT, uni, pre, acc) with constant R, TT (TG must be 2) and uni
- * (w->row_uniform), which
- * sets acc[r][t] to S of the R rows at
- * wr (row stride rb bytes) for TT tokens: a run of blocks with the same d accumulates
- * Σ code*xq in int32, minus the run's Σ xq from pre, times d into the double (exact). */
+/* The SIMD sets' entry point: tokens in groups of TG (2: the shapes below); per group the
+ * activations' block sums as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq
+ * over each 256), computed once for every row; rows in tiles of up to 4 (RSTEP) through the
+ * set's always-inline TILE(type, wr, rb, x, ldx, nb, R, TT, uni, pre, acc) with constant R,
+ * TT and uni (w->row_uniform), which sets acc[r][t] to S of the R rows at wr (row stride rb
+ * bytes) for TT tokens: a run of blocks with the same d accumulates Σ code*xq in int32, minus
+ * the run's Σ xq from pre, times d into the double (exact). */
 #define LQ_TQ_I8_DRIVER(NAME, BSUM, TILE, TG, RSTEP)                                         \
     void NAME(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,        \
               int T, float *y, size_t ldy, int64_t r0, int64_t r1)                           \
