@@ -139,6 +139,10 @@ int lq_gguf_tensor_to_f32(const lq_gguf_tensor *t, float *out, lq_err *err);
 int lq_gguf_tensor_row_f32(const lq_gguf_tensor *t, uint64_t r, float *out, lq_err *err);
 /* The I2_S per-tensor scale (the f32 after the n/4 packed bytes). */
 int lq_gguf_i2s_scale(const lq_gguf_tensor *t, float *out, lq_err *err);
+/* The optional F32 companion "<base>.scale" of a TQ1_0/TQ2_0 tensor "<base>.weight" (files of
+ * the 2024 TQ fork): a per-tensor multiplier of the decoded weights; *mult = 1 when absent.
+ * LQ_EFORMAT when it is not one finite F32 value. */
+int lq_gguf_tq_mult(const lq_gguf *g, const char *wname, float *mult, lq_err *err);
 
 /* ---- writer (fixtures and tools) ----
  * Collects metadata and tensors, then writes GGUF v3 with alignment 32 (or general.alignment

@@ -2,7 +2,9 @@
  * (F32, F16, BF16, Q8_0, I2_S, TQ2_0, TQ1_0). The quantised layouts follow
  * bitnet-reference.md §4 and ggml's block structs; each decoder states its block layout. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/f16.h"
 #include "gguf/gguf_internal.h"
@@ -206,6 +208,29 @@ int lq_i2s_get(const uint8_t *packed, uint64_t i)
 }
 
 /* ---- decoders ---- */
+
+int lq_gguf_tq_mult(const lq_gguf *g, const char *wname, float *mult, lq_err *err)
+{
+    *mult = 1.0f;
+    char sname[LQ_GGUF_MAX_NAME + 16];
+    size_t n = strlen(wname);
+    const char *suffix = ".weight";
+    size_t sl = strlen(suffix);
+    if (n < sl || strcmp(wname + n - sl, suffix) != 0 || n - sl + 7 >= sizeof sname)
+        return LQ_OK;
+    memcpy(sname, wname, n - sl);
+    memcpy(sname + n - sl, ".scale", 7);
+    const lq_gguf_tensor *s = lq_gguf_find_tensor(g, sname);
+    if (!s)
+        return LQ_OK;
+    if (s->type != LQ_GGML_F32 || s->n_elements != 1)
+        return lq_err_set(err, LQ_EFORMAT, "%s: expected one F32 value, got %llu of %s", sname,
+                          (unsigned long long)s->n_elements, lq_ggml_type_name(s->type));
+    memcpy(mult, s->data, sizeof *mult);
+    if (!isfinite(*mult))
+        return lq_err_set(err, LQ_EFORMAT, "%s: scale is not finite", sname);
+    return LQ_OK;
+}
 
 int lq_gguf_i2s_scale(const lq_gguf_tensor *t, float *out, lq_err *err)
 {

@@ -188,31 +188,6 @@ static int dense_elem_size(int type)
     }
 }
 
-/* Optional F32 companion "<base>.scale" (TQ1_0/TQ2_0 files from the 2024 fork): a per-tensor
- * multiplier applied to the decoded weights. */
-static int tq_companion_scale(lq_model *m, const char *wname, float *mult, lq_err *err)
-{
-    *mult = 1.0f;
-    char sname[LQ_GGUF_MAX_NAME + 16];
-    size_t n = strlen(wname);
-    const char *suffix = ".weight";
-    size_t sl = strlen(suffix);
-    if (n < sl || strcmp(wname + n - sl, suffix) != 0 || n - sl + 7 >= sizeof sname)
-        return LQ_OK;
-    memcpy(sname, wname, n - sl);
-    memcpy(sname + n - sl, ".scale", 7);
-    const lq_gguf_tensor *s = lq_gguf_find_tensor(m->gguf, sname);
-    if (!s)
-        return LQ_OK;
-    if (s->type != LQ_GGML_F32 || s->n_elements != 1)
-        return lq_err_set(err, LQ_EFORMAT, "%s: expected one F32 value, got %llu of %s", sname,
-                          (unsigned long long)s->n_elements, lq_ggml_type_name(s->type));
-    memcpy(mult, s->data, sizeof *mult);
-    if (!isfinite(*mult))
-        return lq_err_set(err, LQ_EFORMAT, "%s: scale is not finite", sname);
-    return LQ_OK;
-}
-
 /* A TQ1_0/TQ2_0 projection, in place or decoded: rows of whole 256-blocks and every block's f16
  * scale finite (one read of 2 bytes a block: a NaN or infinite scale would turn every output
  * it touches into NaN; 0 is a legal all-zero block). */
@@ -247,7 +222,7 @@ static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64
     const uint64_t bb = t->type == LQ_GGML_TQ1_0 ? 54 : 66;
     const uint64_t nblk = (uint64_t)rows * (uint64_t)cols / 256;
     float mult;
-    int rc = tq_companion_scale(m, name, &mult, err);
+    int rc = lq_gguf_tq_mult(m->gguf, name, &mult, err);
     if (rc != 0)
         return rc;
     w->tq.data = t->data;
@@ -322,7 +297,7 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         return rc;
     if (t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) {
         float mult;
-        rc = tq_companion_scale(m, name, &mult, err);
+        rc = lq_gguf_tq_mult(m->gguf, name, &mult, err);
         if (rc != 0)
             return rc;
         if (mult != 1.0f)
