@@ -17,12 +17,17 @@
  * (int8 and int4 per-row absmax, the vindex's 2-bit sketch): rows whose bound reaches the best
  * lower bound, and the lm_head bytes per token each would read.
  *
+ * vs (with --vs): decode tok/s of MODEL and of each model of the list (the same weights in other
+ * types: TQ2_0, TQ1_0), in turns within each run, with bytes per token, the read roofline and
+ * each model's same-run ratio to MODEL.
+ *
  * ctx: decode at a long context (the model's, at most 4096) against 16 positions, for each KV
  * cache type (f32, f16, q8).
  *
  * Usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2]
  *                           [--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8]
- *                           [--only refs,decode,prefill,batch,q8acc,ctx,lmhead,lmbits]
+ *                           [--only refs,decode,prefill,batch,q8acc,ctx,lmhead,lmbits,vs]
+ *                           [--vs MODEL2,MODEL3]
  * q8acc: top-1 agreement and max logit error of --lm-head q8 against the stored lm_head.
  * Prints Markdown tables. No pass/fail. */
 #include <math.h>
@@ -79,6 +84,82 @@ static void make_ids(int32_t *ids, int n, int V, unsigned seed)
         seed = seed * 1103515245u + 12345u;
         ids[k] = (int32_t)((seed >> 8) % (unsigned)(V > 256 ? 256 : V)) + 1;
     }
+}
+
+/* Greedy decode of n_decode tokens after an 8-token prompt (ids) on a reset session: tok/s. */
+static double decode_run(lq_session *s, const int32_t *ids, int V, float *logits, int n_decode)
+{
+    lq_err err = {0};
+    lq_session_reset(s);
+    if (lq_session_eval(s, ids, 8, logits, NULL, &err))
+        die("eval", &err);
+    int32_t tok;
+    float best;
+    lq_top_k(logits, V, 1, &tok, &best);
+    double a = lq_bw_now();
+    for (int k = 0; k < n_decode; k++) {
+        if (lq_session_decode(s, tok, logits, &err))
+            die("decode", &err);
+        lq_top_k(logits, V, 1, &tok, &best);
+    }
+    return n_decode / (lq_bw_now() - a);
+}
+
+/* ---- vs: decode of MODEL and of the same shape stored in other types (--vs A,B: e.g. the
+ * TQ2_0 and TQ1_0 copies of an I2_S model), every model once per run in turns (the first
+ * model of a run rotates), each figure's ratio to MODEL taken within the run ---- */
+static void bench_vs(const char *path, const char *list, int nt, int runs, int n_decode, double bw)
+{
+    char *copy = strdup(list);
+    const char *paths[MAXL] = {path};
+    int n = 1;
+    for (char *tok = strtok(copy, ","); tok && n < MAXL; tok = strtok(NULL, ","))
+        paths[n++] = tok;
+    lq_model *m[MAXL];
+    lq_session *s[MAXL];
+    float *logits[MAXL];
+    static double tps[MAXL][64], ratio[MAXL][64];
+    int32_t ids[8];
+    lq_err err = {0};
+    for (int k = 0; k < n; k++) {
+        lq_model_opts o = {.n_threads = nt, .lm_head_mode = LQ_LM_HEAD_EXACT};
+        if (lq_model_open(paths[k], &o, &m[k], &err))
+            die(paths[k], &err);
+        lq_model_weights_copied(m[k], 1);
+        logits[k] = malloc(sizeof(float) * (size_t)lq_model_get_info(m[k])->n_vocab);
+        if (!logits[k] || lq_session_create(m[k], n_decode + 16, &s[k], &err))
+            die("session", &err);
+    }
+    const int V = lq_model_get_info(m[0])->n_vocab;
+    make_ids(ids, 8, V, 12345);
+    for (int r = -1; r < runs; r++) /* run -1: warm-up */
+        for (int j = 0; j < n; j++) {
+            int k = (j + (r < 0 ? 0 : r)) % n;
+            double v = decode_run(s[k], ids, lq_model_get_info(m[k])->n_vocab, logits[k], n_decode);
+            if (r >= 0)
+                tps[k][r] = v;
+        }
+    printf("\n### the same model in other weight types (%d thread%s, %d tokens after 8, models in turns within each run)\n\n",
+           nt, nt > 1 ? "s" : "", n_decode);
+    printf("| model | projections | weights MB per token | decode tok/s median | min | max | read roofline tok/s (%.1f GB/s) | fraction | / first, same-run (min-max) |\n|---|---|---|---|---|---|---|---|---|\n", bw);
+    for (int k = 0; k < n; k++) {
+        const lq_model_info *in = lq_model_get_info(m[k]);
+        for (int r = 0; r < runs; r++)
+            ratio[k][r] = tps[0][r] > 0 ? tps[k][r] / tps[0][r] : 0;
+        lq_bw_stat d = lq_bw_stats(tps[k], runs), q = lq_bw_stats(ratio[k], runs);
+        double bpt = (double)in->bytes_per_token, roof = bw * 1e9 / bpt;
+        printf("| %s | %s | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f%% | %.3f (%.3f-%.3f) |\n", paths[k],
+               lq_ggml_type_name(in->proj_type), bpt / 1e6, d.med, d.min, d.max, roof,
+               100 * d.med / roof, q.med, q.min, q.max);
+    }
+    printf("\nload %.2f\n", lq_bench_loadavg());
+    fflush(stdout);
+    for (int k = 0; k < n; k++) {
+        lq_session_free(s[k]);
+        lq_model_close(m[k]);
+        free(logits[k]);
+    }
+    free(copy);
 }
 
 /* ---- lmbits: bound tightness of compact lm_head copies ---- */
@@ -334,7 +415,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: bench_engine MODEL [--runs N] [--decode N] [--threads-list 1,2] "
                         "[--prefill-list 128,512] [--batch-list 1,2,4,8] [--lm-head f16|q8] "
-                        "[--only refs,decode,prefill,batch,q8acc,ctx]\n");
+                        "[--only refs,decode,prefill,batch,q8acc,ctx,lmhead,lmbits,vs] [--vs MODEL2,...]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -343,6 +424,7 @@ int main(int argc, char **argv)
     int prefill[MAXL] = {128, 512}, n_prefill = 2;
     int batch[MAXL] = {1, 2, 4, 8}, n_batch = 4;
     int lm_q8 = 0;
+    const char *vs_list = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = !v;
@@ -353,6 +435,7 @@ int main(int argc, char **argv)
         else if (v && !strcmp(a, "--batch-list")) bad = (n_batch = parse_list(v, batch)) < 1;
         else if (v && !strcmp(a, "--lm-head")) { lm_q8 = !strcmp(v, "q8"); bad = !lm_q8 && strcmp(v, "f16"); }
         else if (v && !strcmp(a, "--only")) only = v;
+        else if (v && !strcmp(a, "--vs")) vs_list = v;
         else bad = 1;
         if (bad) {
             fprintf(stderr, "bench_engine: bad argument %s\n", a);
@@ -429,6 +512,12 @@ int main(int argc, char **argv)
     }
     if (want("lmbits"))
         bench_lmbits(path, threads[n_threads - 1]);
+    if (vs_list && want("vs")) {
+        double bwl = bw[n_threads - 1];
+        if (bwl <= 0)
+            bwl = lq_bench_read_bw_stat(threads[n_threads - 1], 3).med;
+        bench_vs(path, vs_list, threads[n_threads - 1], runs, n_decode, bwl);
+    }
 
     double *v = malloc(sizeof(double) * (size_t)runs);
     double load_ms[MAXL] = {0};
@@ -482,18 +571,7 @@ int main(int argc, char **argv)
             double frac[64];
             for (int r = 0; r < runs; r++) {
                 double run_bw = bwb ? lq_bw_buf_read(bwb, bwb_bytes, threads[ti]) : 0;
-                lq_session_reset(s);
-                lq_session_eval(s, ids, 8, logits, NULL, &err);
-                int32_t tok;
-                float best;
-                lq_top_k(logits, V, 1, &tok, &best);
-                double a = lq_bw_now();
-                for (int k = 0; k < n_decode; k++) {
-                    if (lq_session_decode(s, tok, logits, &err))
-                        die("decode", &err);
-                    lq_top_k(logits, V, 1, &tok, &best);
-                }
-                v[r] = n_decode / (lq_bw_now() - a);
+                v[r] = decode_run(s, ids, V, logits, n_decode);
                 if (bwb) /* bracketed: the mean of a pass before and one after the run */
                     run_bw = 0.5 * (run_bw + lq_bw_buf_read(bwb, bwb_bytes, threads[ti]));
                 frac[r] = run_bw > 0 ? v[r] * bpt / 1e9 / run_bw : 0;

@@ -7,6 +7,7 @@
  *   - I2_S matvec 6912x2560 (ffn gate/up shape), T=1: GB/s of weights streamed and G MAC/s.
  *     The sweep runs over enough distinct copies (> 100 MB) that weights come from DRAM, as
  *     in decode, not from L3.
+ *   - TQ2_0 / TQ1_0 matvec of the same shape against I2_S, in turns, from DRAM and from L2
  *   - I2_S GEMM 6912x2560 with T=64 and T=128 tokens (prefill): G MAC/s vs the int8 peak
  *   - f16 lm_head matvec 128256x2560: GB/s vs read bandwidth
  *   - attention of one decode token at 4096 positions (2B-4T: 150 KV-head items), per KV type:
@@ -17,7 +18,7 @@
  * Notes for bench/README (kept here, since bench/run.sh and the README belong to the lead):
  * run with `make build/bench/bench_kernels && build/bench/bench_kernels` or via `make bench`.
  * LQ_BENCH_QUICK=1 shortens it (3 runs, fewer copies) for smoke tests; LQ_BENCH_ONLY=a,b
- * runs only the named sections (bw, peak, pool, matvec, batch, gemm, f16, f16batch, q8, attn; the estimate needs bw,
+ * runs only the named sections (bw, peak, pool, matvec, batch, tq, gemm, f16, f16batch, q8, attn; the estimate needs bw,
  * matvec and f16). The machine is
  * shared, so close other work; figures swing by ~10% between runs on a busy box. */
 #include <stdint.h>
@@ -81,6 +82,7 @@ typedef struct mv_ctx {
     int T;
     float *y;
     size_t ldy;
+    const lq_tq_mat *tq;
 } mv_ctx;
 
 static void i2s_fn(void *ctx, int64_t s, int64_t e, int idx)
@@ -88,6 +90,13 @@ static void i2s_fn(void *ctx, int64_t s, int64_t e, int idx)
     (void)idx;
     mv_ctx *c = ctx;
     c->k->i2s_i8(c->w, c->xq, c->ldx, c->inv, c->xsum, c->T, c->y, c->ldy, s, e);
+}
+
+static void tq_fn(void *ctx, int64_t s, int64_t e, int idx)
+{
+    (void)idx;
+    mv_ctx *c = ctx;
+    c->k->tq_i8(c->tq, c->xq, c->ldx, c->inv, c->T, c->y, c->ldy, s, e);
 }
 
 static void dense_fn(void *ctx, int64_t s, int64_t e, int idx)
@@ -296,7 +305,7 @@ int main(void)
             for (int r = 0; r < runs; r++) {
                 double t0 = now_s();
                 for (int m = 0; m < n_mats; m++) {
-                    mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, 1, y, (size_t)rows};
+                    mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, 1, y, (size_t)rows, NULL};
                     lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
                 }
                 v[r] = (now_s() - t0) / n_mats;
@@ -332,14 +341,14 @@ int main(void)
                 for (int r = 0; r < runs; r++) {
                     double t0 = now_s();
                     for (int m = 0; m < copies; m++) {
-                        mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                        mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows, NULL};
                         lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
                     }
                     v[r] = (now_s() - t0) / copies;
                 }
                 stat3 s = stats(v, runs);
                 lq_i2s_mat hot = {mats[0].data, 256, cols, 0.5f};
-                mv_ctx hc = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                mv_ctx hc = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows, NULL};
                 stat3 h = hot_time(pools[nt], i2s_fn, &hc, hot.rows, 64, rows, runs, v);
                 if (T == 1)
                     t1 = s.med;
@@ -352,6 +361,78 @@ int main(void)
         }
     }
 
+    /* 4c. llama.cpp's TQ2_0 / TQ1_0 against I2_S: the matvec above (T=1, from DRAM), the
+     * three types in turns within each run (the first one rotates), each type's time as a
+     * same-run ratio to I2_S; then each from L2 (its arithmetic alone). Same random codes
+     * (TQ2_0's 64 code bytes a block from the I2_S stream: codes 0..2), TQ1_0 any byte, d 0.5 */
+    if (want("tq")) {
+        const size_t tq_bytes[2] = {(size_t)(rows * cols / 256) * 66, (size_t)(rows * cols / 256) * 54};
+        uint8_t *tbuf[2];
+        static lq_tq_mat tmats[2][128];
+        const uint16_t half = lq_f32_to_f16(0.5f);
+        for (int ty = 0; ty < 2; ty++) {
+            const size_t bb = ty ? 54 : 66, nb = (size_t)(rows * cols / 256) * (size_t)copies;
+            tbuf[ty] = aligned_alloc(64, (tq_bytes[ty] * copies + 63) / 64 * 64);
+            if (!tbuf[ty]) {
+                fprintf(stderr, "bench_kernels: out of memory\n");
+                return 1;
+            }
+            for (size_t b = 0; b < nb; b++) {
+                uint8_t *blk = tbuf[ty] + b * bb;
+                if (ty)
+                    for (int i = 0; i < 52; i += 4) {
+                        uint64_t r = rnd64();
+                        memcpy(blk + i, &r, 4);
+                    }
+                else
+                    memcpy(blk, wbuf + (b * 64) % (mat_bytes * (size_t)copies), 64);
+                memcpy(blk + bb - 2, &half, 2);
+            }
+            for (int i = 0; i < copies; i++) {
+                tmats[ty][i] = (lq_tq_mat){tbuf[ty] + tq_bytes[ty] * (size_t)i, rows, cols,
+                                           ty ? LQ_GGML_TQ1_0 : LQ_GGML_TQ2_0, 1.0f, 0};
+                lq_tq_prepare(&tmats[ty][i]); /* one d: rows uniform */
+            }
+        }
+        const char *tn[3] = {"I2_S", "TQ2_0", "TQ1_0"};
+        const double tb[3] = {(double)mat_bytes, (double)tq_bytes[0], (double)tq_bytes[1]};
+        printf("\nTQ2_0 / TQ1_0 vs I2_S matvec %lldx%lld T=1 from DRAM (%d copies each), in turns within each run; "
+               "from L2 (256 rows swept, scaled)\n", (long long)rows, (long long)cols, copies);
+        for (int si = 1; si < 3; si++) {
+            if (!sets[si])
+                continue;
+            for (int nt = 1; nt <= 2; nt++) {
+                double tv[3][MAX_RUNS], ratio[MAX_RUNS];
+                for (int r = 0; r < runs; r++)
+                    for (int j = 0; j < 3; j++) {
+                        const int ty = (j + r) % 3;
+                        double t0 = now_s();
+                        for (int m = 0; m < copies; m++) {
+                            mv_ctx c = {sets[si], &mats[m], NULL, xq, NULL, (size_t)cols, inv, xsum, 1, y,
+                                        (size_t)rows, ty ? &tmats[ty - 1][m] : NULL};
+                            lq_pool_for(pools[nt], rows, 64, ty ? tq_fn : i2s_fn, &c);
+                        }
+                        tv[ty][r] = (now_s() - t0) / copies;
+                    }
+                for (int ty = 0; ty < 3; ty++) {
+                    for (int r = 0; r < runs; r++)
+                        ratio[r] = tv[ty][r] / tv[0][r];
+                    stat3 q = stats(ratio, runs), d = stats(tv[ty], runs);
+                    lq_i2s_mat hot = {mats[0].data, 256, cols, 0.5f};
+                    lq_tq_mat thot = ty ? tmats[ty - 1][0] : tmats[0][0];
+                    thot.rows = 256;
+                    mv_ctx hc = {sets[si], &hot, NULL, xq, NULL, (size_t)cols, inv, xsum, 1, y, (size_t)rows, &thot};
+                    stat3 h = hot_time(pools[nt], ty ? tq_fn : i2s_fn, &hc, 256, 64, rows, runs, v);
+                    printf("  %-5s %-6s %d thr: %7.1f us (min %.1f, max %.1f) = %5.1f GB/s; time / I2_S same-run %.3f (%.3f-%.3f); L2 %6.1f us\n",
+                           tn[ty], set_names[si], nt, d.med * 1e6, d.min * 1e6, d.max * 1e6, tb[ty] / d.med / 1e9,
+                           q.med, q.min, q.max, h.med * 1e6);
+                }
+            }
+        }
+        free(tbuf[0]);
+        free(tbuf[1]);
+    }
+
     /* 5. I2_S GEMM (prefill), T = 64 and 128 */
     if (want("gemm"))
         printf("\nI2_S GEMM %lldx%lld x T tokens (prefill), int8 MACs\n", (long long)rows, (long long)cols);
@@ -362,7 +443,7 @@ int main(void)
                 continue;
             for (int nt = 1; nt <= 2; nt++) {
                 for (int r = 0; r < runs; r++) {
-                    mv_ctx c = {sets[si], &mats[r % copies], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows};
+                    mv_ctx c = {sets[si], &mats[r % copies], NULL, xq, NULL, (size_t)cols, inv, xsum, T, y, (size_t)rows, NULL};
                     double t0 = now_s();
                     lq_pool_for(pools[nt], rows, 64, i2s_fn, &c);
                     v[r] = now_s() - t0;
@@ -406,7 +487,7 @@ int main(void)
                 continue;
             for (int nt = 1; nt <= 2; nt++) {
                 for (int r = 0; r < runs; r++) {
-                    mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, 1, logits, (size_t)vocab};
+                    mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, 1, logits, (size_t)vocab, NULL};
                     double t0 = now_s();
                     lq_pool_for(pools[nt], vocab, 256, dense_fn, &c);
                     v[r] = now_s() - t0;
@@ -437,14 +518,14 @@ int main(void)
                 double t1 = 0;
                 for (int T = 1; T <= 8; T *= 2) {
                     for (int r = 0; r < runs; r++) {
-                        mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
+                        mv_ctx c = {sets[si], NULL, &d, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab, NULL};
                         double t0 = now_s();
                         lq_pool_for(pools[nt], vocab, 256, dense_fn, &c);
                         v[r] = now_s() - t0;
                     }
                     stat3 s = stats(v, runs);
                     lq_dense_mat hot = {lm, 64 * nt, cols, LQ_GGML_F16};
-                    mv_ctx hc = {sets[si], NULL, &hot, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab};
+                    mv_ctx hc = {sets[si], NULL, &hot, NULL, xf, (size_t)cols, NULL, NULL, T, logits, (size_t)vocab, NULL};
                     stat3 h = hot_time(pools[nt], dense_fn, &hc, hot.rows, 256, vocab, runs, v);
                     if (T == 1)
                         t1 = s.med;

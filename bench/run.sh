@@ -24,6 +24,19 @@ echo
 echo "## the bounded lm_head: generation decode exact vs bounded (alternating runs), bytes per token, bound tightness by copy width"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --threads-list 2 --decode 64 --only refs,lmhead,lmbits
 echo
+# the same model with llama.cpp's ternary types (the same trits, each 256-block's d the I2_S
+# scale): decode next to I2_S, the three in turns within each run
+for ty in tq2_0 tq1_0; do
+    TQM="${MODEL%.gguf}-$ty.gguf"
+    if [ ! -f "$TQM" ]; then
+        echo "generating $TQM (the 2B-4T shape with $ty projections)"
+        "$BUILD/larql" make-model --preset 2b --proj-type "$ty" --out "$TQM"
+    fi
+done
+echo "## decode with TQ2_0 / TQ1_0 projections vs I2_S (same weights, bytes per token, same runs)"
+"$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --threads-list 2 --only vs \
+    --vs "${MODEL%.gguf}-tq2_0.gguf,${MODEL%.gguf}-tq1_0.gguf"
+echo
 echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 

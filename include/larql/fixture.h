@@ -22,7 +22,10 @@ typedef struct lq_fixture_opts {
     uint64_t seed;
     double wscale;      /* I2_S scale = wscale * U(1,1.5) / sqrt(fan_in) */
     const char *corpus; /* BPE training text; NULL = built-in */
-    int proj_type;      /* llama projections: 0 or LQ_GGML_F32 (default), LQ_GGML_F16 */
+    int proj_type;      /* llama projections: 0 or LQ_GGML_F32 (default), LQ_GGML_F16.
+                           BitNet: 0 (I2_S), LQ_GGML_TQ2_0 or LQ_GGML_TQ1_0 (llama-quantize's
+                           ternary types; the same trits, each 256-block's d the I2_S scale;
+                           dim, ffn and the q width must be multiples of 256) */
     int ternary;        /* llama only: I2_S projections, general.file_type 40 (the layout
                            bitnet.cpp's converter + llama-quantize I2_S write for llama-arch
                            ternary models); proj_type must be 0 */

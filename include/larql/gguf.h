@@ -139,6 +139,10 @@ int lq_gguf_tensor_to_f32(const lq_gguf_tensor *t, float *out, lq_err *err);
 int lq_gguf_tensor_row_f32(const lq_gguf_tensor *t, uint64_t r, float *out, lq_err *err);
 /* The I2_S per-tensor scale (the f32 after the n/4 packed bytes). */
 int lq_gguf_i2s_scale(const lq_gguf_tensor *t, float *out, lq_err *err);
+/* The optional F32 companion "<base>.scale" of a TQ1_0/TQ2_0 tensor "<base>.weight" (files of
+ * the 2024 TQ fork): a per-tensor multiplier of the decoded weights; *mult = 1 when absent.
+ * LQ_EFORMAT when it is not one finite F32 value. */
+int lq_gguf_tq_mult(const lq_gguf *g, const char *wname, float *mult, lq_err *err);
 
 /* ---- writer (fixtures and tools) ----
  * Collects metadata and tensors, then writes GGUF v3 with alignment 32 (or general.alignment
@@ -176,6 +180,10 @@ int lq_gguf_writer_write_buffer(lq_gguf_writer *w, uint8_t **buf, size_t *len, l
 /* Pack n ternary values (-1/0/+1, row-major, n % 128 == 0) into microsoft's I2_S layout:
  * n/4 bytes, then the f32 scale, then 28 zero bytes (out must hold n/4 + 32 bytes). */
 int lq_i2s_pack(const int8_t *trits, uint64_t n, float scale, uint8_t *out);
+/* Pack n ternary values (-1/0/+1, row-major, n % 256 == 0) as llama.cpp's TQ2_0 or TQ1_0
+ * (type): n/256 blocks of 66 or 54 bytes, block b with the f16 scale d[b] (d NULL: 1 for
+ * every block). out must hold n/256 blocks. Returns 0 or LQ_EINVAL. */
+int lq_tq_pack(int type, const int8_t *trits, uint64_t n, const float *d, uint8_t *out);
 /* Trit of element i (0-based, row-major) of a packed I2_S buffer; code 3 reads as 0. */
 int lq_i2s_get(const uint8_t *packed, uint64_t i);
 

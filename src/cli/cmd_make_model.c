@@ -12,7 +12,7 @@ static const char *USAGE =
     "larql make-model --out FILE [--preset tiny|demo|2b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--family 2b4t|1bitllm|hf1bitllm|falcon3|falcon-e] (that family's file layout; README)\n"
     "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N]\n"
-    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama)] [--seed N] [--wscale X] [--corpus-file F]\n"
+    "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama) | i2s|tq2_0|tq1_0 (bitnet)] [--seed N] [--wscale X] [--corpus-file F]\n"
     "       [--plant 'Entity>Target@layer:feature']... (plant facts for describe/walk fixtures)\n"
     "       [--plant-relation 'Entity>Target@layer:feature']... (facts of one relation: their targets\n"
     "       share an embedding offset from the entities, so relation clustering groups them)";
@@ -79,7 +79,10 @@ int lq_cli_make_model(int argc, char **argv)
         } else if (!strcmp(a, "--proj-type")) {
             if (!strcmp(v, "f32")) o.proj_type = LQ_GGML_F32;
             else if (!strcmp(v, "f16")) o.proj_type = LQ_GGML_F16;
-            else { rc = lq_cli_usage(C, USAGE, "--proj-type: '%s' (expected f32 or f16)", v); break; }
+            else if (!strcmp(v, "i2s")) o.proj_type = 0;
+            else if (!strcmp(v, "tq2_0")) o.proj_type = LQ_GGML_TQ2_0;
+            else if (!strcmp(v, "tq1_0")) o.proj_type = LQ_GGML_TQ1_0;
+            else { rc = lq_cli_usage(C, USAGE, "--proj-type: '%s' (expected f32, f16, i2s, tq2_0 or tq1_0)", v); break; }
         } else if (!strcmp(a, "--corpus-file")) {
             size_t len;
             free(corpus);

@@ -177,6 +177,8 @@ static void mm_part(const mm_job *j, int p, int64_t r0, int64_t r1)
             j->kern->i2s_i8(&w->i2s, j->xq, j->ldx, j->xinv, j->xsum, j->T, j->y[p], ldy, r0, r1);
         else
             j->kern->i2s_f32(&w->i2s, j->x, j->ldx, j->T, j->y[p], ldy, r0, r1);
+    } else if (w->kind == LQ_WK_TQ) { /* the loader makes TQ kinds only where input is IN_I8 */
+        j->kern->tq_i8(&w->tq, j->xq, j->ldx, j->xinv, j->T, j->y[p], ldy, r0, r1);
     } else {
         j->kern->dense(&w->dense, j->x, j->ldx, j->T, j->y[p], ldy, r0, r1);
     }

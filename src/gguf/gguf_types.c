@@ -2,7 +2,9 @@
  * (F32, F16, BF16, Q8_0, I2_S, TQ2_0, TQ1_0). The quantised layouts follow
  * bitnet-reference.md §4 and ggml's block structs; each decoder states its block layout. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/f16.h"
 #include "gguf/gguf_internal.h"
@@ -152,6 +154,51 @@ int lq_i2s_pack(const int8_t *trits, uint64_t n, float scale, uint8_t *out)
     return LQ_OK;
 }
 
+/* One TQ1_0 byte from its k base-3 digits (most significant first, each 0..2) as llama.cpp's
+ * quantize_row_tq1_0 stores it: the value v (times 3 for the 4-digit qh bytes, so that the
+ * digits sit at the same positions) as ceil(v * 256 / 243). */
+static uint8_t tq1_byte(const int8_t *t, int k, int stride)
+{
+    int v = 0;
+    for (int n = 0; n < k; n++)
+        v = v * 3 + (t[n * stride] + 1);
+    if (k == 4)
+        v *= 3;
+    return (uint8_t)((v * 256 + 242) / 243);
+}
+
+int lq_tq_pack(int type, const int8_t *trits, uint64_t n, const float *d, uint8_t *out)
+{
+    if (!trits || !out || n % 256 != 0 || (type != LQ_GGML_TQ1_0 && type != LQ_GGML_TQ2_0))
+        return LQ_EINVAL;
+    for (uint64_t i = 0; i < n; i++)
+        if (trits[i] < -1 || trits[i] > 1)
+            return LQ_EINVAL;
+    const size_t bb = type == LQ_GGML_TQ2_0 ? 66 : 54;
+    for (uint64_t b = 0; b < n / 256; b++) {
+        const int8_t *t = trits + b * 256;
+        uint8_t *blk = out + b * bb;
+        memset(blk, 0, bb);
+        if (type == LQ_GGML_TQ2_0) {
+            /* element e in qs[(e/128)*32 + e%32] at shift 2*((e%128)/32), code trit+1 */
+            for (int e = 0; e < 256; e++)
+                blk[(e / 128) * 32 + e % 32] |= (uint8_t)((t[e] + 1) << (2 * ((e % 128) / 32)));
+        } else {
+            /* qs[m] (m<32): elements n*32+m; qs[32+m] (m<16): 160+n*16+m; qh[m]: 240+n*4+m */
+            for (int m = 0; m < 32; m++)
+                blk[m] = tq1_byte(t + m, 5, 32);
+            for (int m = 0; m < 16; m++)
+                blk[32 + m] = tq1_byte(t + 160 + m, 5, 16);
+            for (int m = 0; m < 4; m++)
+                blk[48 + m] = tq1_byte(t + 240 + m, 4, 4);
+        }
+        uint16_t h = lq_f32_to_f16(d ? d[b] : 1.0f);
+        blk[bb - 2] = (uint8_t)h;
+        blk[bb - 1] = (uint8_t)(h >> 8);
+    }
+    return LQ_OK;
+}
+
 int lq_i2s_get(const uint8_t *packed, uint64_t i)
 {
     static const int8_t map[4] = {-1, 0, 1, 0}; /* code 3 is never written: read it as 0 */
@@ -161,6 +208,29 @@ int lq_i2s_get(const uint8_t *packed, uint64_t i)
 }
 
 /* ---- decoders ---- */
+
+int lq_gguf_tq_mult(const lq_gguf *g, const char *wname, float *mult, lq_err *err)
+{
+    *mult = 1.0f;
+    char sname[LQ_GGUF_MAX_NAME + 16];
+    size_t n = strlen(wname);
+    const char *suffix = ".weight";
+    size_t sl = strlen(suffix);
+    if (n < sl || strcmp(wname + n - sl, suffix) != 0 || n - sl + 7 >= sizeof sname)
+        return LQ_OK;
+    memcpy(sname, wname, n - sl);
+    memcpy(sname + n - sl, ".scale", 7);
+    const lq_gguf_tensor *s = lq_gguf_find_tensor(g, sname);
+    if (!s)
+        return LQ_OK;
+    if (s->type != LQ_GGML_F32 || s->n_elements != 1)
+        return lq_err_set(err, LQ_EFORMAT, "%s: expected one F32 value, got %llu of %s", sname,
+                          (unsigned long long)s->n_elements, lq_ggml_type_name(s->type));
+    memcpy(mult, s->data, sizeof *mult);
+    if (!isfinite(*mult))
+        return lq_err_set(err, LQ_EFORMAT, "%s: scale is not finite", sname);
+    return LQ_OK;
+}
 
 int lq_gguf_i2s_scale(const lq_gguf_tensor *t, float *out, lq_err *err)
 {

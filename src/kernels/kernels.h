@@ -27,6 +27,25 @@ typedef struct lq_i2s_mat {
     float scale;
 } lq_i2s_mat;
 
+/* A ternary matrix in one of llama.cpp's ternary types, straight from the GGUF mapping: each
+ * row is cols/256 blocks (cols % 256 == 0) of 256 weights and one f16 scale d, weight =
+ * trit * d * mult.
+ *   TQ2_0 (66 bytes a block): qs[64] then d; element e in qs[(e/128)*32 + e%32] at shift
+ *         2*((e%128)/32), code c gives trit c - 1 (code 3, never written, reads as +2, as in
+ *         llama.cpp's dequantisation and src/gguf's decoder).
+ *   TQ1_0 (54 bytes): qs[48], qh[4], d; base-3 digits stored as ceil(v * 256 / 243), digit n
+ *         of a byte q is ((uint8)(q * 3^n) * 3) >> 8: qs[m] (m < 32) holds elements n*32+m
+ *         (n < 5), qs[32+m] (m < 16) 160+n*16+m, qh[m] (m < 4) 240+n*4+m (n < 4).
+ * mult is the optional "<name>.scale" companion of the 2024 TQ fork (1 when absent). */
+typedef struct lq_tq_mat {
+    const uint8_t *data;
+    int64_t rows, cols;
+    int type; /* LQ_GGML_TQ1_0 or LQ_GGML_TQ2_0 */
+    float mult;
+    int row_uniform; /* 1: every block of each row has that row's first d (set by lq_tq_prepare;
+                        the kernels then skip the per-block scale check) */
+} lq_tq_mat;
+
 /* A dense matrix: type is LQ_GGML_F32, LQ_GGML_F16 or LQ_GGML_BF16 (see larql/gguf.h). */
 typedef struct lq_dense_mat {
     const void *data;
@@ -55,6 +74,20 @@ typedef void (*lq_quant_i8_fn)(const float *x, int64_t n, int8_t *q, float *inv_
 typedef void (*lq_i2s_i8_fn)(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
                              const float *inv_scale, const int32_t *xsum, int T,
                              float *y, size_t ldy, int64_t r0, int64_t r1);
+
+/* Y[t][r] for a TQ matrix against per-token int8 activations (quant_i8):
+ *   S = Σ_b D_b * d_b, D_b = Σ trit * xq[t] over block b's 256 columns,
+ *   Y = (float)S * (inv_scale[t] * mult),
+ * where S is exact (every product and partial sum representable in double). That holds when
+ * the nonzero scales of a matrix span few binades: with e_min, e_max the frexp exponents of
+ * the smallest and largest |d|, e_max - e_min + log2(cols) <= 34 (lq_tq_prepare; the loader
+ * checks it, and decodes a matrix that fails to f32 instead). Then S does not depend on the
+ * order of the sums, so a set may add the int32 dots of a run of blocks with one d before
+ * scaling (BitNet files quantised by llama-quantize have one d per tensor: one scaling per
+ * row), and every set gives bit-identical results. cols <= 2^20. */
+typedef void (*lq_tq_i8_fn)(const lq_tq_mat *w, const int8_t *xq, size_t ldx,
+                            const float *inv_scale, int T, float *y, size_t ldy, int64_t r0,
+                            int64_t r1);
 
 /* Y[t][r] = w->scale * Σ_c trit(r,c) * x[t][c]   (f32 activations: LARQL's numerics) */
 typedef void (*lq_i2s_f32_fn)(const lq_i2s_mat *w, const float *x, size_t ldx, int T,
@@ -217,6 +250,7 @@ typedef struct lq_kernels {
     lq_quant_i8_fn quant_i8;
     lq_i2s_i8_fn i2s_i8;
     lq_i2s_f32_fn i2s_f32;
+    lq_tq_i8_fn tq_i8;
     lq_dense_f32_fn dense;
     lq_q8_i16_fn q8_i16;
     lq_attn_fn attn;
@@ -231,6 +265,10 @@ typedef struct lq_kernels {
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the
  * environment forces one, if supported). Never NULL. */
 const lq_kernels *lq_kernels_best(void);
+/* 1 if the kernels' sums over w are exact (the condition above): finite scales only (a NaN or
+ * infinite d: 0), cols a multiple of 256 and at most 2^20. Also sets w->row_uniform. Call it
+ * once for every matrix before any kernel: a wrong row_uniform gives wrong results. */
+int lq_tq_prepare(lq_tq_mat *w);
 /* A named kernel set, or NULL if unknown or unsupported by this CPU. */
 const lq_kernels *lq_kernels_by_name(const char *name);
 /* 1 if name is one of the set names ("scalar", "avx2", "avx512"), supported here or not

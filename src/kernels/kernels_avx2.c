@@ -21,14 +21,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI int32_t hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 AI float hsum_ps(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -72,7 +64,7 @@ static void quant_i8_avx2(const float *x, int64_t n, int8_t *q, float *inv_scale
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
         _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(p, perm));
     }
-    int32_t acc = hsum_epi32(vsum);
+    int32_t acc = lq_hsum_epi32_avx2(vsum);
     for (; i < n; i++) {
         q[i] = lq_quant_one(x[i], s);
         acc += q[i];
@@ -121,7 +113,7 @@ AI void i2s_tile_avx2(const uint8_t *w, size_t rb, const int8_t *x, size_t ldx, 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
         for (int t = 0; t < TT; t++)
-            dots[r][t] = hsum_epi32(acc[r][t]);
+            dots[r][t] = lq_hsum_epi32_avx2(acc[r][t]);
 }
 
 static void i2s_i8_avx2(const lq_i2s_mat *w, const int8_t *xq, size_t ldx,
@@ -391,6 +383,7 @@ const lq_kernels lq_kernels_avx2 = {
     .quant_i8 = quant_i8_avx2,
     .i2s_i8 = i2s_i8_avx2,
     .i2s_f32 = i2s_f32_avx2,
+    .tq_i8 = lq_tq_i8_avx2,
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
     .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */

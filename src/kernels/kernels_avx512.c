@@ -800,6 +800,7 @@ const lq_kernels lq_kernels_avx512 = {
     .quant_i8 = quant_i8_avx512,
     .i2s_i8 = i2s_i8_avx512,
     .i2s_f32 = i2s_f32_avx512,
+    .tq_i8 = lq_tq_i8_avx512,
     .dense = dense_avx512,
     .q8_i16 = q8_i16_avx512,
     .attn = attn_avx512,

@@ -12,6 +12,7 @@
 
 #include "core/f16.h"
 #include "kernels/kernels.h"
+#include "larql/gguf.h"
 
 /* The "ms" activation scale: s = 127 / max(amax, 1e-5) in f32. Written with a comparison
  * (not fmaxf) so that the same expression is used everywhere; amax is never NaN here
@@ -55,6 +56,151 @@ static inline float lq_q8_out(int64_t dot, float inv_scale, float w_scale)
 /* Columns per int32 accumulation block of the AVX-512 q8 kernel: a 16-lane accumulator sums
  * 4096/16 products of |q| <= 127 by |x| <= 32767 per block (< 2^30; two summed < 2^31). */
 #define LQ_Q8_BLOCK 4096
+
+#ifdef __AVX2__
+#include <immintrin.h>
+/* Σ of the 8 int32 lanes of v (the AVX2 files). */
+static inline __attribute__((always_inline)) int32_t lq_hsum_epi32_avx2(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+#endif
+
+/* ---- TQ1_0 / TQ2_0 (layouts in kernels.h, lq_tq_mat) ---- */
+#define LQ_TQ_BLOCK 256
+#define LQ_TQ2_BYTES 66 /* qs[64], f16 d */
+#define LQ_TQ1_BYTES 54 /* qs[48], qh[4], f16 d */
+/* The longest row the TQ kernels take, in blocks (the model's cap on a row length, 2^20, over
+ * 256): the SIMD drivers keep the activations' prefix block sums of a token group on the stack
+ * (2 x 4097 int32, 32 KB). The loader refuses longer rows (LQ_MODEL_MAX_FF). */
+#define LQ_TQ_MAX_BLOCKS 4096
+
+static inline size_t lq_tq_block_bytes(int type)
+{
+    return type == LQ_GGML_TQ1_0 ? LQ_TQ1_BYTES : LQ_TQ2_BYTES;
+}
+
+/* The raw f16 scale d of a block (at its end; no alignment assumed) and its value. */
+static inline uint16_t lq_tq_dbits(const uint8_t *blk, size_t bb)
+{
+    return (uint16_t)(blk[bb - 2] | blk[bb - 1] << 8);
+}
+static inline float lq_tq_d(const uint8_t *blk, int type)
+{
+    return lq_f16_to_f32(lq_tq_dbits(blk, lq_tq_block_bytes(type)));
+}
+
+/* The output of a row (kernels.h lq_tq_i8_fn): S = Σ_b D_b d_b, exact in double (the loader
+ * guarantees it), rounded once to float, then times inv_scale * mult. */
+static inline float lq_tq_out(double s, float inv_scale, float mult)
+{
+    float k = inv_scale * mult;
+    float f = (float)s;
+    return f * k;
+}
+
+/* The SIMD tiles' runs of blocks with one scale: the end of row r's run [start, b) for one
+ * token, whose Σ code*xq is code_dot: minus the run's Σ xq (prefix sums pre), times d, into
+ * the exact sum acc. */
+static inline void lq_tq_run_end(double *acc, int32_t code_dot, const int32_t *pre, int start,
+                                 int b, uint16_t dbits)
+{
+    int32_t dot = code_dot - (pre[b] - pre[start]);
+    *acc += (double)dot * (double)lq_f16_to_f32(dbits);
+}
+
+/* A tile's run state: per row the scale bits of its current run (cur) and where the run began
+ * (start), from the first block; acc zeroed. ZERO(r, t) clears the tile's accumulators. */
+#define LQ_TQ_RUNS_BEGIN(R, TT, w, rb, bb, ZERO)                                             \
+    uint16_t cur[4];                                                                         \
+    int start[4];                                                                            \
+    _Pragma("GCC unroll 4") for (int r_ = 0; r_ < (R); r_++)                                \
+    {                                                                                        \
+        cur[r_] = lq_tq_dbits((w) + r_ * (rb), bb);                                          \
+        start[r_] = 0;                                                                       \
+        _Pragma("GCC unroll 2") for (int t_ = 0; t_ < (TT); t_++)                           \
+        {                                                                                    \
+            ZERO(r_, t_);                                                                    \
+            acc[r_][t_] = 0;                                                                 \
+        }                                                                                    \
+    }
+
+/* Before block b of row r (at blk): where its scale differs from the run's (cur[r]), END(r, b)
+ * closes the run and a new one starts here. cur[] and start[] are the tile's; uni (a constant
+ * of the tile: w->row_uniform) skips the check. */
+#define LQ_TQ_RUN_STEP(r, b, blk, bb, END)                                                   \
+    do {                                                                                     \
+        const uint16_t h_ = uni ? cur[r] : lq_tq_dbits(blk, bb);                             \
+        if (__builtin_expect(h_ != cur[r], 0)) {                                             \
+            END(r, b);                                                                       \
+            cur[r] = h_;                                                                     \
+            start[r] = b;                                                                    \
+        }                                                                                    \
+    } while (0)
+
+/* One tile call of LQ_TQ_I8_DRIVER with constant R, TT and uniformity. */
+#define LQ_TQ_TILE_CALL(TILE, R_, TT_)                                                       \
+    (w->row_uniform ? TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 1, pre, acc)             \
+                    : TILE(w->type, wr, rb, xt, ldx, nblk, R_, TT_, 0, pre, acc))
+
+/* The SIMD sets' entry point: tokens in groups of TG (2: the shapes below); per group the
+ * activations' block sums as prefix sums pre[t][0..nblk] (BSUM(x, nb, out[nb]) gives Σ xq
+ * over each 256), computed once for every row; rows in tiles of up to 4 (RSTEP) through the
+ * set's always-inline TILE(type, wr, rb, x, ldx, nb, R, TT, uni, pre, acc) with constant R,
+ * TT and uni (w->row_uniform), which sets acc[r][t] to S of the R rows at wr (row stride rb
+ * bytes) for TT tokens: a run of blocks with the same d accumulates Σ code*xq in int32, minus
+ * the run's Σ xq from pre, times d into the double (exact). */
+#define LQ_TQ_I8_DRIVER(NAME, BSUM, TILE, TG, RSTEP)                                         \
+    void NAME(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,        \
+              int T, float *y, size_t ldy, int64_t r0, int64_t r1)                           \
+    {                                                                                        \
+        const int nblk = (int)(w->cols / LQ_TQ_BLOCK);                                       \
+        const size_t bb = lq_tq_block_bytes(w->type), rb = (size_t)nblk * bb;                \
+        const int rstep = (RSTEP);                                                           \
+        int32_t pre[TG][LQ_TQ_MAX_BLOCKS + 1];                                               \
+        if (nblk > LQ_TQ_MAX_BLOCKS)                                                         \
+            return; /* never: the loader refuses such rows */                               \
+        for (int t = 0; t < T; t += (TG)) {                                                  \
+            const int TT = T - t < (TG) ? T - t : (TG);                                      \
+            const int8_t *xt = xq + (size_t)t * ldx;                                         \
+            for (int tt = 0; tt < TT; tt++) {                                                \
+                BSUM(xt + (size_t)tt * ldx, nblk, pre[tt] + 1);                              \
+                pre[tt][0] = 0;                                                              \
+                for (int b = 1; b <= nblk; b++)                                              \
+                    pre[tt][b] += pre[tt][b - 1];                                            \
+            }                                                                                \
+            for (int64_t r = r0; r < r1; r += rstep) {                                       \
+                const int R = r1 - r < rstep ? (int)(r1 - r) : rstep;                        \
+                double acc[4][TG];                                                           \
+                const uint8_t *wr = w->data + (size_t)r * rb;                                \
+                /* each shape twice: rows with one d skip the per-block scale check */        \
+                switch (R * 4 + TT) { /* constant tile shapes, unrolled */                   \
+                case 5: LQ_TQ_TILE_CALL(TILE, 1, 1); break;                                  \
+                case 6: LQ_TQ_TILE_CALL(TILE, 1, 2); break;                                  \
+                case 9: LQ_TQ_TILE_CALL(TILE, 2, 1); break;                                  \
+                case 10: LQ_TQ_TILE_CALL(TILE, 2, 2); break;                                 \
+                case 13: LQ_TQ_TILE_CALL(TILE, 3, 1); break;                                 \
+                case 14: LQ_TQ_TILE_CALL(TILE, 3, 2); break;                                 \
+                case 17: LQ_TQ_TILE_CALL(TILE, 4, 1); break;                                 \
+                default: LQ_TQ_TILE_CALL(TILE, 4, 2); break;                                 \
+                }                                                                            \
+                for (int rr = 0; rr < R; rr++)                                               \
+                    for (int tt = 0; tt < TT; tt++)                                          \
+                        y[(size_t)(t + tt) * ldy + r + rr] =                                 \
+                            lq_tq_out(acc[rr][tt], inv_scale[t + tt], w->mult);              \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+void lq_tq_i8_scalar(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,
+                     int T, float *y, size_t ldy, int64_t r0, int64_t r1);
+void lq_tq_i8_avx2(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,
+                   int T, float *y, size_t ldy, int64_t r0, int64_t r1);
+void lq_tq_i8_avx512(const lq_tq_mat *w, const int8_t *xq, size_t ldx, const float *inv_scale,
+                     int T, float *y, size_t ldy, int64_t r0, int64_t r1);
 
 /* I2_S code (0/1/2) -> trit (-1/0/+1). The reference reads the never-written code 3 as 0;
  * SIMD kernels compute code - 1 via the Σq correction and so would read it as +2. The GGUF

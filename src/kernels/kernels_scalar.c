@@ -280,6 +280,7 @@ const lq_kernels lq_kernels_scalar = {
     .quant_i8 = quant_i8_scalar,
     .i2s_i8 = i2s_i8_scalar,
     .i2s_f32 = i2s_f32_scalar,
+    .tq_i8 = lq_tq_i8_scalar,
     .dense = dense_scalar,
     .q8_i16 = q8_i16_scalar,
     .attn = lq_attn_group_scalar,

@@ -1,8 +1,10 @@
 /* Model loading: architecture rules, hyperparameters, and validated tensor views.
  *
  * The GGUF stays mapped for the model's lifetime. Projections in I2_S, F32, F16 and BF16 are
- * used in place (zero copy); other decodable types (Q8_0, TQ1_0, TQ2_0, ...) are decoded once
- * to f32 here, because the engine has no kernels for them. Every tensor's shape is checked
+ * used in place (zero copy); so are TQ1_0 and TQ2_0 projections of a BitNet-arch model with
+ * int8 activations (the kernels' int8 x ternary path). Other decodable types (Q8_0, and TQ for
+ * f32 activations or a llama-arch file) are decoded once to f32 here, because the engine has no
+ * kernels for them. Every tensor's shape is checked
  * against the configuration before anything reads it. */
 #include <math.h>
 #include <stdio.h>
@@ -186,34 +188,59 @@ static int dense_elem_size(int type)
     }
 }
 
-/* Optional F32 companion "<base>.scale" (TQ1_0/TQ2_0 files from the 2024 fork): a per-tensor
- * multiplier applied to the decoded weights. */
-static int tq_companion_scale(lq_model *m, const char *wname, float *mult, lq_err *err)
+/* A TQ1_0/TQ2_0 projection, in place or decoded: rows of whole 256-blocks and every block's f16
+ * scale finite (one read of 2 bytes a block: a NaN or infinite scale would turn every output
+ * it touches into NaN; 0 is a legal all-zero block). */
+static int tq_check(const char *name, const lq_gguf_tensor *t, int64_t rows, int64_t cols,
+                    lq_err *err)
 {
-    *mult = 1.0f;
-    char sname[LQ_GGUF_MAX_NAME + 16];
-    size_t n = strlen(wname);
-    const char *suffix = ".weight";
-    size_t sl = strlen(suffix);
-    if (n < sl || strcmp(wname + n - sl, suffix) != 0 || n - sl + 7 >= sizeof sname)
-        return LQ_OK;
-    memcpy(sname, wname, n - sl);
-    memcpy(sname + n - sl, ".scale", 7);
-    const lq_gguf_tensor *s = lq_gguf_find_tensor(m->gguf, sname);
-    if (!s)
-        return LQ_OK;
-    if (s->type != LQ_GGML_F32 || s->n_elements != 1)
-        return lq_err_set(err, LQ_EFORMAT, "%s: expected one F32 value, got %llu of %s", sname,
-                          (unsigned long long)s->n_elements, lq_ggml_type_name(s->type));
-    memcpy(mult, s->data, sizeof *mult);
-    if (!isfinite(*mult))
-        return lq_err_set(err, LQ_EFORMAT, "%s: scale is not finite", sname);
+    if (cols % 256 != 0)
+        return lq_err_set(err, LQ_EFORMAT, "%s: %s row length %lld is not a multiple of 256", name,
+                          lq_ggml_type_name(t->type), (long long)cols);
+    const uint64_t bb = t->type == LQ_GGML_TQ1_0 ? 54 : 66;
+    const uint64_t nblk = (uint64_t)rows * (uint64_t)cols / 256;
+    if (t->n_bytes != nblk * bb)
+        return lq_err_set(err, LQ_EFORMAT, "%s: %llu bytes of %s, expected %llu", name,
+                          (unsigned long long)t->n_bytes, lq_ggml_type_name(t->type),
+                          (unsigned long long)(nblk * bb));
+    for (uint64_t b = 0; b < nblk; b++) {
+        const uint8_t *p = t->data + b * bb + bb - 2;
+        float d = lq_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+        if (!isfinite(d))
+            return lq_err_set(err, LQ_EFORMAT, "%s: block %llu has a scale %g that is not finite",
+                              name, (unsigned long long)b, (double)d);
+    }
     return LQ_OK;
 }
 
-/* A projection W [rows, cols] (GGUF ne = [cols, rows]). */
+/* A TQ1_0/TQ2_0 projection kept in the mapping (kernels.h lq_tq_mat), checked by tq_check. A
+ * tensor whose scales span too many binades for the kernels' exact sums (lq_tq_prepare; no
+ * converter writes one) is left with kind 0: the caller decodes it to f32. */
+static int load_tq(lq_model *m, const char *name, const lq_gguf_tensor *t, int64_t rows,
+                   int64_t cols, lq_wmat *w, lq_err *err)
+{
+    const uint64_t bb = t->type == LQ_GGML_TQ1_0 ? 54 : 66;
+    const uint64_t nblk = (uint64_t)rows * (uint64_t)cols / 256;
+    float mult;
+    int rc = lq_gguf_tq_mult(m->gguf, name, &mult, err);
+    if (rc != 0)
+        return rc;
+    w->tq.data = t->data;
+    w->tq.rows = rows;
+    w->tq.cols = cols;
+    w->tq.type = t->type;
+    w->tq.mult = mult;
+    if (!lq_tq_prepare(&w->tq))
+        return LQ_OK;
+    w->kind = LQ_WK_TQ;
+    w->bytes = nblk * bb;
+    return LQ_OK;
+}
+
+/* A projection W [rows, cols] (GGUF ne = [cols, rows]). bitlinear: a layer's projection, whose
+ * input the engine quantises to int8 in a BitNet-arch model (TQ types stay packed there). */
 static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, lq_wmat *w,
-                     lq_err *err)
+                     int bitlinear, lq_err *err)
 {
     memset(w, 0, sizeof *w);
     const lq_gguf_tensor *t = find_tensor(m, name, 1, err);
@@ -247,6 +274,13 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         w->bytes = (uint64_t)rows * (uint64_t)cols / 4;
         return LQ_OK;
     }
+    if (t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) {
+        if ((rc = tq_check(name, t, rows, cols, err)) != 0)
+            return rc;
+        if (bitlinear && m->arch != LQ_ARCH_LLAMA && m->act_mode == LQ_ACT_INT8 &&
+            ((rc = load_tq(m, name, t, rows, cols, w, err)) != 0 || w->kind == LQ_WK_TQ))
+            return rc;
+    }
     int es = dense_elem_size(t->type);
     w->kind = LQ_WK_DENSE;
     w->dense.rows = rows;
@@ -263,7 +297,7 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         return rc;
     if (t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) {
         float mult;
-        rc = tq_companion_scale(m, name, &mult, err);
+        rc = lq_gguf_tq_mult(m->gguf, name, &mult, err);
         if (rc != 0)
             return rc;
         if (mult != 1.0f)
@@ -352,7 +386,7 @@ static int load_tensors(lq_model *m, lq_err *err)
     if ((rc = load_norm(m, "output_norm.weight", m->n_embd, 1, &m->output_norm, err)))
         return rc;
     if (lq_gguf_find_tensor(m->gguf, "output.weight")) {
-        if ((rc = load_wmat(m, "output.weight", m->n_vocab, m->n_embd, &m->lm_head, err)))
+        if ((rc = load_wmat(m, "output.weight", m->n_vocab, m->n_embd, &m->lm_head, 0, err)))
             return rc;
     } else {
         m->lm_head.kind = LQ_WK_DENSE;
@@ -373,13 +407,13 @@ static int load_tensors(lq_model *m, lq_err *err)
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s ".weight", l), n)
         if ((rc = load_norm(m, NAME("attn_norm"), m->n_embd, 1, &L->attn_norm, err)) ||
             (rc = load_norm(m, NAME("ffn_norm"), m->n_embd, 1, &L->ffn_norm, err)) ||
-            (rc = load_wmat(m, NAME("attn_q"), m->q_dim, m->n_embd, &L->q, err)) ||
-            (rc = load_wmat(m, NAME("attn_k"), m->kv_dim, m->n_embd, &L->k, err)) ||
-            (rc = load_wmat(m, NAME("attn_v"), m->kv_dim, m->n_embd, &L->v, err)) ||
-            (rc = load_wmat(m, NAME("attn_output"), m->n_embd, m->q_dim, &L->o, err)) ||
-            (rc = load_wmat(m, NAME("ffn_gate"), m->n_ff, m->n_embd, &L->gate, err)) ||
-            (rc = load_wmat(m, NAME("ffn_up"), m->n_ff, m->n_embd, &L->up, err)) ||
-            (rc = load_wmat(m, NAME("ffn_down"), m->n_embd, m->n_ff, &L->down, err)))
+            (rc = load_wmat(m, NAME("attn_q"), m->q_dim, m->n_embd, &L->q, 1, err)) ||
+            (rc = load_wmat(m, NAME("attn_k"), m->kv_dim, m->n_embd, &L->k, 1, err)) ||
+            (rc = load_wmat(m, NAME("attn_v"), m->kv_dim, m->n_embd, &L->v, 1, err)) ||
+            (rc = load_wmat(m, NAME("attn_output"), m->n_embd, m->q_dim, &L->o, 1, err)) ||
+            (rc = load_wmat(m, NAME("ffn_gate"), m->n_ff, m->n_embd, &L->gate, 1, err)) ||
+            (rc = load_wmat(m, NAME("ffn_up"), m->n_ff, m->n_embd, &L->up, 1, err)) ||
+            (rc = load_wmat(m, NAME("ffn_down"), m->n_embd, m->n_ff, &L->down, 1, err)))
             return rc;
         /* The sub-norms are part of the BitNet block (both are required: a model without
          * them would silently compute something else); llama has none. */
@@ -874,6 +908,7 @@ static void rebase_weights(lq_model *m, const uint8_t *from, uint64_t size, cons
 #define RBW(w)                                                                                     \
     do {                                                                                           \
         RB((w).i2s.data);                                                                          \
+        RB((w).tq.data);                                                                           \
         RB((w).dense.data);                                                                        \
     } while (0)
     for (int l = 0; l < m->n_layer; l++) {

@@ -27,14 +27,17 @@
 #define LQ_MODEL_MAX_VOCAB (1 << 24)
 #define LQ_MODEL_MAX_CTX (1 << 22)
 
-enum { LQ_WK_I2S = 1, LQ_WK_DENSE = 2, LQ_WK_Q8 = 3 };
+enum { LQ_WK_I2S = 1, LQ_WK_DENSE = 2, LQ_WK_Q8 = 3, LQ_WK_TQ = 4 };
 
 /* One projection matrix, ready for a kernel. */
 typedef struct lq_wmat {
-    int kind;            /* LQ_WK_I2S (packed ternary, in the mapping) or LQ_WK_DENSE */
+    int kind;            /* LQ_WK_I2S / LQ_WK_TQ (packed ternary, in the mapping) or LQ_WK_DENSE */
     int src_type;        /* lq_ggml_type as stored in the file */
     int64_t rows, cols;  /* W: [rows, cols] */
     lq_i2s_mat i2s;      /* kind == LQ_WK_I2S: zero-copy view + per-tensor scale */
+    lq_tq_mat tq;        /* kind == LQ_WK_TQ: TQ1_0/TQ2_0 zero-copy view (int8 activations only:
+                            the loader makes this kind only for BitLinear projections under
+                            LQ_ACT_INT8, and decodes to f32 otherwise) */
     lq_dense_mat dense;  /* kind == LQ_WK_DENSE: F32/F16/BF16 in place, or an owned f32 decode */
     lq_q8_mat q8;        /* kind == LQ_WK_Q8: owned int8 per-row-scaled copy (lm_head q8) */
     uint64_t bytes;      /* weight bytes one product with this matrix reads */

@@ -71,6 +71,56 @@ static const lq_gguf_tensor *tensor_l(const lq_gguf *g, int l, const char *suffi
     return lq_gguf_find_tensor(g, name);
 }
 
+/* A BitLinear tensor's one scale, LARQL's unit-trit convention: I2_S, or TQ1_0 / TQ2_0 whose
+ * blocks share one d (what llama-quantize writes for a BitNet model; an all-zero block may have
+ * d 0). *unit: what decoded values (lq_gguf_tensor_row_f32) are divided by to give the trits;
+ * *scale: the real per-tensor scale (TQ: d times the ".scale" companion). Any other type: 0
+ * with *unit = 0. A damaged scale, or TQ blocks with different d (a vindex keeps one scale a
+ * tensor), is an error. */
+static int ternary_scale(const lq_gguf *g, const lq_gguf_tensor *t, float *unit, float *scale,
+                         lq_err *err)
+{
+    *unit = *scale = 0;
+    if (t->type == LQ_GGML_I2_S) {
+        float s;
+        int rc = lq_gguf_i2s_scale(t, &s, err);
+        if (!rc && !(s > 0 && isfinite(s)))
+            rc = lq_err_set(err, LQ_EFORMAT, "%s: non-positive/NaN I2_S scale %g", t->name, (double)s);
+        if (!rc)
+            *unit = *scale = s;
+        return rc;
+    }
+    if (t->type != LQ_GGML_TQ1_0 && t->type != LQ_GGML_TQ2_0)
+        return LQ_OK;
+    const uint64_t bb = t->type == LQ_GGML_TQ1_0 ? 54 : 66, nb = t->n_bytes / bb;
+    float d = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        const uint8_t *p = t->data + b * bb + bb - 2;
+        float v = lq_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+        if (v == 0)
+            continue;
+        if (!(v > 0 && isfinite(v)))
+            return lq_err_set(err, LQ_EFORMAT, "%s: block %llu scale %g is not a positive finite number",
+                              t->name, (unsigned long long)b, (double)v);
+        if (d != 0 && v != d)
+            return lq_err_set(err, LQ_EUNSUPPORTED,
+                              "%s: %s blocks with different scales (%g, block %llu %g): a vindex keeps "
+                              "one scale per tensor", t->name, lq_ggml_type_name(t->type), (double)d,
+                              (unsigned long long)b, (double)v);
+        d = v;
+    }
+    float mult;
+    int rc = lq_gguf_tq_mult(g, t->name, &mult, err);
+    if (rc)
+        return rc;
+    *unit = d != 0 ? d : 1.0f;
+    *scale = *unit * mult;
+    if (!(*scale > 0))
+        return lq_err_set(err, LQ_EFORMAT, "%s: scale %g (d %g x .scale %g) is not positive", t->name,
+                          (double)*scale, (double)*unit, (double)mult);
+    return LQ_OK;
+}
+
 /* Writes n floats as f32 or LARQL-truncated f16. */
 static int write_floats(lq_vx_file *w, const float *x, size_t n, int f16, lq_err *err)
 {
@@ -115,18 +165,12 @@ static int write_gates(bctx *c, json_t *layers)
         const lq_gguf_tensor *t = tensor_l(c->g, l, "ffn_gate.weight");
         uint64_t off = w.written;
         int F = (int)t->ne[1];
-        float inv = 1.0f;
-        if (t->type == LQ_GGML_I2_S) {
-            /* LARQL stores BitNet gates as unit-scale trits: divide the scale back out */
-            float s;
-            rc = lq_gguf_i2s_scale(t, &s, c->err);
-            if (!rc && !(s > 0 && isfinite(s)))
-                rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.ffn_gate.weight: non-positive/NaN I2_S scale", l);
-            inv = rc ? 1.0f : s;
-        }
+        /* LARQL stores BitNet gates as unit-scale trits: divide the scale back out */
+        float inv, real;
+        rc = ternary_scale(c->g, t, &inv, &real, c->err);
         for (int f = 0; f < F && !rc; f++) {
             rc = lq_gguf_tensor_row_f32(t, (uint64_t)f, row, c->err);
-            if (!rc && t->type == LQ_GGML_I2_S)
+            if (!rc && inv > 0)
                 for (int d = 0; d < c->D; d++)
                     row[d] /= inv;
             if (!rc)
@@ -420,17 +464,12 @@ static int write_down_meta(bctx *c, const uint8_t *keep)
         rc = lq_gguf_tensor_to_f32(t, Wd, c->err); /* [D rows, F cols], real scale applied */
         if (rc)
             break;
-        if (t->type == LQ_GGML_I2_S) { /* LARQL's unit trits: scale * trit / scale */
-            float s = 0;
-            if ((rc = lq_gguf_i2s_scale(t, &s, c->err)))
-                break;
-            if (!(s > 0)) {
-                rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.ffn_down.weight: non-positive/NaN I2_S scale", l);
-                break;
-            }
+        float s, real; /* LARQL's unit trits: scale * trit / scale */
+        if ((rc = ternary_scale(c->g, t, &s, &real, c->err)))
+            break;
+        if (s > 0)
             for (size_t i = 0; i < DF; i++)
                 Wd[i] /= s;
-        }
         for (int d = 0; d < c->D; d++)
             for (int f = 0; f < c->F; f++)
                 WT[(size_t)f * c->D + d] = Wd[(size_t)d * c->F + f];
@@ -532,21 +571,16 @@ static int write_dense(bctx *c, lq_vx_file *w, int l, const char *gguf, const ch
         return lq_err_set(c->err, LQ_EUNSUPPORTED, "GGUF: blk.%d.%s: %u-D tensor of type %s cannot be written as a dense tensor",
                           l, gguf, (unsigned)t->n_dims, lq_ggml_type_name(t->type));
     uint64_t rows = t->ne[1], cols = t->ne[0], off = w->written;
-    float s = 1.0f;
-    int rc = LQ_OK;
-    if (t->type == LQ_GGML_I2_S) {
-        rc = lq_gguf_i2s_scale(t, &s, c->err);
-        if (!rc && !(s > 0 && isfinite(s)))
-            rc = lq_err_set(c->err, LQ_EFORMAT, "blk.%d.%s: non-positive/NaN I2_S scale", l, gguf);
-        if (rc)
-            return rc;
-    }
+    float s, real;
+    int rc = ternary_scale(c->g, t, &s, &real, c->err);
+    if (rc)
+        return rc;
     float *row = malloc((size_t)cols * sizeof *row); /* [cols] */
     if (!row)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory");
     for (uint64_t r = 0; r < rows && !rc; r++) {
         rc = lq_gguf_tensor_row_f32(t, r, row, c->err);
-        if (!rc && t->type == LQ_GGML_I2_S)
+        if (!rc && s > 0)
             for (uint64_t k = 0; k < cols; k++)
                 row[k] /= s; /* scale * trit / scale: exactly the trit */
         if (!rc)
@@ -707,15 +741,15 @@ static int write_bitnet(bctx *c, json_t **layout_out)
     for (int l = 0; l < c->L; l++)
         for (int i = 0; i < 7; i++) {
             const lq_gguf_tensor *t = tensor_l(c->g, l, proj[i].gguf);
-            if (!t || t->type != LQ_GGML_I2_S)
+            if (!t || (t->type != LQ_GGML_I2_S && t->type != LQ_GGML_TQ1_0 && t->type != LQ_GGML_TQ2_0))
                 continue;
             snprintf(ts[n].name, sizeof ts[n].name, "layers.%d.%s", l, proj[i].hf);
             ts[n++].t = t;
         }
     if (n == 0) {
         free(ts);
-        return lq_err_set(c->err, LQ_EFORMAT, "no I2_S BitLinear tensors found in the GGUF "
-                                              "(expected blk.N.attn_q.weight ... as I2_S)");
+        return lq_err_set(c->err, LQ_EFORMAT, "no ternary BitLinear tensors found in the GGUF "
+                                              "(expected blk.N.attn_q.weight ... as I2_S, TQ2_0 or TQ1_0)");
     }
     qsort(ts, n, sizeof *ts, cmp_bn);
     char *bdir = lq_vx_join(c->tmp, "bitnet");
@@ -728,40 +762,49 @@ static int write_bitnet(bctx *c, json_t **layout_out)
     for (size_t i = 0; i < n && !rc; i++) {
         const lq_gguf_tensor *t = ts[i].t;
         uint64_t rows = t->ne[1], cols = t->ne[0];
-        float s;
+        float unit, s;
         if (cols % 4)
             rc = lq_err_set(c->err, LQ_EFORMAT, "tensor %s: cols %llu not a multiple of 4", ts[i].name,
                             (unsigned long long)cols);
-        if (!rc && lq_gguf_i2s_scale(t, &s, NULL))
-            rc = lq_err_set(c->err, LQ_EFORMAT, "missing per-tensor I2_S scale for %s", ts[i].name);
-        if (!rc && !(s > 0 && isfinite(s)))
-            rc = lq_err_set(c->err, LQ_EFORMAT, "non-positive/NaN scale %g for %s", (double)s, ts[i].name);
+        if (!rc)
+            rc = ternary_scale(c->g, t, &unit, &s, c->err);
         if (rc)
             break;
+        const int tq = t->type != LQ_GGML_I2_S;
         /* kernel layout: row-major, byte b of a row = cols 4b..4b+3, slot 0 in the LSBs,
          * +1 = 01, -1 = 10, 0 = 00 */
         size_t rb = (size_t)cols / 4;
         uint8_t *buf = malloc(rb);
+        float *vals = tq ? malloc((size_t)cols * sizeof *vals) : NULL; /* a decoded TQ row */
         char fname[128];
         snprintf(fname, sizeof fname, "bitnet/%s.i2s", ts[i].name);
-        lq_vx_file fw;
-        rc = buf ? lq_vx_file_open(&fw, c->tmp, fname, 0, c->err) : lq_err_set(c->err, LQ_ENOMEM, "out of memory");
+        lq_vx_file fw = {0};
+        const int opened = buf && (vals || !tq);
+        rc = opened ? lq_vx_file_open(&fw, c->tmp, fname, 0, c->err)
+                    : lq_err_set(c->err, LQ_ENOMEM, "out of memory");
         for (uint64_t r = 0; r < rows && !rc; r++) {
             memset(buf, 0, rb);
-            for (uint64_t col = 0; col < cols; col++) {
-                int tr = lq_i2s_get(t->data, r * cols + col);
+            if (tq && (rc = lq_gguf_tensor_row_f32(t, r, vals, c->err)))
+                break;
+            for (uint64_t col = 0; col < cols && !rc; col++) {
+                int tr = tq ? (vals[col] > 0) - (vals[col] < 0) : lq_i2s_get(t->data, r * cols + col);
+                if (tq && vals[col] != 0 && fabsf(vals[col]) != unit) /* a TQ2_0 code 3 (2d) */
+                    rc = lq_err_set(c->err, LQ_EFORMAT, "%s: row %llu holds %g, not a trit times %g",
+                                    t->name, (unsigned long long)r, (double)vals[col], (double)unit);
                 uint8_t code = tr > 0 ? 1 : tr < 0 ? 2 : 0;
                 buf[col / 4] |= (uint8_t)(code << (2 * (col % 4)));
             }
-            rc = lq_vx_file_write(&fw, buf, rb, c->err);
+            if (!rc)
+                rc = lq_vx_file_write(&fw, buf, rb, c->err);
         }
-        if (buf) {
+        if (opened && fw.f) {
             if (rc)
                 lq_vx_file_abort(&fw);
             else
                 rc = lq_vx_file_close(&fw, NULL, c->err);
         }
         free(buf);
+        free(vals);
         for (uint64_t r = 0; r < rows && !rc; r++)
             rc = lq_vx_file_write(&sw, &s, 4, c->err);
         json_t *e = lq_json_object();

@@ -3,7 +3,8 @@
 
   corrupt.py IN OUT rename OLD NEW     a tensor's name changed (same length: a tensor missing)
   corrupt.py IN OUT shape NAME DIM N   ne[DIM] of a tensor's info set to N (a wrong shape)
-  corrupt.py IN OUT scale NAME nan|0   an I2_S tensor's f32 scale (at byte n/4) overwritten
+  corrupt.py IN OUT scale NAME nan|0   an I2_S tensor's f32 scale (at byte n/4) overwritten,
+                                       or the f16 d of a TQ1_0/TQ2_0 tensor's block 1
 """
 import struct
 import sys
@@ -63,6 +64,11 @@ elif op == "shape":
 elif op == "scale":
     name, v = sys.argv[4], float(sys.argv[5])
     _, _, ne, typ, off = infos[name]
+    if typ in (34, 35):  # TQ1_0 (54-byte blocks) / TQ2_0 (66): d is the block's last 2 bytes
+        size = 54 if typ == 34 else 66
+        struct.pack_into("<e", d, base + off + 2 * size - 2, v)
+        open(dst, "wb").write(d)
+        sys.exit(0)
     assert typ == 36
     n = 1
     for x in ne:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent reference forward pass for the BitNet families' GGUF layouts (stdlib only).
 
-It reads the GGUF itself (its own parser, its own I2_S and F16 decoders) and implements each
+It reads the GGUF itself (its own parser, its own I2_S, TQ2_0, TQ1_0 and F16 decoders) and implements each
 family's block from the published descriptions, not from larql's C code:
 
   x = E[tok]
@@ -19,9 +19,10 @@ family's block from the published descriptions, not from larql's C code:
               x += BL(Wdown, f)
   logits = W_out . (rmsnorm(x) * output_norm), W_out = output.weight or token_embd (tied)
 
-BL(W, v) for a ternary (I2_S) W: v quantised per token to int8 with absmax (scale
+BL(W, v) for a ternary (I2_S, TQ2_0, TQ1_0) W: v quantised per token to int8 with absmax (scale
 127 / max(amax, 1e-5), round half to even, clamp [-128, 127]), then
-W.scale * sum(trit * q) / scale — the W1.58A8 definition of BitNet b1.58 and of
+W.scale * sum(trit * q) / scale (TQ: sum over 256-blocks of the block's f16 d times the
+block's sum(trit * q), times the optional "<name>.scale" companion) — the W1.58A8 definition of BitNet b1.58 and of
 transformers' BitLinear. --act float skips the quantisation (the float reference).
 
 Usage:
@@ -36,7 +37,7 @@ import math
 import struct
 import sys
 
-GGML_F32, GGML_F16, GGML_I2_S = 0, 1, 36
+GGML_F32, GGML_F16, GGML_TQ1_0, GGML_TQ2_0, GGML_I2_S = 0, 1, 34, 35, 36
 # |x*scale - (n + .5)| below this (in int8 steps) counts as a near-tie (see Model.bl); float32
 # accumulation order moves values by ~1e-5 steps at most on these small models
 TIE_MARGIN = float(__import__("os").environ.get("LQ_TIE_MARGIN", "3e-5"))
@@ -135,6 +136,43 @@ def i2s_rows(data, off, rows, cols):
     return [flat[r * cols:(r + 1) * cols] for r in range(rows)], scale
 
 
+def tq_rows(data, off, rows, cols, typ):
+    """llama.cpp's TQ2_0 / TQ1_0: 256-element blocks, each its codes then an f16 d.
+    TQ2_0 (66 bytes): qs[64]; element e in qs[(e // 128) * 32 + e % 32] at bits
+    2 * ((e % 128) // 32); trit = code - 1.
+    TQ1_0 (54 bytes): qs[48], qh[4]; a byte holds base-3 digits scaled to 0..255
+    (ceil(v * 256 / 243)); digit n of byte b is ((b * 3**n) % 256 * 3) >> 8. qs[m], m < 32:
+    elements n * 32 + m (n < 5); qs[32 + m], m < 16: 160 + n * 16 + m; qh[m]: 240 + n * 4 + m
+    (n < 4). Returns (trit rows, per-row lists of block scales)."""
+    size = 66 if typ == GGML_TQ2_0 else 54
+    nb = cols // 256
+    trits, scales = [], []
+    for r in range(rows):
+        row, ds = [], []
+        for b in range(nb):
+            o = off + (r * nb + b) * size
+            blk = data[o:o + size]
+            ds.append(struct.unpack_from("<e", blk, size - 2)[0])
+            t = [0] * 256
+            if typ == GGML_TQ2_0:
+                for e in range(256):
+                    t[e] = ((blk[(e // 128) * 32 + e % 32] >> (2 * ((e % 128) // 32))) & 3) - 1
+            else:
+                dig = lambda q, n: (((q * 3 ** n) % 256) * 3 >> 8) - 1
+                for n in range(5):
+                    for m in range(32):
+                        t[n * 32 + m] = dig(blk[m], n)
+                    for m in range(16):
+                        t[160 + n * 16 + m] = dig(blk[32 + m], n)
+                for n in range(4):
+                    for m in range(4):
+                        t[240 + n * 4 + m] = dig(blk[48 + m], n)
+            row += t
+        trits.append(row)
+        scales.append(ds)
+    return trits, scales
+
+
 class Model:
     def __init__(self, path, act):
         data, kv, t = read_gguf(path)
@@ -190,14 +228,26 @@ class Model:
         if typ == GGML_I2_S:
             w, s = i2s_rows(self.data, off, rows, cols)
             return ("t", w, s)
+        if typ in (GGML_TQ1_0, GGML_TQ2_0):
+            w, ds = tq_rows(self.data, off, rows, cols, typ)
+            comp = name[:-len(".weight")] + ".scale"
+            mult = struct.unpack_from("<f", self.data, self.t[comp][2])[0] if comp in self.t else 1.0
+            return ("b", w, ds, mult)
         return ("d", self.dense(name))
+
+    @staticmethod
+    def tq_dot(row, ds, x):
+        """sum over 256-blocks of d_b * sum(trit * x) over the block."""
+        return sum(d * sum(a * b for a, b in zip(row[i * 256:(i + 1) * 256], x[i * 256:(i + 1) * 256]))
+                   for i, d in enumerate(ds))
 
     def bl(self, m, x):
         if m[0] == "d":
             return [sum(a * b for a, b in zip(row, x)) for row in m[1]]
-        _, rows, s = m
-        if self.act == "float":
-            return [s * sum(a * b for a, b in zip(row, x)) for row in rows]
+        if m[0] == "b" and self.act == "float":
+            return [m[3] * self.tq_dot(row, ds, x) for row, ds in zip(m[1], m[2])]
+        if m[0] == "t" and self.act == "float":
+            return [m[2] * sum(a * b for a, b in zip(row, x)) for row in m[1]]
         # The quantiser's scale, its products and the output factor in float32, as every
         # runtime computes them: a llama block has no sub-norm before o_proj, so with one
         # key (position 0) its input is a BitLinear output, a multiple of one constant, and
@@ -214,8 +264,11 @@ class Model:
             if 0.0 < d < TIE_MARGIN:
                 self.near_ties += 1
         q = [min(127, max(-128, round(z))) for z in scaled]
-        k = f32(f32(1.0 / qs) * f32(s))
-        return [f32(sum(a * b for a, b in zip(row, q)) * k) for row in rows]
+        if m[0] == "b":
+            k = f32(f32(1.0 / qs) * f32(m[3]))
+            return [f32(self.tq_dot(row, ds, q) * k) for row, ds in zip(m[1], m[2])]
+        k = f32(f32(1.0 / qs) * f32(m[2]))
+        return [f32(sum(a * b for a, b in zip(row, q)) * k) for row in m[1]]
 
     def rmsnorm(self, x, w):
         ms = sum(v * v for v in x) / len(x)

@@ -261,6 +261,100 @@ static void test_q8_0_and_tq2_0_projections(void)
     lq_model_close(b);
 }
 
+/* compare_models on two files opened with 2 threads; returns whether their bytes per token
+ * are equal (both decoded alike). */
+static int compare_files(const char *pa, const char *pb, int act, double tol, int mode)
+{
+    lq_model *a = open_model(pa, 2, act, NULL), *b = open_model(pb, 2, act, NULL);
+    compare_models(a, b, tol, mode);
+    int same = a && b && lq_model_get_info(a)->bytes_per_token == lq_model_get_info(b)->bytes_per_token;
+    lq_model_close(a);
+    lq_model_close(b);
+    return same;
+}
+
+/* TQ2_0 / TQ1_0 projections run in place by the tq_i8 kernels (int8 activations): their
+ * logits equal, within float tolerance, those of an F32 file holding the same weights decoded
+ * (trit * the block's f16 scale, scales varying per 256-block) - the f32 reference path - and
+ * the scalar set's; f32 activations decode them at load as before. A non-finite block scale is
+ * refused at open. */
+static void test_tq_native_vs_decoded(void)
+{
+    tg_opts o = tg_default();
+    o.dim = 256;
+    o.ff = 512;
+    o.tq_block_d = 1;
+    o.proj_type = LQ_GGML_F32;
+    const char *pf = model_path("blockd_f32", &o);
+    const int types[2] = {LQ_GGML_TQ2_0, LQ_GGML_TQ1_0};
+    for (int ty = 0; ty < 2; ty++) {
+        o.proj_type = types[ty];
+        const char *pt = model_path(ty ? "blockd_tq1_0" : "blockd_tq2_0", &o);
+        lq_model *a = open_model(pt, 2, LQ_ACT_INT8, NULL), *b = open_model(pf, 2, LQ_ACT_INT8, NULL);
+        CHECK(a && lq_model_get_info(a)->proj_type == types[ty]);
+        /* in place: the projections' bytes per token are the packed ones (~1/15 of F32's) */
+        if (a && b)
+            CHECK_MSG(lq_model_get_info(a)->bytes_per_token * 8 < lq_model_get_info(b)->bytes_per_token,
+                      "%llu vs %llu bytes per token", (unsigned long long)lq_model_get_info(a)->bytes_per_token,
+                      (unsigned long long)lq_model_get_info(b)->bytes_per_token);
+        /* float sums over the same int8 activations: a rounding tie may flip one activation
+         * in a later layer (the models are deliberately high-gain), as for Q8_0 above */
+        compare_models(a, b, 1e-4, 2);
+        compare_models(a, b, 2e-2, 1);
+        lq_model *c = open_model(pt, 2, LQ_ACT_INT8, "scalar");
+        compare_models(a, c, 1e-4, 1); /* exact integer dots in both: only f32 sums elsewhere */
+        lq_model_close(a);
+        lq_model_close(b);
+        lq_model_close(c);
+        compare_files(pt, pf, LQ_ACT_F32, 1e-3, 1); /* decoded to f32 at load */
+
+        /* a NaN block scale in blk.1.ffn_down: refused with the tensor and block named */
+        char bad[4200];
+        snprintf(bad, sizeof bad, "%s/blockd_bad_%d.gguf", harness_tmpdir(), ty);
+        lq_gguf *g = NULL;
+        lq_err err = {0};
+        CHECK_EQ_INT(lq_gguf_open(pt, &g, &err), LQ_OK);
+        const lq_gguf_tensor *t = g ? lq_gguf_find_tensor(g, "blk.1.ffn_down.weight") : NULL;
+        CHECK(t != NULL);
+        if (t) {
+            uint64_t off = lq_gguf_data_offset(g) + t->offset + (ty ? 54 : 66) * 3 + (ty ? 52 : 64);
+            FILE *in = fopen(pt, "rb"), *out = fopen(bad, "wb");
+            int ch;
+            for (uint64_t i = 0; in && out && (ch = fgetc(in)) != EOF; i++)
+                fputc(i == off ? 0x00 : i == off + 1 ? 0x7e : ch, out); /* f16 NaN 0x7e00 */
+            if (in)
+                fclose(in);
+            if (out)
+                fclose(out);
+            lq_model *m = NULL;
+            lq_model_opts mo = {0};
+            mo.n_threads = 1;
+            CHECK(lq_model_open(bad, &mo, &m, &err) == LQ_EFORMAT);
+            CHECK_STR_CONTAINS(err.msg, "blk.1.ffn_down.weight: block 3 has a scale nan that is not finite");
+            lq_model_close(m);
+        }
+        lq_gguf_close(g);
+    }
+    /* scales 2^28 apart: beyond lq_tq_exact, so decoded to f32 at load (the F32 file's bytes
+     * per token, its logits) */
+    o.tq_block_d = 2;
+    o.proj_type = LQ_GGML_F32;
+    const char *pwf = model_path("wided_f32", &o);
+    o.proj_type = LQ_GGML_TQ2_0;
+    const char *pwt = model_path("wided_tq2_0", &o);
+    CHECK(compare_files(pwt, pwf, LQ_ACT_INT8, 1e-5, 1));
+    /* the companion ".scale" multiplier on the in-place path (d = 1, TQ1_0 here; TQ2_0's is
+     * test_q8_0_and_tq2_0_projections) */
+    o = tg_default();
+    o.dim = 256;
+    o.ff = 512;
+    o.proj_type = LQ_GGML_TQ1_0;
+    const char *pc = model_path("wide_tq1_0", &o);
+    o.proj_type = LQ_GGML_F32;
+    const char *pw = model_path("wide_f32", &o);
+    compare_files(pc, pw, LQ_ACT_INT8, 1e-4, 2);
+}
+
 /* "bitnet" (SiLU) and "bitnet-b1.58" (relu²) on identical weights must differ. */
 static void test_bitnet_silu_arch(void)
 {
@@ -895,6 +989,7 @@ int main(void)
     RUN(test_act_modes_differ);
     RUN(test_dense_weights_match_i2s);
     RUN(test_q8_0_and_tq2_0_projections);
+    RUN(test_tq_native_vs_decoded);
     RUN(test_bitnet_silu_arch);
     RUN(test_llama_f16_untied);
     RUN(test_decode_batch_equals_separate);

@@ -386,45 +386,6 @@ static void test_getter_conversions(void)
 
 /* ---- tensors of each type ---- */
 
-/* TQ2_0 block from 256 trits: qs[(e/128)*32 + e%32] bits 2*((e%128)/32), then f16 d. */
-static void tq2_pack(const int8_t *t, float d, uint8_t blk[66])
-{
-    memset(blk, 0, 66);
-    for (int e = 0; e < 256; e++)
-        blk[(e / 128) * 32 + e % 32] |= (uint8_t)((t[e] + 1) << (2 * ((e % 128) / 32)));
-    uint16_t h = lq_f32_to_f16(d);
-    blk[64] = (uint8_t)h;
-    blk[65] = (uint8_t)(h >> 8);
-}
-
-/* TQ1_0 block as bitnet-reference.md §4 describes the encoder. */
-static void tq1_pack(const int8_t *t, float d, uint8_t blk[54])
-{
-    memset(blk, 0, 54);
-    for (int m = 0; m < 32; m++) {
-        int q = 0;
-        for (int n = 0; n < 5; n++)
-            q = q * 3 + (t[n * 32 + m] + 1);
-        blk[m] = (uint8_t)((q * 256 + 242) / 243);
-    }
-    for (int m = 0; m < 16; m++) {
-        int q = 0;
-        for (int n = 0; n < 5; n++)
-            q = q * 3 + (t[160 + n * 16 + m] + 1);
-        blk[32 + m] = (uint8_t)((q * 256 + 242) / 243);
-    }
-    for (int m = 0; m < 4; m++) {
-        int q = 0;
-        for (int n = 0; n < 4; n++)
-            q = q * 3 + (t[240 + n * 4 + m] + 1);
-        q *= 3;
-        blk[48 + m] = (uint8_t)((q * 256 + 242) / 243);
-    }
-    uint16_t h = lq_f32_to_f16(d);
-    blk[52] = (uint8_t)h;
-    blk[53] = (uint8_t)(h >> 8);
-}
-
 typedef struct tensor_set {
     float f32[8];          /* [4, 2] */
     uint16_t f16[64];      /* [32, 2] */
@@ -466,10 +427,9 @@ static void fill_tensors(tensor_set *ts)
     for (int i = 0; i < 512; i++)
         ts->trits[i] = (int8_t)((i * 5 + i / 7) % 3 - 1);
     lq_i2s_pack(ts->trits, 512, 0.75f, ts->i2s);
-    tq2_pack(ts->trits, 0.5f, ts->tq2);
-    tq2_pack(ts->trits + 256, 2.0f, ts->tq2 + 66);
-    tq1_pack(ts->trits, 0.25f, ts->tq1);
-    tq1_pack(ts->trits + 256, 4.0f, ts->tq1 + 54);
+    /* the library's packers (lq_tq_pack), checked here against the decoders */
+    CHECK_EQ_INT(lq_tq_pack(LQ_GGML_TQ2_0, ts->trits, 512, (const float[]){0.5f, 2.0f}, ts->tq2), LQ_OK);
+    CHECK_EQ_INT(lq_tq_pack(LQ_GGML_TQ1_0, ts->trits, 512, (const float[]){0.25f, 4.0f}, ts->tq1), LQ_OK);
     for (int i = 0; i < 144; i++)
         ts->q4k[i] = (uint8_t)i;
 }

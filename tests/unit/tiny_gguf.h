@@ -21,8 +21,13 @@ typedef struct tg_opts {
     double theta;
     int emb_type;       /* LQ_GGML_F32 / LQ_GGML_F16 */
     int proj_type;      /* LQ_GGML_I2_S, LQ_GGML_F32 / LQ_GGML_F16 (trit*scale as floats),
-                         * LQ_GGML_Q8_0 (d = f16(scale), q = trit), or LQ_GGML_TQ2_0 (d = 1
-                         * and an F32 companion "<name>.scale" = scale; cols % 256 == 0) */
+                         * LQ_GGML_Q8_0 (d = f16(scale), q = trit), or LQ_GGML_TQ2_0 /
+                         * LQ_GGML_TQ1_0 (d = 1 and an F32 companion "<name>.scale" = scale;
+                         * cols % 256 == 0) */
+    int tq_block_d;     /* 1: TQ projections get a scale per 256-block, d_b = f16(scale *
+                         * (0.5 + 0.25 * (b % 4))), and no companion; F32/F16 projections hold
+                         * trit * d_b (the same weights as the TQ file, decoded). 2: d_b
+                         * alternates scale * 2^13 and scale * 2^-15 */
     uint64_t seed;
     const char *skip_tensor;      /* leave this tensor out */
     const char *bad_shape_tensor; /* write this 2-D tensor with ne1 = ne0 (square) */
@@ -102,6 +107,16 @@ static inline int tg_add_float(lq_gguf_writer *w, tg_buf *b, const tg_opts *o, c
     return lq_gguf_writer_add_tensor(w, name, rows ? 2 : 1, ne, type, data, nbytes);
 }
 
+/* The scale of 256-block b of a TQ projection (tg_opts.tq_block_d), as the f16 the file holds. */
+static inline float tg_block_d(const tg_opts *o, float scale, uint64_t b)
+{
+    if (!o->tq_block_d)
+        return 1.0f;
+    if (o->tq_block_d == 2) /* 2^28 apart: too wide for the TQ kernels' exact sums */
+        return lq_f16_to_f32(lq_f32_to_f16(scale * (b % 2 ? 8192.0f : 1.0f / 32768.0f)));
+    return lq_f16_to_f32(lq_f32_to_f16(scale * (0.5f + 0.25f * (float)(b % 4))));
+}
+
 /* A projection W [rows, cols]: random trits (P(0) = 1/2), scale ~ 4/sqrt(cols). */
 static inline int tg_add_proj(lq_gguf_writer *w, tg_buf *b, const tg_opts *o, uint64_t *rng,
                               const char *name, uint64_t rows, uint64_t cols)
@@ -133,31 +148,31 @@ static inline int tg_add_proj(lq_gguf_writer *w, tg_buf *b, const tg_opts *o, ui
         }
         uint64_t ne[2] = {cols, rows};
         rc = lq_gguf_writer_add_tensor(w, name, 2, ne, LQ_GGML_Q8_0, p, n / 32 * 34);
-    } else if (o->proj_type == LQ_GGML_TQ2_0) {
-        uint8_t *p = tg_keep(b, calloc(n / 256 * 66, 1));
-        uint16_t one = lq_f32_to_f16(1.0f);
-        for (uint64_t blk = 0; blk < n / 256; blk++) {
-            uint8_t *q = p + blk * 66;
-            for (int e = 0; e < 256; e++)
-                q[(e / 128) * 32 + e % 32] |=
-                    (uint8_t)((tr[blk * 256 + e] + 1) << (2 * ((e % 128) / 32)));
-            memcpy(q + 64, &one, 2);
-        }
+    } else if (o->proj_type == LQ_GGML_TQ2_0 || o->proj_type == LQ_GGML_TQ1_0) {
+        const uint64_t bb = o->proj_type == LQ_GGML_TQ2_0 ? 66 : 54;
+        uint8_t *p = tg_keep(b, calloc(n / 256 * bb, 1));
+        float *d = malloc(n / 256 * sizeof(float));
+        for (uint64_t blk = 0; blk < n / 256; blk++)
+            d[blk] = tg_block_d(o, scale, blk);
+        lq_tq_pack(o->proj_type, tr, n, d, p);
+        free(d);
         uint64_t ne[2] = {cols, rows};
-        rc = lq_gguf_writer_add_tensor(w, name, 2, ne, LQ_GGML_TQ2_0, p, n / 256 * 66);
-        char sname[128];
-        size_t nl = strlen(name) - strlen(".weight");
-        snprintf(sname, sizeof sname, "%.*s.scale", (int)nl, name);
-        float *sc = tg_keep(b, malloc(sizeof(float)));
-        *sc = scale;
-        uint64_t one_ne[1] = {1};
-        if (!rc)
-            rc = lq_gguf_writer_add_tensor(w, tg_keep(b, strdup(sname)), 1, one_ne, LQ_GGML_F32,
-                                           sc, 4);
+        rc = lq_gguf_writer_add_tensor(w, name, 2, ne, o->proj_type, p, n / 256 * bb);
+        if (!o->tq_block_d) {
+            char sname[128];
+            size_t nl = strlen(name) - strlen(".weight");
+            snprintf(sname, sizeof sname, "%.*s.scale", (int)nl, name);
+            float *sc = tg_keep(b, malloc(sizeof(float)));
+            *sc = scale;
+            uint64_t one_ne[1] = {1};
+            if (!rc)
+                rc = lq_gguf_writer_add_tensor(w, tg_keep(b, strdup(sname)), 1, one_ne,
+                                               LQ_GGML_F32, sc, 4);
+        }
     } else {
         float *f = malloc(n * sizeof(float));
         for (uint64_t i = 0; i < n; i++)
-            f[i] = tr[i] * scale;
+            f[i] = tr[i] * (o->tq_block_d ? tg_block_d(o, scale, i / 256) : scale);
         tg_opts o2 = *o;
         o2.bad_shape_tensor = NULL;
         rc = tg_add_float(w, b, &o2, name, o->proj_type, f, cols, rows);
