@@ -425,7 +425,7 @@ int main(int argc, char **argv)
     int batch[MAXL] = {1, 2, 4, 8}, n_batch = 4;
     int lm_q8 = 0;
     const char *vs_list = NULL;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = !v;
         if (v && !strcmp(a, "--runs")) runs = atoi(v);
@@ -441,7 +441,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_engine: bad argument %s\n", a);
             return 2;
         }
-        i++;
     }
     if (runs < 1 || runs > 64 || n_decode < 1 || n_decode > 4096)
         return 2;
@@ -715,7 +714,7 @@ int main(int argc, char **argv)
             int P = n_ctx - n_decode - 1;
             int32_t *ids = malloc(sizeof(int32_t) * (size_t)(P + n_decode));
             float *logits = malloc(sizeof(float) * (size_t)in->n_vocab);
-            lq_session *sl, *ss;
+            lq_session *sl = NULL, *ss = NULL;
             if (!ids || !logits || lq_session_create(m, n_ctx, &sl, &err) || lq_session_create(m, 64, &ss, &err))
                 die("ctx session", &err);
             make_ids(ids, P + n_decode, in->n_vocab, 777);
