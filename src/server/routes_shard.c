@@ -71,10 +71,13 @@ static int add_ent(tar_job *j, const char *rel, int is_dir, const struct stat *s
         j->e = ne;
         j->cap = c;
     }
-    char *r = strdup(rel);
-    if (!r)
+    tar_ent *e = &j->e[j->n];
+    if (!(e->rel = strdup(rel)))
         return -1;
-    j->e[j->n++] = (tar_ent){r, is_dir, is_dir ? 0 : (uint64_t)st->st_size, (long)st->st_mtime};
+    e->is_dir = is_dir;
+    e->size = is_dir ? 0 : (uint64_t)st->st_size;
+    e->mtime = (long)st->st_mtime;
+    j->n++;
     return 0;
 }
 

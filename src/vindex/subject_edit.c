@@ -509,7 +509,7 @@ static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t
     if (!rc)
         rc = lq_model_logits_from_hidden(m, X, (size_t)rows, lg, err);
     int32_t ids[TOPK + 1];
-    float pr[TOPK];
+    float pr[TOPK] = {0};
     int nk = rc ? 0 : top_tokens(lg, V, ids, pr);
     for (int c = 0; c < nk && *n_out < LQ_EDIT_MAX_REPLACED; c++) {
         if (pr[c] < SE_OLD_MIN)
