@@ -64,7 +64,8 @@ int lq_overlay_clone_layered(lq_overlay *src, lq_overlay **out, lq_err *err)
         layer_free(o);
         return LQ_OK;
     }
-    memcpy(o->inh, o->patches, o->np * sizeof *o->inh);
+    if (o->np) /* patches is NULL before the first */
+        memcpy(o->inh, o->patches, o->np * sizeof *o->inh);
     for (size_t i = 0; i < o->nf; i++)
         o->inh_feat[i] = feat_key(o->f[i].layer, o->f[i].feature);
     qsort(o->inh_feat, o->n_inh_feat, sizeof *o->inh_feat, cmp_u64);

@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shutdown(fd, SHUT_WR);
     fz_read_all(fd, reply + got, (1 << 20) - got);
     fz_close(fd);
-    if (fz_check_status(reply) != 101) {
+    if (fz_check_status(reply, 0) != 101) {
         fprintf(stderr, "fuzz: the upgrade was not answered 101:\n%.500s\n", reply);
         abort();
     }
