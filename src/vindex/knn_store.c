@@ -45,6 +45,8 @@ int lq_knn_store_create(int hidden, lq_knn_store **out, lq_err *err)
 
 static void entry_free(lq_vx_knn_entry *e)
 {
+    if (e->borrowed)
+        return;
     free(e->key);
     free(e->target_token);
     free(e->entity);
@@ -64,6 +66,46 @@ void lq_knn_store_free(lq_knn_store *s)
 size_t lq_knn_store_count(const lq_knn_store *s) { return s ? s->n : 0; }
 int lq_knn_store_hidden(const lq_knn_store *s) { return s ? s->hidden : 0; }
 
+int lq_vx_knn_unit_key(const float *key, int hidden, float *unit)
+{
+    double nn = 0;
+    for (int i = 0; i < hidden; i++)
+        nn += (double)key[i] * key[i];
+    if (!(nn > 0) || !isfinite(nn))
+        return LQ_EINVAL;
+    float inv = (float)(1.0 / sqrt(nn));
+    for (int i = 0; i < hidden; i++)
+        unit[i] = key[i] * inv; /* L2-normalised on insert, as LARQL's store does */
+    return LQ_OK;
+}
+
+static int grow_entries(lq_knn_store *s)
+{
+    if (s->n < s->cap)
+        return LQ_OK;
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    lq_vx_knn_entry *e = realloc(s->e, cap * sizeof *e);
+    if (!e)
+        return LQ_ENOMEM;
+    s->e = e;
+    s->cap = cap;
+    return LQ_OK;
+}
+
+int lq_vx_knn_store_add_borrowed(lq_knn_store *s, const lq_vx_knn_entry *e, lq_err *err)
+{
+    if (e->layer < 0 || e->layer >= LQ_VINDEX_MAX_LAYERS)
+        return lq_err_set(err, LQ_ERANGE, "knn store: layer %d outside [0, %d)", e->layer,
+                          LQ_VINDEX_MAX_LAYERS);
+    if (!isfinite(e->confidence))
+        return lq_err_set(err, LQ_EINVAL, "knn store: confidence is not finite");
+    if (grow_entries(s))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    s->e[s->n] = *e;
+    s->e[s->n++].borrowed = 1;
+    return LQ_OK;
+}
+
 int lq_knn_store_add_entry(lq_knn_store *s, const lq_knn_entry *in, lq_err *err)
 {
     if (!s || !in || !in->key || !in->target_token)
@@ -71,34 +113,31 @@ int lq_knn_store_add_entry(lq_knn_store *s, const lq_knn_entry *in, lq_err *err)
     if (in->layer < 0 || in->layer >= LQ_VINDEX_MAX_LAYERS)
         return lq_err_set(err, LQ_ERANGE, "knn store: layer %d outside [0, %d)", in->layer,
                           LQ_VINDEX_MAX_LAYERS);
-    double nn = 0;
-    for (int i = 0; i < s->hidden; i++)
-        nn += (double)in->key[i] * in->key[i];
-    if (!(nn > 0) || !isfinite(nn))
+    float *key = malloc((size_t)s->hidden * sizeof *key);
+    if (!key)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (lq_vx_knn_unit_key(in->key, s->hidden, key)) {
+        free(key);
         return lq_err_set(err, LQ_EINVAL, "knn store: key has zero or non-finite norm");
-    if (!isfinite(in->confidence))
+    }
+    if (!isfinite(in->confidence)) {
+        free(key);
         return lq_err_set(err, LQ_EINVAL, "knn store: confidence is not finite");
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        lq_vx_knn_entry *e = realloc(s->e, cap * sizeof *e);
-        if (!e)
-            return lq_err_set(err, LQ_ENOMEM, "out of memory");
-        s->e = e;
-        s->cap = cap;
+    }
+    if (grow_entries(s)) {
+        free(key);
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
     lq_vx_knn_entry *e = &s->e[s->n];
     memset(e, 0, sizeof *e);
-    e->key = malloc((size_t)s->hidden * sizeof *e->key);
+    e->key = key;
     e->target_token = strdup(in->target_token);
     e->entity = strdup(in->entity ? in->entity : "");
     e->relation = strdup(in->relation ? in->relation : "");
-    if (!e->key || !e->target_token || !e->entity || !e->relation) {
+    if (!e->target_token || !e->entity || !e->relation) {
         entry_free(e);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }
-    float inv = (float)(1.0 / sqrt(nn));
-    for (int i = 0; i < s->hidden; i++)
-        e->key[i] = in->key[i] * inv; /* L2-normalised on insert, as LARQL's store does */
     e->layer = in->layer;
     e->target_id = in->target_id;
     e->confidence = in->confidence;

@@ -79,9 +79,6 @@ static void feat_clear(ov_feat *e)
     free(e->target);
     free(e->entity);
     free(e->relation);
-    free(e->gate);
-    free(e->up);
-    free(e->down);
 }
 
 int ov_is_dead(const lq_overlay *o, const char *id)
@@ -110,47 +107,11 @@ static void clear_state(lq_overlay *o)
         memset(o->slot, 0, o->hcap * sizeof *o->slot);
     memset(o->n_gate, 0, (size_t)o->n_layers * sizeof *o->n_gate);
     memset(o->n_del, 0, (size_t)o->n_layers * sizeof *o->n_del);
-    lq_patch_free(o->subj);
-    o->subj = NULL;
+    o->n_subj = 0;
     clear_dead(o);
-}
-
-static float *vdup(const float *v, int n)
-{
-    float *d = malloc((size_t)n * sizeof *d);
-    if (d)
-        memcpy(d, v, (size_t)n * sizeof *d);
-    return d;
-}
-
-/* Rebuilds every layer's gate-override matrix from the feature table. */
-static int build_gmats(lq_overlay *o)
-{
-    for (int l = 0; l < o->n_layers; l++) {
-        free(o->gmat[l]);
-        free(o->gfeat[l]);
-        o->gmat[l] = NULL;
-        o->gfeat[l] = NULL;
-        if (!o->n_gate[l])
-            continue;
-        o->gmat[l] = malloc((size_t)o->n_gate[l] * o->hidden * sizeof(float));
-        o->gfeat[l] = malloc((size_t)o->n_gate[l] * sizeof(int));
-        if (!o->gmat[l] || !o->gfeat[l])
-            return LQ_ENOMEM;
-    }
-    int *fill = calloc((size_t)o->n_layers + 1, sizeof *fill);
-    if (!fill)
-        return LQ_ENOMEM;
-    for (size_t i = 0; i < o->nf; i++) {
-        const ov_feat *e = &o->f[i];
-        if (e->deleted || !e->gate)
-            continue;
-        int k = fill[e->layer]++;
-        memcpy(o->gmat[e->layer] + (size_t)k * o->hidden, e->gate, (size_t)o->hidden * sizeof(float));
-        o->gfeat[e->layer][k] = e->feature;
-    }
-    free(fill);
-    return LQ_OK;
+    for (size_t i = 0; i < o->n_retired; i++)
+        lq_patch_free(o->retired[i]);
+    o->n_retired = 0;
 }
 
 /* After every change: the version moves on and the query-side matrices follow. */
@@ -162,10 +123,24 @@ static int changed(lq_overlay *o, lq_err *err)
         return LQ_OK;
     }
     o->gmats_stale = 0;
-    return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
+    return ov_build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
 /* ---- KNN store copies ---- */
+
+/* The live store starts as the initial one's entries, borrowed: the overlay frees its live
+ * store before knn0. */
+static int knn_borrow(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_err *err)
+{
+    int rc = lq_knn_store_create(hidden, out, err);
+    for (size_t i = 0; !rc && src && i < src->n; i++)
+        rc = lq_vx_knn_store_add_borrowed(*out, &src->e[i], err);
+    if (rc) {
+        lq_knn_store_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
 
 static int knn_copy(const lq_knn_store *src, int hidden, lq_knn_store **out, lq_err *err)
 {
@@ -287,18 +262,13 @@ static int set_meta(ov_feat *e, const char *text, int32_t id, float c)
     return LQ_OK;
 }
 
-static int set_vec(lq_overlay *o, ov_feat *e, float **dst, const float *src, int is_gate)
+static void set_vec(lq_overlay *o, ov_feat *e, const float **dst, const float *src, int is_gate)
 {
     if (!src)
-        return LQ_OK;
-    float *d = vdup(src, o->hidden);
-    if (!d)
-        return LQ_ENOMEM;
+        return;
     if (is_gate && !e->gate && !e->deleted)
         o->n_gate[e->layer]++;
-    free(*dst);
-    *dst = d;
-    return LQ_OK;
+    *dst = src;
 }
 
 static int set_str(char **dst, const char *s)
@@ -314,48 +284,64 @@ static int set_str(char **dst, const char *s)
 }
 
 /* Drops every subject edit of entity (case-insensitive). */
-static int subject_remove(lq_overlay *o, const char *entity, lq_err *err)
+static void subject_remove(lq_overlay *o, const char *entity)
 {
-    if (!o->subj || !entity)
-        return LQ_OK;
-    lq_patch *keep = NULL;
-    int rc = lq_patch_create("subject", NULL, o->hidden, &keep, err), drop = 0;
-    lq_patch_op op;
-    for (size_t i = 0; !rc && lq_patch_op_at(o->subj, i, &op); i++) {
-        if (op.feature == 0 && op.down) /* an edit's ops run from here to the next edit */
-            drop = op.entity && !strcasecmp(op.entity, entity);
+    if (!entity)
+        return;
+    size_t w = 0;
+    int drop = 0;
+    for (size_t i = 0; i < o->n_subj; i++) {
+        const lq_patch_op *op = &o->subj[i];
+        if (op->feature == 0 && op->down) /* an edit's ops run from here to the next edit */
+            drop = op->entity && !strcasecmp(op->entity, entity);
         if (!drop)
-            rc = lq_patch_add(keep, &op, err);
+            o->subj[w++] = *op;
     }
-    if (rc) {
-        lq_patch_free(keep);
-        return rc;
+    o->n_subj = w;
+}
+
+static int subject_add(lq_overlay *o, const lq_patch_op *op, lq_err *err)
+{
+    if (o->n_subj == o->cap_subj) {
+        size_t cap = o->cap_subj ? o->cap_subj * 2 : 16;
+        lq_patch_op *n = realloc(o->subj, cap * sizeof *n);
+        if (!n)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        o->subj = n;
+        o->cap_subj = cap;
     }
-    lq_patch_free(o->subj);
-    o->subj = keep;
+    o->subj[o->n_subj++] = *op;
     return LQ_OK;
 }
 
 /* LARQL's apply semantics (§6.2 of the reference notes). Errors are allocation failures only:
  * everything else was checked by check_op. */
-static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
+static int apply_op(lq_overlay *o, const lq_patch *p, size_t i, lq_err *err)
 {
     int rc = LQ_OK;
+    lq_patch_op opv;
+    lq_patch_op_at(p, i, &opv);
+    const lq_patch_op *op = &opv; /* its strings and vectors live as long as p */
     if (op->kind == LQ_OP_DELETE_EDIT || ov_is_dead(o, op->id))
         return LQ_OK; /* the edit it names is skipped by every rebuild (collect_dead) */
     if (op->kind == LQ_OP_INSERT_KNN) {
-        lq_knn_entry ke = {op->layer, op->key, op->target_id, op->target, op->entity, op->relation,
-                           isnan(op->confidence) ? 1.0f : op->confidence};
-        return lq_knn_store_add_entry(o->knn, &ke, err);
+        const float *unit = lq_vx_patch_unit_key(p, i);
+        float conf = isnan(op->confidence) ? 1.0f : op->confidence;
+        if (!unit) { /* a zero key: the store's add says why it is refused */
+            lq_knn_entry ke = {op->layer, op->key, op->target_id, op->target, op->entity, op->relation, conf};
+            return lq_knn_store_add_entry(o->knn, &ke, err);
+        }
+        lq_vx_knn_entry be = {op->layer, op->target_id, (char *)op->target,
+                              (char *)(op->entity ? op->entity : ""),
+                              (char *)(op->relation ? op->relation : ""), conf, (float *)unit, 1};
+        return lq_vx_knn_store_add_borrowed(o->knn, &be, err);
     }
-    if (op->kind == LQ_OP_INSERT_SUBJECT) {
-        if (!o->subj && lq_patch_create("subject", NULL, o->hidden, &o->subj, err))
-            return LQ_ENOMEM;
-        return lq_patch_add(o->subj, op, err);
-    }
+    if (op->kind == LQ_OP_INSERT_SUBJECT)
+        return subject_add(o, op, err);
     if (op->kind == LQ_OP_DELETE_KNN) {
         lq_vx_knn_remove(o->knn, op->entity, NULL);
-        return subject_remove(o, op->entity, err);
+        subject_remove(o, op->entity);
+        return LQ_OK;
     }
     ov_feat *e = get_or_add(o, op->layer, op->feature);
     if (!e)
@@ -383,19 +369,18 @@ static int apply_op(lq_overlay *o, const lq_patch_op *op, lq_err *err)
             o->n_del[e->layer]++;
         if (e->gate)
             o->n_gate[e->layer]--;
-        free(e->gate);
         e->gate = NULL;
         e->deleted = 1;
         e->has_meta = 0;
         return LQ_OK;
     }
-    if (!rc && !e->deleted)
-        rc = set_vec(o, e, &e->gate, op->gate, 1);
-    if (!rc)
-        rc = set_vec(o, e, &e->up, op->up, 0);
-    if (!rc)
-        rc = set_vec(o, e, &e->down, op->down, 0);
-    return rc ? lq_err_set(err, LQ_ENOMEM, "out of memory") : LQ_OK;
+    if (rc)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    if (!e->deleted)
+        set_vec(o, e, &e->gate, op->gate, 1);
+    set_vec(o, e, &e->up, op->up, 0);
+    set_vec(o, e, &e->down, op->down, 0);
+    return LQ_OK;
 }
 
 static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
@@ -433,9 +418,8 @@ static int check_patch(const lq_overlay *o, const lq_patch *p, lq_err *err)
 
 static int apply_ops(lq_overlay *o, const lq_patch *p, lq_err *err)
 {
-    lq_patch_op op;
-    for (size_t i = 0; lq_patch_op_at(p, i, &op); i++) {
-        int rc = apply_op(o, &op, err);
+    for (size_t i = 0; i < lq_patch_n_ops(p); i++) {
+        int rc = apply_op(o, p, i, err);
         if (rc)
             return rc;
     }
@@ -469,7 +453,7 @@ int ov_rebuild(lq_overlay *o, lq_err *err)
     if (collect_dead(o))
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     lq_knn_store *k = NULL;
-    int rc = knn_copy(o->knn0, o->hidden, &k, err);
+    int rc = knn_borrow(o->knn0, o->hidden, &k, err);
     if (rc)
         return rc;
     lq_knn_store_free(o->knn);
@@ -499,15 +483,17 @@ int lq_overlay_create(const lq_vindex *base, const lq_knn_store *init_knn, lq_ov
     o->n_layers = base->info.num_layers;
     o->n_gate = calloc((size_t)o->n_layers + 1, sizeof *o->n_gate);
     o->n_del = calloc((size_t)o->n_layers + 1, sizeof *o->n_del);
-    o->gmat = calloc((size_t)o->n_layers + 1, sizeof *o->gmat);
-    o->gfeat = calloc((size_t)o->n_layers + 1, sizeof *o->gfeat);
-    int rc = o->n_gate && o->n_del && o->gmat && o->gfeat ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
+    o->gm = calloc((size_t)o->n_layers + 1, sizeof *o->gm);
+    int rc = o->n_gate && o->n_del && o->gm ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
     if (!rc && init_knn && init_knn->hidden != o->hidden)
         rc = lq_err_set(err, LQ_EINVAL, "overlay: KNN store hidden %d, vindex hidden %d", init_knn->hidden, o->hidden);
+    /* the vindex's own store outlives every overlay of it: borrowed, not copied per overlay */
+    o->knn0_is_base = init_knn && init_knn == base->knn;
     if (!rc)
-        rc = knn_copy(init_knn, o->hidden, &o->knn0, err);
+        rc = o->knn0_is_base ? knn_borrow(init_knn, o->hidden, &o->knn0, err)
+                             : knn_copy(init_knn, o->hidden, &o->knn0, err);
     if (!rc)
-        rc = knn_copy(init_knn, o->hidden, &o->knn, err);
+        rc = knn_borrow(o->knn0, o->hidden, &o->knn, err);
     if (rc) {
         lq_overlay_free(o);
         return rc;
@@ -525,18 +511,17 @@ void lq_overlay_free(lq_overlay *o)
     free(o->slot);
     free(o->n_gate);
     free(o->n_del);
-    for (int l = 0; o->gmat && l < o->n_layers; l++)
-        free(o->gmat[l]);
-    for (int l = 0; o->gfeat && l < o->n_layers; l++)
-        free(o->gfeat[l]);
-    free(o->gmat);
-    free(o->gfeat);
+    for (int l = 0; o->gm && l < o->n_layers; l++)
+        ov_gm_unref(o->gm[l]);
+    free(o->gm);
     for (size_t i = 0; i < o->np; i++)
         lq_patch_free(o->patches[i]);
     free(o->patches);
     free(o->pscope);
-    lq_knn_store_free(o->knn);
+    lq_knn_store_free(o->knn); /* before knn0 and the patches, from which it borrows */
     lq_knn_store_free(o->knn0);
+    free(o->subj);
+    free(o->retired);
     free(o->edits_name);
     clear_dead(o);
     lq_edit_set_unref(o->es);
@@ -560,17 +545,10 @@ lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err)
             lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
         }
     }
-    size_t ns = lq_patch_n_ops(o->subj);
-    if (s && ns) {
-        lq_patch_op *ops = malloc(ns * sizeof *ops);
-        for (size_t i = 0; ops && i < ns; i++)
-            lq_patch_op_at(o->subj, i, &ops[i]);
-        if (!ops || lq_vx_edit_set_add_subject(s, o->base->tok, ops, ns)) {
-            lq_edit_set_unref(s);
-            s = NULL;
-            lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
-        }
-        free(ops);
+    if (s && o->n_subj && lq_vx_edit_set_add_subject(s, o->base->tok, o->subj, o->n_subj)) {
+        lq_edit_set_unref(s);
+        s = NULL;
+        lq_err_set(err, LQ_ENOMEM, "out of memory for an edit set");
     }
     return s;
 }
@@ -637,7 +615,7 @@ int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err)
 
 int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
 {
-    int rc = lq_overlay_create(src->base, src->knn0, out, err);
+    int rc = lq_overlay_create(src->base, src->knn0_is_base ? src->base->knn : src->knn0, out, err);
     for (size_t i = 0; !rc && i < src->np; i++) {
         /* shared, not copied: a patch in an overlay changes only as the live edits patch,
          * and edit() copies it first when another overlay holds it too */
@@ -648,8 +626,11 @@ int lq_overlay_clone(const lq_overlay *src, lq_overlay **out, lq_err *err)
     }
     if (!rc)
         (*out)->scope = src->scope;
-    if (!rc)
+    if (!rc) {
+        (*out)->gm_donor = src; /* its gate matrices, shared where the rows are the same */
         rc = ov_rebuild(*out, err);
+        (*out)->gm_donor = NULL;
+    }
     if (rc) {
         lq_overlay_free(*out);
         *out = NULL;
@@ -696,7 +677,7 @@ int lq_vx_overlay_settle(lq_overlay *o, lq_err *err)
     if (!o->gmats_stale)
         return LQ_OK;
     o->gmats_stale = 0;
-    return build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
+    return ov_build_gmats(o) ? lq_err_set(err, LQ_ENOMEM, "overlay: out of memory for the gate matrices") : LQ_OK;
 }
 
 int lq_overlay_apply(lq_overlay *o, const lq_patch *p, lq_err *err)
@@ -777,10 +758,17 @@ static lq_patch *edits_patch(lq_overlay *o, lq_err *err)
         lq_patch *c = NULL;
         if (lq_vx_patch_copy(e, &c, err))
             return NULL;
+        lq_patch **r = realloc(o->retired, (o->n_retired + 1) * sizeof *r);
+        if (!r) {
+            lq_patch_free(c);
+            lq_err_set(err, LQ_ENOMEM, "out of memory");
+            return NULL;
+        }
+        o->retired = r;
         for (size_t i = 0; i < o->np; i++)
             if (o->patches[i] == e)
                 o->patches[i] = c;
-        lq_patch_free(e);
+        o->retired[o->n_retired++] = e; /* the state borrows from it until the next rebuild */
         return c;
     }
     if (e)
@@ -839,8 +827,8 @@ int ov_edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err)
         if (!rc)
             rc = ov_rebuild(o, err);
     } else {
-        for (size_t i = 0; !rc && i < n; i++)
-            rc = apply_op(o, &ops[i], err);
+        for (size_t i = 0; !rc && i < n; i++) /* as recorded: the state borrows from e */
+            rc = apply_op(o, e, n0 + i, err);
         if (!rc)
             rc = changed(o, err);
         else

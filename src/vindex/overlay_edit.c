@@ -463,7 +463,7 @@ int lq_overlay_delete(lq_overlay *o, const lq_edit_where *w, size_t *n_out, lq_e
     }
     /* subject edits of the entity (one per edit: counted at its key) */
     lq_patch_op sop;
-    for (size_t i = 0; !rc && w->entity && w->feature < 0 && lq_patch_op_at(o->subj, i, &sop); i++)
+    for (size_t i = 0; !rc && w->entity && w->feature < 0 && ov_subj_at(o, i, &sop); i++)
         if (sop.feature == 0 && sop.down && sop.entity && !strcasecmp(sop.entity, w->entity) && (w->layer < 0 || sop.layer == w->layer) &&
             (!w->relation || lq_icontains(sop.relation, w->relation)))
             nk++;

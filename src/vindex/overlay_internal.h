@@ -8,6 +8,9 @@
 #include "larql/patch.h"
 #include "vindex/vindex_internal.h"
 
+/* A feature's vectors are borrowed from the patch op that set them: the overlay holds its
+ * patches, a patch never changes in place while shared, and every change that drops or
+ * rewrites a patch rebuilds the state, so clones of one state share every vector. */
 typedef struct ov_feat {
     int layer, feature;
     int deleted;          /* tombstone */
@@ -16,8 +19,15 @@ typedef struct ov_feat {
     int32_t target_id;    /* meta: -1 = no vocabulary id */
     float c_score;
     char *entity, *relation;
-    float *gate, *up, *down; /* [hidden] or NULL */
+    const float *gate, *up, *down; /* [hidden] or NULL, borrowed */
 } ov_feat;
+
+/* one layer's gate overrides as a matrix, shared between overlays (overlay_gates.c) */
+typedef struct ov_gm {
+    int refs, n;
+    float *m;            /* [n, hidden] */
+    int *feat;           /* [n]: the feature of each row */
+} ov_gm;
 
 struct lq_overlay {
     const lq_vindex *base;
@@ -25,6 +35,7 @@ struct lq_overlay {
     int hidden, n_layers;
     lq_knn_store *knn;
     lq_knn_store *knn0;   /* the initial store (rebuilds start from it) */
+    int knn0_is_base;     /* knn0 borrows the base vindex's own store */
     ov_feat *f;
     size_t nf, capf;
     size_t *slot;         /* open addressing over f: index + 1, 0 = empty; capacity hcap */
@@ -33,12 +44,19 @@ struct lq_overlay {
     /* per layer, the gate overrides as one row-major matrix [n_gate[l], hidden] and their
      * features, rebuilt after every change, so that a query scores them with the gate kernel
      * in one call (LARQL keeps the same flattened matrix) */
-    float **gmat;
-    int **gfeat;
+    ov_gm **gm;           /* [n_layers], NULL where the layer has none (overlay_gates.c) */
+    const struct lq_overlay *gm_donor; /* during a clone's build: the source, whose matrices
+                                          it shares where equal */
     lq_patch **patches;
     int *pscope;          /* [capp]: the scope each patch was applied in */
     size_t np, capp;
-    lq_patch *subj;       /* the live subject-edit ops, in order (folded from the patches) */
+    lq_patch_op *subj;    /* the live subject-edit ops, in order (folded from the patches;
+                             their vectors and strings borrowed from them) */
+    size_t n_subj, cap_subj;
+    /* patches this overlay stopped holding (its edits patch, copied when a clone shared it)
+     * while its state still borrows from them: released at the next rebuild */
+    lq_patch **retired;
+    size_t n_retired;
     char **dead;          /* ids of the edits that delete_edit ops removed (rebuilt with the state) */
     size_t n_dead;
     int scope;            /* the scope apply / remove / edits name patches in */
@@ -94,15 +112,29 @@ int lq_vx_patch_hidden(const lq_patch *p);
 int lq_vx_patch_copy(const lq_patch *src, lq_patch **out, lq_err *err);
 lq_patch *lq_vx_patch_ref(lq_patch *p);
 int lq_vx_patch_shared(const lq_patch *p);
+/* op i's insert_knn key at unit length (NULL: not an insert_knn, or a zero key) */
+const float *lq_vx_patch_unit_key(const lq_patch *p, size_t i);
 
 /* overlay.c */
 /* ops[0..n) as one edit: all checked before any is applied or recorded in the live patch */
 int ov_edit(lq_overlay *o, const lq_patch_op *ops, size_t n, lq_err *err);
+/* the i-th live subject-edit op, or 0 past the last */
+static inline int ov_subj_at(const lq_overlay *o, size_t i, lq_patch_op *op)
+{
+    if (i >= o->n_subj)
+        return 0;
+    *op = o->subj[i];
+    return 1;
+}
 /* 1 if a delete_edit op of the patches removed the edit id */
 int ov_is_dead(const lq_overlay *o, const char *id);
 lq_edit_set *ov_build_full_edit_set(const lq_overlay *o, lq_err *err);
 int ov_push_patch(lq_overlay *o, lq_patch *p, lq_err *err);
 int ov_rebuild(lq_overlay *o, lq_err *err);
+
+/* overlay_gates.c: rebuilds the matrices that changed since the last build */
+int ov_build_gmats(lq_overlay *o);
+void ov_gm_unref(ov_gm *g);
 
 /* overlay_view.c: what the read path asks an overlay's view (vindex_internal.h) */
 extern const lq_vx_view ov_view_ops;

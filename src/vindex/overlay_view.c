@@ -66,9 +66,10 @@ static void view_mask(const lq_vindex *v, int layer, float *scores, size_t n)
     const lq_overlay *o = v->ov;
     if (!view_touches(v, layer))
         return;
-    for (int i = 0; i < o->n_gate[layer]; i++)
-        if ((size_t)o->gfeat[layer][i] < n)
-            scores[o->gfeat[layer][i]] = NAN;
+    const ov_gm *g = o->gm[layer];
+    for (int i = 0; g && i < g->n; i++)
+        if ((size_t)g->feat[i] < n)
+            scores[g->feat[i]] = NAN;
     if (!o->n_del[layer])
         return;
     for (size_t i = 0; i < o->nf; i++)
@@ -99,12 +100,13 @@ static size_t view_gate_merge(const lq_vindex *v, int layer, const float *q, con
     }
     /* every gate override of the layer, scored against q with the vindex's gate kernel in one
      * call (out has room: nb + n_gate; the scores land in out's tail, then become hits) */
-    int ng = o->n_gate[layer];
-    if (ng > 0 && o->gmat[layer]) {
+    const ov_gm *g = o->gm[layer];
+    int ng = g ? (g->n < o->n_gate[layer] ? g->n : o->n_gate[layer]) : 0; /* out has n_gate rows */
+    if (ng > 0) {
         float *sc = (float *)(void *)(out + n); /* ng floats fit in ng hits */
-        v->kern->gate_scores(o->gmat[layer], 0, (size_t)o->hidden, 0, (size_t)ng, q, 1, sc, (size_t)ng);
+        v->kern->gate_scores(g->m, 0, (size_t)o->hidden, 0, (size_t)ng, q, 1, sc, (size_t)ng);
         for (int i = ng - 1; i >= 0; i--) /* back to front: hit i is written over floats >= i */
-            out[n + (size_t)i] = (lq_vindex_hit){layer, o->gfeat[layer][i], sc[i]};
+            out[n + (size_t)i] = (lq_vindex_hit){layer, g->feat[i], sc[i]};
         n += (size_t)ng;
     }
     qsort(out, n, sizeof *out, cmp_hit);

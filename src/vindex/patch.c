@@ -28,6 +28,8 @@ typedef struct pop {
     lq_patch_op op;  /* strings and vectors point into the allocations below */
     char *s[6];      /* entity, relation, target, reason, dm_token, id */
     float *v[4];     /* gate, up, down, key */
+    float *unit;     /* insert_knn: the key at unit length, as KNN stores hold it (overlays
+                        borrow it, so every overlay folding this patch shares one copy) */
 } pop;
 
 struct lq_patch {
@@ -101,6 +103,7 @@ static void pop_free(pop *o)
         free(o->s[i]);
     for (int i = 0; i < 4; i++)
         free(o->v[i]);
+    free(o->unit);
 }
 
 lq_patch *lq_vx_patch_ref(lq_patch *p)
@@ -173,6 +176,14 @@ int lq_patch_add(lq_patch *p, const lq_patch_op *op, lq_err *err)
             else
                 memcpy(o->v[i], vin[i], (size_t)p->hidden * sizeof(float));
         }
+    if (!bad && op->kind == LQ_OP_INSERT_KNN) {
+        if (!(o->unit = malloc((size_t)p->hidden * sizeof(float))))
+            bad = 1;
+        else if (lq_vx_knn_unit_key(op->key, p->hidden, o->unit)) {
+            free(o->unit); /* a zero key: the store's own add refuses it when it is applied */
+            o->unit = NULL;
+        }
+    }
     if (bad) {
         pop_free(o);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
@@ -200,6 +211,8 @@ int lq_patch_op_at(const lq_patch *p, size_t i, lq_patch_op *op)
     *op = p->ops[i].op;
     return 1;
 }
+
+const float *lq_vx_patch_unit_key(const lq_patch *p, size_t i) { return p && i < p->n ? p->ops[i].unit : NULL; }
 
 const char *lq_patch_name(const lq_patch *p) { return p ? p->name : NULL; }
 const char *lq_patch_base_model(const lq_patch *p) { return p ? p->base_model : NULL; }

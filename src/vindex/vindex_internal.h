@@ -156,6 +156,7 @@ typedef struct lq_vx_knn_entry {
     char *target_token, *entity, *relation;
     float confidence;
     float *key; /* [hidden], unit length */
+    int borrowed; /* key and strings belong to someone else (a patch op, another store) */
 } lq_vx_knn_entry;
 
 struct lq_knn_store {
@@ -268,6 +269,13 @@ char *lq_vx_canonical_prompt(const char *entity, const char *relation);
 /* Removes the entries of entity (case-sensitive, as LARQL's delete_knn); relation NULL = any.
  * Returns how many. */
 size_t lq_vx_knn_remove(lq_knn_store *s, const char *entity, const char *relation);
+/* key / its L2 norm into unit[hidden], as the store keeps its keys; LQ_EINVAL for a zero or
+ * non-finite norm */
+int lq_vx_knn_unit_key(const float *key, int hidden, float *unit);
+/* Appends e as it is, without copying its key and strings: e->key must be unit length and e's
+ * key and strings must outlive the store (an overlay's store borrows from the patches the
+ * overlay holds, so that clones of one state share every vector). */
+int lq_vx_knn_store_add_borrowed(lq_knn_store *s, const lq_vx_knn_entry *e, lq_err *err);
 /* lq_patch_parse of a parsed document (the journal's records hold patches inside them) */
 int lq_vx_patch_from_json(json_t *root, const char *name, int hidden, lq_patch **out, lq_err *err);
 /* A journal replay: changes skip rebuilding the gate matrices (nothing queries the overlay

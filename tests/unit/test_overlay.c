@@ -19,6 +19,7 @@
 #include "larql/scheduler.h"
 #include "larql/generate.h"
 #include "larql/vindex.h"
+#include "vindex/overlay_internal.h"
 
 static const char corpus[] =
     "The capital of France is Paris . The capital of Germany is Berlin . The capital of Japan is Tokyo . "
@@ -857,6 +858,106 @@ static void test_layered_session(void)
     lq_overlay_free(g);
 }
 
+/* A gate override's hits at layer l for the query q, as the view scores them. */
+static float override_score(const lq_overlay *o, int l, int feature, const float *q)
+{
+    lq_vindex_hit hits[64];
+    size_t n = 0;
+    lq_err err = {0};
+    if (lq_vindex_gate_knn(lq_overlay_vindex(o), l, q, 64, hits, &n, &err))
+        return NAN;
+    for (size_t i = 0; i < n; i++)
+        if (hits[i].feature == feature)
+            return hits[i].score;
+    return NAN;
+}
+
+/* A clone shares every vector of its source's state (issue 24: a session holds only its own
+ * edits): KNN keys, feature gates, the per-layer gate matrices and the subject edits' ops are
+ * the source's memory, and the clone answers as the source. A gate matrix is reused only when
+ * its rows hold the same numbers: a patch removed and another applied with other gates in the
+ * same slots (whose vectors may land at the freed addresses) is scored with the new gates. */
+static void test_clone_borrows(void)
+{
+    if (!V)
+        SKIP("fixture failed");
+    lq_err err = {0};
+    lq_overlay *g = NULL, *c = NULL;
+    CHECK(lq_overlay_create(V, NULL, &g, &err) == 0);
+    CHECK(insert_fact(g, "Atlantis", "Poseidonia", LQ_INSERT_KNN) == 0);
+    CHECK(insert_fact(g, "Lemuria", "Tokyo", LQ_INSERT_COMPOSE) == 0);
+    int subj = insert_fact(g, "Mu", "Berlin", LQ_INSERT_SUBJECT) == 0;
+    CHECK_MSG(lq_overlay_clone(g, &c, &err) == 0, "%s", err.msg);
+    if (!g || !c) {
+        lq_overlay_free(g);
+        return;
+    }
+    CHECK(c->knn->n == g->knn->n && c->knn->n >= 1 && c->knn->e[0].key == g->knn->e[0].key);
+    CHECK(c->knn->e[0].entity == g->knn->e[0].entity);
+    int shared_layer = -1;
+    for (int l = 0; l < g->n_layers; l++)
+        if (g->gm[l]) {
+            CHECK(c->gm[l] == g->gm[l]);
+            shared_layer = l;
+        }
+    CHECK(shared_layer >= 0);
+    CHECK(!subj || (c->n_subj == g->n_subj && c->n_subj > 0 && c->subj[0].down == g->subj[0].down));
+    for (size_t i = 0; i < g->nf; i++)
+        if (g->f[i].gate) {
+            const ov_feat *e = ov_find(c, g->f[i].layer, g->f[i].feature);
+            CHECK(e && e->gate == g->f[i].gate);
+        }
+    char *dg = describe(lq_overlay_vindex(g), "Lemuria"), *dc = describe(lq_overlay_vindex(c), "Lemuria");
+    CHECK(dg && dc && !strcmp(dg, dc) && strstr(dg, "Tokyo"));
+    free(dg);
+    free(dc);
+    /* the source's next edit copies its edits patch: the clone keeps the state it had */
+    CHECK(insert_fact(g, "Avalon", "Rome", LQ_INSERT_KNN) == 0);
+    CHECK(c->knn->n + 1 == g->knn->n);
+    lq_overlay_free(g); /* the clone outlives its source: its vectors are still there */
+    dc = describe(lq_overlay_vindex(c), "Lemuria");
+    CHECK(dc && strstr(dc, "Tokyo"));
+    free(dc);
+    /* the same slot gated anew by a later patch, then that patch removed: each time the
+     * layer's rows are the same features with other numbers, and the view scores the new ones */
+    int hidden = V->info.hidden_size, layer = shared_layer, feature = -1;
+    for (size_t i = 0; i < c->nf; i++)
+        if (c->f[i].gate && c->f[i].layer == layer)
+            feature = c->f[i].feature;
+    float *q = calloc((size_t)hidden, sizeof *q), *gates[2] = {0};
+    lq_patch *ps[2] = {0};
+    for (int d = 0; q && d < hidden; d++)
+        q[d] = d % 3 == 0 ? 1.0f : 0.0f;
+    double want[3] = {0};
+    for (int r = 0; r < 2 && q && feature >= 0; r++) {
+        CHECK(lq_patch_create(r ? "regate1" : "regate0", NULL, hidden, &ps[r], &err) == 0);
+        gates[r] = calloc((size_t)hidden, sizeof *gates[r]);
+        for (int d = 0; gates[r] && d < hidden; d++)
+            gates[r][d] = (float)(r + 1) * (d % 3 == 0 ? 0.5f : -0.25f);
+        lq_patch_op op;
+        lq_patch_op_init(&op, LQ_OP_INSERT);
+        op.layer = layer, op.feature = feature, op.gate = gates[r], op.target = "Rome";
+        op.entity = "Lemuria", op.relation = "capital";
+        CHECK_MSG(ps[r] && gates[r] && lq_patch_add(ps[r], &op, &err) == 0, "%s", err.msg);
+        CHECK_MSG(lq_overlay_apply(c, ps[r], &err) == 0, "%s", err.msg);
+        for (int d = 0; gates[r] && d < hidden; d++)
+            want[r] += (double)gates[r][d] * q[d];
+        float got = override_score(c, layer, feature, q);
+        CHECK_MSG(fabs(got - want[r]) <= 1e-3 * fabs(want[r]) + 1e-4, "patch %d: %g, want %g", r, got, want[r]);
+    }
+    if (feature >= 0 && ps[1]) {
+        CHECK(lq_overlay_remove(c, "regate1", &err) == 0);
+        float got = override_score(c, layer, feature, q);
+        CHECK_MSG(fabs(got - want[0]) <= 1e-3 * fabs(want[0]) + 1e-4, "after the removal: %g, want %g", got, want[0]);
+    }
+    for (int r = 0; r < 2; r++) {
+        lq_patch_free(ps[r]);
+        free(gates[r]);
+    }
+    free(q);
+    lq_overlay_free(c);
+}
+
 /* A subject edit's old answer: wherever the subject stands, its probability moves to the
  * target's first token (p'(t) = p(t) + p(old), p'(old) ~ 0, every other logit as it was);
  * a prompt without the subject is computed bit for bit as before; the field survives the
@@ -957,6 +1058,7 @@ int main(void)
     RUN(test_edit_log);
     RUN(test_layered_session);
     RUN(test_old_answer_moves);
+    RUN(test_clone_borrows);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();
