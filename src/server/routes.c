@@ -15,12 +15,14 @@
 #define ANY_OBJ "{\"type\":\"object\"}"
 #define FFN "application/x-larql-ffn"
 
-/* structured output and logit_bias on the OpenAI routes (routes_openai.c parse_constraints) */
+/* structured output, logit_bias, cache_prompt and Predicted Outputs' prediction on the OpenAI
+ * routes (routes_openai.c) */
 #define CONSTRAIN                                                                              \
     ",\"response_format\":" OBJ("\"type\":" STR ",\"json_schema\":" OBJ(                        \
         "\"name\":" STR ",\"schema\":{\"type\":\"object\"},\"strict\":" BOOL))                     \
     ",\"grammar\":" STR ",\"json_schema\":{\"type\":\"object\"},\"logit_bias\":{\"type\":\"object\"}"        \
-    ",\"cache_prompt\":" BOOL
+    ",\"cache_prompt\":" BOOL                                                                  \
+    ",\"prediction\":" OBJ("\"type\":" STR ",\"content\":{}")
 
 /* the flags most LARQL routes share: bounded by --max-concurrent, also under /v1/{model_id}/ */
 #define LARQL (RT_GATED | RT_MODEL_SCOPED)

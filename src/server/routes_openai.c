@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "core/json_obj.h"
+#include "core/sb.h"
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
@@ -56,6 +57,8 @@ typedef struct job {
     json_t *calls;           /* the reply's tool_calls, once the output parsed as a call */
     int32_t *ids;            /* prompt token ids */
     size_t n_ids;
+    int32_t *pred;           /* OpenAI's "prediction" tokenised (gp.prediction), or NULL */
+    int has_pred;
     char *prompt_text;       /* for echo */
     size_t prompt_len;
 
@@ -125,6 +128,7 @@ static void job_free(job *jb)
     oai_tools_free(&jb->tools);
     json_decref(jb->calls);
     free(jb->ids);
+    free(jb->pred);
     free(jb->prompt_text);
     free(jb->text);
     free(jb->out);
@@ -591,6 +595,61 @@ out:
     return rc;
 }
 
+/* OpenAI's Predicted Outputs: "prediction": {"type": "content", "content": string or [{"type":
+ * "text", "text": string}, ...]}, the output expected (an edit of a known text). Its tokens
+ * become drafts the speculative decoder verifies (lq_generate_params.prediction): the output
+ * is the same as without it, only faster where it matches. 0, or -1 with r filled. */
+static int parse_prediction(job *jb, json_t *j, reply *r)
+{
+    json_t *p = json_object_get(j, "prediction");
+    if (!p || json_is_null(p))
+        return 0;
+    json_t *c = json_is_object(p) ? json_object_get(p, "content") : NULL;
+    const char *ty = json_is_object(p) ? json_string_value(json_object_get(p, "type")) : NULL;
+    if (!ty || strcmp(ty, "content") || !(json_is_string(c) || json_is_array(c))) {
+        reply_oai_err(r, 400, "prediction",
+                      "'prediction' must be {\"type\": \"content\", \"content\": a string or an array of "
+                      "text parts}");
+        return -1;
+    }
+    lq_sb text = {0};
+    if (json_is_string(c))
+        lq_sb_put(&text, json_string_value(c), json_string_length(c));
+    for (size_t i = 0; json_is_array(c) && i < json_array_size(c); i++) {
+        json_t *part = json_array_get(c, i);
+        const char *pt = json_string_value(json_object_get(part, "type"));
+        json_t *tx = json_object_get(part, "text");
+        if (!pt || strcmp(pt, "text") || !json_is_string(tx)) {
+            lq_sb_free(&text);
+            reply_oai_err(r, 400, "prediction", "prediction.content[%zu] must be {\"type\": \"text\", \"text\": "
+                          "a string}", i);
+            return -1;
+        }
+        lq_sb_put(&text, json_string_value(tx), json_string_length(tx));
+    }
+    if (text.oom) {
+        lq_sb_free(&text);
+        reply_oai_err(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    jb->has_pred = 1;
+    size_t n = 0;
+    lq_err err = {0};
+    int e = text.n ? lq_tokenizer_encode(jb->tok, text.s, text.n, 0, &jb->pred, &n, &err) : 0;
+    lq_sb_free(&text);
+    if (e) {
+        reply_oai_err(r, status_from_lq(e), "prediction", "%s", err.msg);
+        return -1;
+    }
+    if (n > LQ_PREDICTION_MAX) {
+        reply_oai_err(r, 400, "prediction", "prediction is %zu tokens; at most %d", n, LQ_PREDICTION_MAX);
+        return -1;
+    }
+    jb->gp.prediction = jb->pred;
+    jb->gp.n_prediction = n;
+    return 0;
+}
+
 /* prompt: a string, [string] (one), [int...] (token ids) or [[int...]] (one). */
 static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
 {
@@ -918,14 +977,33 @@ static void sse_tool_end(job *jb)
     }
 }
 
+/* OpenAI's completion_tokens_details for a request with a prediction: draft tokens verified
+ * and kept (accepted) or discarded (rejected), over every choice */
+static json_t *prediction_details(job *const *jobs, int n)
+{
+    int acc = 0, drafted = 0;
+    for (int i = 0; i < n; i++) {
+        acc += jobs[i]->res.draft_accepted;
+        drafted += jobs[i]->res.drafted;
+    }
+    return json_pack("{s:i,s:i,s:i,s:i}", "reasoning_tokens", 0, "audio_tokens", 0, "accepted_prediction_tokens",
+                     acc, "rejected_prediction_tokens", drafted - acc);
+}
+
 /* usage of a stream: the prompt once, the completion tokens of every choice */
 static json_t *usage_json(const job *jb)
 {
     int gen = 0;
     for (int i = 0; i < (jb->sibs ? jb->n_sibs : 1); i++)
         gen += (jb->sibs ? jb->sibs[i] : jb)->res.n_generated;
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)jb->n_ids, "completion_tokens", gen, "total_tokens",
-                     (int)jb->n_ids + gen);
+    json_t *u = json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)jb->n_ids, "completion_tokens", gen,
+                          "total_tokens", (int)jb->n_ids + gen);
+    if (u && jb->has_pred) { /* Predicted Outputs: drafted tokens kept and discarded */
+        job *self = (job *)jb;
+        json_object_set_new(u, "completion_tokens_details",
+                            jb->sibs ? prediction_details(jb->sibs, jb->n_sibs) : prediction_details(&self, 1));
+    }
+    return u;
 }
 
 /* The scheduler's end-of-request callback (scheduler thread). */
@@ -1096,6 +1174,8 @@ static void non_stream_reply(job *const *jbs, int n, reply *r)
         completion += jbs[i]->res.n_generated;
     }
     json_t *usage = usage_json(jbs[0]);
+    if (jbs[0]->has_pred)
+        json_object_set_new(usage, "completion_tokens_details", prediction_details(jbs, n));
     json_object_set_new(usage, "completion_tokens", json_integer(completion));
     json_object_set_new(usage, "total_tokens", json_integer((json_int_t)jbs[0]->res.n_prompt + completion));
     reply_json(r, 200, json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", jbs[0]->id, "object",
@@ -1153,6 +1233,8 @@ static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
     if (parse_constraints(jb, j, r))
         goto fail;
     if (chat ? parse_messages(s->o.chat_template, m, jb, j, r) : parse_prompt(m, jb, j, r))
+        goto fail;
+    if (parse_prediction(jb, j, r))
         goto fail;
     jb->want_lp = chat ? jb->logprobs > 0 : jb->logprobs >= 0;
     /* logprobs are over the whole vocabulary: the exact head every step, not the bounded one */

@@ -2,7 +2,7 @@
 # Speculative decoding from the front ends: `larql run --draft ngram|none` prints the same
 # tokens either way (and says how many drafts it verified); bad --draft values are usage errors;
 # `larql serve` answers /v1/completions the same with --draft none and the default, and counts
-# drafts in /v1/runtime and /metrics.
+# drafts in /v1/runtime and /metrics; OpenAI's "prediction" (tests/http/prediction.py).
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/server.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,6 +37,7 @@ for mode in none ngram; do
             | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' >"$T_TMP/srv_$mode.txt" 2>&1
         curl -s "http://127.0.0.1:$PORT/v1/runtime" >"$T_TMP/rt_$mode.json"
         curl -s "http://127.0.0.1:$PORT/metrics" >"$T_TMP/metrics_$mode.txt"
+        [ "$mode" = ngram ] && run_py prediction.log "$HTTP_DIR/prediction.py" "$PORT"
         kill "$PID" 2>/dev/null
     fi
 done
