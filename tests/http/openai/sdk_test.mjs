@@ -44,6 +44,16 @@ await step("chat non-stream", async () => {
     r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens && r.usage.completion_tokens > 0, r);
 });
 
+await step("chat with a prediction (Predicted Outputs)", async () => {
+  const r = await client.chat.completions.create({
+    model: modelId, messages, max_tokens: 12, temperature: 0, prediction: { type: "content", content: chatText },
+  });
+  const d = r.usage.completion_tokens_details || {};
+  ok("chat prediction: the same answer, accepted/rejected prediction tokens in usage",
+    r.choices[0].message.content === chatText && Number.isInteger(d.accepted_prediction_tokens) &&
+    Number.isInteger(d.rejected_prediction_tokens), r);
+});
+
 await step("chat stream", async () => {
   const stream = await client.chat.completions.create({
     model: modelId, messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true },
