@@ -12,13 +12,14 @@ as not applicable with its reason; a "step" is a request of the same test that a
 builds on (a patch applied before it is removed), run but not counted. Placeholders fill in what LARQL's synthetic model (hidden 4,
 vocabulary 8, id "m") fixes and ours does not: $RESID / $RESID2 (a residual of one / two rows
 of the served hidden size), $VOCAB (the first id past the vocabulary), $MODEL (the patch's base
-model), $ID (the served model id), $ETAG (the ETag of a plain GET of the same path first).
+model), $ID (the served model id), "bin" (LARQL's binary wire format, see binary()), $ETAG (the ETag of a plain GET of the same path first).
 Exits 1 when a server crashes or fewer than PCT% of the applicable sites agree."""
 import http.client
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -113,13 +114,31 @@ def fill(v, srv):
     return v
 
 
+def binary(items, srv):
+    """LARQL's binary wire bodies: an int is a little-endian u32, $RESID a residual of f32s,
+    {"f32": [...]} floats, {"zeros": n} / {"bytes": [...]} bytes as given"""
+    out = b""
+    for it in items:
+        if isinstance(it, int):
+            out += struct.pack("<I", it)
+        elif it == "$RESID":
+            out += struct.pack("<%df" % srv["info"]["hidden_size"], *fill("$RESID", srv))
+        elif "f32" in it:
+            out += struct.pack("<%df" % len(it["f32"]), *it["f32"])
+        elif "zeros" in it:
+            out += bytes(it["zeros"])
+        else:
+            out += bytes(it["bytes"])
+    return out
+
+
 MULTI_IDS = sorted({m for s in sites if s["setup"] == "multi" for m in s.get("models") or []})
 agree = disagree = na = crashed = 0
 lines = []
 try:
     for s in sites:
         if s.get("na"):
-            na += 1
+            na += 0 if s.get("step") else 1
             lines.append("n/a       %s: %s" % (s["id"], s["na"]))
             continue
         srv = start(s["setup"])
@@ -133,6 +152,8 @@ try:
             headers.setdefault("content-type", "application/json")
         elif s.get("raw") is not None:
             body = s["raw"].encode()
+        elif s.get("bin") is not None:
+            body = binary(s["bin"], srv)
         if s["method"] == "POST" and body is None:
             body = b""
         try:
