@@ -8,12 +8,7 @@
 . "$(dirname "$0")/lib.inc"
 case $LARQL in /*) ;; *) LARQL="$PWD/$LARQL" ;; esac
 D=$(cd "$(dirname "$0")/../.." && pwd)
-M="$D/models/tinystories-ternary.gguf"
-if ! command -v python3 >/dev/null || [ ! -f "$M" ]; then
-    skip "LARQL's server request sites" "python3 or models/tinystories-ternary.gguf missing"; done_tests; exit 0
-fi
-V="$T_TMP/ts.vindex"
-check "convert the trained model" "$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference
+trained_vindex "LARQL's server request sites"
 if python3 "$D/tests/cli/py/larql_server_sites.py" "$LARQL" "$V" "$M" "$D/tests/data/larql_server/sites.jsonl" \
     --min-agree 90 >"$T_TMP/c" 2>&1; then
     pass "LARQL's server request sites: no crash, >= 90% answer LARQL's status"
