@@ -568,12 +568,14 @@ int lq_overlay_apply_carried(lq_overlay *o, const char *gguf_path, size_t *n_app
  * patches applied. A malformed list or a patch the vindex refuses -> an error naming the file. */
 int lq_carried_edits(const char *gguf_path, int n_threads, lq_edit_set **out, size_t *n_patches, lq_err *err);
 /* lq_model_open, and for a GGUF file (not a vindex directory) the edits it carries
- * (lq_carried_edits) as a hook for the caller's session (lq_session_set_hook,
- * lq_generate_params.hook; free with lq_edit_hook_free after the session): *hook NULL when the
- * file carries none or no_carried (the base model, as other engines run it). The one way the
- * command-line front ends open a model they run. */
+ * (lq_carried_edits): *hook (may be NULL) a hook for the caller's session
+ * (lq_session_set_hook, lq_generate_params.hook; free with lq_edit_hook_free after the
+ * session), *edits (may be NULL; one of the two is required) the set itself (a reference:
+ * lq_edit_set_unref), for lq_infer_params.edits. Both NULL when the file carries none or
+ * no_carried (the base model, as other engines run it). The one way the command-line front
+ * ends open a model they run. */
 int lq_model_open_edited(const char *path, const lq_model_opts *opts, int no_carried, lq_model **out,
-                         lq_resid_hook **hook, size_t *n_patches, lq_err *err);
+                         lq_resid_hook **hook, lq_edit_set **edits, size_t *n_patches, lq_err *err);
 
 #ifdef __cplusplus
 }

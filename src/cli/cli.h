@@ -98,6 +98,7 @@ typedef struct lq_cli_model_args {
     int ffn_timeout_ms;  /* --ffn-timeout MS (0 = the library's 60 s) */
     int no_carried;      /* --no-carried-edits: a compiled GGUF's edits are not applied */
     struct lq_resid_hook *hook; /* out (lq_cli_open_model_edited): the file's carried edits */
+    struct lq_edit_set *edits;  /* out: the same edits as a set (lq_infer_params.edits) */
 } lq_cli_model_args;
 
 void lq_cli_model_args_init(lq_cli_model_args *a);

@@ -144,7 +144,7 @@ int lq_cli_open_model_edited(const char *cmd, const char *path, lq_cli_model_arg
     lq_cli_model_opts(a, &o);
     lq_err err = {0};
     size_t n = 0;
-    if (lq_model_open_edited(path, &o, a->no_carried, m, &a->hook, &n, &err)) {
+    if (lq_model_open_edited(path, &o, a->no_carried, m, &a->hook, &a->edits, &n, &err)) {
         lq_cli_error(cmd, "%s", err.msg);
         return 1;
     }
@@ -158,6 +158,8 @@ void lq_cli_close_model(lq_model *m, lq_cli_model_args *a)
 {
     lq_edit_hook_free(a->hook); /* after the sessions that ran it */
     a->hook = NULL;
+    lq_edit_set_unref(a->edits);
+    a->edits = NULL;
     lq_model_close(m);
 }
 

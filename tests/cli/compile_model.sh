@@ -91,6 +91,11 @@ if start_server ed edited.gguf && grep -q 'applying the 1 patch(es) it carries' 
 else
     fail "serve applies the carried edits" "$(head -c 300 "$T_TMP/ed.err")"
 fi
+# larql infer: walk mode with the carried edit, as INFER on the vindex
+"$LARQL" infer edited.gguf "$P" --top 1 >"$T_TMP/inf" 2>&1
+if grep -q '^walk' "$T_TMP/inf" && grep -q ' 1\.  Paris  *0\.9036$' "$T_TMP/inf"; then pass "larql infer applies the carried edit (walk: Paris 0.9036)"
+else fail "larql infer applies the carried edit" "$(cat "$T_TMP/inf")"; fi
+check_fails "infer: carried edits with --knn-insert" "add --no-carried-edits" "$LARQL" infer edited.gguf "$P" --knn-insert 'A:b:C'
 if start_server base edited.gguf --no-carried-edits && grep -q 'no-carried-edits: serving the base model' "$T_TMP/base.err"; then
     pass "serve --no-carried-edits serves the base model"
 else

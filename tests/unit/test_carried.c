@@ -76,7 +76,7 @@ static void test_bad_arguments(void)
     CHECK(lq_carried_edits("no/such/model.gguf", 0, &es, NULL, &err) != 0);
     CHECK(es == NULL);
     lq_model *m = NULL;
-    CHECK_EQ_INT(lq_model_open_edited(TRAINED, NULL, 0, &m, NULL, NULL, &err), LQ_EINVAL);
+    CHECK_EQ_INT(lq_model_open_edited(TRAINED, NULL, 0, &m, NULL, NULL, NULL, &err), LQ_EINVAL);
 }
 
 static void test_no_edits(void)
@@ -92,7 +92,7 @@ static void test_no_edits(void)
     lq_model *m = NULL;
     lq_resid_hook *h = (lq_resid_hook *)1;
     lq_model_opts o = {.n_threads = 1};
-    CHECK_EQ_INT(lq_model_open_edited(TRAINED, &o, 0, &m, &h, &n, &err), 0);
+    CHECK_EQ_INT(lq_model_open_edited(TRAINED, &o, 0, &m, &h, NULL, &n, &err), 0);
     CHECK(m != NULL && h == NULL);
     lq_model_close(m);
 }
@@ -122,12 +122,15 @@ static void test_carried(void)
     lq_model *m = NULL;
     lq_resid_hook *h = NULL;
     lq_model_opts o = {.n_threads = 1};
-    CHECK_EQ_INT(lq_model_open_edited(path, &o, 0, &m, &h, &n, &err), 0);
-    CHECK(m != NULL && h != NULL && n == 1);
+    lq_edit_set *set = NULL;
+    CHECK_EQ_INT(lq_model_open_edited(path, &o, 0, &m, &h, &set, &n, &err), 0);
+    CHECK(m != NULL && h != NULL && set != NULL && n == 1);
+    CHECK_EQ_INT((int)lq_edit_set_n_knn(set), 1);
+    lq_edit_set_unref(set);
     lq_edit_hook_free(h);
     lq_model_close(m);
     h = NULL;
-    CHECK_EQ_INT(lq_model_open_edited(path, &o, 1, &m, &h, &n, &err), 0);
+    CHECK_EQ_INT(lq_model_open_edited(path, &o, 1, &m, &h, NULL, &n, &err), 0);
     CHECK(m != NULL && h == NULL && n == 0);
     lq_model_close(m);
 }
@@ -145,7 +148,7 @@ static void expect_refused(const char *dir, lq_model *base, const char *name, co
     /* the model is not left open on an error */
     lq_model *m = (lq_model *)1;
     lq_resid_hook *h = NULL;
-    CHECK(lq_model_open_edited(path, NULL, 0, &m, &h, NULL, &err) != 0);
+    CHECK(lq_model_open_edited(path, NULL, 0, &m, &h, NULL, NULL, &err) != 0);
     CHECK(m == NULL && h == NULL);
 }
 
