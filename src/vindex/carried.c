@@ -7,8 +7,8 @@
  * USE MODEL applies it; building one from the file and applying the patches to an overlay over
  * it is that same path, so the two cannot drift. Only the resulting edit set is kept (it is a
  * self-contained snapshot, src/vindex/edit_set.c): the temporary vindex is removed before
- * returning. A browse-level build is enough (gate vectors, down_meta, tokenizer; no weights
- * copied): the model runs from the GGUF itself. */
+ * returning. A browse-level build without down_meta is enough (gate vectors, tokenizer; no
+ * weights copied): the model runs from the GGUF itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -71,6 +71,11 @@ int lq_carried_edits(const char *gguf_path, int n_threads, lq_edit_set **out, si
     lq_vindex_build_opts bo;
     lq_vindex_build_opts_init(&bo);
     bo.level = LQ_VLEVEL_BROWSE; /* no weights copied (keep_quant is for inference levels) */
+    /* the edits need the layers' feature slots and the tokenizer, not what browse queries
+     * read: no down_meta scan (the builder's slowest stage: minutes for a 2B model) and no
+     * relation clusters */
+    bo.down_top_k = 0;
+    bo.no_clusters = 1;
     size_t n = 0;
     int rc = lq_vindex_build(gguf_path, dir, &bo, err);
     if (!rc)
