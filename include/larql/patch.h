@@ -560,6 +560,22 @@ int lq_overlay_compile_model(const lq_overlay *o, const lq_knn_store *base_knn, 
  * (none: LQ_OK, *n_applied 0). A malformed list or a patch o refuses -> an error (the
  * patches before it stay applied: the caller drops the overlay). */
 int lq_overlay_apply_carried(lq_overlay *o, const char *gguf_path, size_t *n_applied, lq_err *err);
+/* The forward-pass edits a GGUF written by lq_overlay_compile_model carries, as an edit set
+ * (*out NULL, LQ_OK when the file carries none): the patches applied as LQL's USE MODEL applies
+ * them (a temporary browse-level vindex of the file, removed before returning, and an overlay
+ * over it), so that a front end running the file with lq_edit_set_hook answers as the vindex
+ * with its patches. n_threads: the builder's (0 = cores). *n_patches (may be NULL): the
+ * patches applied. A malformed list or a patch the vindex refuses -> an error naming the file. */
+int lq_carried_edits(const char *gguf_path, int n_threads, lq_edit_set **out, size_t *n_patches, lq_err *err);
+/* lq_model_open, and for a GGUF file (not a vindex directory) the edits it carries
+ * (lq_carried_edits): *hook (may be NULL) a hook for the caller's session
+ * (lq_session_set_hook, lq_generate_params.hook; free with lq_edit_hook_free after the
+ * session), *edits (may be NULL; one of the two is required) the set itself (a reference:
+ * lq_edit_set_unref), for lq_infer_params.edits. Both NULL when the file carries none or
+ * no_carried (the base model, as other engines run it). The one way the command-line front
+ * ends open a model they run. */
+int lq_model_open_edited(const char *path, const lq_model_opts *opts, int no_carried, lq_model **out,
+                         lq_resid_hook **hook, lq_edit_set **edits, size_t *n_patches, lq_err *err);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,8 @@ typedef struct lq_server_opts {
                                * layer_last (inclusive; others 400), a shard of the model */
     int layer_first, layer_last;
     int lazy_weights;         /* load the model on the first request that needs it */
+    int no_carried_edits;     /* a GGUF written by COMPILE ... INTO MODEL: serve the base model,
+                                 without the edits it carries (lq_carried_edits) */
     int cors;                 /* Access-Control-Allow-Origin: * and OPTIONS preflight (also lets
                                * other origins write without an API key) */
     const char *allowed_hosts;/* comma-separated Host names answered (DNS rebinding); NULL =

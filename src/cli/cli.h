@@ -96,6 +96,9 @@ typedef struct lq_cli_model_args {
     int ctx;             /* --ctx N (0 = model default) */
     const char *ffn_url; /* --ffn URL: each layer's FFN on that larql serve (lq_model_opts.ffn_url) */
     int ffn_timeout_ms;  /* --ffn-timeout MS (0 = the library's 60 s) */
+    int no_carried;      /* --no-carried-edits: a compiled GGUF's edits are not applied */
+    struct lq_resid_hook *hook; /* out (lq_cli_open_model_edited): the file's carried edits */
+    struct lq_edit_set *edits;  /* out: the same edits as a set (lq_infer_params.edits) */
 } lq_cli_model_args;
 
 void lq_cli_model_args_init(lq_cli_model_args *a);
@@ -109,6 +112,11 @@ void lq_cli_model_opts(const lq_cli_model_args *a, struct lq_model_opts *o);
 /* Opens a model, printing "larql <cmd>: <error>" on failure. Returns 0 or 1. */
 int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args *a,
                       struct lq_model **m);
+/* lq_cli_open_model for the commands that run the model: a GGUF written by COMPILE ... INTO
+ * MODEL brings the edits it carries as a->hook (lq_model_open_edited; a note on stderr says so),
+ * unless --no-carried-edits. Close with lq_cli_close_model. */
+int lq_cli_open_model_edited(const char *cmd, const char *path, lq_cli_model_args *a, struct lq_model **m);
+void lq_cli_close_model(struct lq_model *m, lq_cli_model_args *a);
 /* Table-driven option parsing for the subcommands. */
 typedef enum lq_opt_kind {
     LQ_OPT_FLAG,   /* int* set to 1 */

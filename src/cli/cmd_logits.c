@@ -13,7 +13,7 @@
 static const char *USAGE =
     "larql logits MODEL (--ids 1,2,3 | --prompt TEXT) [--top K] [--act ms|float] [--threads N]\n"
     "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16|q8]\n"
-    "       [--weights auto|copy|mmap]";
+    "       [--weights auto|copy|mmap] [--no-carried-edits]";
 
 int lq_cli_logits(int argc, char **argv)
 {
@@ -45,7 +45,7 @@ int lq_cli_logits(int argc, char **argv)
     lq_err err = {0};
     if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
         ma.lm_head_mode = LQ_LM_HEAD_EXACT;
-    if (lq_cli_open_model(C, model_path, &ma, &m))
+    if (lq_cli_open_model_edited(C, model_path, &ma, &m))
         goto out;
     const lq_model_info *info = lq_model_get_info(m);
     if (prompt) {
@@ -67,6 +67,7 @@ int lq_cli_logits(int argc, char **argv)
         lq_cli_error(C, "%s", err.msg);
         goto out;
     }
+    lq_session_set_hook(s, ma.hook); /* a compiled GGUF's carried edits (NULL: none) */
     all = malloc(n * (size_t)V * sizeof *all);
     top_ids = malloc((size_t)top * sizeof *top_ids);
     top_vals = malloc((size_t)top * sizeof *top_vals);
@@ -93,6 +94,6 @@ out:
     free(top_vals);
     free(ids);
     lq_session_free(s);
-    lq_model_close(m);
+    lq_cli_close_model(m, &ma);
     return rc;
 }

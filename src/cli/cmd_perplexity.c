@@ -11,7 +11,7 @@
 
 static const char *USAGE =
     "larql perplexity MODEL --file TEXT [--ctx N] [--json] [--act ms|float] [--threads N]\n"
-    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16|q8] [--weights auto|copy|mmap]\n"
+    "       [--kernels scalar|avx2|avx512] [--lm-head f16|q8] [--kv f32|f16|q8] [--weights auto|copy|mmap] [--no-carried-edits]\n"
     "  TEXT: a UTF-8 file ('-' = stdin), scored in windows of the context as llama.cpp does";
 
 int lq_cli_perplexity(int argc, char **argv)
@@ -38,9 +38,9 @@ int lq_cli_perplexity(int argc, char **argv)
     lq_perplexity_result res;
     if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
         ma.lm_head_mode = LQ_LM_HEAD_EXACT;
-    if (lq_cli_open_model(C, model_path, &ma, &m))
+    if (lq_cli_open_model_edited(C, model_path, &ma, &m))
         goto out;
-    if (lq_perplexity(m, text, len, ma.ctx, &res, &err)) {
+    if (lq_perplexity_hook(m, text, len, ma.ctx, ma.hook, &res, &err)) {
         lq_cli_error(C, "%s", err.msg);
         goto out;
     }
@@ -54,7 +54,7 @@ int lq_cli_perplexity(int argc, char **argv)
                (unsigned long long)res.tokens);
     rc = 0;
 out:
-    lq_model_close(m);
+    lq_cli_close_model(m, &ma);
     free(text);
     return rc;
 }

@@ -171,7 +171,7 @@ static const char *RUN_USAGE =
     "larql run MODEL [PROMPT | --prompt TEXT | --ids 1,2,3] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--seed S] [--repeat-penalty X] [--frequency-penalty X] [--presence-penalty X]\n"
     "       [--stop TEXT]... [--threads N] [--act ms|float] [--ctx N] [--lm-head exact|bounded|q8] [--kv f32|f16|q8]\n"
-    "       [--weights auto|copy|mmap] [--ffn URL [--ffn-timeout-secs S]]\n"
+    "       [--weights auto|copy|mmap] [--ffn URL [--ffn-timeout-secs S]] [--no-carried-edits]\n"
     "       [--chat [--chat-template NAME|FILE] [--system S]]\n"
     "       [--ids-out] [--ignore-eos] [--grammar FILE.gbnf | --json-schema FILE.json]\n"
     "       [--draft ngram|none] [--draft-max K]\n"
@@ -268,8 +268,9 @@ int lq_cli_run(int argc, char **argv)
     char *rendered = NULL;
     int rc = 1;
     lq_err err = {0};
-    if (lq_cli_open_model(C, path, &g.model, &m))
+    if (lq_cli_open_model_edited(C, path, &g.model, &m))
         goto out;
+    g.gen.hook = g.model.hook;
     const lq_tokenizer *tok = lq_model_tokenizer(m);
     if (prompt) {
         const char *text = prompt;
@@ -320,7 +321,7 @@ out:
     free(ids);
     free(rendered);
     lq_session_free(s);
-    lq_model_close(m);
+    lq_cli_close_model(m, &g.model);
     return rc;
 }
 
@@ -395,8 +396,9 @@ int lq_cli_chat(int argc, char **argv)
     size_t nm = 0, cap = 0;
     char *line = NULL;
     size_t line_cap = 0;
-    if (lq_cli_open_model(C, path, &g.model, &m))
+    if (lq_cli_open_model_edited(C, path, &g.model, &m))
         goto out;
+    g.gen.hook = g.model.hook;
     if (lq_session_create(m, g.model.ctx, &s, &err)) {
         lq_cli_error(C, "%s", err.msg);
         goto out;
@@ -490,6 +492,6 @@ out:
     free(msgs);
     free(line);
     lq_session_free(s);
-    lq_model_close(m);
+    lq_cli_close_model(m, &g.model);
     return rc;
 }

@@ -14,7 +14,7 @@
 
 static const char *SERVE_USAGE =
     "larql serve (MODEL | --dir DIR) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--threads N]\n"
-    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-connections N] [--max-conns-per-ip N] [--max-body BYTES] [--max-stream-buffer BYTES]\n"
+    "       [--max-concurrent N] [--ctx N] [--no-infer] [--lazy-weights] [--no-carried-edits] [--cors] [--allowed-hosts H,H] [--follow-symlinks] [--max-connections N] [--max-conns-per-ip N] [--max-body BYTES] [--max-stream-buffer BYTES]\n"
     "       [--rate-limit N/s|N/min|N/hour] [--trust-forwarded-for] [--tls-cert PEM --tls-key PEM]\n"
     "       [--request-timeout S] [--header-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
@@ -229,6 +229,7 @@ int lq_cli_serve(int argc, char **argv)
     if (o.layers_set && ma.hugepages == 0)
         o.model.hugepages = -1;
     o.n_ctx = ma.ctx;
+    o.no_carried_edits = ma.no_carried; /* --no-carried-edits, a shared model option */
     o.log = log_line;
 
     /* signals first, so a TERM during the model load is not lost (it stops right after) */

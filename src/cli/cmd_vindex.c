@@ -376,7 +376,8 @@ int lq_cli_infer(int argc, char **argv)
                     "[--threads N] [--act ms|float]\n"
                     "       [--knn FILE] [--knn-insert ENTITY:RELATION:TARGET[@LAYER]] [--knn-save FILE]\n"
                     "  MODEL: a vindex directory with model weights (--keep-quant --level inference, "
-                    "or --dense-only), or a GGUF file (dense)\n"
+                    "or --dense-only), or a GGUF file (dense; walk with the edits a compiled one carries,\n"
+                    "  unless --no-carried-edits)\n"
                     "  --knn: a KNN store (knn_store.bin, LARQL's layout) for walk mode; --knn-insert adds an\n"
                     "  INSERT ... MODE KNN entry (before the query); --knn-save writes the store afterwards";
     const char *pos[2] = {0}, *mode = "walk", *knn = NULL, *ins = NULL, *save = NULL;
@@ -423,7 +424,14 @@ int lq_cli_infer(int argc, char **argv)
     struct lq_model *m = NULL;
     if (!ma.lm_head_mode) /* every logit exact: no bounded copy to build */
         ma.lm_head_mode = LQ_LM_HEAD_EXACT;
-    if (lq_cli_open_model(C, pos[0], &ma, &m)) {
+    if (lq_cli_open_model_edited(C, pos[0], &ma, &m)) {
+        free(ib);
+        return 1;
+    }
+    if (ma.edits && (knn || ins)) {
+        fprintf(stderr, "larql %s: %s carries edits (larql.patches); --knn / --knn-insert would replace them: "
+                        "add --no-carried-edits to run the base model with a store\n", C, pos[0]);
+        lq_cli_close_model(m, &ma);
         free(ib);
         return 1;
     }
@@ -439,18 +447,19 @@ int lq_cli_infer(int argc, char **argv)
     if (knn ? lq_knn_store_load(knn, hidden, &ks, &err)
             : (ins || save) ? lq_knn_store_create(hidden, &ks, &err) : 0) {
         fprintf(stderr, "larql %s: %s\n", C, err.msg);
-        lq_model_close(m);
+        lq_cli_close_model(m, &ma);
         free(ib);
         return 1;
     }
     if (ins && lq_knn_insert(m, ks, &kip, &err)) {
         fprintf(stderr, "larql %s: --knn-insert: %s\n", C, err.msg);
         lq_knn_store_free(ks);
-        lq_model_close(m);
+        lq_cli_close_model(m, &ma);
         free(ib);
         return 1;
     }
     p.knn = ks;
+    p.edits = ma.edits; /* a compiled GGUF's carried edits (NULL: none) */
     if (json) {
         char *body = NULL;
         int qrc = lq_infer_json(m, &p, &body, &err);
@@ -485,7 +494,7 @@ int lq_cli_infer(int argc, char **argv)
         rc = 1;
     }
     lq_knn_store_free(ks);
-    lq_model_close(m);
+    lq_cli_close_model(m, &ma);
     free(ib);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/model.h"
+#include "larql/patch.h"
 #include "core/sb.h"
 
 void lq_cli_model_args_init(lq_cli_model_args *a)
@@ -32,6 +33,10 @@ int lq_cli_model_opt(const char *cmd, const char *usage, int argc, char **argv, 
                      lq_cli_model_args *a)
 {
     const char *o = argv[*i];
+    if (!strcmp(o, "--no-carried-edits")) {
+        a->no_carried = 1;
+        return 1;
+    }
     int known = !strcmp(o, "--threads") || !strcmp(o, "--act") || !strcmp(o, "--kernels") ||
                 !strcmp(o, "--ctx") || !strcmp(o, "--lm-head") || !strcmp(o, "--kv") ||
                 !strcmp(o, "--weights") || !strcmp(o, "--ffn") || !strcmp(o, "--ffn-timeout") ||
@@ -131,6 +136,31 @@ int lq_cli_open_model(const char *cmd, const char *path, const lq_cli_model_args
         return 1;
     }
     return 0;
+}
+
+int lq_cli_open_model_edited(const char *cmd, const char *path, lq_cli_model_args *a, lq_model **m)
+{
+    lq_model_opts o;
+    lq_cli_model_opts(a, &o);
+    lq_err err = {0};
+    size_t n = 0;
+    if (lq_model_open_edited(path, &o, a->no_carried, m, &a->hook, &a->edits, &n, &err)) {
+        lq_cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    if (n)
+        fprintf(stderr, "larql %s: applying the %zu patch(es) %s carries (larql.patches; --no-carried-edits runs "
+                        "the base model)\n", cmd, n, path);
+    return 0;
+}
+
+void lq_cli_close_model(lq_model *m, lq_cli_model_args *a)
+{
+    lq_edit_hook_free(a->hook); /* after the sessions that ran it */
+    a->hook = NULL;
+    lq_edit_set_unref(a->edits);
+    a->edits = NULL;
+    lq_model_close(m);
 }
 
 void lq_cli_json_str(FILE *f, const char *s, size_t len)

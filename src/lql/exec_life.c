@@ -558,7 +558,7 @@ static int exec_compile_model(lq_lql *q, const lq_lql_stmt *s, lq_sb *out, lq_er
         lq_sb_printf(out, "Size: %.1f MB\n", mb);
         if (np)
             lq_sb_printf(out, "Edits: %zu patch(es) carried as GGUF metadata larql.patches (not folded into weights); "
-                              "larql's USE MODEL applies them, other engines run the base model\n", np);
+                              "larql applies them (USE MODEL, run, logits, serve), other engines run the base model\n", np);
         else
             lq_sb_puts(out, "Edits: none (the base model)\n");
     }

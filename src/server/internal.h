@@ -168,6 +168,9 @@ struct lq_server {
     /* what the model knows (knowledge.c): the global overlay over vx (NULL for a GGUF),
      * its journal (--state-dir), the X-Session-Id sessions */
     struct lq_overlay *global;
+    /* a GGUF that COMPILE ... INTO MODEL wrote: the edits it carries (lq_carried_edits),
+     * read-only, set before the model is published (NULL: none) */
+    struct lq_edit_set *carried;
     pthread_rwlock_t kmu;
     struct lq_journal *journal;
     int state_lock;           /* flock'd state_dir/lock (one server per state directory), or -1 */

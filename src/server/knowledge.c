@@ -400,8 +400,9 @@ int srv_kview_get(lq_server *s, const char *sid, kview *kv, lq_err *e)
 {
     memset(kv, 0, sizeof *kv);
     kv->s = s;
-    if (!s->global) { /* a GGUF, or no vindex: the plain handles */
+    if (!s->global) { /* a GGUF, or no vindex: the plain handles (and a compiled GGUF's edits) */
         kv->v = s->vx;
+        kv->edits = lq_edit_set_ref(__atomic_load_n(&s->carried, __ATOMIC_ACQUIRE));
         return 0;
     }
     if (sid) {
@@ -437,7 +438,7 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *
 {
     *out = NULL;
     *key = 0;
-    if (!s->global)
+    if (!s->global && !__atomic_load_n(&s->carried, __ATOMIC_ACQUIRE))
         return 0;
     kview kv;
     int st = srv_kview_get(s, sid, &kv, e);
@@ -455,9 +456,13 @@ int srv_edit_hook(lq_server *s, const char *sid, lq_resid_hook **out, uint64_t *
 
 void srv_kview_put(kview *kv)
 {
-    if (!kv->s || !kv->s->global)
+    if (!kv->s)
         return;
     lq_edit_set_unref(kv->edits);
+    if (!kv->s->global) {
+        memset(kv, 0, sizeof *kv);
+        return;
+    }
     if (kv->ks) {
         pthread_mutex_unlock(&kv->ks->mu);
         ks_put(kv->s, kv->ks);

@@ -51,6 +51,24 @@ int srv_model_load(lq_server *s, lq_err *err)
     int rc = s->vx ? lq_vindex_model_open(s->vx, &mo, &m, err) : lq_model_open_gguf(s->model_path, &mo, &m, err);
     if (rc)
         return rc;
+    /* a file COMPILE ... INTO MODEL wrote: every request runs the edits it carries, as the
+     * vindex with its patches would (set before the model is published: read-only after) */
+    const lq_gguf *g = lq_model_gguf(m);
+    if (!s->vx && g && lq_gguf_find_key(g, "larql.patches") >= 0) {
+        size_t n = 0;
+        lq_edit_set *es = NULL;
+        if (s->o.no_carried_edits)
+            srv_log(s, "%s carries edits (metadata larql.patches); --no-carried-edits: serving the base model",
+                    s->model_path);
+        else if ((rc = lq_carried_edits(s->model_path, mo.n_threads, &es, &n, err))) {
+            lq_model_close(m);
+            return rc;
+        } else {
+            __atomic_store_n(&s->carried, es, __ATOMIC_RELEASE);
+            srv_log(s, "%s: applying the %zu patch(es) it carries (larql.patches; --no-carried-edits serves the "
+                       "base model)", s->model_path, n);
+        }
+    }
     s->load_ms = (lq_now() - t) * 1000.0;
     /* Every generation request goes through one scheduler, so that concurrent streams
      * decode together (one batched step per token). Its slots match --max-concurrent: the
@@ -99,11 +117,6 @@ int srv_model_load(lq_server *s, lq_err *err)
             mi->kernels ? mi->kernels : "?", mi->n_threads, lq_kv_type_name(mi->kv_type),
             mi->lm_head_q8 ? "q8" : "as stored", mi->weights_copied ? "mapped, copying into 2 MB pages" : "mapped",
             s->load_ms);
-    /* a file COMPILE ... INTO MODEL wrote: its edits live in a vindex's overlay, not here */
-    const lq_gguf *g = lq_model_gguf(m);
-    if (g && lq_gguf_find_key(g, "larql.patches") >= 0)
-        srv_log(s, "%s carries edits (metadata larql.patches) that this server does not apply: it serves the base "
-                   "model; LQL's USE MODEL applies them", s->model_path);
     return 0;
 }
 

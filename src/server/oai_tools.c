@@ -323,6 +323,15 @@ char *oai_tool_history(json_t *msg, size_t i, const char **role, reply *r)
             reply_oai_err(r, 400, "messages", "messages[%zu].content must be a string or text parts", i);
             return NULL;
         }
+        /* OpenAI's schema: a tool result names the call it answers (the legacy "function"
+         * role names the function instead) */
+        if (!strcmp(ro, "tool") ? !json_is_string(json_object_get(msg, "tool_call_id"))
+                                : !json_is_string(json_object_get(msg, "name"))) {
+            lq_sb_free(&b);
+            reply_oai_err(r, 400, "messages", "messages[%zu]: a %s message needs %s (a string)", i, ro,
+                          !strcmp(ro, "tool") ? "tool_call_id" : "name");
+            return NULL;
+        }
         *role = "user";
     } else {
         json_t *calls = json_object_get(msg, "tool_calls");

@@ -430,10 +430,8 @@ void route_explain(lq_server *s, req *q, reply *r)
     lq_model *m;
     lq_session *sess = NULL;
     lq_err err = {0};
-    if (srv_model(s, &m, &err)) {
-        reply_larql_err(r, 503, "model not available: %s", err.msg);
+    if (need_model(s, q->rt, r, &m, 1)) /* a forward pass: --no-infer turns it off */
         goto out;
-    }
     int rc = srv_session_get(s, &sess, &err);
     if (rc) {
         reply_larql_err(r, status_from_lq(rc), "%s", err.msg);
@@ -904,7 +902,9 @@ void route_logits(lq_server *s, req *q, reply *r)
     if (j && (jget_int(q->rt, j, "top_k", 1, 1000, &top_k, r) < 0 ||
               jget_num(q->rt, j, "temperature", 0, 100, &temp, r) < 0))
         goto out;
-    if (need_model(s, q->rt, r, &m, 1))
+    /* a residual through the head, no forward pass: served under --no-infer as LARQL's
+     * embed routes are, not by an FFN-only server */
+    if (need_model(s, q->rt, r, &m, s->o.ffn_only))
         goto out;
     const lq_model_info *mi = lq_model_get_info(m);
     size_t h = (size_t)mi->n_embd, nv = (size_t)mi->n_vocab;

@@ -95,6 +95,8 @@ typedef struct job {
     struct job *owner;       /* NULL: this job is its own stream */
     struct job **sibs;       /* owner: the n choices (sibs[0] == owner) */
     int n_sibs, n_open;      /* owner: choices, and those not done yet (under mu) */
+    /* completions with a batch of prompts (not streamed): this job's prompt of the n_prompts */
+    int prompt_index, n_prompts;
 } job;
 
 /* ---- ids ---- */
@@ -659,9 +661,26 @@ static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
         reply_oai_err(r, 400, "prompt", "missing field 'prompt'");
         return -1;
     }
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
+    if (json_is_array(p) && json_array_size(p) >= 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
+        /* a batch of prompts: each its own choices (OpenAI's index = prompt * n + choice) */
+        size_t k = json_array_size(p);
+        if (k > 1 && jb->stream) {
+            reply_oai_err(r, 400, "prompt", "batched prompts (%zu) cannot be streamed: send one prompt per "
+                          "streamed request", k);
+            return -1;
+        }
+        if (k > 128 || k * (size_t)jb->n > 128) {
+            reply_oai_err(r, 400, "prompt", "batched prompts (%zu) x n (%d) is over 128 choices", k, jb->n);
+            return -1;
+        }
+        jb->n_prompts = (int)k;
+        p = json_array_get(p, (size_t)jb->prompt_index < k ? (size_t)jb->prompt_index : 0);
+        if (!json_is_string(p) && !json_is_array(p)) {
+            reply_oai_err(r, 400, "prompt", "prompt[%d] must be a string or an array of token ids", jb->prompt_index);
+            return -1;
+        }
+    }
     if (json_is_string(p)) {
         if (json_string_length(p) == 0) {
             reply_oai_err(r, 400, "prompt", "prompt is empty");
@@ -689,8 +708,7 @@ static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
             return -1;
         }
         if (!json_is_integer(json_array_get(p, 0))) {
-            reply_oai_err(r, 400, "prompt",
-                          "batched prompts (%zu) are not supported: send one prompt per request", k);
+            reply_oai_err(r, 400, "prompt", "'prompt' must be a string, an array of strings or an array of token ids");
             return -1;
         }
         jb->ids = malloc(k * sizeof *jb->ids);
@@ -1176,8 +1194,12 @@ static void non_stream_reply(job *const *jbs, int n, reply *r)
     json_t *usage = usage_json(jbs[0]);
     if (jbs[0]->has_pred)
         json_object_set_new(usage, "completion_tokens_details", prediction_details(jbs, n));
+    long prompt = 0;
+    for (int i = 0; i < n; i += jbs[0]->n) /* each prompt of a batch once */
+        prompt += (long)jbs[i]->n_ids;
+    json_object_set_new(usage, "prompt_tokens", json_integer(prompt));
     json_object_set_new(usage, "completion_tokens", json_integer(completion));
-    json_object_set_new(usage, "total_tokens", json_integer((json_int_t)jbs[0]->res.n_prompt + completion));
+    json_object_set_new(usage, "total_tokens", json_integer((json_int_t)prompt + completion));
     reply_json(r, 200, json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", jbs[0]->id, "object",
                                  jbs[0]->chat ? "chat.completion" : "text_completion", "created",
                                  (json_int_t)jbs[0]->created, "model", s->model_id, "choices", choices, "usage",
@@ -1186,7 +1208,7 @@ static void non_stream_reply(job *const *jbs, int n, reply *r)
 
 /* A job from the request body j: every field parsed and checked, the prompt encoded. NULL
  * with r filled on an error. */
-static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
+static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j, int prompt_index)
 {
     lq_model *m;
     job *jb = calloc(1, sizeof *jb);
@@ -1200,6 +1222,8 @@ static job *job_prepare(lq_server *s, req *q, reply *r, int chat, json_t *j)
     jb->conn = q->conn;
     jb->rt = q->rt;
     jb->chat = chat;
+    jb->prompt_index = prompt_index;
+    jb->n_prompts = 1;
     jb->logprobs = chat ? 0 : -1;
     lq_generate_defaults(&jb->gp);
     make_id(jb);
@@ -1289,7 +1313,7 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
  * batch; the reply waits for all of them. */
 static void many_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, job *first)
 {
-    int n = first->n;
+    int n = first->n * first->n_prompts; /* job i: prompt i / first->n, choice i % first->n */
     job **jbs = calloc((size_t)n, sizeof *jbs);
     if (!jbs) {
         reply_oai_err(r, 500, NULL, "out of memory");
@@ -1299,10 +1323,10 @@ static void many_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, jo
     jbs[0] = first;
     int ok = 1;
     for (int i = 1; ok && i < n; i++) {
-        if (!(jbs[i] = job_prepare(s, q, r, chat, j)))
+        if (!(jbs[i] = job_prepare(s, q, r, chat, j, i / first->n)))
             ok = 0;
         else if (jbs[i]->has_seed)
-            jbs[i]->gp.sampling.seed += (uint64_t)i;
+            jbs[i]->gp.sampling.seed += (uint64_t)(i % first->n);
     }
     for (int i = 0; ok && i < n; i++)
         ok = job_submit(s, q, r, jbs[i]) == 0;
@@ -1341,7 +1365,7 @@ static int stream_choices(lq_server *s, req *q, reply *r, int chat, json_t *j, j
     first->n_sibs = 1;
     int ok = 1;
     for (int i = 1; ok && i < n; i++) {
-        job *c = job_prepare(s, q, r, chat, j);
+        job *c = job_prepare(s, q, r, chat, j, 0);
         if (!c) {
             ok = 0;
             break;
@@ -1378,8 +1402,8 @@ static void generate_route(lq_server *s, req *q, reply *r, int chat)
     json_t *j = req_json_body(q, r);
     if (!j)
         return;
-    job *jb = job_prepare(s, q, r, chat, j);
-    if (jb && jb->n > 1 && !jb->stream) {
+    job *jb = job_prepare(s, q, r, chat, j, 0);
+    if (jb && (jb->n > 1 || jb->n_prompts > 1) && !jb->stream) {
         many_choices(s, q, r, chat, j, jb);
         json_decref(j);
         return;

@@ -89,6 +89,7 @@ static void server_free(lq_server *s)
     free(s->patch_dir);
     free(s->chat_template);
     free(s->ffn_url);
+    lq_edit_set_unref(s->carried);
     free(s->models);
     free(s);
 }

@@ -301,8 +301,9 @@ int lq_infer(lq_model *m, const lq_infer_params *p, lq_infer_result *r, lq_err *
     const char *mode = p->mode ? p->mode : "walk";
     int walk = !strcmp(mode, "walk"), dense = !strcmp(mode, "dense"), cmp = !strcmp(mode, "compare");
     const lq_vindex *v = lq_vindex_of_model(m);
-    /* no gate index (dense-only vindex or a GGUF): walk/compare become dense */
-    r->dense_only = !v || v->info.dense_only;
+    /* no gate index (dense-only vindex or a GGUF): walk/compare become dense, unless the
+     * caller brings edits (a compiled GGUF's carried ones: lq_carried_edits) */
+    r->dense_only = v ? v->info.dense_only : !p->edits;
     if (r->dense_only && (walk || cmp)) {
         walk = cmp = 0;
         dense = 1;

@@ -9,12 +9,7 @@
 . "$(dirname "$0")/lib.inc"
 case $LARQL in /*) ;; *) LARQL="$PWD/$LARQL" ;; esac
 D=$(cd "$(dirname "$0")/../.." && pwd)
-M="$D/models/tinystories-ternary.gguf"
-if ! command -v python3 >/dev/null || [ ! -f "$M" ]; then
-    skip "LARQL's statements" "python3 or models/tinystories-ternary.gguf missing"; done_tests; exit 0
-fi
-V="$T_TMP/ts.vindex"
-check "convert the trained model" "$LARQL" convert gguf-to-vindex "$M" --output "$V" --keep-quant --level inference
+trained_vindex "LARQL's statements"
 for f in larql_parser:97 larql_docs:95; do
     name=${f%%:*}; goal=${f##*:}
     if python3 "$D/tests/cli/lql_corpus.py" "$LARQL" "$V" "$D/tests/data/lql/$name.txt" --min-run "$goal" >"$T_TMP/c" 2>&1; then
