@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "engine/grammar_internal.h"
 
 #define GR_MAX_NODES (1u << 20) /* ~25 MB: far beyond real outputs, small enough for a server */
@@ -18,21 +19,6 @@ static uint32_t hash2(uint32_t a, uint32_t b)
 static int fail(lq_grammar_state *S, int code, const char *what)
 {
     return lq_err_set(&S->fail, code, "grammar: %s", what);
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need)
-        nc *= 2;
-    void *np = realloc(*p, nc * elem);
-    if (!np)
-        return -1;
-    *p = np;
-    *cap = nc;
-    return 0;
 }
 
 static int node_rehash(lq_grammar_state *S, uint32_t ncap)
@@ -107,7 +93,7 @@ static uint32_t after(lq_grammar_state *S, uint32_t p, uint32_t parent)
 
 static int push_work(lq_grammar_state *S, uint32_t n)
 {
-    if (grow((void **)&S->work, &S->cap_work, S->n_work + 1, sizeof *S->work))
+    if (lq_grow((void **)&S->work, &S->cap_work, S->n_work + 1, sizeof *S->work))
         return fail(S, LQ_ENOMEM, "out of memory");
     S->work[S->n_work++] = n;
     return 0;
@@ -127,7 +113,7 @@ static int expand(lq_grammar_state *S, uint32_t n)
         S->nstamp[n] = S->stamp;
         uint32_t pos = S->npos[n];
         if (n == 0 || g->cls_of[pos] != UINT32_MAX) {
-            if (grow((void **)&S->out, &S->cap_out, S->n_out + 1, sizeof *S->out))
+            if (lq_grow((void **)&S->out, &S->cap_out, S->n_out + 1, sizeof *S->out))
                 return fail(S, LQ_ENOMEM, "out of memory");
             S->out[S->n_out++] = n;
         } else if (g->el[pos].type == GE_REF) {
@@ -217,8 +203,8 @@ static uint32_t intern_ds(lq_grammar_state *S, uint32_t pval, uint8_t pneed)
         return GR_FAIL;
     }
     size_t cds = S->cap_ds;
-    if (grow((void **)&S->ds, &cds, (size_t)S->n_ds + 1, sizeof *S->ds) ||
-        grow((void **)&S->mem, &S->cap_mem, S->n_mem + n, sizeof *S->mem)) {
+    if (lq_grow((void **)&S->ds, &cds, (size_t)S->n_ds + 1, sizeof *S->ds) ||
+        lq_grow((void **)&S->mem, &S->cap_mem, S->n_mem + n, sizeof *S->mem)) {
         fail(S, LQ_ENOMEM, "out of memory");
         return GR_FAIL;
     }
@@ -307,7 +293,7 @@ static uint32_t partial(lq_grammar_state *S, uint32_t s, uint32_t len, uint32_t 
         if (!gr_cls_meets(g, c, lo, hi))
             continue;
         any = any && cls_covers(g, c, lo, hi);
-        if (grow((void **)&S->out, &S->cap_out, S->n_out + 1, sizeof *S->out)) {
+        if (lq_grow((void **)&S->out, &S->cap_out, S->n_out + 1, sizeof *S->out)) {
             fail(S, LQ_ENOMEM, "out of memory");
             return GR_FAIL;
         }
@@ -345,7 +331,7 @@ static uint32_t compute_step(lq_grammar_state *S, uint32_t s, uint8_t b)
             /* the same members, one byte fewer to come */
             const gr_dstate dd = *d;
             new_round(S);
-            if (grow((void **)&S->out, &S->cap_out, dd.n, sizeof *S->out)) {
+            if (lq_grow((void **)&S->out, &S->cap_out, dd.n, sizeof *S->out)) {
                 fail(S, LQ_ENOMEM, "out of memory");
                 return GR_FAIL;
             }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/f16.h"
+#include "core/grow.h"
 #include "core/mapfile.h"
 #include "larql/model.h"
 #include "vindex/vindex_internal.h"
@@ -79,19 +80,6 @@ int lq_vx_knn_unit_key(const float *key, int hidden, float *unit)
     return LQ_OK;
 }
 
-static int grow_entries(lq_knn_store *s)
-{
-    if (s->n < s->cap)
-        return LQ_OK;
-    size_t cap = s->cap ? s->cap * 2 : 16;
-    lq_vx_knn_entry *e = realloc(s->e, cap * sizeof *e);
-    if (!e)
-        return LQ_ENOMEM;
-    s->e = e;
-    s->cap = cap;
-    return LQ_OK;
-}
-
 int lq_vx_knn_store_add_borrowed(lq_knn_store *s, const lq_vx_knn_entry *e, lq_err *err)
 {
     if (e->layer < 0 || e->layer >= LQ_VINDEX_MAX_LAYERS)
@@ -99,7 +87,7 @@ int lq_vx_knn_store_add_borrowed(lq_knn_store *s, const lq_vx_knn_entry *e, lq_e
                           LQ_VINDEX_MAX_LAYERS);
     if (!isfinite(e->confidence))
         return lq_err_set(err, LQ_EINVAL, "knn store: confidence is not finite");
-    if (grow_entries(s))
+    if (lq_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e))
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     s->e[s->n] = *e;
     s->e[s->n++].borrowed = 1;
@@ -124,7 +112,7 @@ int lq_knn_store_add_entry(lq_knn_store *s, const lq_knn_entry *in, lq_err *err)
         free(key);
         return lq_err_set(err, LQ_EINVAL, "knn store: confidence is not finite");
     }
-    if (grow_entries(s)) {
+    if (lq_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
         free(key);
         return lq_err_set(err, LQ_ENOMEM, "out of memory");
     }

@@ -19,6 +19,7 @@
 
 #include "core/json_obj.h"
 #include "core/f16.h"
+#include "core/grow.h"
 #include "core/softmax.h"
 #include "larql/model.h"
 #include "larql/patch.h"
@@ -52,14 +53,8 @@ static ov_feat *get_or_add(lq_overlay *o, int l, int f)
     ov_feat *e = ov_find(o, l, f);
     if (e)
         return e;
-    if (o->nf == o->capf) {
-        size_t cap = o->capf ? o->capf * 2 : 64;
-        ov_feat *n = realloc(o->f, cap * sizeof *n);
-        if (!n)
-            return NULL;
-        o->f = n;
-        o->capf = cap;
-    }
+    if (lq_grow((void **)&o->f, &o->capf, o->nf + 1, sizeof *o->f))
+        return NULL;
     if ((o->nf + 1) * 2 > o->hcap && rehash(o, o->hcap ? o->hcap * 2 : 128))
         return NULL;
     e = &o->f[o->nf];
@@ -302,14 +297,8 @@ static void subject_remove(lq_overlay *o, const char *entity)
 
 static int subject_add(lq_overlay *o, const lq_patch_op *op, lq_err *err)
 {
-    if (o->n_subj == o->cap_subj) {
-        size_t cap = o->cap_subj ? o->cap_subj * 2 : 16;
-        lq_patch_op *n = realloc(o->subj, cap * sizeof *n);
-        if (!n)
-            return lq_err_set(err, LQ_ENOMEM, "out of memory");
-        o->subj = n;
-        o->cap_subj = cap;
-    }
+    if (lq_grow((void **)&o->subj, &o->cap_subj, o->n_subj + 1, sizeof *o->subj))
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
     o->subj[o->n_subj++] = *op;
     return LQ_OK;
 }
