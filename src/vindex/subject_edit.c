@@ -153,20 +153,70 @@ static int add_text(const lq_model *m, se_text *t, const char *text, const char 
     return LQ_OK;
 }
 
-/* Runs every text through the model (one batched prefill), capturing layers lg and lr. */
+/* Texts that begin with the same tokens (one subject's phrasings of several relations:
+ * "Atlantis's capital is", "Atlantis's language is") share them: a text whose first k >=
+ * SE_SHARE_MIN tokens are an earlier text's runs only its other tokens, on a copy of that
+ * text's K/V and residuals at the k positions. The same computation: a position's K/V and
+ * residuals depend on the tokens up to it alone, and attention reads them from the cache in
+ * either case. */
+#define SE_SHARE_MIN 4
+
+static size_t common_prefix(const se_text *a, const se_text *b)
+{
+    size_t k = 0;
+    while (k < a->n && k < b->n && a->ids[k] == b->ids[k])
+        k++;
+    return k;
+}
+
+/* One batched prefill of texts t[which[0..n)], each from position from[] on. */
+static int run_batch(lq_session **ss, const se_text *t, const int *which, const size_t *from, int n, lq_err *err)
+{
+    lq_session *bs[SE_MAX_TEXTS];
+    int counts[SE_MAX_TEXTS];
+    size_t total = 0, off = 0;
+    for (int i = 0; i < n; i++)
+        total += t[which[i]].n - from[which[i]];
+    if (!n)
+        return LQ_OK;
+    int32_t *ids = malloc(total * sizeof *ids);
+    if (!ids)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const se_text *x = &t[which[i]];
+        size_t k = from[which[i]];
+        bs[i] = ss[which[i]];
+        counts[i] = (int)(x->n - k);
+        memcpy(ids + off, x->ids + k, (x->n - k) * sizeof *ids);
+        off += x->n - k;
+    }
+    int rc = lq_session_eval_batch(bs, ids, counts, n, NULL, err);
+    free(ids);
+    return rc;
+}
+
+/* Runs every text through the model, capturing layers lg and lr: the texts that share no
+ * prefix in one batched prefill, then the rest of the others in a second. */
 static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
 {
     int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
     lq_session *ss[SE_MAX_TEXTS] = {0};
     cap_hook hk[SE_MAX_TEXTS];
-    int counts[SE_MAX_TEXTS];
-    size_t total = 0;
-    for (int i = 0; i < nt; i++)
-        total += t[i].n;
-    int32_t *ids = malloc(total * sizeof *ids);
-    if (!ids)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    size_t off = 0;
+    int lead[SE_MAX_TEXTS], first[SE_MAX_TEXTS] = {0}, rest[SE_MAX_TEXTS] = {0}, n1 = 0, n2 = 0;
+    size_t from[SE_MAX_TEXTS] = {0}, maxn = 1;
+    for (int i = 0; i < nt; i++) {
+        lead[i] = -1, from[i] = 0;
+        maxn = t[i].n > maxn ? t[i].n : maxn;
+        for (int j = 0; j < i; j++) {
+            size_t k = lead[j] < 0 ? common_prefix(&t[i], &t[j]) : 0;
+            if (k >= SE_SHARE_MIN && k < t[i].n && k > from[i])
+                lead[i] = j, from[i] = k;
+        }
+        if (lead[i] < 0)
+            first[n1++] = i;
+        else
+            rest[n2++] = i;
+    }
     for (int i = 0; !rc && i < nt; i++) {
         t[i].xg = calloc(t[i].n * (size_t)D, sizeof(float));
         t[i].xr = calloc(t[i].n * (size_t)D, sizeof(float));
@@ -174,20 +224,26 @@ static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *er
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
             break;
         }
-        if ((rc = lq_session_create(m, (int)t[i].n, &ss[i], err)))
+        /* one context for all: a prefix is copied between sessions of the same size */
+        if ((rc = lq_session_create(m, (int)maxn, &ss[i], err)))
             break;
         hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], lg, lr, D};
         hk[i].h.ctx = &hk[i];
         lq_session_set_hook(ss[i], &hk[i].h);
-        counts[i] = (int)t[i].n;
-        memcpy(ids + off, t[i].ids, t[i].n * sizeof *ids);
-        off += t[i].n;
     }
     if (!rc)
-        rc = lq_session_eval_batch(ss, ids, counts, nt, NULL, err);
+        rc = run_batch(ss, t, first, from, n1, err);
+    for (int r = 0; !rc && r < n2; r++) {
+        int i = rest[r], j = lead[i];
+        size_t bytes = from[i] * (size_t)D * sizeof(float);
+        rc = lq_session_copy_prefix(ss[i], ss[j], (int)from[i], err);
+        memcpy(t[i].xg, t[j].xg, bytes);
+        memcpy(t[i].xr, t[j].xr, bytes);
+    }
+    if (!rc)
+        rc = run_batch(ss, t, rest, from, n2, err);
     for (int i = 0; i < nt; i++)
         lq_session_free(ss[i]);
-    free(ids);
     return rc;
 }
 
