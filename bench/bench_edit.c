@@ -198,6 +198,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_edit: %s\n", err.msg);
         return 1;
     }
+    /* the steady state a server reaches: the weights in their copy and the bounded lm_head's
+     * copy built (both are made by background threads after the open, which would otherwise
+     * share the CPU with the first inserts) */
+    lq_model_weights_copied(m, 1);
+    lq_model_head_wait(m);
     const lq_vindex_info *vi = lq_vindex_get_info(v);
     printf("vindex: %d layers, hidden %d, %llu features; %d threads\n\n", vi->num_layers, vi->hidden_size,
            (unsigned long long)vi->total_features, lq_model_get_info(m)->n_threads);
