@@ -33,7 +33,7 @@ const void *lq_model_memo_get(lq_model *m, const char *key)
     return v;
 }
 
-const void *lq_model_memo_put(lq_model *m, const char *key, void *val, void (*free_fn)(void *))
+const void *lq_model_memo_put(lq_model *m, const char *key, void *val, size_t bytes, void (*free_fn)(void *))
 {
     if (!m || !key || !val)
         return NULL;
@@ -43,11 +43,14 @@ const void *lq_model_memo_put(lq_model *m, const char *key, void *val, void (*fr
     if (e) { /* another caller got there first: its value is the same computation */
         free_fn(val);
         out = e->val;
+    } else if (bytes > LQ_MODEL_MEMO_MAX_BYTES - m->memo_bytes) {
+        free_fn(val);
     } else if ((e = calloc(1, sizeof *e)) && (e->key = strdup(key))) {
         e->val = val;
         e->free_fn = free_fn;
         e->next = m->memo;
         m->memo = e;
+        m->memo_bytes += bytes;
         out = val;
     } else {
         free(e);
@@ -67,4 +70,5 @@ void lq_model_memo_clear(lq_model *m)
         free(e);
     }
     m->memo = NULL;
+    m->memo_bytes = 0;
 }

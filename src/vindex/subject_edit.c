@@ -195,18 +195,94 @@ static int run_batch(lq_session **ss, const se_text *t, const int *which, const 
     return rc;
 }
 
+static void *dup_mem(const void *p, size_t n)
+{
+    void *q = malloc(n);
+    if (q)
+        memcpy(q, p, n);
+    return q;
+}
+
+/* The tokens of a text before its subject ("<|begin_of_text|>The capital of", a chat
+ * template's header and "What is the capital of") are the same in every insert of one
+ * relation: the first such insert on a model keeps their K/V (a session holding just those
+ * positions) and residuals in the model's memo, and later ones copy them from there. */
+typedef struct prefix_memo {
+    size_t n;
+    int32_t *ids;
+    lq_session *s;
+    float *xg, *xr;
+} prefix_memo;
+
+static void prefix_free(void *p)
+{
+    prefix_memo *c = p;
+    lq_session_free(c->s);
+    free(c->ids), free(c->xg), free(c->xr), free(c);
+}
+
+static void prefix_key(char *key, size_t cap, const se_text *t, size_t k, int lg, int lr)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the ids (the value holds them too) */
+    for (size_t i = 0; i < k; i++)
+        h = (h ^ (uint32_t)t->ids[i]) * 1099511628211ULL;
+    snprintf(key, cap, "subject_edit.prefix %d %d %zu %016llx", lg, lr, k, (unsigned long long)h);
+}
+
+/* The positions of text t before its subject that the memo may hold (0: none). */
+static size_t memo_prefix_len(const se_text *t)
+{
+    return t->subj_lo >= SE_SHARE_MIN && (size_t)t->subj_lo < t->n ? (size_t)t->subj_lo : 0;
+}
+
+/* Text t's first k positions from the memo into session s and its residuals: 1 when there. */
+static int prefix_from_memo(lq_model *m, se_text *t, size_t k, lq_session *s, int lg, int lr)
+{
+    char key[96];
+    prefix_key(key, sizeof key, t, k, lg, lr);
+    const prefix_memo *c = lq_model_memo_get(m, key);
+    if (!c || c->n != k || memcmp(c->ids, t->ids, k * sizeof *t->ids) || lq_session_copy_prefix(s, c->s, (int)k, NULL))
+        return 0;
+    size_t bytes = k * (size_t)lq_model_get_info(m)->n_embd * sizeof(float);
+    memcpy(t->xg, c->xg, bytes);
+    memcpy(t->xr, c->xr, bytes);
+    return 1;
+}
+
+/* Keeps text t's first k positions (computed in session s) in the memo; failing only costs a
+ * later insert the positions. */
+static void prefix_to_memo(lq_model *m, const se_text *t, size_t k, const lq_session *s, int lg, int lr)
+{
+    size_t bytes = k * (size_t)lq_model_get_info(m)->n_embd * sizeof(float);
+    prefix_memo *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->n = k;
+    c->ids = dup_mem(t->ids, k * sizeof *t->ids);
+    c->xg = dup_mem(t->xg, bytes);
+    c->xr = dup_mem(t->xr, bytes);
+    if (!c->ids || !c->xg || !c->xr || lq_session_create(m, (int)k, &c->s, NULL) ||
+        lq_session_copy_prefix(c->s, s, (int)k, NULL)) {
+        prefix_free(c);
+        return;
+    }
+    char key[96];
+    prefix_key(key, sizeof key, t, k, lg, lr);
+    lq_model_memo_put(m, key, c, lq_model_kv_bytes(m, (int)k) + 2 * bytes + k * sizeof *c->ids, prefix_free);
+}
+
 /* Runs every text through the model, capturing layers lg and lr: the texts that share no
- * prefix in one batched prefill, then the rest of the others in a second. */
+ * prefix in one batched prefill (each from the end of its prefix the memo holds), then the
+ * rest of the others in a second. */
 static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
 {
     int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
     lq_session *ss[SE_MAX_TEXTS] = {0};
     cap_hook hk[SE_MAX_TEXTS];
     int lead[SE_MAX_TEXTS], first[SE_MAX_TEXTS] = {0}, rest[SE_MAX_TEXTS] = {0}, n1 = 0, n2 = 0;
-    size_t from[SE_MAX_TEXTS] = {0}, maxn = 1;
+    size_t from[SE_MAX_TEXTS] = {0};
     for (int i = 0; i < nt; i++) {
         lead[i] = -1, from[i] = 0;
-        maxn = t[i].n > maxn ? t[i].n : maxn;
         for (int j = 0; j < i; j++) {
             size_t k = lead[j] < 0 ? common_prefix(&t[i], &t[j]) : 0;
             if (k >= SE_SHARE_MIN && k < t[i].n && k > from[i])
@@ -224,15 +300,27 @@ static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *er
             rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
             break;
         }
-        /* one context for all: a prefix is copied between sessions of the same size */
-        if ((rc = lq_session_create(m, (int)maxn, &ss[i], err)))
+        if ((rc = lq_session_create(m, (int)t[i].n, &ss[i], err)))
             break;
         hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], lg, lr, D};
         hk[i].h.ctx = &hk[i];
         lq_session_set_hook(ss[i], &hk[i].h);
     }
+    int known[SE_MAX_TEXTS] = {0};
+    for (int r = 0; !rc && r < n1; r++) {
+        int i = first[r];
+        size_t k = memo_prefix_len(&t[i]);
+        if (k && (known[i] = prefix_from_memo(m, &t[i], k, ss[i], lg, lr)))
+            from[i] = k;
+    }
     if (!rc)
         rc = run_batch(ss, t, first, from, n1, err);
+    for (int r = 0; !rc && r < n1; r++) {
+        int i = first[r];
+        size_t k = memo_prefix_len(&t[i]);
+        if (k && !known[i])
+            prefix_to_memo(m, &t[i], k, ss[i], lg, lr);
+    }
     for (int r = 0; !rc && r < n2; r++) {
         int i = rest[r], j = lead[i];
         size_t bytes = from[i] * (size_t)D * sizeof(float);
@@ -263,14 +351,6 @@ static void neutral_free(void *p)
     free(c->ids), free(c->xg), free(c->xr), free(c);
 }
 
-static void *dup_mem(const void *p, size_t n)
-{
-    void *q = malloc(n);
-    if (q)
-        memcpy(q, p, n);
-    return q;
-}
-
 /* Runs texts t [nt] (the last one the neutral text) with the neutral text's residuals from
  * the memo when it has them for layers (lg, lr). */
 static int run_texts_memo(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
@@ -296,7 +376,7 @@ static int run_texts_memo(lq_model *m, se_text *t, int nt, int lg, int lr, lq_er
         k->xg = dup_mem(nu->xg, bytes);
         k->xr = dup_mem(nu->xr, bytes);
         if (k->ids && k->xg && k->xr)
-            lq_model_memo_put(m, key, k, neutral_free);
+            lq_model_memo_put(m, key, k, 2 * bytes + k->n * sizeof *k->ids, neutral_free);
         else
             neutral_free(k);
     }
