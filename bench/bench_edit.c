@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/membw.h"
 #include "core/clock.h"
 #include "larql/generate.h"
 #include "larql/model.h"
@@ -18,16 +19,7 @@
 #include "larql/vindex.h"
 
 static const char *only;
-static int want(const char *section)
-{
-    if (!only || !*only)
-        return 1;
-    size_t n = strlen(section);
-    for (const char *p = only; (p = strstr(p, section)); p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-            return 1;
-    return 0;
-}
+static int want(const char *section) { return lq_bench_want(only, section); }
 
 static int cmp_d(const void *a, const void *b)
 {
