@@ -279,7 +279,7 @@ static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *er
     int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
     lq_session *ss[SE_MAX_TEXTS] = {0};
     cap_hook hk[SE_MAX_TEXTS];
-    int lead[SE_MAX_TEXTS], first[SE_MAX_TEXTS] = {0}, rest[SE_MAX_TEXTS] = {0}, n1 = 0, n2 = 0;
+    int lead[SE_MAX_TEXTS] = {0}, first[SE_MAX_TEXTS] = {0}, rest[SE_MAX_TEXTS] = {0}, n1 = 0, n2 = 0;
     size_t from[SE_MAX_TEXTS] = {0};
     for (int i = 0; i < nt; i++) {
         lead[i] = -1, from[i] = 0;
