@@ -229,10 +229,13 @@ int main(int argc, char **argv)
             }
             t[r] = lq_now_ms() - t0;
         }
+        double first = t[0];
         put_stat(mode == 2 ? "INSERT SUBJECT (texts in one batched prefill, value by ascent on the head, checked)"
                  : mode    ? "INSERT COMPOSE (residuals of the canonical prompt, slots over the knowledge band)"
                            : "INSERT KNN (one forward pass with residual capture)",
                  t, runs);
+        if (mode == 2) /* the model's memo (what depends on the weights alone) filled by it */
+            printf("|   the first of them (nothing in the model's memo yet) | %.2f | | |\n", first);
     }
     lq_overlay_free(o);
     /* decode with 1 000 subject edits whose subjects the text never names, alternating runs */
