@@ -439,8 +439,10 @@ static int top_tokens(const float *l, int V, int32_t *ids, float *pr)
  * phrasings' gradients (the head's rows with the final norm folded in, the top tokens'
  * expectation subtracted, the part along x removed: what the RMSNorm ignores), until the
  * token is the first prediction with probability >= SE_P_GOAL everywhere, then one step more
- * for the phrasings not seen. *prob: the lowest probability reached. */
-static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *val, float *prob, lq_err *err)
+ * for the phrasings not seen. *prob: the lowest probability reached. lg0 (may be NULL): the
+ * logits of X [P, V], the first step's (the value starts at zero). */
+static int solve_value(lq_model *m, const float *X, int P, int32_t tok, const float *lg0, float *val, float *prob,
+                       lq_err *err)
 {
     const lq_model_info *mi = lq_model_get_info(m);
     int D = mi->n_embd, V = mi->n_vocab;
@@ -458,7 +460,9 @@ static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *v
         for (int w = 0; w < P; w++)
             for (int i = 0; i < D; i++)
                 Xu[(size_t)w * D + i] = X[(size_t)w * D + i] + val[i];
-        if ((rc = lq_model_logits_from_hidden(m, Xu, (size_t)P, lg, err)))
+        if (step == 0 && lg0) /* computed with the old answers' rows (one pass over the head) */
+            memcpy(lg, lg0, (size_t)P * V * sizeof *lg);
+        else if ((rc = lq_model_logits_from_hidden(m, Xu, (size_t)P, lg, err)))
             break;
         pmin = 1;
         int first = 1;
@@ -684,13 +688,13 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
  * whatever the question ("the" after a subject it knows nothing of) answers nothing. At most
  * LQ_EDIT_MAX_REPLACED, most probable first; the target itself is never one. */
 #define SE_OLD_MIN 0.02f
-static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t target0, int32_t *out, int *n_out,
-                       lq_err *err)
+static int old_answers(lq_model *m, const se_text *tx, int n, int n_phr, size_t nt, int32_t target0, int32_t *out,
+                       int *n_out, float *lg0, lq_err *err)
 {
     const lq_model_info *mi = lq_model_get_info(m);
     int D = mi->n_embd, V = mi->n_vocab, rows = 0;
     *n_out = 0;
-    float *X = malloc((size_t)n * D * sizeof *X), *lg = malloc((size_t)n * V * sizeof *lg);
+    float *X = malloc((size_t)(n + n_phr) * D * sizeof *X), *lg = malloc((size_t)(n + n_phr) * V * sizeof *lg);
     int rc = X && lg ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
     for (int t = 0; !rc && t < n; t++) { /* row 0: the canonical question; then the contrasts */
         if (t == 0 || (tx[t].role == T_CONTRAST && tx[t].phr == 0 && tx[t].n > 0)) {
@@ -699,8 +703,15 @@ static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t
             rows++;
         }
     }
+    /* then the rows solve_value starts from for the first target token (X + a zero value, as
+     * it forms them): one pass over the head for both */
+    for (int w = 0; !rc && w < n_phr; w++)
+        for (int i = 0; i < D; i++)
+            X[(size_t)(rows + w) * D + i] = tx[w].xr[(tx[w].n - nt) * D + i] + 0.0f;
     if (!rc)
-        rc = lq_model_logits_from_hidden(m, X, (size_t)rows, lg, err);
+        rc = lq_model_logits_from_hidden(m, X, (size_t)(rows + n_phr), lg, err);
+    if (!rc)
+        memcpy(lg0, lg + (size_t)rows * V, (size_t)n_phr * V * sizeof *lg0);
     int32_t ids[TOPK + 1];
     float pr[TOPK] = {0};
     int nk = rc ? 0 : top_tokens(lg, V, ids, pr);
@@ -803,7 +814,8 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         rc = run_texts_memo(m, tx, n, lg, lr, err);
 
     float *val = malloc((size_t)D * sizeof *val), *X = malloc((size_t)n_phr * D * sizeof *X);
-    if (!rc && (!val || !X))
+    float *lg0 = malloc((size_t)n_phr * mi->n_vocab * sizeof *lg0);
+    if (!rc && (!val || !X || !lg0))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     lq_patch *ops = NULL;
     if (!rc)
@@ -812,12 +824,12 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     int32_t old[LQ_EDIT_MAX_REPLACED];
     int n_old = 0;
     if (!rc)
-        rc = old_answers(m, tx, n, nt, tt[0], old, &n_old, err);
+        rc = old_answers(m, tx, n, n_phr, nt, tt[0], old, &n_old, lg0, err);
     for (size_t i = 0; !rc && i < nt; i++) {
         for (int w = 0; w < n_phr; w++) /* the position that predicts target token i */
             memcpy(X + (size_t)w * D, tx[w].xr + (tx[w].n - nt + i) * D, (size_t)D * sizeof *X);
         float pv = 0;
-        if ((rc = solve_value(m, X, n_phr, tt[i], val, &pv, err)))
+        if ((rc = solve_value(m, X, n_phr, tt[i], i == 0 ? lg0 : NULL, val, &pv, err)))
             break;
         /* a token the head cannot put first from these states (a piece the model never
          * emitted there): written on the logits where the gate fires, the residual left as is */
@@ -854,7 +866,7 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         ops = NULL;
     }
     lq_patch_free(ops);
-    free(val), free(X), free(tt);
+    free(val), free(X), free(lg0), free(tt);
     texts_free(tx, n);
     return rc;
 }
