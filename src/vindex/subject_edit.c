@@ -470,7 +470,7 @@ static int solve_value(lq_model *m, const float *X, int P, int32_t tok, const fl
         for (int w = 0; !rc && w < P; w++) {
             const float *l = lg + (size_t)w * V;
             int32_t ids[TOPK + 1];
-            float pr[TOPK];
+            float pr[TOPK] = {0};
             int nk = top_tokens(l, V, ids, pr);
             double mx, z = lq_softmax_denominator(l, (size_t)V, &mx);
             float p = (float)(exp((double)l[tok] - mx) / z);
