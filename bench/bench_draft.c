@@ -30,16 +30,7 @@
 #define MAXTOK 1024
 
 static const char *only;
-static int want(const char *w)
-{
-    if (!only)
-        return 1;
-    size_t n = strlen(w);
-    for (const char *p = only; (p = strstr(p, w)); p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-            return 1;
-    return 0;
-}
+static int want(const char *w) { return lq_bench_want(only, w); }
 
 /* The model was trained on stories and on question/answer pairs about 32 countries: a
  * transcript that asks again what it already answered is quoted back, and so is the rest of the

@@ -3,18 +3,23 @@
  * the prompt names none of their subjects), 
  * walk-mode infer latency with 0, 100 and 10 000 KNN entries, and describe latency with
  * 0 vs 1 000 patched features (the overlay's cost on the read path; goal < 10%).
- * Usage: bench_edit DIR [--runs N]   (DIR: a --keep-quant --level inference vindex)
+ * Usage: bench_edit DIR [--runs N] [--only knn,compose,subject,decode,infer,describe]
+ *        (DIR: a --keep-quant --level inference vindex; --only: the sections run, default all)
  * Prints Markdown, medians of N runs with min and max, ratios from the same run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/membw.h"
 #include "core/clock.h"
 #include "larql/generate.h"
 #include "larql/model.h"
 #include "larql/patch.h"
 #include "larql/vindex.h"
+
+static const char *only;
+static int want(const char *section) { return lq_bench_want(only, section); }
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -175,6 +180,8 @@ int main(int argc, char **argv)
     for (int i = 2; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--runs"))
             runs = atoi(argv[++i]) > 0 ? atoi(argv[i]) : runs;
+        else if (!strcmp(argv[i], "--only"))
+            only = argv[++i];
     lq_err err = {0};
     lq_vindex *v = NULL;
     lq_model *m = NULL;
@@ -183,6 +190,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_edit: %s\n", err.msg);
         return 1;
     }
+    /* the steady state a server reaches: the weights in their copy and the bounded lm_head's
+     * copy built (both are made by background threads after the open, which would otherwise
+     * share the CPU with the first inserts) */
+    lq_model_weights_copied(m, 1);
+    lq_model_head_wait(m);
     const lq_vindex_info *vi = lq_vindex_get_info(v);
     printf("vindex: %d layers, hidden %d, %llu features; %d threads\n\n", vi->num_layers, vi->hidden_size,
            (unsigned long long)vi->total_features, lq_model_get_info(m)->n_threads);
@@ -191,7 +203,10 @@ int main(int argc, char **argv)
     lq_overlay *o = NULL;
     lq_overlay_create(v, NULL, &o, &err);
     const char *rel = "capital";
+    static const char *const mode_name[3] = {"knn", "compose", "subject"};
     for (int mode = 0; mode < 3; mode++) {
+        if (!want(mode_name[mode]))
+            continue;
         /* each mode in an overlay of its own: KNN and COMPOSE edits of near-identical prompts
          * fire on each other's canonical prompts, and a subject edit checked among them would
          * be refused */
@@ -214,14 +229,17 @@ int main(int argc, char **argv)
             }
             t[r] = lq_now_ms() - t0;
         }
+        double first = t[0];
         put_stat(mode == 2 ? "INSERT SUBJECT (texts in one batched prefill, value by ascent on the head, checked)"
                  : mode    ? "INSERT COMPOSE (residuals of the canonical prompt, slots over the knowledge band)"
                            : "INSERT KNN (one forward pass with residual capture)",
                  t, runs);
+        if (mode == 2) /* the model's memo (what depends on the weights alone) filled by it */
+            printf("|   the first of them (nothing in the model's memo yet) | %.2f | | |\n", first);
     }
     lq_overlay_free(o);
     /* decode with 1 000 subject edits whose subjects the text never names, alternating runs */
-    {
+    if (want("decode")) {
         lq_overlay *so = NULL;
         lq_insert_params ip;
         lq_insert_params_init(&ip);
@@ -256,7 +274,7 @@ int main(int argc, char **argv)
     /* walk-mode infer vs the store's size */
     static const int sizes[3] = {0, 100, 10000};
     double base = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 3 && want("infer"); k++) {
         lq_overlay_create(v, NULL, &o, &err);
         if (sizes[k] && add_random(o, v, LQ_OP_INSERT_KNN, sizes[k])) {
             fprintf(stderr, "knn entries: failed\n");
@@ -274,6 +292,13 @@ int main(int argc, char **argv)
         lq_overlay_free(o);
     }
     /* describe: the base vs 1000 patched features (gate overrides), alternating per run */
+    if (!want("describe")) {
+        free(t);
+        free(t2);
+        lq_model_close(m);
+        lq_vindex_close(v);
+        return 0;
+    }
     lq_overlay_create(v, NULL, &o, &err);
     add_random(o, v, LQ_OP_INSERT, 1000);
     const char *ents[4] = {"France", "the", "model", "water"};

@@ -60,16 +60,7 @@ static int parse_list(const char *s, int *out)
 }
 
 static const char *only;
-static int want(const char *section)
-{
-    if (!only || !*only)
-        return 1;
-    size_t n = strlen(section);
-    for (const char *p = only; (p = strstr(p, section)); p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-            return 1;
-    return 0;
-}
+static int want(const char *section) { return lq_bench_want(only, section); }
 
 static void die(const char *what, const lq_err *err)
 {

@@ -169,16 +169,7 @@ static void attn_fn(void *ctx, int64_t s, int64_t e, int idx)
 }
 
 static const char *only;
-static int want(const char *section)
-{
-    if (!only || !*only)
-        return 1;
-    size_t n = strlen(section);
-    for (const char *p = only; (p = strstr(p, section)); p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-            return 1;
-    return 0;
-}
+static int want(const char *section) { return lq_bench_want(only, section); }
 
 /* ~1 us of busy work per chunk: a hand-off costs (time per call - 1 us) */
 static void busy_fn(void *ctx, int64_t s, int64_t e, int idx)

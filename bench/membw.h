@@ -49,6 +49,19 @@ static inline lq_bw_stat lq_bw_stats(double *v, int n)
 }
 
 /* 1-minute load average (-1 if unknown). */
+/* Whether section is one of the comma-separated names of list (NULL or empty: every section):
+ * the benchmarks' --only / LQ_BENCH_ONLY. */
+static inline int lq_bench_want(const char *list, const char *section)
+{
+    if (!list || !*list)
+        return 1;
+    size_t n = strlen(section);
+    for (const char *p = list; (p = strstr(p, section)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
+}
+
 static inline double lq_bench_loadavg(void)
 {
     double l = -1;

@@ -37,6 +37,33 @@ echo "## decode with TQ2_0 / TQ1_0 projections vs I2_S (same weights, bytes per 
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --threads-list 2 --only vs \
     --vs "${MODEL%.gguf}-tq2_0.gguf,${MODEL%.gguf}-tq1_0.gguf"
 echo
+# the 8B shape (issue 27): Llama3-8B-1.58 in HF1BitLLM's layout (llama + I2_S, SiLU, no
+# sub-norms, untied F16 output), 3.9 GB written in about 35 s into a temporary directory that is
+# removed afterwards (LQ_BENCH_8B_MODEL=FILE keeps one; LQ_BENCH_8B=0 skips, as does a machine
+# with less than 6 GiB available: the weights are copied into 2 MB pages at load)
+if [ "${LQ_BENCH_8B:-1}" != 0 ]; then
+    avail=$(awk '/MemAvailable/{print int($2/1048576)}' /proc/meminfo)
+    if [ "${avail:-0}" -lt 6 ]; then
+        echo "## 8B shape: skipped (${avail} GiB available, 6 needed)"
+    else
+        M8=${LQ_BENCH_8B_MODEL:-}
+        T8=
+        if [ -z "$M8" ]; then
+            T8=$(mktemp -d "${TMPDIR:-/tmp}/larql-bench-8b.XXXXXX")
+            trap 'rm -rf "$T8"' EXIT INT TERM
+            M8="$T8/bench-8b.gguf"
+        fi
+        if [ ! -f "$M8" ]; then
+            echo "generating $M8 (Llama3-8B-1.58 shape: 32 layers, 4096, 14336, heads 32/8, vocab 128256)"
+            "$BUILD/larql" make-model --preset 8b --out "$M8"
+        fi
+        echo "## engine, 8B shape ($M8): decode and prefill 128, 2 threads, bytes per token and rooflines"
+        "$BUILD/bench/bench_engine" "$M8" --runs "${LQ_BENCH_RUNS:-5}" --threads-list 2 --decode 16 \
+            --prefill-list 128 --only refs,decode,prefill
+        if [ -n "$T8" ]; then rm -rf "$T8"; trap - EXIT INT TERM; fi
+    fi
+    echo
+fi
 echo "## engine with --lm-head q8 (decode only) and its effect on the logits"
 "$BUILD/bench/bench_engine" "$MODEL" --runs "${LQ_BENCH_RUNS:-5}" --lm-head q8 --only refs,decode,q8acc
 

@@ -47,7 +47,9 @@ typedef struct lq_fixture_opts {
 int lq_fixture_family(lq_fixture_opts *o, const char *family, lq_err *err);
 
 /* preset: "tiny" (dim 128, 2 layers, vocab 320), "demo" (dim 256, 4 layers, vocab 512),
- * "2b" (2B-4T shape: 30 layers, 2560, 6912, heads 20/5, vocab 128256, F16 embedding).
+ * "2b" (2B-4T shape: 30 layers, 2560, 6912, heads 20/5, vocab 128256, F16 embedding),
+ * "8b" (Llama3-8B-1.58's shape: 32 layers, 4096, 14336, heads 32/8, vocab 128256, in the
+ * "hf1bitllm" family's layout: llama + I2_S, F16 embedding and untied F16 output).
  * Unknown preset -> LQ_EINVAL. */
 int lq_fixture_preset(lq_fixture_opts *o, const char *preset, lq_err *err);
 /* Checks the shape (dim % 128, ffn % 128, head_dim % 2, heads % kv_heads, vocab >= 259 ...). */

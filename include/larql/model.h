@@ -230,7 +230,7 @@ void lq_session_reset(lq_session *s);  /* forget the KV cache: position back to 
 int lq_session_truncate(lq_session *s, int n, lq_err *err);
 /* dst's KV becomes the first n positions of src's (dst at position n): the same numbers a
  * prefill of those tokens in dst would compute, without the forward passes. Both sessions of
- * one model and context (else LQ_EINVAL); n <= src's position (else LQ_ERANGE). */
+ * one model (else LQ_EINVAL); n <= src's position and dst's context (else LQ_ERANGE). */
 int lq_session_copy_prefix(lq_session *dst, const lq_session *src, int n, lq_err *err);
 int lq_session_pos(const lq_session *s);
 int lq_session_n_ctx(const lq_session *s);

@@ -336,18 +336,20 @@ int lq_session_copy_prefix(lq_session *dst, const lq_session *src, int n, lq_err
 {
     if (!dst || !src || dst == src)
         return lq_err_set(err, LQ_EINVAL, "session: copy needs two different sessions");
-    if (dst->m != src->m || dst->n_ctx != src->n_ctx)
-        return lq_err_set(err, LQ_EINVAL, "session: copy between sessions of another model or context");
-    if (n < 0 || n > src->pos)
-        return lq_err_set(err, LQ_ERANGE, "session: cannot copy %d positions of %d", n, src->pos);
-    /* each layer's K and V are [n_head_kv][n_ctx] rows: the first n rows of every head */
+    if (dst->m != src->m)
+        return lq_err_set(err, LQ_EINVAL, "session: copy between sessions of another model");
+    if (n < 0 || n > src->pos || n > dst->n_ctx)
+        return lq_err_set(err, LQ_ERANGE, "session: cannot copy %d positions of %d into a context of %d", n,
+                          src->pos, dst->n_ctx);
+    /* each layer's K and V are [n_head_kv][n_ctx] rows: the first n rows of every head (the
+     * two contexts may differ: each session's own head stride) */
     size_t row = lq_kv_head_bytes(src->m->kv_type, src->m->head_dim), run = (size_t)n * row;
     for (int l = 0; l < src->m->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
             for (int h = 0; h < src->m->n_head_kv; h++) {
-                size_t off = (size_t)h * src->view.head_stride;
-                memcpy((kv ? lq_kv_v(&dst->view, l) : lq_kv_k(&dst->view, l)) + off,
-                       (kv ? lq_kv_v(&src->view, l) : lq_kv_k(&src->view, l)) + off, run);
+                size_t od = (size_t)h * dst->view.head_stride, os = (size_t)h * src->view.head_stride;
+                memcpy((kv ? lq_kv_v(&dst->view, l) : lq_kv_k(&dst->view, l)) + od,
+                       (kv ? lq_kv_v(&src->view, l) : lq_kv_k(&src->view, l)) + os, run);
             }
     dst->pos = n;
     return LQ_OK;

@@ -18,6 +18,7 @@
 #include "larql/model.h"
 #include "core/clock.h"
 #include "core/f16.h"
+#include "model/memo.h"
 #include "model/model_internal.h"
 static void *owned_alloc(lq_model *m, size_t bytes)
 {
@@ -741,6 +742,7 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
         pthread_rwlock_init(&m->wlock, &ra);
         pthread_rwlockattr_destroy(&ra);
     }
+    pthread_mutex_init(&m->memo_mu, NULL);
     m->t_open = t0;
     m->kern = kern;
     m->act_mode = o.act_mode;
@@ -1079,6 +1081,8 @@ void lq_model_close(lq_model *m)
         pthread_join(m->copier, NULL);
     }
     pthread_rwlock_destroy(&m->wlock);
+    lq_model_memo_clear(m);
+    pthread_mutex_destroy(&m->memo_mu);
     free(m->copy_path);
     lq_pool_free(m->pool);
     if (!m->tok_borrowed)

@@ -143,6 +143,10 @@ struct lq_model {
     lq_layer *layers;           /* [n_layer] */
 
     lq_owned owned;
+    /* values callers computed from the weights alone (model/memo.c), under memo_mu */
+    pthread_mutex_t memo_mu;
+    struct lq_memo_entry *memo;
+    size_t memo_bytes;          /* what the values hold, as their callers counted it */
     lq_lm_bound lmb;            /* the bounded lm_head's compact copy (q8.data NULL: off) */
     void *lm_q8_map;            /* the q8 lm_head's anonymous mapping (int8 rows, then scales) */
     size_t lm_q8_map_size;

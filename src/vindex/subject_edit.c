@@ -41,6 +41,7 @@
 #include "larql/chat.h"
 #include "larql/model.h"
 #include "larql/patch.h"
+#include "model/memo.h"
 #include "vindex/vindex_internal.h"
 
 #define SE_MAX_TARGET 16  /* target tokens */
@@ -152,20 +153,146 @@ static int add_text(const lq_model *m, se_text *t, const char *text, const char 
     return LQ_OK;
 }
 
-/* Runs every text through the model (one batched prefill), capturing layers lg and lr. */
+/* Texts that begin with the same tokens (one subject's phrasings of several relations:
+ * "Atlantis's capital is", "Atlantis's language is") share them: a text whose first k >=
+ * SE_SHARE_MIN tokens are an earlier text's runs only its other tokens, on a copy of that
+ * text's K/V and residuals at the k positions. The same computation: a position's K/V and
+ * residuals depend on the tokens up to it alone, and attention reads them from the cache in
+ * either case. */
+#define SE_SHARE_MIN 4
+
+static size_t common_prefix(const se_text *a, const se_text *b)
+{
+    size_t k = 0;
+    while (k < a->n && k < b->n && a->ids[k] == b->ids[k])
+        k++;
+    return k;
+}
+
+/* One batched prefill of texts t[which[0..n)], each from position from[] on. */
+static int run_batch(lq_session **ss, const se_text *t, const int *which, const size_t *from, int n, lq_err *err)
+{
+    lq_session *bs[SE_MAX_TEXTS];
+    int counts[SE_MAX_TEXTS];
+    size_t total = 0, off = 0;
+    for (int i = 0; i < n; i++)
+        total += t[which[i]].n - from[which[i]];
+    if (!n)
+        return LQ_OK;
+    int32_t *ids = malloc(total * sizeof *ids);
+    if (!ids)
+        return lq_err_set(err, LQ_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const se_text *x = &t[which[i]];
+        size_t k = from[which[i]];
+        bs[i] = ss[which[i]];
+        counts[i] = (int)(x->n - k);
+        memcpy(ids + off, x->ids + k, (x->n - k) * sizeof *ids);
+        off += x->n - k;
+    }
+    int rc = lq_session_eval_batch(bs, ids, counts, n, NULL, err);
+    free(ids);
+    return rc;
+}
+
+static void *dup_mem(const void *p, size_t n)
+{
+    void *q = malloc(n);
+    if (q)
+        memcpy(q, p, n);
+    return q;
+}
+
+/* The tokens of a text before its subject ("<|begin_of_text|>The capital of", a chat
+ * template's header and "What is the capital of") are the same in every insert of one
+ * relation: the first such insert on a model keeps their K/V (a session holding just those
+ * positions) and residuals in the model's memo, and later ones copy them from there. */
+typedef struct prefix_memo {
+    size_t n;
+    int32_t *ids;
+    lq_session *s;
+    float *xg, *xr;
+} prefix_memo;
+
+static void prefix_free(void *p)
+{
+    prefix_memo *c = p;
+    lq_session_free(c->s);
+    free(c->ids), free(c->xg), free(c->xr), free(c);
+}
+
+static void prefix_key(char *key, size_t cap, const se_text *t, size_t k, int lg, int lr)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the ids (the value holds them too) */
+    for (size_t i = 0; i < k; i++)
+        h = (h ^ (uint32_t)t->ids[i]) * 1099511628211ULL;
+    snprintf(key, cap, "subject_edit.prefix %d %d %zu %016llx", lg, lr, k, (unsigned long long)h);
+}
+
+/* The positions of text t before its subject that the memo may hold (0: none). */
+static size_t memo_prefix_len(const se_text *t)
+{
+    return t->subj_lo >= SE_SHARE_MIN && (size_t)t->subj_lo < t->n ? (size_t)t->subj_lo : 0;
+}
+
+/* Text t's first k positions from the memo into session s and its residuals: 1 when there. */
+static int prefix_from_memo(lq_model *m, se_text *t, size_t k, lq_session *s, int lg, int lr)
+{
+    char key[96];
+    prefix_key(key, sizeof key, t, k, lg, lr);
+    const prefix_memo *c = lq_model_memo_get(m, key);
+    if (!c || c->n != k || memcmp(c->ids, t->ids, k * sizeof *t->ids) || lq_session_copy_prefix(s, c->s, (int)k, NULL))
+        return 0;
+    size_t bytes = k * (size_t)lq_model_get_info(m)->n_embd * sizeof(float);
+    memcpy(t->xg, c->xg, bytes);
+    memcpy(t->xr, c->xr, bytes);
+    return 1;
+}
+
+/* Keeps text t's first k positions (computed in session s) in the memo; failing only costs a
+ * later insert the positions. */
+static void prefix_to_memo(lq_model *m, const se_text *t, size_t k, const lq_session *s, int lg, int lr)
+{
+    size_t bytes = k * (size_t)lq_model_get_info(m)->n_embd * sizeof(float);
+    prefix_memo *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->n = k;
+    c->ids = dup_mem(t->ids, k * sizeof *t->ids);
+    c->xg = dup_mem(t->xg, bytes);
+    c->xr = dup_mem(t->xr, bytes);
+    if (!c->ids || !c->xg || !c->xr || lq_session_create(m, (int)k, &c->s, NULL) ||
+        lq_session_copy_prefix(c->s, s, (int)k, NULL)) {
+        prefix_free(c);
+        return;
+    }
+    char key[96];
+    prefix_key(key, sizeof key, t, k, lg, lr);
+    lq_model_memo_put(m, key, c, lq_model_kv_bytes(m, (int)k) + 2 * bytes + k * sizeof *c->ids, prefix_free);
+}
+
+/* Runs every text through the model, capturing layers lg and lr: the texts that share no
+ * prefix in one batched prefill (each from the end of its prefix the memo holds), then the
+ * rest of the others in a second. */
 static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
 {
     int D = lq_model_get_info(m)->n_embd, rc = LQ_OK;
     lq_session *ss[SE_MAX_TEXTS] = {0};
     cap_hook hk[SE_MAX_TEXTS];
-    int counts[SE_MAX_TEXTS];
-    size_t total = 0;
-    for (int i = 0; i < nt; i++)
-        total += t[i].n;
-    int32_t *ids = malloc(total * sizeof *ids);
-    if (!ids)
-        return lq_err_set(err, LQ_ENOMEM, "out of memory");
-    size_t off = 0;
+    int lead[SE_MAX_TEXTS] = {0}, first[SE_MAX_TEXTS] = {0}, rest[SE_MAX_TEXTS] = {0}, n1 = 0, n2 = 0;
+    size_t from[SE_MAX_TEXTS] = {0};
+    for (int i = 0; i < nt; i++) {
+        lead[i] = -1, from[i] = 0;
+        for (int j = 0; j < i; j++) {
+            size_t k = lead[j] < 0 ? common_prefix(&t[i], &t[j]) : 0;
+            if (k >= SE_SHARE_MIN && k < t[i].n && k > from[i])
+                lead[i] = j, from[i] = k;
+        }
+        if (lead[i] < 0)
+            first[n1++] = i;
+        else
+            rest[n2++] = i;
+    }
     for (int i = 0; !rc && i < nt; i++) {
         t[i].xg = calloc(t[i].n * (size_t)D, sizeof(float));
         t[i].xr = calloc(t[i].n * (size_t)D, sizeof(float));
@@ -178,15 +305,81 @@ static int run_texts(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *er
         hk[i] = (cap_hook){{cap_after, NULL, NULL, NULL, NULL}, &t[i], lg, lr, D};
         hk[i].h.ctx = &hk[i];
         lq_session_set_hook(ss[i], &hk[i].h);
-        counts[i] = (int)t[i].n;
-        memcpy(ids + off, t[i].ids, t[i].n * sizeof *ids);
-        off += t[i].n;
+    }
+    int known[SE_MAX_TEXTS] = {0};
+    for (int r = 0; !rc && r < n1; r++) {
+        int i = first[r];
+        size_t k = memo_prefix_len(&t[i]);
+        if (k && (known[i] = prefix_from_memo(m, &t[i], k, ss[i], lg, lr)))
+            from[i] = k;
     }
     if (!rc)
-        rc = lq_session_eval_batch(ss, ids, counts, nt, NULL, err);
+        rc = run_batch(ss, t, first, from, n1, err);
+    for (int r = 0; !rc && r < n1; r++) {
+        int i = first[r];
+        size_t k = memo_prefix_len(&t[i]);
+        if (k && !known[i])
+            prefix_to_memo(m, &t[i], k, ss[i], lg, lr);
+    }
+    for (int r = 0; !rc && r < n2; r++) {
+        int i = rest[r], j = lead[i];
+        size_t bytes = from[i] * (size_t)D * sizeof(float);
+        rc = lq_session_copy_prefix(ss[i], ss[j], (int)from[i], err);
+        memcpy(t[i].xg, t[j].xg, bytes);
+        memcpy(t[i].xr, t[j].xr, bytes);
+    }
+    if (!rc)
+        rc = run_batch(ss, t, rest, from, n2, err);
     for (int i = 0; i < nt; i++)
         lq_session_free(ss[i]);
-    free(ids);
+    return rc;
+}
+
+/* The neutral text's residuals depend on the weights alone, not on the edit: a model's first
+ * insert at a pair of layers runs it with the other texts and keeps its residuals in the
+ * model's memo; later inserts copy them from there instead of running its ~50 tokens again
+ * (a third of an insert's forward passes). */
+typedef struct neutral_memo {
+    size_t n;
+    int32_t *ids;
+    float *xg, *xr;
+} neutral_memo;
+
+static void neutral_free(void *p)
+{
+    neutral_memo *c = p;
+    free(c->ids), free(c->xg), free(c->xr), free(c);
+}
+
+/* Runs texts t [nt] (the last one the neutral text) with the neutral text's residuals from
+ * the memo when it has them for layers (lg, lr). */
+static int run_texts_memo(lq_model *m, se_text *t, int nt, int lg, int lr, lq_err *err)
+{
+    int D = lq_model_get_info(m)->n_embd;
+    se_text *nu = &t[nt - 1];
+    size_t bytes = nu->n * (size_t)D * sizeof(float);
+    char key[64];
+    snprintf(key, sizeof key, "subject_edit.neutral %d %d", lg, lr);
+    const neutral_memo *c = lq_model_memo_get(m, key);
+    if (c && c->n == nu->n && !memcmp(c->ids, nu->ids, nu->n * sizeof *nu->ids)) {
+        nu->xg = dup_mem(c->xg, bytes);
+        nu->xr = dup_mem(c->xr, bytes);
+        if (!nu->xg || !nu->xr)
+            return lq_err_set(err, LQ_ENOMEM, "out of memory");
+        return run_texts(m, t, nt - 1, lg, lr, err);
+    }
+    int rc = run_texts(m, t, nt, lg, lr, err);
+    neutral_memo *k = rc ? NULL : calloc(1, sizeof *k);
+    if (k) { /* no memo (out of memory) only costs the next insert the pass */
+        k->n = nu->n;
+        k->ids = dup_mem(nu->ids, nu->n * sizeof *nu->ids);
+        k->xg = dup_mem(nu->xg, bytes);
+        k->xr = dup_mem(nu->xr, bytes);
+        if (k->ids && k->xg && k->xr)
+            lq_model_memo_put(m, key, k, 2 * bytes + k->n * sizeof *k->ids, neutral_free);
+        else
+            neutral_free(k);
+    }
     return rc;
 }
 
@@ -246,8 +439,10 @@ static int top_tokens(const float *l, int V, int32_t *ids, float *pr)
  * phrasings' gradients (the head's rows with the final norm folded in, the top tokens'
  * expectation subtracted, the part along x removed: what the RMSNorm ignores), until the
  * token is the first prediction with probability >= SE_P_GOAL everywhere, then one step more
- * for the phrasings not seen. *prob: the lowest probability reached. */
-static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *val, float *prob, lq_err *err)
+ * for the phrasings not seen. *prob: the lowest probability reached. lg0 (may be NULL): the
+ * logits of X [P, V], the first step's (the value starts at zero). */
+static int solve_value(lq_model *m, const float *X, int P, int32_t tok, const float *lg0, float *val, float *prob,
+                       lq_err *err)
 {
     const lq_model_info *mi = lq_model_get_info(m);
     int D = mi->n_embd, V = mi->n_vocab;
@@ -265,7 +460,9 @@ static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *v
         for (int w = 0; w < P; w++)
             for (int i = 0; i < D; i++)
                 Xu[(size_t)w * D + i] = X[(size_t)w * D + i] + val[i];
-        if ((rc = lq_model_logits_from_hidden(m, Xu, (size_t)P, lg, err)))
+        if (step == 0 && lg0) /* computed with the old answers' rows (one pass over the head) */
+            memcpy(lg, lg0, (size_t)P * V * sizeof *lg);
+        else if ((rc = lq_model_logits_from_hidden(m, Xu, (size_t)P, lg, err)))
             break;
         pmin = 1;
         int first = 1;
@@ -273,7 +470,7 @@ static int solve_value(lq_model *m, const float *X, int P, int32_t tok, float *v
         for (int w = 0; !rc && w < P; w++) {
             const float *l = lg + (size_t)w * V;
             int32_t ids[TOPK + 1];
-            float pr[TOPK];
+            float pr[TOPK] = {0};
             int nk = top_tokens(l, V, ids, pr);
             double mx, z = lq_softmax_denominator(l, (size_t)V, &mx);
             float p = (float)(exp((double)l[tok] - mx) / z);
@@ -491,13 +688,13 @@ static int token_gates(const se_text *tx, int n, int n_phr, size_t nt, int i, in
  * whatever the question ("the" after a subject it knows nothing of) answers nothing. At most
  * LQ_EDIT_MAX_REPLACED, most probable first; the target itself is never one. */
 #define SE_OLD_MIN 0.02f
-static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t target0, int32_t *out, int *n_out,
-                       lq_err *err)
+static int old_answers(lq_model *m, const se_text *tx, int n, int n_phr, size_t nt, int32_t target0, int32_t *out,
+                       int *n_out, float *lg0, lq_err *err)
 {
     const lq_model_info *mi = lq_model_get_info(m);
     int D = mi->n_embd, V = mi->n_vocab, rows = 0;
     *n_out = 0;
-    float *X = malloc((size_t)n * D * sizeof *X), *lg = malloc((size_t)n * V * sizeof *lg);
+    float *X = malloc((size_t)(n + n_phr) * D * sizeof *X), *lg = malloc((size_t)(n + n_phr) * V * sizeof *lg);
     int rc = X && lg ? LQ_OK : lq_err_set(err, LQ_ENOMEM, "out of memory");
     for (int t = 0; !rc && t < n; t++) { /* row 0: the canonical question; then the contrasts */
         if (t == 0 || (tx[t].role == T_CONTRAST && tx[t].phr == 0 && tx[t].n > 0)) {
@@ -506,8 +703,15 @@ static int old_answers(lq_model *m, const se_text *tx, int n, size_t nt, int32_t
             rows++;
         }
     }
+    /* then the rows solve_value starts from for the first target token (X + a zero value, as
+     * it forms them): one pass over the head for both */
+    for (int w = 0; !rc && w < n_phr; w++)
+        for (int i = 0; i < D; i++)
+            X[(size_t)(rows + w) * D + i] = tx[w].xr[(tx[w].n - nt) * D + i] + 0.0f;
     if (!rc)
-        rc = lq_model_logits_from_hidden(m, X, (size_t)rows, lg, err);
+        rc = lq_model_logits_from_hidden(m, X, (size_t)(rows + n_phr), lg, err);
+    if (!rc)
+        memcpy(lg0, lg + (size_t)rows * V, (size_t)n_phr * V * sizeof *lg0);
     int32_t ids[TOPK + 1];
     float pr[TOPK] = {0};
     int nk = rc ? 0 : top_tokens(lg, V, ids, pr);
@@ -607,10 +811,11 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
             rc = lq_err_set(err, LQ_ECONTEXT, "insert: a phrasing of %zu tokens exceeds the context %d", tx[i].n,
                             mi->n_ctx_train);
     if (!rc)
-        rc = run_texts(m, tx, n, lg, lr, err);
+        rc = run_texts_memo(m, tx, n, lg, lr, err);
 
     float *val = malloc((size_t)D * sizeof *val), *X = malloc((size_t)n_phr * D * sizeof *X);
-    if (!rc && (!val || !X))
+    float *lg0 = malloc((size_t)n_phr * mi->n_vocab * sizeof *lg0);
+    if (!rc && (!val || !X || !lg0))
         rc = lq_err_set(err, LQ_ENOMEM, "out of memory");
     lq_patch *ops = NULL;
     if (!rc)
@@ -619,12 +824,12 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
     int32_t old[LQ_EDIT_MAX_REPLACED];
     int n_old = 0;
     if (!rc)
-        rc = old_answers(m, tx, n, nt, tt[0], old, &n_old, err);
+        rc = old_answers(m, tx, n, n_phr, nt, tt[0], old, &n_old, lg0, err);
     for (size_t i = 0; !rc && i < nt; i++) {
         for (int w = 0; w < n_phr; w++) /* the position that predicts target token i */
             memcpy(X + (size_t)w * D, tx[w].xr + (tx[w].n - nt + i) * D, (size_t)D * sizeof *X);
         float pv = 0;
-        if ((rc = solve_value(m, X, n_phr, tt[i], val, &pv, err)))
+        if ((rc = solve_value(m, X, n_phr, tt[i], i == 0 ? lg0 : NULL, val, &pv, err)))
             break;
         /* a token the head cannot put first from these states (a piece the model never
          * emitted there): written on the logits where the gate fires, the residual left as is */
@@ -661,7 +866,7 @@ int lq_vx_subject_insert(lq_overlay *o, lq_model *m, const lq_insert_params *p, 
         ops = NULL;
     }
     lq_patch_free(ops);
-    free(val), free(X), free(tt);
+    free(val), free(X), free(lg0), free(tt);
     texts_free(tx, n);
     return rc;
 }

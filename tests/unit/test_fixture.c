@@ -122,11 +122,31 @@ static void test_bad_shapes(void)
     CHECK_EQ_INT(lq_fixture_preset(&o, "nope", &err), LQ_EINVAL);
 }
 
+/* the benchmarks' 8B shape: Llama3-8B-1.58 in the hf1bitllm layout (not written here: 3.9 GB) */
+static void test_preset_8b(void)
+{
+    lq_fixture_opts o;
+    lq_err err = {0};
+    CHECK_EQ_INT(lq_fixture_preset(&o, "8b", &err), 0);
+    CHECK_EQ_INT(o.layers, 32);
+    CHECK_EQ_INT(o.dim, 4096);
+    CHECK_EQ_INT(o.ffn, 14336);
+    CHECK_EQ_INT(o.heads, 32);
+    CHECK_EQ_INT(o.kv_heads, 8);
+    CHECK_EQ_INT(o.vocab, 128256);
+    CHECK(!strcmp(o.arch, "llama"));
+    CHECK_EQ_INT(o.ternary, 1);
+    CHECK_EQ_INT(o.out_type, LQ_GGML_F16);
+    CHECK_EQ_INT(o.emb_type, LQ_GGML_F16);
+    CHECK_EQ_INT(lq_fixture_check(&o, &err), 0);
+}
+
 int main(void)
 {
     RUN(test_tiny_layout);
     RUN(test_deterministic);
     RUN(test_llama_arch);
     RUN(test_bad_shapes);
+    RUN(test_preset_8b);
     return harness_done();
 }

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "harness.h"
+#include "model/memo.h"
 #include "unit/tiny_gguf.h"
 
 #include "larql/fixture.h"
@@ -107,6 +108,68 @@ static void test_prefill_then_decode(void)
     free(a);
     free(b);
     lq_model_close(m);
+}
+
+/* A prefix's K/V copied from a session of another context (a short one holding just the
+ * prefix) gives the same logits, bit for bit, as prefilling the whole prompt; a copy longer
+ * than the destination's context or of another model is refused. */
+static void test_copy_prefix_across_contexts(void)
+{
+    lq_model *m = open_model(bitnet_model(), 2, LQ_ACT_INT8, NULL), *m2 = open_model(bitnet_model(), 1, LQ_ACT_INT8, NULL);
+    CHECK(m != NULL && m2 != NULL);
+    if (!m || !m2) {
+        lq_model_close(m), lq_model_close(m2);
+        return;
+    }
+    int V = lq_model_get_info(m)->n_vocab, K = 6, N = 14;
+    float *a = malloc(V * sizeof(float)), *b = malloc(V * sizeof(float));
+    lq_err err = {0};
+    lq_session *full = NULL, *pre = NULL, *dst = NULL, *tiny = NULL, *other = NULL;
+    CHECK(lq_session_create(m, 64, &full, &err) == 0 && lq_session_create(m, K, &pre, &err) == 0);
+    CHECK(lq_session_create(m, 32, &dst, &err) == 0 && lq_session_create(m, K - 2, &tiny, &err) == 0);
+    CHECK(lq_session_create(m2, 32, &other, &err) == 0);
+    CHECK(lq_session_eval(full, g_ids, N, a, NULL, &err) == 0);
+    CHECK(lq_session_eval(pre, g_ids, K, NULL, NULL, &err) == 0);
+    CHECK(lq_session_copy_prefix(dst, pre, K, &err) == 0);
+    CHECK_EQ_INT(lq_session_pos(dst), K);
+    CHECK(lq_session_eval(dst, g_ids + K, N - K, b, NULL, &err) == 0);
+    CHECK(a && b && !memcmp(a, b, (size_t)V * sizeof *a));
+    CHECK_EQ_INT(lq_session_copy_prefix(tiny, pre, K, &err), LQ_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "context of");
+    CHECK_EQ_INT(lq_session_copy_prefix(other, pre, K, &err), LQ_EINVAL);
+    lq_session_free(full), lq_session_free(pre), lq_session_free(dst), lq_session_free(tiny), lq_session_free(other);
+    free(a), free(b);
+    lq_model_close(m), lq_model_close(m2);
+}
+
+/* The model's memo (model/memo.h): a value comes back by its key, the first of two values
+ * put under one key is kept (the second is freed), and values past LQ_MODEL_MEMO_MAX_BYTES
+ * are not kept (freed, NULL). Every value is freed at close (ASan/valgrind see leaks). */
+static int memo_freed;
+static void memo_free(void *p)
+{
+    memo_freed++;
+    free(p);
+}
+
+static void test_model_memo(void)
+{
+    lq_model *m = open_model(bitnet_model(), 1, LQ_ACT_INT8, NULL);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    int *a = malloc(sizeof *a), *b = malloc(sizeof *b), *c = malloc(sizeof *c);
+    *a = 1, *b = 2, *c = 3;
+    CHECK(lq_model_memo_get(m, "k") == NULL);
+    CHECK(lq_model_memo_put(m, "k", a, 16, memo_free) == a);
+    CHECK(lq_model_memo_put(m, "k", b, 16, memo_free) == a); /* b freed: a stays */
+    CHECK_EQ_INT(memo_freed, 1);
+    CHECK(lq_model_memo_get(m, "k") == a && *(const int *)lq_model_memo_get(m, "k") == 1);
+    CHECK(lq_model_memo_put(m, "big", c, LQ_MODEL_MEMO_MAX_BYTES, memo_free) == NULL); /* over the cap */
+    CHECK_EQ_INT(memo_freed, 2);
+    CHECK(lq_model_memo_get(m, "big") == NULL);
+    lq_model_close(m);
+    CHECK_EQ_INT(memo_freed, 3);
 }
 
 /* One eval over 100 positions (two chunks) against 100 single-token decodes. */
@@ -981,6 +1044,8 @@ int main(void)
     for (int i = 0; i < NIDS; i++)
         g_ids[i] = (int32_t)(tg_rand(&r) % 300);
     RUN(test_prefill_then_decode);
+    RUN(test_copy_prefix_across_contexts);
+    RUN(test_model_memo);
     RUN(test_batched_equals_sequential);
     RUN(test_eval_batch_mixed);
     RUN(test_long_context_parts);

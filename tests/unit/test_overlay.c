@@ -20,6 +20,7 @@
 #include "larql/generate.h"
 #include "larql/vindex.h"
 #include "vindex/overlay_internal.h"
+#include "vindex/vindex_internal.h"
 
 static const char corpus[] =
     "The capital of France is Paris . The capital of Germany is Berlin . The capital of Japan is Tokyo . "
@@ -1043,6 +1044,44 @@ static void test_old_answer_moves(void)
     lq_overlay_free(a), lq_overlay_free(b), lq_overlay_free(c);
 }
 
+/* A subject insert reads the neutral text's residuals from the model's memo after its first
+ * one (model/memo.h): the second insert of the same fact on a model computes the same edit,
+ * bit for bit, as the first, which ran every text. */
+static void test_subject_memo_same_edit(void)
+{
+    if (!V)
+        return;
+    lq_err err = {0};
+    lq_model_opts mo = {.n_threads = 2};
+    lq_model *m = NULL;
+    lq_overlay *o = NULL;
+    CHECK_MSG(lq_vindex_model_open(V, &mo, &m, &err) == 0, "%s", err.msg);
+    CHECK(lq_overlay_create(V, NULL, &o, &err) == 0);
+    lq_insert_params ip = atlantis(LQ_INSERT_SUBJECT);
+    lq_patch *a = NULL, *b = NULL;
+    lq_insert_result ra, rb;
+    memset(&ra, 0, sizeof ra), memset(&rb, 0, sizeof rb);
+    CHECK_MSG(m && o && lq_vx_subject_insert(o, m, &ip, &a, &ra, &err) == 0, "%s", err.msg);
+    CHECK_MSG(m && o && lq_vx_subject_insert(o, m, &ip, &b, &rb, &err) == 0, "%s", err.msg);
+    int D = lq_vindex_get_info(V)->hidden_size, same = a && b && lq_patch_n_ops(a) == lq_patch_n_ops(b);
+    CHECK(a && lq_patch_n_ops(a) > 0);
+    for (size_t i = 0; same && i < lq_patch_n_ops(a); i++) {
+        lq_patch_op x, y;
+        lq_patch_op_at(a, i, &x);
+        lq_patch_op_at(b, i, &y);
+        same &= x.layer == y.layer && x.target_id == y.target_id && x.gate_threshold == y.gate_threshold &&
+                !x.gate == !y.gate && !x.down == !y.down && x.n_replaces == y.n_replaces &&
+                !memcmp(x.replaces, y.replaces, sizeof x.replaces);
+        same &= !x.gate || !memcmp(x.gate, y.gate, (size_t)D * sizeof *x.gate);
+        same &= !x.down || !memcmp(x.down, y.down, (size_t)D * sizeof *x.down);
+    }
+    CHECK(same);
+    CHECK(ra.target_prob == rb.target_prob && ra.n_forced == rb.n_forced);
+    lq_patch_free(a), lq_patch_free(b);
+    lq_overlay_free(o);
+    lq_model_close(m);
+}
+
 int main(void)
 {
     if (setup())
@@ -1059,6 +1098,7 @@ int main(void)
     RUN(test_layered_session);
     RUN(test_old_answer_moves);
     RUN(test_clone_borrows);
+    RUN(test_subject_memo_same_edit);
     lq_model_close(M);
     lq_vindex_close(V);
     return harness_done();
