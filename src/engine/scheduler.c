@@ -58,6 +58,8 @@ struct lq_sched_req {
     uint64_t donor;          /* waiting for the running request of this seq to have fed share
                               * prompt positions, to copy their KV (0: not waiting) */
     size_t share;
+    int warm;                /* lq_scheduler_warm: prefill into the prompt cache, no generation */
+    int urgent;              /* warm, and a request waits to copy its KV: fed like any prompt */
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -212,11 +214,13 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     pthread_mutex_unlock(&r->cb_mu);
     pthread_mutex_lock(&S->mu);
     r->finished = 1;
-    if (rc)
+    if (r->warm)
+        ; /* not a request of anyone's: counted in warm_* only */
+    else if (rc)
         S->st.failed++;
     else if (r->res.finish == LQ_FINISH_CANCELED)
         S->st.canceled++;
-    S->st.finished++;
+    S->st.finished += !r->warm;
     S->st.cache_entries = pcache_count(S->cache);
     S->st.sessions = S->n_sessions;
     pthread_cond_broadcast(&S->done_cv);
@@ -246,7 +250,7 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
     if (r->cacheable && pcache_cap(S->cache) > 0) {
         size_t reused = 0;
-        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, &reused);
+        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 0, &reused);
         pthread_mutex_lock(&S->mu);
         if (c) {
             S->st.cache_hits++;
@@ -282,6 +286,31 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
     return LQ_OK;
 }
 
+/* A warm request's session: the cached entry it extends (whatever share of it the tokens
+ * keep: the entry is the same conversation with the tokens the model generated, the warm
+ * tokens are the text the client was sent, tokenized again). 0: nothing to do - the cache
+ * already holds every token, or no entry to build on (prefilling a whole prompt again on
+ * speculation is not worth the compute). */
+static int warm_session(lq_scheduler *S, lq_sched_req *r)
+{
+    if (pcache_covers(S->cache, r->key, r->prompt, r->n_prompt))
+        return 0;
+    size_t reused = 0;
+    lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 1, &reused);
+    if (!c)
+        return 0;
+    r->sess = c;
+    r->n_fed = reused;
+    lq_session_set_hook(c, NULL);
+    lq_session_set_head(c, NULL);
+    pthread_mutex_lock(&S->mu);
+    S->st.warm_prefills++;
+    S->st.warm_tokens += r->n_prompt - reused;
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    return 1;
+}
+
 /* ---- prompts shared with a running request ----
  * A request admitted while another one (same cache key) is running whose prompt starts with
  * the same tokens - the choices of one n > 1 request, concurrent requests behind one system
@@ -315,6 +344,39 @@ static void find_donor(lq_scheduler *S, lq_sched_req *r)
             r->share = l;
         }
     }
+    /* a warm request r waits for is fed from now on like any prompt */
+    for (int i = 0; r->donor && i < S->n_active; i++)
+        if (S->active[i]->seq == r->donor && S->active[i]->warm)
+            S->active[i]->urgent = 1;
+}
+
+/* r's donor ended before r copied from it (a warm request ends when its prompt is fed):
+ * its KV went to the prompt cache, so r takes it from there if that gives r more than it
+ * has. */
+static void retake_cached(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t reused = 0;
+    lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 0, &reused);
+    if (!c)
+        return;
+    if (reused <= r->n_fed) { /* not better: back where it was */
+        pcache_put(S->cache, c, r->prompt, reused, r->key, drop_session, S);
+        return;
+    }
+    const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
+    lq_session_set_hook(c, h);
+    lq_session_set_head(c, lq_gen_head(&r->g));
+    pthread_mutex_lock(&S->mu);
+    if (!r->n_fed) { /* admitted as a miss */
+        S->st.cache_misses--;
+        S->st.cache_hits++;
+    }
+    S->st.cache_reused_tokens += reused - r->n_fed;
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    session_put(S, r->sess);
+    r->sess = c;
+    r->n_fed = reused;
 }
 
 /* r's donor, if still running; NULL when it ended (r then prefills on its own). */
@@ -334,6 +396,8 @@ static int take_shared(lq_scheduler *S, lq_sched_req *r)
     lq_sched_req *d = donor_of(S, r);
     if (d && d->n_fed < r->share)
         return 0;
+    if (!d)
+        retake_cached(S, r);
     if (d && !lq_session_copy_prefix(r->sess, d->sess, (int)r->share, NULL)) {
         r->n_fed = r->share;
         pthread_mutex_lock(&S->mu);
@@ -428,9 +492,13 @@ static void batch_step(lq_scheduler *S)
         B++;
     }
     size_t budget = (size_t)S->o.prefill_chunk;
+    /* warm requests (lq_scheduler_warm) are fed when nothing else runs, or when a request
+     * waits for their KV; the second pass is theirs */
+    for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < S->n_active && budget > 0; i++) {
         lq_sched_req *r = S->active[i];
-        if (r->state != RS_PREFILL || !r->sess || !take_shared(S, r))
+        if (r->state != RS_PREFILL || !r->sess || (r->warm && !r->urgent) != pass || (pass && B > 0) ||
+            !take_shared(S, r))
             continue;
         size_t left = r->n_prompt - r->n_fed;
         size_t n = left < budget ? left : budget;
@@ -505,6 +573,10 @@ static void batch_step(lq_scheduler *S)
         r->n_fed += (size_t)S->b_counts[b];
         if (r->n_fed < r->n_prompt)
             continue;
+        if (r->warm) { /* its KV into the cache */
+            finish(S, r, LQ_OK);
+            continue;
+        }
         lq_gen_set_limit(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess));
         r->state = RS_DECODE;
         step_token(S, r);
@@ -602,7 +674,10 @@ static void *loop_main(void *arg)
                 finish_canceled(S, r);
                 continue;
             }
-            if (!r->sess) {
+            if (!r->sess && r->warm) {
+                if (!warm_session(S, r))
+                    finish(S, r, LQ_OK);
+            } else if (!r->sess) {
                 int rc = get_session(S, r);
                 if (rc)
                     finish(S, r, rc);
@@ -804,6 +879,52 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
     *out = r;
+    return LQ_OK;
+}
+
+int lq_scheduler_warm(lq_scheduler *S, const int32_t *toks, size_t n, lq_err *err)
+{
+    if (!S || (n && !toks))
+        return lq_err_set(err, LQ_EINVAL, "scheduler: warm needs a scheduler and tokens");
+    if (S->o.prompt_cache <= 0)
+        return LQ_OK; /* no cache to warm */
+    if (n < 2 || n > (size_t)S->n_ctx)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: warm of %zu tokens (2..%d)", n, S->n_ctx);
+    int32_t nv = lq_tokenizer_n_vocab(lq_model_tokenizer(S->m));
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= nv)
+            return lq_err_set(err, LQ_EINVAL, "scheduler: warm token %zu is %d, outside 0..%d", i, (int)toks[i],
+                              (int)nv - 1);
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r || !(r->prompt = malloc(n * sizeof *r->prompt))) {
+        free(r);
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    }
+    memcpy(r->prompt, toks, n * sizeof *r->prompt);
+    pthread_mutex_init(&r->cb_mu, NULL);
+    r->faults = lq_mapfault_count();
+    r->n_prompt = n;
+    r->S = S;
+    r->state = RS_QUEUED;
+    r->refs = 1; /* the loop's only: nobody holds a handle */
+    r->warm = 1;
+    r->cacheable = 1;
+    pthread_mutex_lock(&S->mu);
+    int room = S->o.max_active - S->n_active + S->o.max_queued;
+    if (S->stopping || S->n_queued >= room) {
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_EBUSY, "scheduler: busy, no warm-up");
+    }
+    if (S->q_tail)
+        S->q_tail->next = r;
+    else
+        S->q_head = r;
+    S->q_tail = r;
+    S->n_queued++;
+    S->st.queued = S->n_queued;
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
     return LQ_OK;
 }
 

@@ -744,6 +744,148 @@ static void check_shared_prefix(const char *path)
 static void test_shared_prefix_bitnet(void) { check_shared_prefix(g_bitnet); }
 static void test_shared_prefix_llama(void) { check_shared_prefix(g_llama); }
 
+/* Waits (a bound against a hang, not a timing check) until nothing runs or waits. */
+static void wait_idle(lq_scheduler *S)
+{
+    lq_scheduler_stats st;
+    for (int i = 0; i < 60000; i++) {
+        lq_scheduler_get_stats(S, &st);
+        if (!st.active && !st.queued)
+            return;
+        sleep_ms(1);
+    }
+}
+
+/* lq_scheduler_warm: the next turn as the client's text tokenizes it (here: the prompt, the
+ * first 10 answer tokens, then 12 others, as when the answer's text does not tokenize back to
+ * the generated tokens) is prefilled into the cache on top of the finished request's entry;
+ * the next turn then prefills only its new tokens, and answers with the logprobs it has
+ * without the cache, bit for bit. A warm-up the cache already covers, or with nothing to
+ * build on, does nothing; one submitted just before the next turn is shared by it (never
+ * prefilled twice). Bad tokens are refused. */
+static void check_warm(const char *path)
+{
+    lq_model *m = open_model(path, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    int32_t bos = lq_tokenizer_bos(lq_model_tokenizer(m));
+    static job a, b;
+    static rec ra, rb, rb_off, rb_ref;
+    static int32_t w[200];
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = 2;
+    so.prefill_chunk = 16;
+    so.prompt_cache = 2;
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
+    if (!S) {
+        lq_model_close(m);
+        return;
+    }
+    for (int turn = 0; turn < 2; turn++) {
+        memset(&ra, 0, sizeof ra);
+        memset(&rb, 0, sizeof rb);
+        memset(&rb_off, 0, sizeof rb_off);
+        memset(&rb_ref, 0, sizeof rb_ref);
+        lq_generate_defaults(&a.p);
+        a.p.sampling.temperature = 0;
+        a.p.max_tokens = 20;
+        a.p.ignore_eos = 1;
+        a.n_prompt = 41;
+        a.prompt[0] = bos;
+        for (size_t i = 1; i < a.n_prompt; i++)
+            a.prompt[i] = (int32_t)((i * 53 + 7 + (size_t)turn * 11) % (size_t)(mi->n_vocab - 3));
+        lq_sched_req *h = NULL;
+        lq_generate_result res, res_off, res_ref;
+        CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &a.p, on_token, on_done, &ra, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+        lq_sched_release(h);
+        wait_idle(S);
+        size_t nw = 0;
+        for (size_t i = 0; i < a.n_prompt; i++)
+            w[nw++] = a.prompt[i];
+        for (int i = 0; i < 10; i++)
+            w[nw++] = ra.ids[i];
+        for (int i = 0; i < 12; i++)
+            w[nw++] = (int32_t)((i * 19 + 2) % (mi->n_vocab - 3));
+        b = a;
+        b.n_prompt = 0;
+        for (size_t i = 0; i < nw; i++)
+            b.prompt[b.n_prompt++] = w[i];
+        for (int i = 0; i < 7; i++)
+            b.prompt[b.n_prompt++] = (int32_t)((i * 31 + 5) % (mi->n_vocab - 3));
+        b.p.max_tokens = 16;
+        lq_scheduler_stats s0, st;
+        lq_scheduler_get_stats(S, &s0);
+        CHECK(lq_scheduler_warm(S, w, nw, &err) == 0);
+        if (turn == 0) /* think time: the warm-up ends before the next turn comes */
+            wait_idle(S);
+        CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rb, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+        lq_sched_release(h);
+        wait_idle(S);
+        lq_scheduler_get_stats(S, &st);
+        /* the entry held the prompt and 19 answer tokens: 51 of them are w's */
+        CHECK_MSG(st.warm_prefills == s0.warm_prefills + 1 && st.warm_tokens == s0.warm_tokens + (nw - 51),
+                  "turn %d: warm-ups %llu, %llu positions", turn, (unsigned long long)st.warm_prefills,
+                  (unsigned long long)st.warm_tokens);
+        CHECK_MSG(st.prefill_tokens - s0.prefill_tokens == (nw - 51) + 7,
+                  "turn %d: prefilled %llu positions (w's tail once, then the 7 new ones)", turn,
+                  (unsigned long long)(st.prefill_tokens - s0.prefill_tokens));
+        CHECK_MSG(st.cache_reused_tokens - s0.cache_reused_tokens == nw, "turn %d: reused %llu", turn,
+                  (unsigned long long)(st.cache_reused_tokens - s0.cache_reused_tokens));
+        CHECK(st.finished == s0.finished + 1 && st.submitted == s0.submitted + 1);
+        /* the same request without the cache, and alone through lq_generate */
+        b.p.no_prompt_cache = 1;
+        CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rb_off, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res_off, &err) == 0);
+        lq_sched_release(h);
+        lq_session *fresh = NULL;
+        CHECK(lq_session_create(m, 0, &fresh, &err) == 0);
+        CHECK(lq_generate(fresh, b.prompt, b.n_prompt, &b.p, on_token, &rb_ref, &res_ref, &err) == 0);
+        lq_session_free(fresh);
+        CHECK_MSG(same_rec(&rb_ref, &rb, &res_ref, &res), "%s: the warmed prefix changed the answer", path);
+        CHECK_MSG(rb.n == rb_off.n && !memcmp(rb.lp, rb_off.lp, sizeof(float) * (size_t)rb.n) &&
+                      !memcmp(rb.ids, rb_off.ids, sizeof(int32_t) * (size_t)rb.n),
+                  "%s turn %d: logprobs with the warmed prefix differ from cache_prompt off", path, turn);
+    }
+    /* nothing to do: covered already, or no entry sharing 8 tokens */
+    lq_scheduler_stats s0, st;
+    lq_scheduler_get_stats(S, &s0);
+    CHECK(lq_scheduler_warm(S, b.prompt, 30, &err) == 0);
+    int32_t other[20];
+    for (int i = 0; i < 20; i++)
+        other[i] = (int32_t)(i + 1);
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == 0);
+    wait_idle(S);
+    lq_scheduler_get_stats(S, &st);
+    CHECK(st.warm_prefills == s0.warm_prefills && st.prefill_tokens == s0.prefill_tokens);
+    /* bad tokens */
+    CHECK(lq_scheduler_warm(S, other, 1, &err) == LQ_EINVAL);
+    CHECK(lq_scheduler_warm(S, NULL, 5, &err) == LQ_EINVAL);
+    other[3] = mi->n_vocab;
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == LQ_EINVAL && strstr(err.msg, "outside"));
+    other[3] = -1;
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == LQ_EINVAL);
+    static int32_t big[100000];
+    CHECK(lq_scheduler_warm(S, big, (size_t)lq_scheduler_n_ctx(S) + 1, &err) == LQ_EINVAL);
+    CHECK(lq_scheduler_warm(NULL, other, 20, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+    /* no cache: nothing to warm */
+    so.prompt_cache = 0;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    CHECK(lq_scheduler_warm(S, w, 20, &err) == 0);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+static void test_warm_bitnet(void) { check_warm(g_bitnet); }
+static void test_warm_llama(void) { check_warm(g_llama); }
+
 int main(void)
 {
     if (write_models()) {
@@ -762,6 +904,8 @@ int main(void)
     RUN(test_prompt_cache_llama);
     RUN(test_shared_prefix_bitnet);
     RUN(test_shared_prefix_llama);
+    RUN(test_warm_bitnet);
+    RUN(test_warm_llama);
     unlink(g_bitnet);
     unlink(g_llama);
     rmdir(harness_tmpdir());
