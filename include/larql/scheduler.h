@@ -111,6 +111,20 @@ int lq_scheduler_submit(lq_scheduler *s, const int32_t *prompt, size_t n_prompt,
  * prompts without edits (cache key 0). Bad tokens (ids outside the vocabulary, fewer than 2,
  * more than the context) -> LQ_EINVAL; queue full or shutting down -> LQ_EBUSY. */
 int lq_scheduler_warm(lq_scheduler *s, const int32_t *toks, size_t n, lq_err *err);
+/* Saving a cached prompt (llama-server's slot save/restore). Save writes the prompt cache's
+ * entry `slot` (0 = the most recently used, 1 = the one before...; prompts without edits) to
+ * path: its tokens and their KV, the model's shape and a checksum (src/engine/kv_file.c).
+ * Restore reads such a file back into the cache as its newest entry, after computing the first
+ * positions again and finding the file's bytes: requests starting with those tokens then
+ * prefill only the rest, with the answers they have without it. Both run on the scheduler's
+ * thread between steps (the KV is copied there; the file is written and read on the
+ * caller's). n_tokens, n_bytes (may be NULL): the tokens and the file's size. Errors: no such
+ * slot or file -> LQ_ENOTFOUND; a file that is not one, is short or corrupt, holds more
+ * tokens than the context, or comes from another model (shape or numbers) -> LQ_EFORMAT;
+ * no prompt cache (restore) -> LQ_EINVAL; write failure -> LQ_EIO. */
+int lq_scheduler_cache_save(lq_scheduler *s, int slot, const char *path, size_t *n_tokens, size_t *n_bytes,
+                            lq_err *err);
+int lq_scheduler_cache_restore(lq_scheduler *s, const char *path, size_t *n_tokens, size_t *n_bytes, lq_err *err);
 /* Asks the request to stop: it finishes with LQ_FINISH_CANCELED before its next token is
  * delivered (also while queued or prefilling), and its session is freed. Any thread. */
 void lq_sched_cancel(lq_sched_req *r);

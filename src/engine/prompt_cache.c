@@ -63,6 +63,24 @@ lq_session *pcache_evict_lru(pcache *c)
     return remove_at(c, lru);
 }
 
+lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n)
+{
+    /* the rank-th newest: the entry with exactly rank newer ones of the same key */
+    for (int i = 0; c && rank >= 0 && i < c->n; i++) {
+        if (c->e[i].key != key)
+            continue;
+        int newer = 0;
+        for (int j = 0; j < c->n; j++)
+            newer += c->e[j].key == key && c->e[j].tick > c->e[i].tick;
+        if (newer == rank) {
+            *toks = c->e[i].toks;
+            *n = c->e[i].n;
+            return c->e[i].sess;
+        }
+    }
+    return NULL;
+}
+
 void pcache_free(pcache *c)
 {
     if (!c)

@@ -29,6 +29,9 @@ int pcache_covers(const pcache *c, uint64_t key, const int32_t *toks, size_t n);
  * least recently used one beyond cap go to drop, and so does s if it cannot be kept. */
 void pcache_put(pcache *c, lq_session *s, const int32_t *toks, size_t n, uint64_t key, pcache_drop_fn drop,
                 void *ctx);
+/* The entry with key that is the rank-th most recently used of them (0: the last one), left
+ * in the cache: its session (position *n) and tokens. NULL when there are not that many. */
+lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n);
 /* The least recently used entry's session, out of the cache (NULL when empty). */
 lq_session *pcache_evict_lru(pcache *c);
 

@@ -26,9 +26,11 @@
 #include "engine/draft.h"
 #include "engine/engine_internal.h"
 #include "engine/gen_step.h"
+#include "engine/kv_file.h"
 #include "engine/prompt_cache.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
+enum { OP_NONE = 0, OP_SAVE, OP_RESTORE };
 
 struct lq_sched_req {
     lq_scheduler *S;
@@ -60,6 +62,13 @@ struct lq_sched_req {
     size_t share;
     int warm;                /* lq_scheduler_warm: prefill into the prompt cache, no generation */
     int urgent;              /* warm, and a request waits to copy its KV: fed like any prompt */
+    int op;                  /* OP_SAVE / OP_RESTORE: a prompt-cache operation, run by the loop
+                              * when admitted (the cache is the loop's alone) */
+    int op_slot;
+    int32_t *op_toks;        /* save: filled by the loop; restore: given */
+    size_t op_n;
+    void *op_kv;
+    size_t op_kv_bytes;
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -118,6 +127,8 @@ static void req_free(lq_sched_req *r)
     lq_gen_free(&r->g);
     free(r->prompt);
     free(r->gen_fed);
+    free(r->op_toks);
+    free(r->op_kv);
     pthread_mutex_destroy(&r->cb_mu);
     free(r);
 }
@@ -214,13 +225,13 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     pthread_mutex_unlock(&r->cb_mu);
     pthread_mutex_lock(&S->mu);
     r->finished = 1;
-    if (r->warm)
-        ; /* not a request of anyone's: counted in warm_* only */
+    if (r->warm || r->op)
+        ; /* not a generation: counted in warm_* only, or not at all */
     else if (rc)
         S->st.failed++;
     else if (r->res.finish == LQ_FINISH_CANCELED)
         S->st.canceled++;
-    S->st.finished += !r->warm;
+    S->st.finished += !r->warm && !r->op;
     S->st.cache_entries = pcache_count(S->cache);
     S->st.sessions = S->n_sessions;
     pthread_cond_broadcast(&S->done_cv);
@@ -243,6 +254,23 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
         lq_gen_end(&r->g, tramp_token, r);
         finish(S, r, LQ_OK);
     }
+}
+
+/* A pooled session, or a new one. */
+static int new_session(lq_scheduler *S, lq_session **out, lq_err *err)
+{
+    if (S->n_pool) {
+        *out = S->pool[--S->n_pool];
+        return LQ_OK;
+    }
+    int rc = lq_session_create(S->m, S->n_ctx, out, err);
+    if (rc)
+        return rc;
+    S->n_sessions++;
+    pthread_mutex_lock(&S->mu);
+    S->st.sessions = S->n_sessions;
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
 }
 
 static int get_session(lq_scheduler *S, lq_sched_req *r)
@@ -268,21 +296,11 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
             return LQ_OK;
         }
     }
-    if (S->n_pool) {
-        r->sess = S->pool[--S->n_pool];
-        lq_session_set_hook(r->sess, h);
-        lq_session_set_head(r->sess, lq_gen_head(&r->g));
-        return LQ_OK;
-    }
-    int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
+    int rc = new_session(S, &r->sess, &r->err);
     if (rc)
         return rc;
     lq_session_set_hook(r->sess, h);
     lq_session_set_head(r->sess, lq_gen_head(&r->g));
-    S->n_sessions++;
-    pthread_mutex_lock(&S->mu);
-    S->st.sessions = S->n_sessions;
-    pthread_mutex_unlock(&S->mu);
     return LQ_OK;
 }
 
@@ -309,6 +327,64 @@ static int warm_session(lq_scheduler *S, lq_sched_req *r)
     S->st.cache_entries = pcache_count(S->cache);
     pthread_mutex_unlock(&S->mu);
     return 1;
+}
+
+/* ---- saving and restoring cached prompts (lq_scheduler_cache_save / _restore) ---- */
+
+/* Save: a copy of the slot's tokens and KV, which the caller writes to disk. */
+static int op_save(lq_scheduler *S, lq_sched_req *r)
+{
+    const int32_t *toks = NULL;
+    size_t n = 0;
+    lq_session *s = pcache_peek(S->cache, 0, r->op_slot, &toks, &n);
+    if (!s)
+        return lq_err_set(&r->err, LQ_ENOTFOUND, "no cached prompt at slot %d (the cache holds %d)", r->op_slot,
+                          pcache_count(S->cache));
+    r->op_kv_bytes = lq_session_kv_bytes(s, (int)n);
+    r->op_toks = malloc(n * sizeof *r->op_toks);
+    r->op_kv = malloc(r->op_kv_bytes ? r->op_kv_bytes : 1);
+    if (!r->op_toks || !r->op_kv)
+        return lq_err_set(&r->err, LQ_ENOMEM, "out of memory for %zu bytes of KV", r->op_kv_bytes);
+    memcpy(r->op_toks, toks, n * sizeof *toks);
+    r->op_n = n;
+    return lq_session_kv_get(s, (int)n, r->op_kv, r->op_kv_bytes, &r->err);
+}
+
+/* Restore: the KV into a session that joins the cache as its newest entry, once its first
+ * positions, computed again by this model, are the file's bytes (a file saved from another
+ * model of the same shape fails here). */
+static int op_restore(lq_scheduler *S, lq_sched_req *r)
+{
+    enum { CHECK_POS = 4 };
+    int k = r->op_n < CHECK_POS ? (int)r->op_n : CHECK_POS;
+    lq_session *s = NULL, *t = NULL;
+    int rc = new_session(S, &s, &r->err);
+    if (!rc)
+        rc = lq_session_kv_set(s, (int)r->op_n, r->op_kv, r->op_kv_bytes, &r->err);
+    if (!rc)
+        rc = lq_session_create(S->m, k, &t, &r->err);
+    if (!rc)
+        rc = lq_session_eval(t, r->op_toks, (size_t)k, NULL, NULL, &r->err);
+    size_t kb = lq_session_kv_bytes(s, k);
+    uint8_t *a = rc ? NULL : malloc(2 * kb);
+    if (!rc && !a)
+        rc = lq_err_set(&r->err, LQ_ENOMEM, "out of memory");
+    if (!rc && !(rc = lq_session_kv_get(t, k, a, kb, &r->err)) && !(rc = lq_session_kv_get(s, k, a + kb, kb, &r->err)) &&
+        memcmp(a, a + kb, kb))
+        rc = lq_err_set(&r->err, LQ_EFORMAT, "the saved KV is not this model's (its first %d positions differ from "
+                                             "what this model computes for those tokens)", k);
+    free(a);
+    lq_session_free(t);
+    if (rc) {
+        if (s)
+            drop_session(S, s);
+        return rc;
+    }
+    pcache_put(S->cache, s, r->op_toks, r->op_n, 0, drop_session, S);
+    pthread_mutex_lock(&S->mu);
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
 }
 
 /* ---- prompts shared with a running request ----
@@ -674,7 +750,9 @@ static void *loop_main(void *arg)
                 finish_canceled(S, r);
                 continue;
             }
-            if (!r->sess && r->warm) {
+            if (r->op) {
+                finish(S, r, r->op == OP_SAVE ? op_save(S, r) : op_restore(S, r));
+            } else if (!r->sess && r->warm) {
                 if (!warm_session(S, r))
                     finish(S, r, LQ_OK);
             } else if (!r->sess) {
@@ -926,6 +1004,94 @@ int lq_scheduler_warm(lq_scheduler *S, const int32_t *toks, size_t n, lq_err *er
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
     return LQ_OK;
+}
+
+/* Queues a prompt-cache operation and waits for the loop to run it. Frees r when it could not
+ * be queued (*r_out NULL then). */
+static int run_op(lq_scheduler *S, lq_sched_req *r, lq_sched_req **r_out, lq_err *err)
+{
+    *r_out = NULL;
+    pthread_mutex_init(&r->cb_mu, NULL);
+    r->S = S;
+    r->state = RS_QUEUED;
+    r->refs = 2;
+    pthread_mutex_lock(&S->mu);
+    if (S->stopping) {
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
+    }
+    if (S->q_tail)
+        S->q_tail->next = r;
+    else
+        S->q_head = r;
+    S->q_tail = r;
+    S->n_queued++;
+    S->st.queued = S->n_queued;
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
+    *r_out = r;
+    lq_sched_wait(r, -1);
+    if (!r->rc && r->res.finish == LQ_FINISH_CANCELED) /* the scheduler stopped first */
+        return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
+    if (r->rc && err)
+        *err = r->err;
+    return r->rc;
+}
+
+int lq_scheduler_cache_save(lq_scheduler *S, int slot, const char *path, size_t *n_tokens, size_t *n_bytes,
+                            lq_err *err)
+{
+    if (!S || !path || slot < 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: cache_save needs a scheduler, a slot >= 0 and a path");
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    r->op = OP_SAVE;
+    r->op_slot = slot;
+    int rc = run_op(S, r, &r, err);
+    if (!r)
+        return rc;
+    size_t written = 0;
+    if (!rc)
+        rc = kvf_write(path, S->m, r->op_toks, r->op_n, r->op_kv, r->op_kv_bytes, &written, err);
+    if (!rc) {
+        if (n_tokens)
+            *n_tokens = r->op_n;
+        if (n_bytes)
+            *n_bytes = written;
+    }
+    lq_sched_release(r);
+    return rc;
+}
+
+int lq_scheduler_cache_restore(lq_scheduler *S, const char *path, size_t *n_tokens, size_t *n_bytes, lq_err *err)
+{
+    if (!S || !path)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: cache_restore needs a scheduler and a path");
+    if (S->o.prompt_cache <= 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: no prompt cache to restore into");
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    size_t got = 0;
+    int rc = kvf_read(path, S->m, (size_t)S->n_ctx, &r->op_toks, &r->op_n, &r->op_kv, &r->op_kv_bytes, &got, err);
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    r->op = OP_RESTORE;
+    rc = run_op(S, r, &r, err);
+    if (!r)
+        return rc;
+    if (!rc) {
+        if (n_tokens)
+            *n_tokens = r->op_n;
+        if (n_bytes)
+            *n_bytes = got;
+    }
+    lq_sched_release(r);
+    return rc;
 }
 
 void lq_sched_cancel(lq_sched_req *r)

@@ -1231,7 +1231,7 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
     }
     jb->gp.hook = hook;
     /* the next turn's warm-up: one answer, plain text, the KV of no edits */
-    if (!hook && !jb->gp.no_prompt_cache && jb->n == 1 && jb->tools.mode == TOOLS_NONE && jb->text_prompt &&
+    if (!hook && s->prompt_cache_cap > 0 && !jb->gp.no_prompt_cache && jb->n == 1 && jb->tools.mode == TOOLS_NONE && jb->text_prompt &&
         (jb->chat ? jb->rendered : jb->prompt_text))
         jb->sched = srv_sched(s);
     int rc = lq_scheduler_submit(srv_sched(s), jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);

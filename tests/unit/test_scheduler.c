@@ -732,9 +732,13 @@ static void check_shared_prefix(const char *path)
     CHECK_MSG(same, "%s: a request that copied the shared prefix answers differently", path);
     lq_scheduler_stats st;
     lq_scheduler_get_stats(S, &st);
-    CHECK_MSG(st.shared_hits == N - 1 && st.shared_tokens == (uint64_t)(N - 1) * (P - 1),
-              "shared %llu requests, %llu positions", (unsigned long long)st.shared_hits,
-              (unsigned long long)st.shared_tokens);
+    /* each of the others copies the prefix from the first while it runs, or, when the loop
+     * admitted it after the first had ended (a slow submitting thread), from the cache */
+    CHECK_MSG(st.shared_hits + st.cache_hits == N - 1 &&
+                  st.shared_tokens + st.cache_reused_tokens == (uint64_t)(N - 1) * (P - 1),
+              "shared %llu requests, %llu positions; from the cache %llu, %llu", (unsigned long long)st.shared_hits,
+              (unsigned long long)st.shared_tokens, (unsigned long long)st.cache_hits,
+              (unsigned long long)st.cache_reused_tokens);
     CHECK_MSG(st.prefill_tokens == P + (N - 1), "prefilled %llu positions (the prompt once, then one each)",
               (unsigned long long)st.prefill_tokens);
     lq_scheduler_free(S);
@@ -886,6 +890,155 @@ static void check_warm(const char *path)
 static void test_warm_bitnet(void) { check_warm(g_bitnet); }
 static void test_warm_llama(void) { check_warm(g_llama); }
 
+/* One greedy request through S: its answer in *out. */
+static void run_one(lq_scheduler *S, const job *j, rec *out, lq_generate_result *res)
+{
+    lq_err err = {0};
+    lq_sched_req *h = NULL;
+    memset(out, 0, sizeof *out);
+    CHECK(lq_scheduler_submit(S, j->prompt, j->n_prompt, &j->p, on_token, on_done, out, &h, &err) == 0);
+    CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, res, &err) == 0);
+    lq_sched_release(h);
+}
+
+static int copy_file(const char *from, const char *to, long keep, long flip)
+{
+    FILE *f = fopen(from, "rb"), *g = fopen(to, "wb");
+    int c, ok = f && g;
+    for (long i = 0; ok && (c = fgetc(f)) != EOF && (keep < 0 || i < keep); i++)
+        fputc(i == flip ? c ^ 0x40 : c, g);
+    if (f)
+        fclose(f);
+    if (g)
+        fclose(g);
+    return ok ? 0 : -1;
+}
+
+/* Slot save/restore: a cached prompt written to disk and read back by another scheduler gives
+ * the next turn the prefix it had (only the new tokens prefilled) and the same answer as
+ * without the cache, bit for bit; an unknown slot, a missing, short, corrupt or foreign file
+ * (another shape; the same shape with other weights) are refused. */
+static void test_slot_save_restore(void)
+{
+    lq_model *m = open_model(g_bitnet, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    static job a, b;
+    static rec ra, rb, rb_off;
+    lq_generate_result res;
+    lq_generate_defaults(&a.p);
+    a.p.sampling.temperature = 0;
+    a.p.max_tokens = 20;
+    a.p.ignore_eos = 1;
+    a.n_prompt = 41;
+    a.prompt[0] = lq_tokenizer_bos(lq_model_tokenizer(m));
+    for (size_t i = 1; i < a.n_prompt; i++)
+        a.prompt[i] = (int32_t)((i * 43 + 3) % (size_t)(mi->n_vocab - 3));
+    lq_scheduler_opts so;
+    lq_scheduler_opts_init(&so);
+    so.max_active = 2;
+    so.prefill_chunk = 16;
+    so.prompt_cache = 2;
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    run_one(S, &a, &ra, &res);
+    char path[4400], bad[4400];
+    snprintf(path, sizeof path, "%s/slot.bin", harness_tmpdir());
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    size_t nt = 0, nb = 0;
+    CHECK_MSG(lq_scheduler_cache_save(S, 0, path, &nt, &nb, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT((int)nt, (int)a.n_prompt + 19);
+    CHECK(lq_scheduler_cache_save(S, 1, path, &nt, &nb, &err) == LQ_ENOTFOUND && strstr(err.msg, "slot 1"));
+    CHECK(lq_scheduler_cache_save(S, -1, path, &nt, &nb, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+
+    /* another scheduler: the restored prefix serves the next turn */
+    b = a;
+    b.n_prompt = 0;
+    for (size_t i = 0; i < a.n_prompt; i++)
+        b.prompt[b.n_prompt++] = a.prompt[i];
+    for (int i = 0; i < ra.n; i++)
+        b.prompt[b.n_prompt++] = ra.ids[i];
+    for (int i = 0; i < 5; i++)
+        b.prompt[b.n_prompt++] = (int32_t)(i * 7 + 1);
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    size_t nt2 = 0, nb2 = 0;
+    CHECK_MSG(lq_scheduler_cache_restore(S, path, &nt2, &nb2, &err) == 0, "%s", err.msg);
+    CHECK(nt2 == nt && nb2 == nb);
+    lq_scheduler_stats st;
+    run_one(S, &b, &rb, &res);
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.cache_reused_tokens == nt && st.prefill_tokens == b.n_prompt - nt, "reused %llu prefilled %llu",
+              (unsigned long long)st.cache_reused_tokens, (unsigned long long)st.prefill_tokens);
+    b.p.no_prompt_cache = 1;
+    run_one(S, &b, &rb_off, &res);
+    CHECK_MSG(rb.n == rb_off.n && !memcmp(rb.ids, rb_off.ids, sizeof(int32_t) * (size_t)rb.n) &&
+                  !memcmp(rb.lp, rb_off.lp, sizeof(float) * (size_t)rb.n),
+              "the restored prefix changed the answer");
+
+    /* bad files */
+    snprintf(bad, sizeof bad, "%s/none.bin", harness_tmpdir());
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_ENOTFOUND);
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    long cut[] = {0, 10, 60, (long)nb - 1};
+    for (int i = 0; i < 4; i++) {
+        CHECK(copy_file(path, bad, cut[i], -1) == 0);
+        CHECK_MSG(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT, "cut at %ld", cut[i]);
+    }
+    CHECK(copy_file(path, bad, -1, (long)nb / 2) == 0); /* a flipped bit in the KV */
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT && strstr(err.msg, "checksum"));
+    CHECK(copy_file(path, bad, -1, 60) == 0); /* a token id */
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT);
+    FILE *f = fopen(bad, "ab");
+    CHECK(f && fputc(0, f) == 0 && fclose(f) == 0); /* a byte too many */
+    CHECK(copy_file(path, bad, -1, -1) == 0 && (f = fopen(bad, "ab")) && fputc(0, f) == 0 && fclose(f) == 0);
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT);
+    lq_scheduler_free(S);
+
+    /* another model of another shape, and one of the same shape with other weights */
+    lq_fixture_opts o;
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.seed = 99;
+    snprintf(bad, sizeof bad, "%s/twin.gguf", harness_tmpdir());
+    CHECK(lq_fixture_write(&o, bad, &err) == 0);
+    const char *others[2] = {g_llama, bad};
+    for (int i = 0; i < 2; i++) {
+        lq_model *m2 = open_model(others[i], 1);
+        CHECK(m2 != NULL);
+        if (!m2)
+            continue;
+        CHECK(lq_scheduler_create(m2, &so, &S, &err) == 0);
+        int rc = lq_scheduler_cache_restore(S, path, NULL, NULL, &err);
+        CHECK_MSG(rc == LQ_EFORMAT && (strstr(err.msg, "another model") || strstr(err.msg, "not this model")),
+                  "%s: %d %s", others[i], rc, err.msg);
+        lq_scheduler_get_stats(S, &st);
+        CHECK(st.cache_entries == 0);
+        lq_scheduler_free(S);
+        lq_model_close(m2);
+    }
+    unlink(bad);
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    unlink(bad);
+    unlink(path);
+    /* no cache to restore into */
+    so.prompt_cache = 0;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    CHECK(lq_scheduler_cache_restore(S, path, NULL, NULL, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+    /* the session calls' own checks */
+    lq_session *sess = NULL;
+    CHECK(lq_session_create(m, 16, &sess, &err) == 0);
+    char buf[8];
+    CHECK(lq_session_kv_get(sess, 1, buf, sizeof buf, &err) == LQ_ERANGE);
+    CHECK(lq_session_kv_set(sess, 17, buf, sizeof buf, &err) == LQ_ERANGE);
+    CHECK(lq_session_kv_set(sess, 1, buf, sizeof buf, &err) == LQ_EINVAL);
+    lq_session_free(sess);
+    lq_model_close(m);
+}
+
 int main(void)
 {
     if (write_models()) {
@@ -906,6 +1059,7 @@ int main(void)
     RUN(test_shared_prefix_llama);
     RUN(test_warm_bitnet);
     RUN(test_warm_llama);
+    RUN(test_slot_save_restore);
     unlink(g_bitnet);
     unlink(g_llama);
     rmdir(harness_tmpdir());
