@@ -135,6 +135,7 @@ struct lq_server {
     size_t n_routes;
     struct srv_deadline *deadline; /* the front's header deadline (deadline.c), else NULL */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
+    char *slot_dir;           /* --slot-save-path (owned), NULL: off */
     char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */
     char *state_db, *state_model;
     char model_id[256];
@@ -383,5 +384,6 @@ int srv_etag_matches(const char *inm, const char *etag);
 void route_completions(lq_server *s, req *q, reply *r);
 void route_chat(lq_server *s, req *q, reply *r);
 void route_embeddings(lq_server *s, req *q, reply *r);
+void route_slots(lq_server *s, req *q, reply *r);        /* POST /slots/{id}?action=save|restore */
 
 #endif
