@@ -877,6 +877,18 @@ void lq_scheduler_free(lq_scheduler *S)
     free(S);
 }
 
+/* r at the queue's end; the caller holds S->mu. */
+static void enqueue_locked(lq_scheduler *S, lq_sched_req *r)
+{
+    if (S->q_tail)
+        S->q_tail->next = r;
+    else
+        S->q_head = r;
+    S->q_tail = r;
+    S->n_queued++;
+    S->st.queued = S->n_queued;
+}
+
 int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
                         const lq_generate_params *p, lq_token_cb cb, lq_sched_done_cb done,
                         void *user, lq_sched_req **out, lq_err *err)
@@ -946,13 +958,7 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
                           "max_queued %d)", na, nq, S->o.max_active, S->o.max_queued);
     }
     r->owns_hook = 1; /* accepted: from here on the request releases it */
-    if (S->q_tail)
-        S->q_tail->next = r;
-    else
-        S->q_head = r;
-    S->q_tail = r;
-    S->n_queued++;
-    S->st.queued = S->n_queued;
+    enqueue_locked(S, r);
     S->st.submitted++;
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
@@ -994,13 +1000,7 @@ int lq_scheduler_warm(lq_scheduler *S, const int32_t *toks, size_t n, lq_err *er
         req_free(r);
         return lq_err_set(err, LQ_EBUSY, "scheduler: busy, no warm-up");
     }
-    if (S->q_tail)
-        S->q_tail->next = r;
-    else
-        S->q_head = r;
-    S->q_tail = r;
-    S->n_queued++;
-    S->st.queued = S->n_queued;
+    enqueue_locked(S, r);
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
     return LQ_OK;
@@ -1021,13 +1021,7 @@ static int run_op(lq_scheduler *S, lq_sched_req *r, lq_sched_req **r_out, lq_err
         req_free(r);
         return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
     }
-    if (S->q_tail)
-        S->q_tail->next = r;
-    else
-        S->q_head = r;
-    S->q_tail = r;
-    S->n_queued++;
-    S->st.queued = S->n_queued;
+    enqueue_locked(S, r);
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
     *r_out = r;

@@ -555,6 +555,28 @@ static void test_many_threads(void)
     lq_model_close(m);
 }
 
+/* A chat's first turn: a 41-token greedy prompt (its ids from mul and add), 20 tokens. */
+static void first_turn(job *a, const lq_model_info *mi, int32_t bos, size_t mul, size_t add)
+{
+    lq_generate_defaults(&a->p);
+    a->p.sampling.temperature = 0;
+    a->p.max_tokens = 20;
+    a->p.ignore_eos = 1;
+    a->n_prompt = 41;
+    a->prompt[0] = bos;
+    for (size_t i = 1; i < a->n_prompt; i++)
+        a->prompt[i] = (int32_t)((i * mul + add) % (size_t)(mi->n_vocab - 3));
+}
+
+/* 2 running, prefill chunks of 16, a prompt cache of 2. */
+static void cache_opts(lq_scheduler_opts *so)
+{
+    lq_scheduler_opts_init(so);
+    so->max_active = 2;
+    so->prefill_chunk = 16;
+    so->prompt_cache = 2;
+}
+
 /* The prompt cache: a request whose prompt extends a finished one's prompt and output (a
  * chat's next turn) reuses that session's KV and prefills only the rest, with the tokens and
  * logprobs a fresh lq_generate gives; an opted-out request neither uses nor fills it; the
@@ -574,19 +596,9 @@ static void check_prompt_cache(const char *path)
     memset(&rb_ref, 0, sizeof rb_ref);
     memset(&rc2, 0, sizeof rc2);
     memset(&rd, 0, sizeof rd);
-    lq_generate_defaults(&a.p);
-    a.p.sampling.temperature = 0;
-    a.p.max_tokens = 20;
-    a.p.ignore_eos = 1;
-    a.n_prompt = 41;
-    a.prompt[0] = bos;
-    for (size_t i = 1; i < a.n_prompt; i++)
-        a.prompt[i] = (int32_t)((i * 53 + 7) % (size_t)(mi->n_vocab - 3));
+    first_turn(&a, mi, bos, 53, 7);
     lq_scheduler_opts so;
-    lq_scheduler_opts_init(&so);
-    so.max_active = 2;
-    so.prefill_chunk = 16;
-    so.prompt_cache = 2;
+    cache_opts(&so);
     lq_scheduler *S = NULL;
     lq_err err = {0};
     CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
@@ -779,10 +791,7 @@ static void check_warm(const char *path)
     static rec ra, rb, rb_off, rb_ref;
     static int32_t w[200];
     lq_scheduler_opts so;
-    lq_scheduler_opts_init(&so);
-    so.max_active = 2;
-    so.prefill_chunk = 16;
-    so.prompt_cache = 2;
+    cache_opts(&so);
     lq_scheduler *S = NULL;
     lq_err err = {0};
     CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
@@ -795,14 +804,7 @@ static void check_warm(const char *path)
         memset(&rb, 0, sizeof rb);
         memset(&rb_off, 0, sizeof rb_off);
         memset(&rb_ref, 0, sizeof rb_ref);
-        lq_generate_defaults(&a.p);
-        a.p.sampling.temperature = 0;
-        a.p.max_tokens = 20;
-        a.p.ignore_eos = 1;
-        a.n_prompt = 41;
-        a.prompt[0] = bos;
-        for (size_t i = 1; i < a.n_prompt; i++)
-            a.prompt[i] = (int32_t)((i * 53 + 7 + (size_t)turn * 11) % (size_t)(mi->n_vocab - 3));
+        first_turn(&a, mi, bos, 53, 7 + (size_t)turn * 11);
         lq_sched_req *h = NULL;
         lq_generate_result res, res_off, res_ref;
         CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &a.p, on_token, on_done, &ra, &h, &err) == 0);
@@ -928,19 +930,9 @@ static void test_slot_save_restore(void)
     static job a, b;
     static rec ra, rb, rb_off;
     lq_generate_result res;
-    lq_generate_defaults(&a.p);
-    a.p.sampling.temperature = 0;
-    a.p.max_tokens = 20;
-    a.p.ignore_eos = 1;
-    a.n_prompt = 41;
-    a.prompt[0] = lq_tokenizer_bos(lq_model_tokenizer(m));
-    for (size_t i = 1; i < a.n_prompt; i++)
-        a.prompt[i] = (int32_t)((i * 43 + 3) % (size_t)(mi->n_vocab - 3));
+    first_turn(&a, mi, lq_tokenizer_bos(lq_model_tokenizer(m)), 43, 3);
     lq_scheduler_opts so;
-    lq_scheduler_opts_init(&so);
-    so.max_active = 2;
-    so.prefill_chunk = 16;
-    so.prompt_cache = 2;
+    cache_opts(&so);
     lq_scheduler *S = NULL;
     lq_err err = {0};
     CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
