@@ -109,7 +109,9 @@ int lq_scheduler_submit(lq_scheduler *s, const int32_t *prompt, size_t n_prompt,
  * admitted meanwhile starts with its tokens (that request then waits for the KV and copies
  * it, as from any running request). Requests see no difference in their answers. Only for
  * prompts without edits (cache key 0). Bad tokens (ids outside the vocabulary, fewer than 2,
- * more than the context) -> LQ_EINVAL; queue full or shutting down -> LQ_EBUSY. */
+ * more than the context) -> LQ_EINVAL; no free slot (every one of max_active running or
+ * promised to a queued request) or shutting down -> LQ_EBUSY: a warm-up never delays a
+ * request, and one that has not started gives its slot up when a request waits for it. */
 int lq_scheduler_warm(lq_scheduler *s, const int32_t *toks, size_t n, lq_err *err);
 /* Saving a cached prompt (llama-server's slot save/restore). Save writes the prompt cache's
  * entry `slot` (0 = the most recently used, 1 = the one before...; prompts without edits) to

@@ -690,6 +690,11 @@ static void *loop_main(void *arg)
     lq_scheduler *S = arg;
     pthread_mutex_lock(&S->mu);
     for (;;) {
+        /* requests wait for a slot: warm-ups nobody waits for give theirs up (their KV so
+         * far goes to the cache, see finish) */
+        for (int i = 0; S->q_head && S->n_active >= S->o.max_active && i < S->n_active; i++)
+            if (S->active[i]->warm && !S->active[i]->urgent)
+                __atomic_store_n(&S->active[i]->cancel, 1, __ATOMIC_RELEASE);
         while (S->q_head && S->n_active < S->o.max_active) {
             lq_sched_req *r = S->q_head;
             S->q_head = r->next;
@@ -994,8 +999,13 @@ int lq_scheduler_warm(lq_scheduler *S, const int32_t *toks, size_t n, lq_err *er
     r->warm = 1;
     r->cacheable = 1;
     pthread_mutex_lock(&S->mu);
-    int room = S->o.max_active - S->n_active + S->o.max_queued;
-    if (S->stopping || S->n_queued >= room) {
+    /* only into a free slot: a warm-up never makes a request wait for one */
+    /* finished ones stay in the list until the loop compacts it; on the loop's own thread (a
+     * done callback) the one ending is over too */
+    int live = 0, loop = S->th_started && pthread_equal(pthread_self(), S->th);
+    for (int i = 0; i < S->n_active; i++)
+        live += !S->active[i]->finished && !(loop && S->active[i]->state == RS_DONE);
+    if (S->stopping || live + S->n_queued >= S->o.max_active) {
         pthread_mutex_unlock(&S->mu);
         req_free(r);
         return lq_err_set(err, LQ_EBUSY, "scheduler: busy, no warm-up");

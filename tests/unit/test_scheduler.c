@@ -870,6 +870,18 @@ static void check_warm(const char *path)
     wait_idle(S);
     lq_scheduler_get_stats(S, &st);
     CHECK(st.warm_prefills == s0.warm_prefills && st.prefill_tokens == s0.prefill_tokens);
+    /* no free slot: refused, nothing delayed */
+    static rec busy[2];
+    lq_sched_req *hb[2];
+    lq_generate_params lp;
+    long_params(&lp);
+    memset(busy, 0, sizeof busy);
+    for (int i = 0; i < 2; i++)
+        CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &lp, on_token, on_done, &busy[i], &hb[i], &err) == 0);
+    CHECK(wait_tokens(&busy[0], 1) && wait_tokens(&busy[1], 1));
+    CHECK(lq_scheduler_warm(S, w, 30, &err) == LQ_EBUSY);
+    for (int i = 0; i < 2; i++)
+        lq_sched_release(hb[i]);
     /* bad tokens */
     CHECK(lq_scheduler_warm(S, other, 1, &err) == LQ_EINVAL);
     CHECK(lq_scheduler_warm(S, NULL, 5, &err) == LQ_EINVAL);
