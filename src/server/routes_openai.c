@@ -63,8 +63,9 @@ typedef struct job {
     unsigned tok_flags;      /* how the prompt text was tokenized */
     int text_prompt;         /* the prompt came as text (not token ids) */
     lq_scheduler *sched;     /* warm: the next turn's tokens are prefilled into the prompt
-                              * cache when this one ends (oai_warm.c); the text sent is kept
-                              * in text for it */
+                              * cache when this one ends (oai_warm.c) */
+    char *sent;              /* stream: the text as sent, for it */
+    size_t sent_len, sent_cap;
 
     lq_sched_req *h;         /* the scheduler's handle (released in job_free) */
     const lq_tokenizer *tok;
@@ -134,6 +135,7 @@ static void job_free(job *jb)
     free(jb->ids);
     free(jb->prompt_text);
     free(jb->rendered);
+    free(jb->sent);
     free(jb->text);
     free(jb->out);
     json_decref(jb->lp_all);
@@ -677,20 +679,26 @@ static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
 
 /* ---- token callback ---- */
 
-static int append_text(job *jb, const char *t, size_t len)
+/* Appends t[0..len) to a growing NUL-terminated buffer. */
+static int buf_append(char **b, size_t *blen, size_t *cap, const char *t, size_t len)
 {
-    if (jb->text_len + len + 1 > jb->text_cap) {
-        size_t nc = (jb->text_len + len + 1) * 2;
-        char *nt = realloc(jb->text, nc);
+    if (*blen + len + 1 > *cap) {
+        size_t nc = (*blen + len + 1) * 2;
+        char *nt = realloc(*b, nc);
         if (!nt)
             return -1;
-        jb->text = nt;
-        jb->text_cap = nc;
+        *b = nt;
+        *cap = nc;
     }
-    memcpy(jb->text + jb->text_len, t, len);
-    jb->text_len += len;
-    jb->text[jb->text_len] = 0;
+    memcpy(*b + *blen, t, len);
+    *blen += len;
+    (*b)[*blen] = 0;
     return 0;
+}
+
+static int append_text(job *jb, const char *t, size_t len)
+{
+    return buf_append(&jb->text, &jb->text_len, &jb->text_cap, t, len);
 }
 
 static json_t *bytes_json(const char *t, size_t len)
@@ -849,19 +857,20 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
 }
 
 /* A stream's text as the client got it (each chunk's invalid UTF-8 replaced as lq_jstr
- * does), for the next turn's warm-up. */
+ * does), for the next turn's warm-up: in sent, not text (whose length is the streamed
+ * logprobs' text_offset base, which must not depend on the cache). */
 static void keep_sent(job *jb, const char *t, size_t len)
 {
     if (!jb->sched)
         return;
     if (lq_utf8_valid(t, len)) {
-        append_text(jb, t, len);
+        buf_append(&jb->sent, &jb->sent_len, &jb->sent_cap, t, len);
         return;
     }
     size_t n = 0;
     char *l = lq_utf8_lossy(t, len, &n);
     if (l)
-        append_text(jb, l, n);
+        buf_append(&jb->sent, &jb->sent_len, &jb->sent_cap, l, n);
     free(l);
 }
 
@@ -975,7 +984,8 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
     /* before the reply's end goes out: the next turn, sent at once, finds the warm-up running */
     if (jb->sched && !rc && res->finish != LQ_FINISH_CANCELED) {
         const char *pt = jb->chat ? jb->rendered : jb->prompt_text;
-        srv_warm_next_turn(jb->sched, jb->tok, jb->tok_flags, pt, pt ? strlen(pt) : 0, jb->text, jb->text_len);
+        srv_warm_next_turn(jb->sched, jb->tok, jb->tok_flags, pt, pt ? strlen(pt) : 0,
+                           jb->stream ? jb->sent : jb->text, jb->stream ? jb->sent_len : jb->text_len);
     }
     if (!jb->stream)
         return; /* the connection thread waits with lq_sched_wait */
