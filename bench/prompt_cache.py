@@ -43,7 +43,10 @@ LINES = ["Tell me about the old lighthouse on the northern cape and who keeps it
 
 def start(cache_mib):
     p = subprocess.Popen([a.larql, "serve", a.model, "--port", "0", "--threads", str(a.threads), "--cache-ram",
-                          str(cache_mib), "--max-concurrent", "2"], stdout=subprocess.PIPE,
+                          str(cache_mib), "--max-concurrent", "2",
+                          # a long prefill sends nothing for longer than the default 30 s idle
+                          # timeout, which would cut the stream (an empty answer, a short TTFT)
+                          "--request-timeout", "3600"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     port = int(re.search(r":(\d+)$", p.stdout.readline().strip()).group(1))
     return p, port
