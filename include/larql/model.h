@@ -232,6 +232,14 @@ int lq_session_truncate(lq_session *s, int n, lq_err *err);
  * prefill of those tokens in dst would compute, without the forward passes. Both sessions of
  * one model (else LQ_EINVAL); n <= src's position and dst's context (else LQ_ERANGE). */
 int lq_session_copy_prefix(lq_session *dst, const lq_session *src, int n, lq_err *err);
+/* The KV of a session's first n positions as flat bytes (a prompt's state saved to disk):
+ * lq_session_kv_bytes(s, n) of them (layer by layer, K then V, KV head by head, n rows each).
+ * n outside 0..position: LQ_ERANGE; size too small: LQ_EINVAL. */
+size_t lq_session_kv_bytes(const lq_session *s, int n);
+int lq_session_kv_get(const lq_session *s, int n, void *buf, size_t size, lq_err *err);
+/* The reverse: s's KV becomes those n positions (s at position n). n outside 0..n_ctx:
+ * LQ_ERANGE; size not lq_session_kv_bytes(s, n): LQ_EINVAL. */
+int lq_session_kv_set(lq_session *s, int n, const void *buf, size_t size, lq_err *err);
 int lq_session_pos(const lq_session *s);
 int lq_session_n_ctx(const lq_session *s);
 lq_model *lq_session_model(const lq_session *s);

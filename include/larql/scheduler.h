@@ -100,6 +100,33 @@ int lq_scheduler_n_ctx(const lq_scheduler *s);
 int lq_scheduler_submit(lq_scheduler *s, const int32_t *prompt, size_t n_prompt,
                         const lq_generate_params *p, lq_token_cb cb, lq_sched_done_cb done,
                         void *user, lq_sched_req **out, lq_err *err);
+/* Warms the prompt cache: queues a prefill of toks (no generation, no handle) whose KV goes
+ * into the cache, for a request expected to start with them - a chat's next turn, whose prompt
+ * is the text the client was sent, tokenized again, which may not be the tokens the model
+ * generated. It builds on the cached entry sharing the longest prefix with toks and does
+ * nothing when the cache already holds all of toks, when no entry shares 8 tokens with them,
+ * or without a prompt cache. It runs only in steps where nothing else runs, unless a request
+ * admitted meanwhile starts with its tokens (that request then waits for the KV and copies
+ * it, as from any running request). Requests see no difference in their answers. Only for
+ * prompts without edits (cache key 0). Bad tokens (ids outside the vocabulary, fewer than 2,
+ * more than the context) -> LQ_EINVAL; no free slot (every one of max_active running or
+ * promised to a queued request) or shutting down -> LQ_EBUSY: a warm-up never delays a
+ * request, and one that has not started gives its slot up when a request waits for it. */
+int lq_scheduler_warm(lq_scheduler *s, const int32_t *toks, size_t n, lq_err *err);
+/* Saving a cached prompt (llama-server's slot save/restore). Save writes the prompt cache's
+ * entry `slot` (0 = the most recently used, 1 = the one before...; prompts without edits) to
+ * path: its tokens and their KV, the model's shape and a checksum (src/engine/kv_file.c).
+ * Restore reads such a file back into the cache as its newest entry, after computing the first
+ * positions again and finding the file's bytes: requests starting with those tokens then
+ * prefill only the rest, with the answers they have without it. Both run on the scheduler's
+ * thread between steps (the KV is copied there; the file is written and read on the
+ * caller's). n_tokens, n_bytes (may be NULL): the tokens and the file's size. Errors: no such
+ * slot or file -> LQ_ENOTFOUND; a file that is not one, is short or corrupt, holds more
+ * tokens than the context, or comes from another model (shape or numbers) -> LQ_EFORMAT;
+ * no prompt cache (restore) -> LQ_EINVAL; write failure -> LQ_EIO. */
+int lq_scheduler_cache_save(lq_scheduler *s, int slot, const char *path, size_t *n_tokens, size_t *n_bytes,
+                            lq_err *err);
+int lq_scheduler_cache_restore(lq_scheduler *s, const char *path, size_t *n_tokens, size_t *n_bytes, lq_err *err);
 /* Asks the request to stop: it finishes with LQ_FINISH_CANCELED before its next token is
  * delivered (also while queued or prefilling), and its session is freed. Any thread. */
 void lq_sched_cancel(lq_sched_req *r);
@@ -132,6 +159,9 @@ typedef struct lq_scheduler_stats {
     uint64_t cache_reused_tokens; /* prompt positions not prefilled thanks to it */
     uint64_t shared_hits;      /* requests that copied a running request's prompt prefix */
     uint64_t shared_tokens;    /* prompt positions copied so instead of prefilled */
+    uint64_t warm_prefills;    /* lq_scheduler_warm requests that prefilled (the rest had
+                                * nothing to do) */
+    uint64_t warm_tokens;      /* positions they prefilled */
     uint64_t draft_steps;      /* passes that verified a speculative draft (a request running
                                 * alone: lq_generate_params.draft) */
     uint64_t draft_tokens;     /* draft tokens verified */

@@ -99,6 +99,9 @@ typedef struct lq_server_opts {
     const char *state_model;  /* the rows' model name (NULL: the served model's id) */
     const char *patch_dir;    /* POST /v1/patches/apply {"url": NAME} reads NAME (a plain file
                                  name) from this directory only; NULL: inline patches only */
+    const char *slot_save_path; /* POST /slots/{id}?action=save|restore (llama-server's) writes
+                                 and reads cached prompts as files in this directory (which
+                                 must exist); NULL: the route answers 501 */
     uint64_t cache_ram;       /* prompt cache: bytes of finished generations' KV kept for
                                  requests that start with the same tokens (a chat's next turn,
                                  a shared system prompt); default 1 GiB, 0 = off; within

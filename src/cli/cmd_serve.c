@@ -19,6 +19,7 @@ static const char *SERVE_USAGE =
     "       [--request-timeout S] [--header-timeout S] [--act ms|float] [--kernels scalar|avx2|avx512]\n"
     "       [--kv f16|q8] [--lm-head exact|bounded|q8] [--weights copy|mmap|auto]\n"
     "       [--state-dir DIR | --state-db CONNINFO [--state-model NAME]] [--patch-dir DIR]\n"
+    "       [--slot-save-path DIR]\n"
     "       [--max-sessions N] [--session-ttl S]\n"
     "       [--cache-ttl S] [--cache-ram MIB] [--memory-limit BYTES] [--chat-template NAME|FILE]\n"
     "       [--draft ngram|none] [--draft-max K]\n"
@@ -28,6 +29,8 @@ static const char *SERVE_USAGE =
     "  as /v1/{model_id}/...; /v1/models lists them.\n"
     "  --cache-ram MIB (default 1024, 0 = off) keeps finished generations' KV for requests\n"
     "  that start with the same tokens (a chat's next turn prefills only its new tokens).\n"
+    "  --slot-save-path DIR enables POST /slots/{id}?action=save|restore (cached prompts as\n"
+    "  files in DIR, llama-server's slot save/restore).\n"
     "  --ffn-only serves POST /v1/walk-ffn for `--ffn URL` clients (inference routes answer 503;\n"
     "  --max-body defaults to 64 MiB); --layers A-B answers only those layers. --ffn URL runs\n"
     "  every layer's feed-forward on such a server, attention here.\n"
@@ -170,6 +173,8 @@ int lq_cli_serve(int argc, char **argv)
             o.state_model = argv[++i];
         } else if (!strcmp(a, "--patch-dir") && has_val) {
             o.patch_dir = argv[++i];
+        } else if (!strcmp(a, "--slot-save-path") && has_val) {
+            o.slot_save_path = argv[++i];
         } else if (!strcmp(a, "--max-sessions") && has_val) {
             if (lq_parse_long(argv[++i], 1, 100000, &v))
                 return lq_cli_usage(C, SERVE_USAGE, "--max-sessions: '%s' is not in 1..100000", argv[i]);

@@ -63,6 +63,24 @@ lq_session *pcache_evict_lru(pcache *c)
     return remove_at(c, lru);
 }
 
+lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n)
+{
+    /* the rank-th newest: the entry with exactly rank newer ones of the same key */
+    for (int i = 0; c && rank >= 0 && i < c->n; i++) {
+        if (c->e[i].key != key)
+            continue;
+        int newer = 0;
+        for (int j = 0; j < c->n; j++)
+            newer += c->e[j].key == key && c->e[j].tick > c->e[i].tick;
+        if (newer == rank) {
+            *toks = c->e[i].toks;
+            *n = c->e[i].n;
+            return c->e[i].sess;
+        }
+    }
+    return NULL;
+}
+
 void pcache_free(pcache *c)
 {
     if (!c)
@@ -81,7 +99,15 @@ static size_t common(const int32_t *a, size_t na, const int32_t *b, size_t nb)
     return k;
 }
 
-lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n, size_t *reused)
+int pcache_covers(const pcache *c, uint64_t key, const int32_t *toks, size_t n)
+{
+    for (int i = 0; c && i < c->n; i++)
+        if (c->e[i].key == key && c->e[i].n >= n && common(c->e[i].toks, c->e[i].n, toks, n) == n)
+            return 1;
+    return 0;
+}
+
+lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n, int any_share, size_t *reused)
 {
     *reused = 0;
     if (!c || !c->n || n < 2)
@@ -95,7 +121,7 @@ lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n
          * an entry ends it, so only a prefix worth it takes one: at least PC_MIN_REUSE
          * tokens and half the entry (a shared BOS alone never does) */
         size_t l = common(c->e[i].toks, c->e[i].n, prompt, n - 1);
-        if (l < PC_MIN_REUSE || 2 * l < c->e[i].n)
+        if (l < PC_MIN_REUSE || (!any_share && 2 * l < c->e[i].n))
             continue;
         if (l > bl) {
             bl = l;

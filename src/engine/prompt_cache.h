@@ -20,13 +20,18 @@ int pcache_cap(const pcache *c);
 int pcache_count(const pcache *c);
 /* The session of the entry with key whose tokens share the longest prefix with prompt[0..n-1)
  * (never all of it: the last token is evaluated for its logits), cut back to that prefix and
- * out of the cache; *reused = the prefix length. Only a prefix of at least 8 tokens and half
- * the entry's counts; NULL when no entry has one. */
-lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n, size_t *reused);
+ * out of the cache; *reused = the prefix length. Only a prefix of at least 8 tokens counts,
+ * and unless any_share, only one of at least half the entry; NULL when no entry has one. */
+lq_session *pcache_take(pcache *c, uint64_t key, const int32_t *prompt, size_t n, int any_share, size_t *reused);
+/* 1 when an entry with key holds all of toks[0..n) (its tokens start with them). */
+int pcache_covers(const pcache *c, uint64_t key, const int32_t *toks, size_t n);
 /* Keeps s (its KV holds toks[0..n), its position n) under key; entries it extends and the
  * least recently used one beyond cap go to drop, and so does s if it cannot be kept. */
 void pcache_put(pcache *c, lq_session *s, const int32_t *toks, size_t n, uint64_t key, pcache_drop_fn drop,
                 void *ctx);
+/* The entry with key that is the rank-th most recently used of them (0: the last one), left
+ * in the cache: its session (position *n) and tokens. NULL when there are not that many. */
+lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n);
 /* The least recently used entry's session, out of the cache (NULL when empty). */
 lq_session *pcache_evict_lru(pcache *c);
 

@@ -26,9 +26,11 @@
 #include "engine/draft.h"
 #include "engine/engine_internal.h"
 #include "engine/gen_step.h"
+#include "engine/kv_file.h"
 #include "engine/prompt_cache.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
+enum { OP_NONE = 0, OP_SAVE, OP_RESTORE };
 
 struct lq_sched_req {
     lq_scheduler *S;
@@ -58,6 +60,15 @@ struct lq_sched_req {
     uint64_t donor;          /* waiting for the running request of this seq to have fed share
                               * prompt positions, to copy their KV (0: not waiting) */
     size_t share;
+    int warm;                /* lq_scheduler_warm: prefill into the prompt cache, no generation */
+    int urgent;              /* warm, and a request waits to copy its KV: fed like any prompt */
+    int op;                  /* OP_SAVE / OP_RESTORE: a prompt-cache operation, run by the loop
+                              * when admitted (the cache is the loop's alone) */
+    int op_slot;
+    int32_t *op_toks;        /* save: filled by the loop; restore: given */
+    size_t op_n;
+    void *op_kv;
+    size_t op_kv_bytes;
 
     int cancel;              /* atomic */
     pthread_mutex_t cb_mu;
@@ -116,6 +127,8 @@ static void req_free(lq_sched_req *r)
     lq_gen_free(&r->g);
     free(r->prompt);
     free(r->gen_fed);
+    free(r->op_toks);
+    free(r->op_kv);
     pthread_mutex_destroy(&r->cb_mu);
     free(r);
 }
@@ -212,11 +225,13 @@ static void finish(lq_scheduler *S, lq_sched_req *r, int rc)
     pthread_mutex_unlock(&r->cb_mu);
     pthread_mutex_lock(&S->mu);
     r->finished = 1;
-    if (rc)
+    if (r->warm || r->op)
+        ; /* not a generation: counted in warm_* only, or not at all */
+    else if (rc)
         S->st.failed++;
     else if (r->res.finish == LQ_FINISH_CANCELED)
         S->st.canceled++;
-    S->st.finished++;
+    S->st.finished += !r->warm && !r->op;
     S->st.cache_entries = pcache_count(S->cache);
     S->st.sessions = S->n_sessions;
     pthread_cond_broadcast(&S->done_cv);
@@ -241,12 +256,29 @@ static void step_token(lq_scheduler *S, lq_sched_req *r)
     }
 }
 
+/* A pooled session, or a new one. */
+static int new_session(lq_scheduler *S, lq_session **out, lq_err *err)
+{
+    if (S->n_pool) {
+        *out = S->pool[--S->n_pool];
+        return LQ_OK;
+    }
+    int rc = lq_session_create(S->m, S->n_ctx, out, err);
+    if (rc)
+        return rc;
+    S->n_sessions++;
+    pthread_mutex_lock(&S->mu);
+    S->st.sessions = S->n_sessions;
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
+}
+
 static int get_session(lq_scheduler *S, lq_sched_req *r)
 {
     const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
     if (r->cacheable && pcache_cap(S->cache) > 0) {
         size_t reused = 0;
-        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, &reused);
+        lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 0, &reused);
         pthread_mutex_lock(&S->mu);
         if (c) {
             S->st.cache_hits++;
@@ -264,20 +296,93 @@ static int get_session(lq_scheduler *S, lq_sched_req *r)
             return LQ_OK;
         }
     }
-    if (S->n_pool) {
-        r->sess = S->pool[--S->n_pool];
-        lq_session_set_hook(r->sess, h);
-        lq_session_set_head(r->sess, lq_gen_head(&r->g));
-        return LQ_OK;
-    }
-    int rc = lq_session_create(S->m, S->n_ctx, &r->sess, &r->err);
+    int rc = new_session(S, &r->sess, &r->err);
     if (rc)
         return rc;
     lq_session_set_hook(r->sess, h);
     lq_session_set_head(r->sess, lq_gen_head(&r->g));
-    S->n_sessions++;
+    return LQ_OK;
+}
+
+/* A warm request's session: the cached entry it extends (whatever share of it the tokens
+ * keep: the entry is the same conversation with the tokens the model generated, the warm
+ * tokens are the text the client was sent, tokenized again). 0: nothing to do - the cache
+ * already holds every token, or no entry to build on (prefilling a whole prompt again on
+ * speculation is not worth the compute). */
+static int warm_session(lq_scheduler *S, lq_sched_req *r)
+{
+    if (pcache_covers(S->cache, r->key, r->prompt, r->n_prompt))
+        return 0;
+    size_t reused = 0;
+    lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 1, &reused);
+    if (!c)
+        return 0;
+    r->sess = c;
+    r->n_fed = reused;
+    lq_session_set_hook(c, NULL);
+    lq_session_set_head(c, NULL);
     pthread_mutex_lock(&S->mu);
-    S->st.sessions = S->n_sessions;
+    S->st.warm_prefills++;
+    S->st.warm_tokens += r->n_prompt - reused;
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    return 1;
+}
+
+/* ---- saving and restoring cached prompts (lq_scheduler_cache_save / _restore) ---- */
+
+/* Save: a copy of the slot's tokens and KV, which the caller writes to disk. */
+static int op_save(lq_scheduler *S, lq_sched_req *r)
+{
+    const int32_t *toks = NULL;
+    size_t n = 0;
+    lq_session *s = pcache_peek(S->cache, 0, r->op_slot, &toks, &n);
+    if (!s)
+        return lq_err_set(&r->err, LQ_ENOTFOUND, "no cached prompt at slot %d (the cache holds %d)", r->op_slot,
+                          pcache_count(S->cache));
+    r->op_kv_bytes = lq_session_kv_bytes(s, (int)n);
+    r->op_toks = malloc(n * sizeof *r->op_toks);
+    r->op_kv = malloc(r->op_kv_bytes ? r->op_kv_bytes : 1);
+    if (!r->op_toks || !r->op_kv)
+        return lq_err_set(&r->err, LQ_ENOMEM, "out of memory for %zu bytes of KV", r->op_kv_bytes);
+    memcpy(r->op_toks, toks, n * sizeof *toks);
+    r->op_n = n;
+    return lq_session_kv_get(s, (int)n, r->op_kv, r->op_kv_bytes, &r->err);
+}
+
+/* Restore: the KV into a session that joins the cache as its newest entry, once its first
+ * positions, computed again by this model, are the file's bytes (a file saved from another
+ * model of the same shape fails here). */
+static int op_restore(lq_scheduler *S, lq_sched_req *r)
+{
+    enum { CHECK_POS = 4 };
+    int k = r->op_n < CHECK_POS ? (int)r->op_n : CHECK_POS;
+    lq_session *s = NULL, *t = NULL;
+    int rc = new_session(S, &s, &r->err);
+    if (!rc)
+        rc = lq_session_kv_set(s, (int)r->op_n, r->op_kv, r->op_kv_bytes, &r->err);
+    if (!rc)
+        rc = lq_session_create(S->m, k, &t, &r->err);
+    if (!rc)
+        rc = lq_session_eval(t, r->op_toks, (size_t)k, NULL, NULL, &r->err);
+    size_t kb = lq_session_kv_bytes(s, k);
+    uint8_t *a = rc ? NULL : malloc(2 * kb);
+    if (!rc && !a)
+        rc = lq_err_set(&r->err, LQ_ENOMEM, "out of memory");
+    if (!rc && !(rc = lq_session_kv_get(t, k, a, kb, &r->err)) && !(rc = lq_session_kv_get(s, k, a + kb, kb, &r->err)) &&
+        memcmp(a, a + kb, kb))
+        rc = lq_err_set(&r->err, LQ_EFORMAT, "the saved KV is not this model's (its first %d positions differ from "
+                                             "what this model computes for those tokens)", k);
+    free(a);
+    lq_session_free(t);
+    if (rc) {
+        if (s)
+            drop_session(S, s);
+        return rc;
+    }
+    pcache_put(S->cache, s, r->op_toks, r->op_n, 0, drop_session, S);
+    pthread_mutex_lock(&S->mu);
+    S->st.cache_entries = pcache_count(S->cache);
     pthread_mutex_unlock(&S->mu);
     return LQ_OK;
 }
@@ -315,6 +420,39 @@ static void find_donor(lq_scheduler *S, lq_sched_req *r)
             r->share = l;
         }
     }
+    /* a warm request r waits for is fed from now on like any prompt */
+    for (int i = 0; r->donor && i < S->n_active; i++)
+        if (S->active[i]->seq == r->donor && S->active[i]->warm)
+            S->active[i]->urgent = 1;
+}
+
+/* r's donor ended before r copied from it (a warm request ends when its prompt is fed):
+ * its KV went to the prompt cache, so r takes it from there if that gives r more than it
+ * has. */
+static void retake_cached(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t reused = 0;
+    lq_session *c = pcache_take(S->cache, r->key, r->prompt, r->n_prompt, 0, &reused);
+    if (!c)
+        return;
+    if (reused <= r->n_fed) { /* not better: back where it was */
+        pcache_put(S->cache, c, r->prompt, reused, r->key, drop_session, S);
+        return;
+    }
+    const lq_resid_hook *h = r->hook.after_layer || r->hook.on_logits || r->hook.on_token ? &r->hook : NULL;
+    lq_session_set_hook(c, h);
+    lq_session_set_head(c, lq_gen_head(&r->g));
+    pthread_mutex_lock(&S->mu);
+    if (!r->n_fed) { /* admitted as a miss */
+        S->st.cache_misses--;
+        S->st.cache_hits++;
+    }
+    S->st.cache_reused_tokens += reused - r->n_fed;
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    session_put(S, r->sess);
+    r->sess = c;
+    r->n_fed = reused;
 }
 
 /* r's donor, if still running; NULL when it ended (r then prefills on its own). */
@@ -334,6 +472,8 @@ static int take_shared(lq_scheduler *S, lq_sched_req *r)
     lq_sched_req *d = donor_of(S, r);
     if (d && d->n_fed < r->share)
         return 0;
+    if (!d)
+        retake_cached(S, r);
     if (d && !lq_session_copy_prefix(r->sess, d->sess, (int)r->share, NULL)) {
         r->n_fed = r->share;
         pthread_mutex_lock(&S->mu);
@@ -428,9 +568,13 @@ static void batch_step(lq_scheduler *S)
         B++;
     }
     size_t budget = (size_t)S->o.prefill_chunk;
+    /* warm requests (lq_scheduler_warm) are fed when nothing else runs, or when a request
+     * waits for their KV; the second pass is theirs */
+    for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < S->n_active && budget > 0; i++) {
         lq_sched_req *r = S->active[i];
-        if (r->state != RS_PREFILL || !r->sess || !take_shared(S, r))
+        if (r->state != RS_PREFILL || !r->sess || (r->warm && !r->urgent) != pass || (pass && B > 0) ||
+            !take_shared(S, r))
             continue;
         size_t left = r->n_prompt - r->n_fed;
         size_t n = left < budget ? left : budget;
@@ -505,6 +649,10 @@ static void batch_step(lq_scheduler *S)
         r->n_fed += (size_t)S->b_counts[b];
         if (r->n_fed < r->n_prompt)
             continue;
+        if (r->warm) { /* its KV into the cache */
+            finish(S, r, LQ_OK);
+            continue;
+        }
         lq_gen_set_limit(&r->g, lq_session_n_ctx(r->sess) - lq_session_pos(r->sess));
         r->state = RS_DECODE;
         step_token(S, r);
@@ -542,6 +690,11 @@ static void *loop_main(void *arg)
     lq_scheduler *S = arg;
     pthread_mutex_lock(&S->mu);
     for (;;) {
+        /* requests wait for a slot: warm-ups nobody waits for give theirs up (their KV so
+         * far goes to the cache, see finish) */
+        for (int i = 0; S->q_head && S->n_active >= S->o.max_active && i < S->n_active; i++)
+            if (S->active[i]->warm && !S->active[i]->urgent)
+                __atomic_store_n(&S->active[i]->cancel, 1, __ATOMIC_RELEASE);
         while (S->q_head && S->n_active < S->o.max_active) {
             lq_sched_req *r = S->q_head;
             S->q_head = r->next;
@@ -602,7 +755,12 @@ static void *loop_main(void *arg)
                 finish_canceled(S, r);
                 continue;
             }
-            if (!r->sess) {
+            if (r->op) {
+                finish(S, r, r->op == OP_SAVE ? op_save(S, r) : op_restore(S, r));
+            } else if (!r->sess && r->warm) {
+                if (!warm_session(S, r))
+                    finish(S, r, LQ_OK);
+            } else if (!r->sess) {
                 int rc = get_session(S, r);
                 if (rc)
                     finish(S, r, rc);
@@ -724,6 +882,18 @@ void lq_scheduler_free(lq_scheduler *S)
     free(S);
 }
 
+/* r at the queue's end; the caller holds S->mu. */
+static void enqueue_locked(lq_scheduler *S, lq_sched_req *r)
+{
+    if (S->q_tail)
+        S->q_tail->next = r;
+    else
+        S->q_head = r;
+    S->q_tail = r;
+    S->n_queued++;
+    S->st.queued = S->n_queued;
+}
+
 int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
                         const lq_generate_params *p, lq_token_cb cb, lq_sched_done_cb done,
                         void *user, lq_sched_req **out, lq_err *err)
@@ -793,18 +963,139 @@ int lq_scheduler_submit(lq_scheduler *S, const int32_t *prompt, size_t n_prompt,
                           "max_queued %d)", na, nq, S->o.max_active, S->o.max_queued);
     }
     r->owns_hook = 1; /* accepted: from here on the request releases it */
-    if (S->q_tail)
-        S->q_tail->next = r;
-    else
-        S->q_head = r;
-    S->q_tail = r;
-    S->n_queued++;
-    S->st.queued = S->n_queued;
+    enqueue_locked(S, r);
     S->st.submitted++;
     pthread_cond_signal(&S->work_cv);
     pthread_mutex_unlock(&S->mu);
     *out = r;
     return LQ_OK;
+}
+
+int lq_scheduler_warm(lq_scheduler *S, const int32_t *toks, size_t n, lq_err *err)
+{
+    if (!S || (n && !toks))
+        return lq_err_set(err, LQ_EINVAL, "scheduler: warm needs a scheduler and tokens");
+    if (S->o.prompt_cache <= 0)
+        return LQ_OK; /* no cache to warm */
+    if (n < 2 || n > (size_t)S->n_ctx)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: warm of %zu tokens (2..%d)", n, S->n_ctx);
+    int32_t nv = lq_tokenizer_n_vocab(lq_model_tokenizer(S->m));
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= nv)
+            return lq_err_set(err, LQ_EINVAL, "scheduler: warm token %zu is %d, outside 0..%d", i, (int)toks[i],
+                              (int)nv - 1);
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r || !(r->prompt = malloc(n * sizeof *r->prompt))) {
+        free(r);
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    }
+    memcpy(r->prompt, toks, n * sizeof *r->prompt);
+    pthread_mutex_init(&r->cb_mu, NULL);
+    r->faults = lq_mapfault_count();
+    r->n_prompt = n;
+    r->S = S;
+    r->state = RS_QUEUED;
+    r->refs = 1; /* the loop's only: nobody holds a handle */
+    r->warm = 1;
+    r->cacheable = 1;
+    pthread_mutex_lock(&S->mu);
+    /* only into a free slot: a warm-up never makes a request wait for one */
+    /* finished ones stay in the list until the loop compacts it; on the loop's own thread (a
+     * done callback) the one ending is over too */
+    int live = 0, loop = S->th_started && pthread_equal(pthread_self(), S->th);
+    for (int i = 0; i < S->n_active; i++)
+        live += !S->active[i]->finished && !(loop && S->active[i]->state == RS_DONE);
+    if (S->stopping || live + S->n_queued >= S->o.max_active) {
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_EBUSY, "scheduler: busy, no warm-up");
+    }
+    enqueue_locked(S, r);
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
+}
+
+/* Queues a prompt-cache operation and waits for the loop to run it. Frees r when it could not
+ * be queued (*r_out NULL then). */
+static int run_op(lq_scheduler *S, lq_sched_req *r, lq_sched_req **r_out, lq_err *err)
+{
+    *r_out = NULL;
+    pthread_mutex_init(&r->cb_mu, NULL);
+    r->S = S;
+    r->state = RS_QUEUED;
+    r->refs = 2;
+    pthread_mutex_lock(&S->mu);
+    if (S->stopping) {
+        pthread_mutex_unlock(&S->mu);
+        req_free(r);
+        return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
+    }
+    enqueue_locked(S, r);
+    pthread_cond_signal(&S->work_cv);
+    pthread_mutex_unlock(&S->mu);
+    *r_out = r;
+    lq_sched_wait(r, -1);
+    if (!r->rc && r->res.finish == LQ_FINISH_CANCELED) /* the scheduler stopped first */
+        return lq_err_set(err, LQ_ECANCELED, "scheduler: shutting down");
+    if (r->rc && err)
+        *err = r->err;
+    return r->rc;
+}
+
+int lq_scheduler_cache_save(lq_scheduler *S, int slot, const char *path, size_t *n_tokens, size_t *n_bytes,
+                            lq_err *err)
+{
+    if (!S || !path || slot < 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: cache_save needs a scheduler, a slot >= 0 and a path");
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    r->op = OP_SAVE;
+    r->op_slot = slot;
+    int rc = run_op(S, r, &r, err);
+    if (!r)
+        return rc;
+    size_t written = 0;
+    if (!rc)
+        rc = kvf_write(path, S->m, r->op_toks, r->op_n, r->op_kv, r->op_kv_bytes, &written, err);
+    if (!rc) {
+        if (n_tokens)
+            *n_tokens = r->op_n;
+        if (n_bytes)
+            *n_bytes = written;
+    }
+    lq_sched_release(r);
+    return rc;
+}
+
+int lq_scheduler_cache_restore(lq_scheduler *S, const char *path, size_t *n_tokens, size_t *n_bytes, lq_err *err)
+{
+    if (!S || !path)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: cache_restore needs a scheduler and a path");
+    if (S->o.prompt_cache <= 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: no prompt cache to restore into");
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    size_t got = 0;
+    int rc = kvf_read(path, S->m, (size_t)S->n_ctx, &r->op_toks, &r->op_n, &r->op_kv, &r->op_kv_bytes, &got, err);
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    r->op = OP_RESTORE;
+    rc = run_op(S, r, &r, err);
+    if (!r)
+        return rc;
+    if (!rc) {
+        if (n_tokens)
+            *n_tokens = r->op_n;
+        if (n_bytes)
+            *n_bytes = got;
+    }
+    lq_sched_release(r);
+    return rc;
 }
 
 void lq_sched_cancel(lq_sched_req *r)

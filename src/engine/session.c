@@ -354,3 +354,54 @@ int lq_session_copy_prefix(lq_session *dst, const lq_session *src, int n, lq_err
     dst->pos = n;
     return LQ_OK;
 }
+
+size_t lq_session_kv_bytes(const lq_session *s, int n)
+{
+    return s && n > 0 ? (size_t)s->m->n_layer * 2 * (size_t)n * lq_kv_row_bytes(s->m) : 0;
+}
+
+/* Between the KV (head-major rows, n_ctx apart per head) and a flat copy of n positions. */
+static void kv_flat(const lq_session *s, int n, uint8_t *flat, const uint8_t *in)
+{
+    size_t run = (size_t)n * lq_kv_head_bytes(s->m->kv_type, s->m->head_dim);
+    for (int l = 0; l < s->m->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < s->m->n_head_kv; h++) {
+                uint8_t *at = (kv ? lq_kv_v(&s->view, l) : lq_kv_k(&s->view, l)) + (size_t)h * s->view.head_stride;
+                if (flat)
+                    memcpy(flat, at, run);
+                else
+                    memcpy(at, in, run);
+                flat = flat ? flat + run : NULL;
+                in = in ? in + run : NULL;
+            }
+}
+
+int lq_session_kv_get(const lq_session *s, int n, void *buf, size_t size, lq_err *err)
+{
+    if (!s || (!buf && n > 0))
+        return lq_err_set(err, LQ_EINVAL, "session: kv_get needs a session and a buffer");
+    if (n < 0 || n > s->pos)
+        return lq_err_set(err, LQ_ERANGE, "session: cannot read %d positions of %d", n, s->pos);
+    if (size < lq_session_kv_bytes(s, n))
+        return lq_err_set(err, LQ_EINVAL, "session: %zu bytes for %d positions' KV (%zu)", size, n,
+                          lq_session_kv_bytes(s, n));
+    if (n > 0)
+        kv_flat(s, n, buf, NULL);
+    return LQ_OK;
+}
+
+int lq_session_kv_set(lq_session *s, int n, const void *buf, size_t size, lq_err *err)
+{
+    if (!s || (!buf && n > 0))
+        return lq_err_set(err, LQ_EINVAL, "session: kv_set needs a session and a buffer");
+    if (n < 0 || n > s->n_ctx)
+        return lq_err_set(err, LQ_ERANGE, "session: %d positions in a context of %d", n, s->n_ctx);
+    if (size != lq_session_kv_bytes(s, n))
+        return lq_err_set(err, LQ_EINVAL, "session: %zu bytes for %d positions' KV (%zu)", size, n,
+                          lq_session_kv_bytes(s, n));
+    if (n > 0)
+        kv_flat(s, n, NULL, buf);
+    s->pos = n;
+    return LQ_OK;
+}

@@ -135,6 +135,7 @@ struct lq_server {
     size_t n_routes;
     struct srv_deadline *deadline; /* the front's header deadline (deadline.c), else NULL */
     char *host, *api_key, *model_path, *kernels, *state_dir, *patch_dir, *chat_template; /* owned copies */
+    char *slot_dir;           /* --slot-save-path (owned), NULL: off */
     char *ffn_url;            /* owned copy of o.model.ffn_url (--ffn URL) */
     char *state_db, *state_model;
     char model_id[256];
@@ -277,6 +278,12 @@ int srv_session_get(lq_server *s, lq_session **out, lq_err *err);
 void srv_session_put(lq_server *s, lq_session *sess);
 uint64_t srv_cgroup_memory_max(void);  /* the cgroup's memory.max, 0 = none */
 
+/* oai_warm.c: after a generation, the prompt text + the answer as sent, tokenized as the next
+ * turn will be (flags: lq_tokenizer_encode's), prefilled into the prompt cache in idle time
+ * (lq_scheduler_warm). Failures only lose the speed-up. */
+void srv_warm_next_turn(lq_scheduler *sc, const lq_tokenizer *tok, unsigned flags, const char *prompt,
+                        size_t plen, const char *sent, size_t slen);
+
 /* http.c: libmicrohttpd's callbacks (request plumbing, auth, dispatch through the table) */
 enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                     const char *version, const char *upload, size_t *upload_size, void **con_cls);
@@ -380,5 +387,6 @@ int srv_etag_matches(const char *inm, const char *etag);
 void route_completions(lq_server *s, req *q, reply *r);
 void route_chat(lq_server *s, req *q, reply *r);
 void route_embeddings(lq_server *s, req *q, reply *r);
+void route_slots(lq_server *s, req *q, reply *r);        /* POST /slots/{id}?action=save|restore */
 
 #endif

@@ -132,6 +132,9 @@ void route_metrics(lq_server *s, req *q, reply *r)
          (double)st.cache_misses},
         {"larql_prompt_cache_reused_tokens_total", "counter",
          "Prompt positions not prefilled because their KV was cached.", (double)st.cache_reused_tokens},
+        {"larql_prompt_cache_warm_tokens_total", "counter",
+         "Positions prefilled into the cache in idle time: a finished answer as its next turn will tokenize it.",
+         (double)st.warm_tokens},
         {"larql_prompt_cache_entries", "gauge", "Finished generations' KV caches held for reuse.",
          (double)st.cache_entries},
         {"larql_draft_steps_total", "counter",
@@ -335,11 +338,12 @@ void route_runtime(lq_server *s, req *q, reply *r)
         json_object_set_new(hist, key, json_integer((json_int_t)st.batch_hist[k]));
     }
     json_object_set_new(j, "prompt_cache",
-                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries",
+                        json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "capacity", s->prompt_cache_cap, "entries",
                                   st.cache_entries, "hits", (json_int_t)st.cache_hits, "misses",
                                   (json_int_t)st.cache_misses, "reused_tokens", (json_int_t)st.cache_reused_tokens,
                                   "shared_hits", (json_int_t)st.shared_hits, "shared_tokens",
-                                  (json_int_t)st.shared_tokens));
+                                  (json_int_t)st.shared_tokens, "warm_prefills", (json_int_t)st.warm_prefills,
+                                  "warm_tokens", (json_int_t)st.warm_tokens));
     /* speculative decoding: draft tokens verified and kept (requests running alone) */
     json_object_set_new(j, "draft",
                         json_pack("{s:s,s:I,s:I,s:I,s:f}", "mode",

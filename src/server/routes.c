@@ -127,6 +127,14 @@ static const route ROUTES[] = {
       OBJ("\"model\":" STR ",\"input\":" "{}" ",\"encoding_format\":" STR), NULL,
       OBJ("\"object\":" STR ",\"data\":" ARR(OBJ("\"embedding\":" ARR(NUM) ",\"index\":" INT)) ",\"model\":" STR),
       NULL}},
+    {"/slots/{id}", M_POST, route_slots, OPENAI | RT_WRITE,
+     {"llama-server's slot save/restore (needs --slot-save-path DIR): action=save writes the prompt cache's "
+      "entry {id} (0 = the most recently used) to DIR/filename; action=restore reads such a file back into the "
+      "cache ({id} is only echoed), for requests starting with its tokens",
+      "action:string!", OBJ("\"filename\":" STR), NULL,
+      OBJ("\"id_slot\":" INT ",\"filename\":" STR ",\"n_saved\":" INT ",\"n_written\":" INT
+          ",\"n_restored\":" INT ",\"n_read\":" INT ",\"timings\":" ANY_OBJ),
+      NULL}},
     /* not gated: a tar of a large vindex streams for long */
     {"/v1/shard/{model_id}/{range}", M_GET, route_shard, 0,
      {"Stream this server's vindex directory as a tar (LARQL's grid hand-off: the receiver serves the layer range "

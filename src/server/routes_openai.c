@@ -21,6 +21,7 @@
 
 #include "core/json_obj.h"
 #include "core/sb.h"
+#include "core/utf8.h"
 #include "larql/chat.h"
 #include "larql/generate.h"
 #include "larql/gguf.h"
@@ -61,6 +62,13 @@ typedef struct job {
     int has_pred;
     char *prompt_text;       /* for echo */
     size_t prompt_len;
+    char *rendered;          /* chat: the template's text, for the next turn's warm-up */
+    unsigned tok_flags;      /* how the prompt text was tokenized */
+    int text_prompt;         /* the prompt came as text (not token ids) */
+    lq_scheduler *sched;     /* warm: the next turn's tokens are prefilled into the prompt
+                              * cache when this one ends (oai_warm.c) */
+    char *sent;              /* stream: the text as sent, for it */
+    size_t sent_len, sent_cap;
 
     lq_sched_req *h;         /* the scheduler's handle (released in job_free) */
     const lq_tokenizer *tok;
@@ -132,6 +140,8 @@ static void job_free(job *jb)
     free(jb->ids);
     free(jb->pred);
     free(jb->prompt_text);
+    free(jb->rendered);
+    free(jb->sent);
     free(jb->text);
     free(jb->out);
     json_decref(jb->lp_all);
@@ -586,6 +596,10 @@ static int parse_messages(const char *chat_template, lq_model *m, job *jb, json_
         reply_oai_err(r, status_from_lq(e), "messages", "%s", err.msg);
         goto out;
     }
+    jb->rendered = text;
+    jb->tok_flags = fl;
+    jb->text_prompt = 1;
+    text = NULL;
     rc = 0;
 out:
     if (contents)
@@ -688,6 +702,8 @@ static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
         }
         jb->prompt_text = strdup(json_string_value(p));
         jb->prompt_len = json_string_length(p);
+        jb->tok_flags = lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0;
+        jb->text_prompt = 1;
         lq_err err = {0};
         int e = lq_tokenizer_encode(tok, jb->prompt_text, jb->prompt_len,
                                     lq_tokenizer_add_bos(tok) ? LQ_TOK_ADD_BOS : 0, &jb->ids, &jb->n_ids, &err);
@@ -740,20 +756,26 @@ static int parse_prompt(lq_model *m, job *jb, json_t *j, reply *r)
 
 /* ---- token callback ---- */
 
-static int append_text(job *jb, const char *t, size_t len)
+/* Appends t[0..len) to a growing NUL-terminated buffer. */
+static int buf_append(char **b, size_t *blen, size_t *cap, const char *t, size_t len)
 {
-    if (jb->text_len + len + 1 > jb->text_cap) {
-        size_t nc = (jb->text_len + len + 1) * 2;
-        char *nt = realloc(jb->text, nc);
+    if (*blen + len + 1 > *cap) {
+        size_t nc = (*blen + len + 1) * 2;
+        char *nt = realloc(*b, nc);
         if (!nt)
             return -1;
-        jb->text = nt;
-        jb->text_cap = nc;
+        *b = nt;
+        *cap = nc;
     }
-    memcpy(jb->text + jb->text_len, t, len);
-    jb->text_len += len;
-    jb->text[jb->text_len] = 0;
+    memcpy(*b + *blen, t, len);
+    *blen += len;
+    (*b)[*blen] = 0;
     return 0;
+}
+
+static int append_text(job *jb, const char *t, size_t len)
+{
+    return buf_append(&jb->text, &jb->text_len, &jb->text_cap, t, len);
 }
 
 static json_t *bytes_json(const char *t, size_t len)
@@ -911,6 +933,24 @@ static void sse_chunk(job *jb, const char *text, size_t len, int role, const cha
     sse_event(jb, c);
 }
 
+/* A stream's text as the client got it (each chunk's invalid UTF-8 replaced as lq_jstr
+ * does), for the next turn's warm-up: in sent, not text (whose length is the streamed
+ * logprobs' text_offset base, which must not depend on the cache). */
+static void keep_sent(job *jb, const char *t, size_t len)
+{
+    if (!jb->sched)
+        return;
+    if (lq_utf8_valid(t, len)) {
+        buf_append(&jb->sent, &jb->sent_len, &jb->sent_cap, t, len);
+        return;
+    }
+    size_t n = 0;
+    char *l = lq_utf8_lossy(t, len, &n);
+    if (l)
+        buf_append(&jb->sent, &jb->sent_len, &jb->sent_cap, l, n);
+    free(l);
+}
+
 static int stream_overflowed(job *jb)
 {
     job *o = jb->owner ? jb->owner : jb;
@@ -927,10 +967,12 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
     lq_server *s = jb->s;
     if (id < 0) {
         /* end of stream: text that was held back (stop-string prefix, partial UTF-8) */
-        if (jb->stream && len && !jb->tool_buf)
+        if (jb->stream && len && !jb->tool_buf) {
             sse_chunk(jb, text, len, 0, NULL);
-        else if (len)
+            keep_sent(jb, text, len);
+        } else if (len) {
             append_text(jb, text, len);
+        }
         return 0;
     }
     if (__atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cancel_all, __ATOMIC_ACQUIRE))
@@ -946,8 +988,10 @@ static int on_token(void *user, int32_t id, const char *text, size_t len, float 
         jb->tool_buf = jb->tools.mode == TOOLS_REQUIRED || text[0] == '{';
     }
     if (jb->stream && !jb->tool_buf) {
-        if (len)
+        if (len) {
             sse_chunk(jb, text, len, 0, NULL);
+            keep_sent(jb, text, len);
+        }
         return 0;
     }
     if (len && append_text(jb, text, len))
@@ -1033,6 +1077,12 @@ static void on_done(void *user, int rc, const lq_generate_result *res, const lq_
     if (rc && err)
         jb->err = *err;
     metrics_gen(jb->s, res->n_prompt, res->n_generated, res->prefill_ms, res->decode_ms);
+    /* before the reply's end goes out: the next turn, sent at once, finds the warm-up running */
+    if (jb->sched && !rc && res->finish != LQ_FINISH_CANCELED) {
+        const char *pt = jb->chat ? jb->rendered : jb->prompt_text;
+        srv_warm_next_turn(jb->sched, jb->tok, jb->tok_flags, pt, pt ? strlen(pt) : 0,
+                           jb->stream ? jb->sent : jb->text, jb->stream ? jb->sent_len : jb->text_len);
+    }
     if (!jb->stream)
         return; /* the connection thread waits with lq_sched_wait */
     if (res->finish == LQ_FINISH_CANCELED && __atomic_load_n(&jb->cancel, __ATOMIC_ACQUIRE))
@@ -1296,6 +1346,10 @@ static int job_submit(lq_server *s, req *q, reply *r, job *jb)
         return -1;
     }
     jb->gp.hook = hook;
+    /* the next turn's warm-up: one answer, plain text, the KV of no edits */
+    if (!hook && s->prompt_cache_cap > 0 && !jb->gp.no_prompt_cache && jb->n == 1 && jb->tools.mode == TOOLS_NONE && jb->text_prompt &&
+        (jb->chat ? jb->rendered : jb->prompt_text))
+        jb->sched = srv_sched(s);
     int rc = lq_scheduler_submit(srv_sched(s), jb->ids, jb->n_ids, &jb->gp, on_token, on_done, jb, &jb->h, &err);
     jb->gp.hook = NULL; /* the scheduler owns it now, or it is freed here */
     if (rc) {

@@ -87,6 +87,7 @@ static void server_free(lq_server *s)
     free(s->state_db);
     free(s->state_model);
     free(s->patch_dir);
+    free(s->slot_dir);
     free(s->chat_template);
     free(s->ffn_url);
     lq_edit_set_unref(s->carried);
@@ -128,6 +129,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
                                           "give one (sessions are in memory with --state-db)");
 
     struct stat st;
+    if (o->slot_save_path && (stat(o->slot_save_path, &st) || !S_ISDIR(st.st_mode)))
+        return lq_err_set(err, LQ_ENOTFOUND, "server: --slot-save-path '%s' is not a directory", o->slot_save_path);
     if (stat(o->model_path, &st))
         return lq_err_set(err, LQ_EIO, "cannot open model '%s': %s", o->model_path, strerror(errno));
     uint64_t limit = o->memory_limit ? o->memory_limit : srv_cgroup_memory_max();
@@ -155,6 +158,7 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->kernels = dupz(o->model.kernels);
     s->state_dir = dupz(o->state_dir);
     s->patch_dir = dupz(o->patch_dir);
+    s->slot_dir = dupz(o->slot_save_path);
     s->state_db = dupz(o->state_db);
     s->state_model = dupz(o->state_model);
     s->o.state_dir = s->state_dir;
@@ -181,7 +185,8 @@ static int srv_open(const lq_server_opts *o, lq_server **out, lq_err *err)
     s->t_boot = lq_now();
     s->created_unix = (long)time(NULL);
     if (!s->pool_free || !s->host || !s->model_path || (o->model.kernels && !s->kernels) ||
-        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) || (o->state_db && !s->state_db) ||
+        (o->state_dir && !s->state_dir) || (o->patch_dir && !s->patch_dir) ||
+        (o->slot_save_path && !s->slot_dir) || (o->state_db && !s->state_db) ||
         (o->state_model && !s->state_model) || (o->model.ffn_url && !s->ffn_url) ||
         (o->chat_template && !s->chat_template) || pipe2(s->stop_pipe, O_CLOEXEC)) {
         server_free(s);

@@ -555,6 +555,28 @@ static void test_many_threads(void)
     lq_model_close(m);
 }
 
+/* A chat's first turn: a 41-token greedy prompt (its ids from mul and add), 20 tokens. */
+static void first_turn(job *a, const lq_model_info *mi, int32_t bos, size_t mul, size_t add)
+{
+    lq_generate_defaults(&a->p);
+    a->p.sampling.temperature = 0;
+    a->p.max_tokens = 20;
+    a->p.ignore_eos = 1;
+    a->n_prompt = 41;
+    a->prompt[0] = bos;
+    for (size_t i = 1; i < a->n_prompt; i++)
+        a->prompt[i] = (int32_t)((i * mul + add) % (size_t)(mi->n_vocab - 3));
+}
+
+/* 2 running, prefill chunks of 16, a prompt cache of 2. */
+static void cache_opts(lq_scheduler_opts *so)
+{
+    lq_scheduler_opts_init(so);
+    so->max_active = 2;
+    so->prefill_chunk = 16;
+    so->prompt_cache = 2;
+}
+
 /* The prompt cache: a request whose prompt extends a finished one's prompt and output (a
  * chat's next turn) reuses that session's KV and prefills only the rest, with the tokens and
  * logprobs a fresh lq_generate gives; an opted-out request neither uses nor fills it; the
@@ -574,19 +596,9 @@ static void check_prompt_cache(const char *path)
     memset(&rb_ref, 0, sizeof rb_ref);
     memset(&rc2, 0, sizeof rc2);
     memset(&rd, 0, sizeof rd);
-    lq_generate_defaults(&a.p);
-    a.p.sampling.temperature = 0;
-    a.p.max_tokens = 20;
-    a.p.ignore_eos = 1;
-    a.n_prompt = 41;
-    a.prompt[0] = bos;
-    for (size_t i = 1; i < a.n_prompt; i++)
-        a.prompt[i] = (int32_t)((i * 53 + 7) % (size_t)(mi->n_vocab - 3));
+    first_turn(&a, mi, bos, 53, 7);
     lq_scheduler_opts so;
-    lq_scheduler_opts_init(&so);
-    so.max_active = 2;
-    so.prefill_chunk = 16;
-    so.prompt_cache = 2;
+    cache_opts(&so);
     lq_scheduler *S = NULL;
     lq_err err = {0};
     CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
@@ -732,9 +744,13 @@ static void check_shared_prefix(const char *path)
     CHECK_MSG(same, "%s: a request that copied the shared prefix answers differently", path);
     lq_scheduler_stats st;
     lq_scheduler_get_stats(S, &st);
-    CHECK_MSG(st.shared_hits == N - 1 && st.shared_tokens == (uint64_t)(N - 1) * (P - 1),
-              "shared %llu requests, %llu positions", (unsigned long long)st.shared_hits,
-              (unsigned long long)st.shared_tokens);
+    /* each of the others copies the prefix from the first while it runs, or, when the loop
+     * admitted it after the first had ended (a slow submitting thread), from the cache */
+    CHECK_MSG(st.shared_hits + st.cache_hits == N - 1 &&
+                  st.shared_tokens + st.cache_reused_tokens == (uint64_t)(N - 1) * (P - 1),
+              "shared %llu requests, %llu positions; from the cache %llu, %llu", (unsigned long long)st.shared_hits,
+              (unsigned long long)st.shared_tokens, (unsigned long long)st.cache_hits,
+              (unsigned long long)st.cache_reused_tokens);
     CHECK_MSG(st.prefill_tokens == P + (N - 1), "prefilled %llu positions (the prompt once, then one each)",
               (unsigned long long)st.prefill_tokens);
     lq_scheduler_free(S);
@@ -743,6 +759,289 @@ static void check_shared_prefix(const char *path)
 
 static void test_shared_prefix_bitnet(void) { check_shared_prefix(g_bitnet); }
 static void test_shared_prefix_llama(void) { check_shared_prefix(g_llama); }
+
+/* Waits (a bound against a hang, not a timing check) until nothing runs or waits. */
+static void wait_idle(lq_scheduler *S)
+{
+    lq_scheduler_stats st;
+    for (int i = 0; i < 60000; i++) {
+        lq_scheduler_get_stats(S, &st);
+        if (!st.active && !st.queued)
+            return;
+        sleep_ms(1);
+    }
+}
+
+/* lq_scheduler_warm: the next turn as the client's text tokenizes it (here: the prompt, the
+ * first 10 answer tokens, then 12 others, as when the answer's text does not tokenize back to
+ * the generated tokens) is prefilled into the cache on top of the finished request's entry;
+ * the next turn then prefills only its new tokens, and answers with the logprobs it has
+ * without the cache, bit for bit. A warm-up the cache already covers, or with nothing to
+ * build on, does nothing; one submitted just before the next turn is shared by it (never
+ * prefilled twice). Bad tokens are refused. */
+static void check_warm(const char *path)
+{
+    lq_model *m = open_model(path, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    int32_t bos = lq_tokenizer_bos(lq_model_tokenizer(m));
+    static job a, b;
+    static rec ra, rb, rb_off, rb_ref;
+    static int32_t w[200];
+    lq_scheduler_opts so;
+    cache_opts(&so);
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK_MSG(lq_scheduler_create(m, &so, &S, &err) == 0, "%s", err.msg);
+    if (!S) {
+        lq_model_close(m);
+        return;
+    }
+    for (int turn = 0; turn < 2; turn++) {
+        memset(&ra, 0, sizeof ra);
+        memset(&rb, 0, sizeof rb);
+        memset(&rb_off, 0, sizeof rb_off);
+        memset(&rb_ref, 0, sizeof rb_ref);
+        first_turn(&a, mi, bos, 53, 7 + (size_t)turn * 11);
+        lq_sched_req *h = NULL;
+        lq_generate_result res, res_off, res_ref;
+        CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &a.p, on_token, on_done, &ra, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+        lq_sched_release(h);
+        wait_idle(S);
+        size_t nw = 0;
+        for (size_t i = 0; i < a.n_prompt; i++)
+            w[nw++] = a.prompt[i];
+        for (int i = 0; i < 10; i++)
+            w[nw++] = ra.ids[i];
+        for (int i = 0; i < 12; i++)
+            w[nw++] = (int32_t)((i * 19 + 2) % (mi->n_vocab - 3));
+        b = a;
+        b.n_prompt = 0;
+        for (size_t i = 0; i < nw; i++)
+            b.prompt[b.n_prompt++] = w[i];
+        for (int i = 0; i < 7; i++)
+            b.prompt[b.n_prompt++] = (int32_t)((i * 31 + 5) % (mi->n_vocab - 3));
+        b.p.max_tokens = 16;
+        lq_scheduler_stats s0, st;
+        lq_scheduler_get_stats(S, &s0);
+        CHECK(lq_scheduler_warm(S, w, nw, &err) == 0);
+        if (turn == 0) /* think time: the warm-up ends before the next turn comes */
+            wait_idle(S);
+        CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rb, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res, &err) == 0);
+        lq_sched_release(h);
+        wait_idle(S);
+        lq_scheduler_get_stats(S, &st);
+        /* the entry held the prompt and 19 answer tokens: 51 of them are w's */
+        CHECK_MSG(st.warm_prefills == s0.warm_prefills + 1 && st.warm_tokens == s0.warm_tokens + (nw - 51),
+                  "turn %d: warm-ups %llu, %llu positions", turn, (unsigned long long)st.warm_prefills,
+                  (unsigned long long)st.warm_tokens);
+        CHECK_MSG(st.prefill_tokens - s0.prefill_tokens == (nw - 51) + 7,
+                  "turn %d: prefilled %llu positions (w's tail once, then the 7 new ones)", turn,
+                  (unsigned long long)(st.prefill_tokens - s0.prefill_tokens));
+        CHECK_MSG(st.cache_reused_tokens - s0.cache_reused_tokens == nw, "turn %d: reused %llu", turn,
+                  (unsigned long long)(st.cache_reused_tokens - s0.cache_reused_tokens));
+        CHECK(st.finished == s0.finished + 1 && st.submitted == s0.submitted + 1);
+        /* the same request without the cache, and alone through lq_generate */
+        b.p.no_prompt_cache = 1;
+        CHECK(lq_scheduler_submit(S, b.prompt, b.n_prompt, &b.p, on_token, on_done, &rb_off, &h, &err) == 0);
+        CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, &res_off, &err) == 0);
+        lq_sched_release(h);
+        lq_session *fresh = NULL;
+        CHECK(lq_session_create(m, 0, &fresh, &err) == 0);
+        CHECK(lq_generate(fresh, b.prompt, b.n_prompt, &b.p, on_token, &rb_ref, &res_ref, &err) == 0);
+        lq_session_free(fresh);
+        CHECK_MSG(same_rec(&rb_ref, &rb, &res_ref, &res), "%s: the warmed prefix changed the answer", path);
+        CHECK_MSG(rb.n == rb_off.n && !memcmp(rb.lp, rb_off.lp, sizeof(float) * (size_t)rb.n) &&
+                      !memcmp(rb.ids, rb_off.ids, sizeof(int32_t) * (size_t)rb.n),
+                  "%s turn %d: logprobs with the warmed prefix differ from cache_prompt off", path, turn);
+    }
+    /* nothing to do: covered already, or no entry sharing 8 tokens */
+    lq_scheduler_stats s0, st;
+    lq_scheduler_get_stats(S, &s0);
+    CHECK(lq_scheduler_warm(S, b.prompt, 30, &err) == 0);
+    int32_t other[20];
+    for (int i = 0; i < 20; i++)
+        other[i] = (int32_t)(i + 1);
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == 0);
+    wait_idle(S);
+    lq_scheduler_get_stats(S, &st);
+    CHECK(st.warm_prefills == s0.warm_prefills && st.prefill_tokens == s0.prefill_tokens);
+    /* no free slot: refused, nothing delayed */
+    static rec busy[2];
+    lq_sched_req *hb[2];
+    lq_generate_params lp;
+    long_params(&lp);
+    memset(busy, 0, sizeof busy);
+    for (int i = 0; i < 2; i++)
+        CHECK(lq_scheduler_submit(S, a.prompt, a.n_prompt, &lp, on_token, on_done, &busy[i], &hb[i], &err) == 0);
+    CHECK(wait_tokens(&busy[0], 1) && wait_tokens(&busy[1], 1));
+    CHECK(lq_scheduler_warm(S, w, 30, &err) == LQ_EBUSY);
+    for (int i = 0; i < 2; i++)
+        lq_sched_release(hb[i]);
+    /* bad tokens */
+    CHECK(lq_scheduler_warm(S, other, 1, &err) == LQ_EINVAL);
+    CHECK(lq_scheduler_warm(S, NULL, 5, &err) == LQ_EINVAL);
+    other[3] = mi->n_vocab;
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == LQ_EINVAL && strstr(err.msg, "outside"));
+    other[3] = -1;
+    CHECK(lq_scheduler_warm(S, other, 20, &err) == LQ_EINVAL);
+    static int32_t big[100000];
+    CHECK(lq_scheduler_warm(S, big, (size_t)lq_scheduler_n_ctx(S) + 1, &err) == LQ_EINVAL);
+    CHECK(lq_scheduler_warm(NULL, other, 20, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+    /* no cache: nothing to warm */
+    so.prompt_cache = 0;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    CHECK(lq_scheduler_warm(S, w, 20, &err) == 0);
+    lq_scheduler_free(S);
+    lq_model_close(m);
+}
+
+static void test_warm_bitnet(void) { check_warm(g_bitnet); }
+static void test_warm_llama(void) { check_warm(g_llama); }
+
+/* One greedy request through S: its answer in *out. */
+static void run_one(lq_scheduler *S, const job *j, rec *out, lq_generate_result *res)
+{
+    lq_err err = {0};
+    lq_sched_req *h = NULL;
+    memset(out, 0, sizeof *out);
+    CHECK(lq_scheduler_submit(S, j->prompt, j->n_prompt, &j->p, on_token, on_done, out, &h, &err) == 0);
+    CHECK(lq_sched_wait(h, -1) == 1 && lq_sched_result(h, res, &err) == 0);
+    lq_sched_release(h);
+}
+
+static int copy_file(const char *from, const char *to, long keep, long flip)
+{
+    FILE *f = fopen(from, "rb"), *g = fopen(to, "wb");
+    int c, ok = f && g;
+    for (long i = 0; ok && (c = fgetc(f)) != EOF && (keep < 0 || i < keep); i++)
+        fputc(i == flip ? c ^ 0x40 : c, g);
+    if (f)
+        fclose(f);
+    if (g)
+        fclose(g);
+    return ok ? 0 : -1;
+}
+
+/* Slot save/restore: a cached prompt written to disk and read back by another scheduler gives
+ * the next turn the prefix it had (only the new tokens prefilled) and the same answer as
+ * without the cache, bit for bit; an unknown slot, a missing, short, corrupt or foreign file
+ * (another shape; the same shape with other weights) are refused. */
+static void test_slot_save_restore(void)
+{
+    lq_model *m = open_model(g_bitnet, 2);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const lq_model_info *mi = lq_model_get_info(m);
+    static job a, b;
+    static rec ra, rb, rb_off;
+    lq_generate_result res;
+    first_turn(&a, mi, lq_tokenizer_bos(lq_model_tokenizer(m)), 43, 3);
+    lq_scheduler_opts so;
+    cache_opts(&so);
+    lq_scheduler *S = NULL;
+    lq_err err = {0};
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    run_one(S, &a, &ra, &res);
+    char path[4400], bad[4400];
+    snprintf(path, sizeof path, "%s/slot.bin", harness_tmpdir());
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    size_t nt = 0, nb = 0;
+    CHECK_MSG(lq_scheduler_cache_save(S, 0, path, &nt, &nb, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT((int)nt, (int)a.n_prompt + 19);
+    CHECK(lq_scheduler_cache_save(S, 1, path, &nt, &nb, &err) == LQ_ENOTFOUND && strstr(err.msg, "slot 1"));
+    CHECK(lq_scheduler_cache_save(S, -1, path, &nt, &nb, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+
+    /* another scheduler: the restored prefix serves the next turn */
+    b = a;
+    b.n_prompt = 0;
+    for (size_t i = 0; i < a.n_prompt; i++)
+        b.prompt[b.n_prompt++] = a.prompt[i];
+    for (int i = 0; i < ra.n; i++)
+        b.prompt[b.n_prompt++] = ra.ids[i];
+    for (int i = 0; i < 5; i++)
+        b.prompt[b.n_prompt++] = (int32_t)(i * 7 + 1);
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    size_t nt2 = 0, nb2 = 0;
+    CHECK_MSG(lq_scheduler_cache_restore(S, path, &nt2, &nb2, &err) == 0, "%s", err.msg);
+    CHECK(nt2 == nt && nb2 == nb);
+    lq_scheduler_stats st;
+    run_one(S, &b, &rb, &res);
+    lq_scheduler_get_stats(S, &st);
+    CHECK_MSG(st.cache_reused_tokens == nt && st.prefill_tokens == b.n_prompt - nt, "reused %llu prefilled %llu",
+              (unsigned long long)st.cache_reused_tokens, (unsigned long long)st.prefill_tokens);
+    b.p.no_prompt_cache = 1;
+    run_one(S, &b, &rb_off, &res);
+    CHECK_MSG(rb.n == rb_off.n && !memcmp(rb.ids, rb_off.ids, sizeof(int32_t) * (size_t)rb.n) &&
+                  !memcmp(rb.lp, rb_off.lp, sizeof(float) * (size_t)rb.n),
+              "the restored prefix changed the answer");
+
+    /* bad files */
+    snprintf(bad, sizeof bad, "%s/none.bin", harness_tmpdir());
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_ENOTFOUND);
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    long cut[] = {0, 10, 60, (long)nb - 1};
+    for (int i = 0; i < 4; i++) {
+        CHECK(copy_file(path, bad, cut[i], -1) == 0);
+        CHECK_MSG(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT, "cut at %ld", cut[i]);
+    }
+    CHECK(copy_file(path, bad, -1, (long)nb / 2) == 0); /* a flipped bit in the KV */
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT && strstr(err.msg, "checksum"));
+    CHECK(copy_file(path, bad, -1, 60) == 0); /* a token id */
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT);
+    FILE *f = fopen(bad, "ab");
+    CHECK(f && fputc(0, f) == 0 && fclose(f) == 0); /* a byte too many */
+    CHECK(copy_file(path, bad, -1, -1) == 0 && (f = fopen(bad, "ab")) && fputc(0, f) == 0 && fclose(f) == 0);
+    CHECK(lq_scheduler_cache_restore(S, bad, NULL, NULL, &err) == LQ_EFORMAT);
+    lq_scheduler_free(S);
+
+    /* another model of another shape, and one of the same shape with other weights */
+    lq_fixture_opts o;
+    CHECK(lq_fixture_preset(&o, "tiny", &err) == 0);
+    o.seed = 99;
+    snprintf(bad, sizeof bad, "%s/twin.gguf", harness_tmpdir());
+    CHECK(lq_fixture_write(&o, bad, &err) == 0);
+    const char *others[2] = {g_llama, bad};
+    for (int i = 0; i < 2; i++) {
+        lq_model *m2 = open_model(others[i], 1);
+        CHECK(m2 != NULL);
+        if (!m2)
+            continue;
+        CHECK(lq_scheduler_create(m2, &so, &S, &err) == 0);
+        int rc = lq_scheduler_cache_restore(S, path, NULL, NULL, &err);
+        CHECK_MSG(rc == LQ_EFORMAT && (strstr(err.msg, "another model") || strstr(err.msg, "not this model")),
+                  "%s: %d %s", others[i], rc, err.msg);
+        lq_scheduler_get_stats(S, &st);
+        CHECK(st.cache_entries == 0);
+        lq_scheduler_free(S);
+        lq_model_close(m2);
+    }
+    unlink(bad);
+    snprintf(bad, sizeof bad, "%s/bad.bin", harness_tmpdir());
+    unlink(bad);
+    unlink(path);
+    /* no cache to restore into */
+    so.prompt_cache = 0;
+    CHECK(lq_scheduler_create(m, &so, &S, &err) == 0);
+    CHECK(lq_scheduler_cache_restore(S, path, NULL, NULL, &err) == LQ_EINVAL);
+    lq_scheduler_free(S);
+    /* the session calls' own checks */
+    lq_session *sess = NULL;
+    CHECK(lq_session_create(m, 16, &sess, &err) == 0);
+    char buf[8];
+    CHECK(lq_session_kv_get(sess, 1, buf, sizeof buf, &err) == LQ_ERANGE);
+    CHECK(lq_session_kv_set(sess, 17, buf, sizeof buf, &err) == LQ_ERANGE);
+    CHECK(lq_session_kv_set(sess, 1, buf, sizeof buf, &err) == LQ_EINVAL);
+    lq_session_free(sess);
+    lq_model_close(m);
+}
 
 int main(void)
 {
@@ -762,6 +1061,9 @@ int main(void)
     RUN(test_prompt_cache_llama);
     RUN(test_shared_prefix_bitnet);
     RUN(test_shared_prefix_llama);
+    RUN(test_warm_bitnet);
+    RUN(test_warm_llama);
+    RUN(test_slot_save_restore);
     unlink(g_bitnet);
     unlink(g_llama);
     rmdir(harness_tmpdir());
