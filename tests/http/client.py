@@ -26,3 +26,15 @@ def as_json(raw):
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+def call(port, method, path, body=None, timeout=120):
+    """One request, JSON body or none -> (status, the reply parsed as JSON when it is an object
+    or array, else its text); HTTP errors are returned, not raised."""
+    st, _, raw = request(port, method, path, body=body, timeout=timeout)
+    if raw[:1] in (b"{", b"["):
+        try:
+            return st, json.loads(raw)
+        except ValueError:
+            pass
+    return st, raw.decode("utf-8", "replace") if raw else ({} if st >= 400 else "")

@@ -3,28 +3,17 @@
 prompt and answer reuses its KV (counted in /v1/runtime and /metrics) and answers exactly as
 without the cache (cache_prompt: false); an edit changes the forward pass, so KV computed
 before it is not reused after it. usage: prompt_cache.py PORT (a server on a vindex)"""
-import json
 import sys
 import threading
-import urllib.error
-import urllib.request
 
+import client
 from tap import ok
 
 PORT = int(sys.argv[1])
 
 
 def call(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (PORT, path), data=data, method=method)
-    if data:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return r.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return client.call(PORT, method, path, body)
 
 
 def cache():

@@ -11,9 +11,9 @@ usage: slots.py PORT MODE [DIR]   MODE: turns | save | restore | foreign | off""
 import json
 import os
 import sys
-import urllib.error
 import urllib.request
 
+import client
 from tap import ok
 
 PORT, MODE = int(sys.argv[1]), sys.argv[2]
@@ -21,17 +21,7 @@ DIR = sys.argv[3] if len(sys.argv) > 3 else ""
 
 
 def call(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (PORT, path), data=data, method=method)
-    if data:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            raw = r.read()
-            return r.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode())
-    except urllib.error.HTTPError as e:
-        raw = e.read() or b"{}"
-        return e.code, json.loads(raw) if raw[:1] == b"{" else raw.decode()
+    return client.call(PORT, method, path, body)
 
 
 def cache():
