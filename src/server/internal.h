@@ -88,6 +88,7 @@ typedef struct metrics {
     uint64_t errors;                     /* 4xx + 5xx responses */
     uint64_t streams_canceled;           /* client went away mid-stream */
     uint64_t streams_overflow;           /* stopped: the client read too slowly (--max-stream-buffer) */
+    uint64_t stream_keepalives;          /* SSE comment lines sent while a stream had nothing to send */
     int64_t active_requests, active_streams, active_sessions;
 } metrics;
 

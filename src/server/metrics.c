@@ -165,6 +165,9 @@ void route_metrics(lq_server *s, req *q, reply *r)
         {"larql_streams_overflow_total", "counter",
          "SSE streams stopped because the client read too slowly (--max-stream-buffer).",
          (double)LD(m->streams_overflow)},
+        {"larql_stream_keepalives_total", "counter",
+         "SSE comment lines sent to keep a stream's connection alive while it had nothing to send.",
+         (double)LD(m->stream_keepalives)},
         {"larql_uptime_seconds", "gauge", "Seconds since start.", lq_now() - s->t_boot},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

@@ -58,6 +58,7 @@ typedef struct job {
     json_t *calls;           /* the reply's tool_calls, once the output parsed as a call */
     int32_t *ids;            /* prompt token ids */
     size_t n_ids;
+    double last_out;         /* stream: when the reader last returned bytes (lq_now; 0 = not yet) */
     int32_t *pred;           /* OpenAI's "prediction" tokenised (gp.prediction), or NULL */
     int has_pred;
     char *prompt_text;       /* for echo */
@@ -1131,13 +1132,32 @@ static void cancel_stream(job *jb)
     }
 }
 
+/* An SSE comment line, which every client ignores (the event stream format: a line that starts
+ * with ':'), sent when a stream has had nothing to send for half the idle timeout: a long
+ * prompt's prefill, or a step behind a long queue. Without it libmicrohttpd sees no socket
+ * activity for --request-timeout and closes the connection before the first token, and the
+ * client reads an empty answer. */
+static const char KEEPALIVE[] = ": keep-alive\n\n";
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     job *jb = cls;
+    double quiet = jb->s->o.request_timeout_s / 2.0;
     pthread_mutex_lock(&jb->mu);
+    if (jb->last_out == 0)
+        jb->last_out = lq_now();
     for (;;) {
+        if (jb->out_len == jb->out_off && !jb->finished && lq_now() - jb->last_out >= quiet &&
+            max >= sizeof KEEPALIVE - 1) {
+            jb->last_out = lq_now();
+            pthread_mutex_unlock(&jb->mu);
+            memcpy(buf, KEEPALIVE, sizeof KEEPALIVE - 1);
+            __atomic_add_fetch(&jb->s->m.stream_keepalives, 1, __ATOMIC_RELAXED);
+            return (ssize_t)(sizeof KEEPALIVE - 1);
+        }
         if (jb->out_len > jb->out_off) {
+            jb->last_out = lq_now();
             size_t n = jb->out_len - jb->out_off;
             if (n > max)
                 n = max;
