@@ -241,6 +241,18 @@ typedef uint64_t (*lq_read_sum_fn)(const uint8_t *p, size_t bytes);
  * to 32 bits (keeps the work live; tests check it). */
 typedef uint32_t (*lq_mac_peak_fn)(int64_t iters);
 
+/* Rows [r0, r1) of the int8 per-row-scaled copy of w (F32/F16/BF16), exactly as
+ * lq_q8_quantize_rows, and per row upper bounds that the bounded lm_head relies on:
+ *   err[r]  >= ||w_r - scale_r * q_r||_2,   norm[r] >= max(||w_r||_2, ||scale_r * q_r||_2),
+ * both +inf for a row holding a non-finite value (that row is then always computed exactly).
+ * The sums are taken in double over exact terms in any order and scaled up by lq_q8_bound_slack
+ * (cols) before rounding up to float, so every set's figures are bounds, equal to the
+ * reference's within that slack (q and scale bit for bit). err and norm may both be NULL (the
+ * copy alone: the `--lm-head q8` build). Returns 0, -1 for an unsupported w->type, -2 when a
+ * row buffer cannot be allocated. */
+typedef int (*lq_q8_bound_fn)(const lq_dense_mat *w, int8_t *q, float *scale, float *err, float *norm, int64_t r0,
+                              int64_t r1);
+
 /* The scalar definition of lq_mac_peak_fn (the reference; not a peak worth measuring, so not
  * in a set). */
 uint32_t lq_mac_peak_scalar(int64_t iters);
@@ -260,6 +272,7 @@ typedef struct lq_kernels {
     lq_dm_block_fn dm_block; /* NULL: no fast int8 GEMM in this set (builder: exact f32 scan) */
     lq_read_sum_fn read_sum;
     lq_mac_peak_fn mac_peak; /* NULL: no int8 dot-product instruction in this set */
+    lq_q8_bound_fn q8_bound;
 } lq_kernels;
 
 /* The fastest kernel set this CPU supports (LQ_KERNELS=scalar|avx2|avx512 in the

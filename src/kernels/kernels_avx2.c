@@ -393,4 +393,5 @@ const lq_kernels lq_kernels_avx2 = {
     .dm_block = NULL,
     .read_sum = lq_read_sum_avx2,
     .mac_peak = NULL, /* vpmaddubsw + vpmaddwd: not the instruction any kernel here uses */
+    .q8_bound = lq_q8_bound_avx2,
 };

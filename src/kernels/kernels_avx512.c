@@ -810,4 +810,5 @@ const lq_kernels lq_kernels_avx512 = {
     .dm_block = lq_dm_block_avx512,
     .read_sum = lq_read_sum_avx2, /* 256-bit loads already reach DRAM bandwidth */
     .mac_peak = lq_mac_peak_avx512,
+    .q8_bound = lq_q8_bound_avx512,
 };

@@ -53,6 +53,31 @@ static inline float lq_q8_out(int64_t dot, float inv_scale, float w_scale)
     return (float)dot * k;
 }
 
+/* The factor by which the q8 copy's error and norm sums (double, n = cols terms of at most
+ * one rounding each, then a square root) are scaled up before they are rounded up to float:
+ * any summation order of n non-negative terms is within (n - 1)u / (1 - (n - 1)u) of the true
+ * sum (u = 2^-53), the terms and the root add a few u more; 4u per column plus 1e-12 covers
+ * it with room for rows of up to 2^20 columns. */
+static inline double lq_q8_bound_slack(int64_t cols) { return 1.0 + 1e-12 + (double)cols * 4.5e-16; }
+
+/* v rounded up to a float >= v (+inf past the float range). */
+static inline float lq_up_float(double v)
+{
+    float f = (float)v;
+    if ((double)f < v)
+        f = nextafterf(f, INFINITY);
+    return f;
+}
+
+/* The scalar q8 copy with bounds (the reference; SIMD sets fall back to it for rows it does
+ * not vectorise: other types, widths, a non-finite value). */
+int lq_q8_bound_scalar(const lq_dense_mat *w, int8_t *q, float *scale, float *err, float *norm, int64_t r0,
+                       int64_t r1);
+int lq_q8_bound_avx2(const lq_dense_mat *w, int8_t *q, float *scale, float *err, float *norm, int64_t r0,
+                     int64_t r1);
+int lq_q8_bound_avx512(const lq_dense_mat *w, int8_t *q, float *scale, float *err, float *norm, int64_t r0,
+                       int64_t r1);
+
 /* Columns per int32 accumulation block of the AVX-512 q8 kernel: a 16-lane accumulator sums
  * 4096/16 products of |q| <= 127 by |x| <= 32767 per block (< 2^30; two summed < 2^31). */
 #define LQ_Q8_BLOCK 4096

@@ -156,7 +156,8 @@ static inline float round_even_small(float v)
     return (v + magic) - magic;
 }
 
-int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1)
+int lq_q8_bound_scalar(const lq_dense_mat *w, int8_t *q, float *scale, float *err, float *norm, int64_t r0,
+                       int64_t r1)
 {
     if (w->type != LQ_GGML_F32 && w->type != LQ_GGML_F16 && w->type != LQ_GGML_BF16)
         return -1;
@@ -165,6 +166,7 @@ int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t 
         return -2;
     if (w->type == LQ_GGML_F16)
         pthread_once(&f16_once, f16_table_init);
+    const double slack = lq_q8_bound_slack(w->cols);
     for (int64_t r = r0; r < r1; r++) {
         const size_t base = (size_t)r * (size_t)w->cols;
         if (w->type == LQ_GGML_F16)
@@ -187,9 +189,28 @@ int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t 
             qr[c] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
         }
         scale[r] = d;
+        if (!err)
+            continue;
+        /* w and scale * q are exact in double (f16/bf16/f32 values; a float times an int8) */
+        double e2 = 0, w2 = 0, q2 = 0, sc = d;
+        int bad = !isfinite(d);
+        for (int64_t c = 0; c < w->cols; c++) {
+            double x = row[c], xq = sc * qr[c];
+            bad |= !isfinite(x);
+            e2 += (x - xq) * (x - xq);
+            w2 += x * x;
+            q2 += xq * xq;
+        }
+        err[r] = bad ? INFINITY : lq_up_float(sqrt(e2) * slack);
+        norm[r] = bad ? INFINITY : lq_up_float(sqrt(w2 > q2 ? w2 : q2) * slack);
     }
     free(row);
     return 0;
+}
+
+int lq_q8_quantize_rows(const lq_dense_mat *w, int8_t *q, float *scale, int64_t r0, int64_t r1)
+{
+    return lq_q8_bound_scalar(w, q, scale, NULL, NULL, r0, r1);
 }
 
 /* Online softmax over blocks of LQ_ATT_BLOCK positions (running max, rescaled sum and
@@ -290,4 +311,5 @@ const lq_kernels lq_kernels_scalar = {
     .dm_block = NULL, /* lq_dm_block_scalar is the reference, slower than the exact f32 scan */
     .read_sum = lq_read_sum_scalar,
     .mac_peak = NULL,
+    .q8_bound = lq_q8_bound_scalar,
 };

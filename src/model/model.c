@@ -438,10 +438,15 @@ static int load_tensors(lq_model *m, lq_err *err)
 
 /* ---- the q8 lm_head (lq_model_opts.lm_head_q8) ---- */
 
+/* Rows of an int8 copy of a dense lm_head with one scale per row (the kernel set's q8_bound),
+ * and for the bounded head each row's error and norm bounds (err, norm NULL for the q8 head). */
 typedef struct q8_job {
+    const lq_kernels *k;
     const lq_dense_mat *src;
     int8_t *q;    /* [rows, cols] */
     float *scale; /* [rows] */
+    float *err;   /* [rows] or NULL */
+    float *norm;  /* [rows] or NULL */
     int failed;   /* set (to the same value) by any chunk that could not allocate */
 } q8_job;
 
@@ -449,7 +454,7 @@ static void q8_fn(void *ctx, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     q8_job *j = ctx;
-    if (lq_q8_quantize_rows(j->src, j->q, j->scale, r0, r1) != 0)
+    if (j->k->q8_bound(j->src, j->q, j->scale, j->err, j->norm, r0, r1) != 0)
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
@@ -480,7 +485,7 @@ static int build_lm_q8(lq_model *m, lq_err *err)
     m->lm_q8_map_size = total;
     int8_t *q = map;
     float *sc = (float *)((uint8_t *)map + qbytes);
-    q8_job j = {&w->dense, q, sc, 0};
+    q8_job j = {m->kern, &w->dense, q, sc, NULL, NULL, 0};
     lq_pool_for_dyn(m->pool, w->rows, 256, q8_fn, &j);
     if (j.failed)
         return lq_err_set(err, LQ_ENOMEM, "lm_head q8: out of memory for a row buffer (%lld floats)",
@@ -499,69 +504,6 @@ static int build_lm_q8(lq_model *m, lq_err *err)
 
 /* ---- the bounded lm_head's compact copy (lq_model_opts.lm_head_mode) ---- */
 
-typedef struct lmb_job {
-    const lq_dense_mat *src;
-    int8_t *q;    /* [rows, cols] */
-    float *scale; /* [rows] */
-    float *err;   /* [rows] */
-    float *norm;  /* [rows] */
-    int failed;
-} lmb_job;
-
-/* A double rounded up to a float that is >= it (inf when past the float range). */
-static float up_f(double v)
-{
-    float f = (float)v;
-    if ((double)f < v)
-        f = nextafterf(f, INFINITY);
-    return f;
-}
-
-static float src_elem(const lq_dense_mat *w, size_t i)
-{
-    uint16_t h;
-    switch (w->type) {
-    case LQ_GGML_F16:
-        memcpy(&h, (const uint8_t *)w->data + 2 * i, 2);
-        return lq_f16_to_f32(h);
-    case LQ_GGML_BF16:
-        memcpy(&h, (const uint8_t *)w->data + 2 * i, 2);
-        return lq_bf16_to_f32(h);
-    default:
-        return ((const float *)w->data)[i];
-    }
-}
-
-/* Quantises rows [r0, r1) and bounds their error. Sums are in double over exact terms (an f16
- * or f32 value minus scale * q, both exact in double); the 1 + 1e-12 factor covers the
- * rounding of n double additions and the square root. A row with a non-finite value gets
- * err = inf: the bounded head then always computes it exactly. */
-static void lmb_fn(void *ctx, int64_t r0, int64_t r1, int tid)
-{
-    (void)tid;
-    lmb_job *j = ctx;
-    if (lq_q8_quantize_rows(j->src, j->q, j->scale, r0, r1) != 0) {
-        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    const size_t cols = (size_t)j->src->cols;
-    for (int64_t r = r0; r < r1; r++) {
-        double e2 = 0, w2 = 0, q2 = 0, sc = j->scale[r];
-        int bad = !isfinite(sc);
-        const int8_t *qr = j->q + (size_t)r * cols;
-        for (size_t c = 0; c < cols; c++) {
-            double w = src_elem(j->src, (size_t)r * cols + c), wq = sc * qr[c];
-            bad |= !isfinite(w);
-            e2 += (w - wq) * (w - wq);
-            w2 += w * w;
-            q2 += wq * wq;
-        }
-        const double f = 1.0 + 1e-12;
-        j->err[r] = bad ? INFINITY : up_f(sqrt(e2) * f);
-        j->norm[r] = bad ? INFINITY : up_f(sqrt(w2 > q2 ? w2 : q2) * f);
-    }
-}
-
 /* The background builder: rows in chunks, each under the weights' read lock (the 2 MB-page
  * copier may move the lm_head's pointer between chunks; a chunk of 1024 rows is a few ms, so
  * the copier's write never waits long). One thread, not the pool: forward passes keep the
@@ -576,8 +518,8 @@ static void *lmb_builder_main(void *arg)
             return NULL;
         int held = lq_model_weights_enter(m);
         lq_dense_mat src = m->lm_head.dense;
-        lmb_job j = {&src, (int8_t *)b->q8.data, (float *)b->q8.scale, (float *)b->err, (float *)b->norm, 0};
-        lmb_fn(&j, r0, r0 + chunk < rows ? r0 + chunk : rows, 0);
+        q8_job j = {m->kern, &src, (int8_t *)b->q8.data, (float *)b->q8.scale, (float *)b->err, (float *)b->norm, 0};
+        q8_fn(&j, r0, r0 + chunk < rows ? r0 + chunk : rows, 0);
         lq_model_weights_leave(m, held);
         if (j.failed)
             return NULL; /* out of memory for a row buffer: the head stays exact */
@@ -635,8 +577,8 @@ static int build_lm_bound(lq_model *m, lq_err *err)
      * the write lock) */
     int held = lq_model_weights_enter(m);
     lq_dense_mat src = w->dense;
-    lmb_job j = {&src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
-    lq_pool_for_dyn(m->pool, w->rows, 256, lmb_fn, &j);
+    q8_job j = {m->kern, &src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
+    lq_pool_for_dyn(m->pool, w->rows, 256, q8_fn, &j);
     lq_model_weights_leave(m, held);
     if (j.failed)
         return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");

@@ -466,6 +466,63 @@ static void test_q8_quantize_known(void)
     CHECK_EQ_INT(lq_q8_quantize_rows(&bad, qh, sh, 0, 1), -1);
 }
 
+/* q8_bound (the bounded lm_head's copy): each set's q and scale are the reference's bit for
+ * bit; err and norm are upper bounds of the true figures (long double), within the slack of
+ * the reference's; a row with a NaN or an infinity gets +inf bounds; widths without a SIMD path
+ * and other types go through the reference; NULL err/norm builds the copy alone. */
+static void run_q8_bound(int si)
+{
+    const lq_kernels *k = simd_sets[si];
+    if (!k)
+        SKIP("CPU lacks the %s kernel set", simd_names[si]);
+    static const int64_t cols[] = {8, 16, 24, 40, 300, 2560};
+    enum { R = 6 };
+    int bad = 0;
+    for (size_t b = 0; b < sizeof cols / sizeof *cols; b++) {
+        int64_t C = cols[b];
+        uint16_t *h = malloc((size_t)(R * C) * sizeof *h);
+        int8_t *q0 = malloc((size_t)(R * C)), *q1 = malloc((size_t)(R * C));
+        float s0[R], s1[R], e0[R], e1[R], n0[R], n1[R];
+        for (int64_t i = 0; i < R * C; i++)
+            h[i] = lq_f32_to_f16(rndf() * (i % 7 ? 0.05f : 2.0f));
+        for (int64_t c = 0; c < C; c++)
+            h[C + c] = 0; /* row 1: all zero */
+        h[2 * C + C / 2] = 0x7e00; /* row 2: a NaN */
+        h[3 * C + 1] = 0xfc00;     /* row 3: -inf */
+        lq_dense_mat w = {h, R, C, LQ_GGML_F16};
+        CHECK_EQ_INT(lq_kernels_scalar.q8_bound(&w, q0, s0, e0, n0, 0, R), 0);
+        CHECK_EQ_INT(k->q8_bound(&w, q1, s1, e1, n1, 0, R), 0);
+        bad += memcmp(q0, q1, (size_t)(R * C)) != 0 || memcmp(s0, s1, sizeof s0) != 0;
+        for (int r = 0; r < R; r++) {
+            if (r == 2 || r == 3) {
+                bad += !(isinf(e1[r]) && isinf(n1[r]));
+                continue;
+            }
+            long double te = 0, tw = 0, tq = 0;
+            for (int64_t c = 0; c < C; c++) {
+                long double x = lq_f16_to_f32(h[r * C + c]), xq = (long double)s1[r] * q1[r * C + c];
+                te += (x - xq) * (x - xq), tw += x * x, tq += xq * xq;
+            }
+            bad += !((long double)e1[r] >= sqrtl(te) && (long double)n1[r] >= sqrtl(tw > tq ? tw : tq));
+            bad += fabs((double)e1[r] - e0[r]) > 1e-6 * e0[r] || fabs((double)n1[r] - n0[r]) > 1e-6 * n0[r];
+        }
+        memset(q1, 0, (size_t)(R * C));
+        CHECK_EQ_INT(k->q8_bound(&w, q1, s1, NULL, NULL, 1, 5), 0); /* the copy alone, a row range */
+        bad += memcmp(q0 + C, q1 + C, (size_t)(4 * C)) != 0 || q1[0] != 0 || q1[5 * C] != 0;
+        free(h), free(q0), free(q1);
+    }
+    CHECK_MSG(bad == 0, "%s: %d q8_bound mismatches", k->name, bad);
+    float w32[4] = {1, 2, 3, 4};
+    lq_dense_mat f = {w32, 1, 4, LQ_GGML_F32}, unk = {w32, 1, 4, 99};
+    int8_t q[4];
+    float sc, er, nr;
+    CHECK_EQ_INT(k->q8_bound(&f, q, &sc, &er, &nr, 0, 1), 0); /* f32: the reference */
+    CHECK(q[3] == 127 && er >= 0 && nr >= 5.477f);
+    CHECK_EQ_INT(k->q8_bound(&unk, q, &sc, &er, &nr, 0, 1), -1);
+}
+static void test_q8_bound_avx2(void) { run_q8_bound(0); }
+static void test_q8_bound_avx512(void) { run_q8_bound(1); }
+
 /* ---- attention ---- */
 
 /* SIMD attention against the scalar reference, f32, f16 and q8 caches, positions across block
@@ -1048,7 +1105,8 @@ static void test_table_complete(void)
     const lq_kernels *sets[3] = {&lq_kernels_scalar, simd_sets[0], simd_sets[1]};
     for (int i = 0; i < 3; i++)
         if (sets[i])
-            CHECK_MSG(sets[i]->gate_scores && sets[i]->sketch_row && sets[i]->sketch_scores, "%s", sets[i]->name);
+            CHECK_MSG(sets[i]->gate_scores && sets[i]->sketch_row && sets[i]->sketch_scores && sets[i]->q8_bound, "%s",
+                      sets[i]->name);
     CHECK(lq_kernels_scalar.dm_block == NULL); /* the builder's reference path is the f32 scan */
 }
 
@@ -1139,6 +1197,8 @@ int main(void)
     RUN(test_quant_i16_known);
     RUN(test_q8_avx2);
     RUN(test_q8_avx512);
+    RUN(test_q8_bound_avx2);
+    RUN(test_q8_bound_avx512);
     RUN(test_kv_store_q8);
     RUN(test_attn_avx2);
     RUN(test_attn_avx512);
