@@ -55,10 +55,9 @@ typedef struct lq_model_opts {
                          error bound; generation scores the vocabulary on it and computes exactly
                          only the rows that can still be chosen, so its tokens are the exact
                          model's (greedy and top-k bit for bit). Every other logits call stays
-                         exact. LQ_LM_HEAD_BOUNDED builds the copy before the open returns;
-                         LQ_LM_HEAD_AUTO (0) builds it in the background (the head is exact
-                         until it is ready), and LQ_LM_HEAD=exact|bounded in the environment
-                         turns it off / builds it at open; LQ_LM_HEAD_EXACT: no copy. Ignored
+                         exact. The copy is built before the open returns. LQ_LM_HEAD_AUTO (0)
+                         is bounded unless LQ_LM_HEAD=exact in the environment;
+                         LQ_LM_HEAD_EXACT: no copy. Ignored
                          with lm_head_q8 or a non-dense lm_head. */
     int kv_type;      /* lq_kv_type: how sessions keep their KV cache. LQ_KV_F32 (0, default),
                          LQ_KV_F16 (half the bytes; small logit error), LQ_KV_Q8 (int8 in
@@ -159,10 +158,8 @@ typedef struct lq_head_stats {
     uint64_t exact_bytes;   /* the exact lm_head, for comparison */
 } lq_head_stats;
 void lq_model_head_stats(const lq_model *m, lq_head_stats *out);
-/* With lm_head_mode AUTO the copy is built by a background thread after the open (the head
- * is exact until it is ready); BOUNDED builds it before the open returns. This waits for a
- * background build to finish: 1 when the copy is ready, 0 when the model has none. Not
- * thread-safe (call it from the thread that owns the model, as lq_model_close). */
+/* 1 when the model has the bounded lm_head's copy (built before the open returns), 0 when it
+ * has none. (It used to wait for a background build; the name stays for callers.) */
 int lq_model_head_wait(lq_model *m);
 
 /* Token embedding rows: out [n, n_embd] receives row ids[i] of the model's embedding as f32

@@ -504,41 +504,19 @@ static int build_lm_q8(lq_model *m, lq_err *err)
 
 /* ---- the bounded lm_head's compact copy (lq_model_opts.lm_head_mode) ---- */
 
-/* The background builder: rows in chunks, each under the weights' read lock (the 2 MB-page
- * copier may move the lm_head's pointer between chunks; a chunk of 1024 rows is a few ms, so
- * the copier's write never waits long). One thread, not the pool: forward passes keep the
- * pool. */
-static void *lmb_builder_main(void *arg)
-{
-    lq_model *m = arg;
-    lq_lm_bound *b = &m->lmb;
-    const int64_t rows = m->lm_head.rows, chunk = 1024;
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        if (__atomic_load_n(&b->cancel, __ATOMIC_ACQUIRE))
-            return NULL;
-        int held = lq_model_weights_enter(m);
-        lq_dense_mat src = m->lm_head.dense;
-        q8_job j = {m->kern, &src, (int8_t *)b->q8.data, (float *)b->q8.scale, (float *)b->err, (float *)b->norm, 0};
-        q8_fn(&j, r0, r0 + chunk < rows ? r0 + chunk : rows, 0);
-        lq_model_weights_leave(m, held);
-        if (j.failed)
-            return NULL; /* out of memory for a row buffer: the head stays exact */
-    }
-    /* (info is not written here: other threads read it without a lock) */
-    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* Chooses the lm_head mode (opts, then LQ_LM_HEAD in the environment for AUTO) and builds the
- * compact copy when bounded applies (a dense lm_head: f16/bf16/f32, and no q8 lm_head): on the
- * pool before the open returns when the caller asked for BOUNDED, else in the background. */
+/* Chooses the lm_head mode (opts, then LQ_LM_HEAD=exact|bounded in the environment for AUTO)
+ * and builds the compact copy when bounded applies (a dense lm_head: f16/bf16/f32, and no q8
+ * lm_head), on the pool before the open returns. It used to be built by a thread beside the
+ * first forward passes; with the SIMD q8_bound kernels it costs ~0.1 s of the pool for the
+ * 2B-4T head (reading the head's pages, which the first token would fault in anyway, is most
+ * of an open's extra time), where the background build left a run's first 20-40 tokens on the
+ * whole head and took a core from them (BENCHMARKS.md "No slow start"). */
 static int build_lm_bound(lq_model *m, lq_err *err)
 {
-    int mode = m->opts.lm_head_mode, sync = mode == LQ_LM_HEAD_BOUNDED;
+    int mode = m->opts.lm_head_mode, asked = mode == LQ_LM_HEAD_BOUNDED;
     if (mode == LQ_LM_HEAD_AUTO) {
         const char *e = getenv("LQ_LM_HEAD");
         mode = e && !strcmp(e, "exact") ? LQ_LM_HEAD_EXACT : LQ_LM_HEAD_BOUNDED;
-        sync = e && !strcmp(e, "bounded");
     }
     const lq_wmat *w = &m->lm_head;
     if (mode != LQ_LM_HEAD_BOUNDED || m->opts.lm_head_q8 || w->kind != LQ_WK_DENSE)
@@ -549,6 +527,8 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     size_t total = qbytes + 3 * fl;
     /* cppcheck-suppress invalidFunctionArg */
     void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED && !asked)
+        return LQ_OK; /* the default without room for the copy: the exact head */
     if (map == MAP_FAILED)
         return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: cannot map %zu bytes for [%lld, %lld] "
                           "(--lm-head exact runs without the copy)",
@@ -566,13 +546,6 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     m->info.lm_head_bounded = 1;
     m->info.lm_bound_bytes = (uint64_t)n + (uint64_t)fl;
     m->info.repack_bytes += total;
-    if (!sync) {
-        if (pthread_create(&b->builder, NULL, lmb_builder_main, m) == 0) {
-            b->builder_started = 1;
-            return LQ_OK;
-        }
-        /* no thread: build it now */
-    }
     /* under the weights' read lock: a 2 MB-page copy may be running (its pointers move under
      * the write lock) */
     int held = lq_model_weights_enter(m);
@@ -580,6 +553,14 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     q8_job j = {m->kern, &src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
     lq_pool_for_dyn(m->pool, w->rows, 256, q8_fn, &j);
     lq_model_weights_leave(m, held);
+    if (j.failed && !asked) { /* as above: the exact head */
+        munmap(map, total);
+        memset(b, 0, sizeof *b);
+        m->info.lm_head_bounded = 0;
+        m->info.lm_bound_bytes = 0;
+        m->info.repack_bytes -= total;
+        return LQ_OK;
+    }
     if (j.failed)
         return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");
     m->info.repack_ms += lq_now_ms() - t0;
@@ -587,16 +568,11 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     return LQ_OK;
 }
 
-/* Blocks until a background build of the bounded copy has finished (tests, benchmarks).
- * Returns 1 when the copy is ready, 0 when there is none. */
+/* 1 when the bounded copy is ready (it is built at open), 0 when the model has none. */
 int lq_model_head_wait(lq_model *m)
 {
     if (!m || !m->lmb.q8.data)
         return 0;
-    if (m->lmb.builder_started) {
-        pthread_join(m->lmb.builder, NULL);
-        m->lmb.builder_started = 0;
-    }
     return lq_lmb_ready(&m->lmb);
 }
 
@@ -1014,10 +990,6 @@ void lq_model_close(lq_model *m)
 {
     if (!m)
         return;
-    if (m->lmb.builder_started) { /* before anything it reads goes away */
-        __atomic_store_n(&m->lmb.cancel, 1, __ATOMIC_RELEASE);
-        pthread_join(m->lmb.builder, NULL);
-    }
     if (m->copier_started) { /* a short run need not wait for the rest of the copy */
         __atomic_store_n(&m->copy_cancel, 1, __ATOMIC_RELEASE);
         pthread_join(m->copier, NULL);

@@ -77,14 +77,9 @@ typedef struct lq_lm_bound {
     uint64_t n_gen_rescored; /* rows rescored after the sampler's transforms (penalties, ...) */
     uint64_t n_gen_full;     /* steps the generator finished with the whole vocabulary */
     double max_uncovered;    /* largest relative mass bound left out by a sampling step */
-    /* Built at load (lm_head_mode BOUNDED: the caller asked for it) or by a background thread
-     * (AUTO: the model answers at once, exactly, until the copy is ready). ready is atomic:
-     * set (release) once every row of q8/err/norm is written; the forward pass reads it
-     * (acquire) before using them. */
+    /* Built at load, before the open returns. ready is set (release) once every row of
+     * q8/err/norm is written; the forward pass reads it (acquire) before using them. */
     int ready;
-    int cancel;              /* atomic: set at close, the builder stops */
-    pthread_t builder;
-    int builder_started;
 } lq_lm_bound;
 
 static inline int lq_lmb_ready(const lq_lm_bound *b)
