@@ -804,6 +804,9 @@ static const char *family_name(const lq_model *m)
         return "bitnet-b1.58 (microsoft 2B-4T layout): relu², sub-norms, int8 activations";
     if (m->arch == LQ_ARCH_BITNET)
         return "bitnet (1bitLLM bitnet_b1_58 layout): SiLU, sub-norms, int8 activations";
+    if (!m->bitlinear && m->n_layer > 0 &&
+        (m->layers[0].q.src_type == LQ_GGML_TQ1_0 || m->layers[0].q.src_type == LQ_GGML_TQ2_0))
+        return "llama + TQ (TriLM-style): SiLU, ternary projections decoded to f32, float activations";
     if (!m->bitlinear)
         return "llama: SiLU, dense projections, float activations";
     const char *pre = NULL;
