@@ -8,6 +8,21 @@
 . "$(dirname "$0")/server.inc"
 FAM_DIR="$(cd "$(dirname "$0")/../families" && pwd)"
 
+# serve_chat LABEL MODEL: serve answers a chat completion
+serve_chat() {
+    if start_server chat "$2"; then
+        curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+            -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6}' >"$T_TMP/chat" 2>&1
+        if python3 -c "
+import json; d = json.load(open('$T_TMP/chat'))
+assert d['object'] == 'chat.completion' and d['usage']['completion_tokens'] > 0, d" 2>"$T_TMP/err"
+        then pass "$1: serve answers a chat completion"; else fail "$1: serve answers a chat completion" "$(head -c 300 "$T_TMP/chat")"; fi
+        kill "$PID" 2>/dev/null
+    else
+        fail "$1: serve starts"
+    fi
+}
+
 # family:seed:family line in `larql info`. Seeds: a quantised activation within ~1e-5 of a
 # rounding tie is decided by float32 accumulation order, which no two implementations share
 # (compare.py says so when it happens); these seeds have none on the 68 compared positions.
@@ -47,18 +62,7 @@ for spec in "2b4t:1234:bitnet-b1.58 (microsoft 2B-4T" "1bitllm:1234:bitnet (1bit
     "$LARQL" logits "$T_TMP/$f.vi" --ids 1,40,41,42,43 --top 5 >"$T_TMP/lv" 2>&1
     if [ -s "$T_TMP/lg" ] && cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "$f: vindex logits equal the GGUF's"; else fail "$f: vindex logits equal the GGUF's" "$(head -c 300 "$T_TMP/lv")"; fi
 
-    # serve: a chat completion
-    if start_server "$f" "$M"; then
-        curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
-            -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6}' >"$T_TMP/chat" 2>&1
-        if python3 -c "
-import json; d = json.load(open('$T_TMP/chat'))
-assert d['object'] == 'chat.completion' and d['usage']['completion_tokens'] > 0, d" 2>"$T_TMP/err"
-        then pass "$f: serve answers a chat completion"; else fail "$f: serve answers a chat completion" "$(head -c 300 "$T_TMP/chat")"; fi
-        kill "$PID" 2>/dev/null
-    else
-        fail "$f: serve starts"
-    fi
+    serve_chat "$f" "$M"
 
     # bad input: a clear error, never a crash
     python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" rename blk.1.ffn_norm.weight blk.1.ffn_nurm.weight
@@ -113,17 +117,7 @@ for act in int8 float; do
     "$LARQL" logits "$T_TMP/ffn320.vi" --ids 1,40,41,42,43 --top 5 --act $act >"$T_TMP/lv" 2>&1
     if [ -s "$T_TMP/lg" ] && cmp -s "$T_TMP/lg" "$T_TMP/lv"; then pass "1bitllm ffn 320: vindex logits equal the GGUF's ($act)"; else fail "1bitllm ffn 320: vindex logits equal the GGUF's ($act)" "$(head -c 300 "$T_TMP/lv")"; fi
 done
-if start_server ffn320 "$T_TMP/ffn320.vi"; then
-    curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'content-type: application/json' \
-        -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6}' >"$T_TMP/chat" 2>&1
-    if python3 -c "
-import json; d = json.load(open('$T_TMP/chat'))
-assert d['object'] == 'chat.completion' and d['usage']['completion_tokens'] > 0, d" 2>"$T_TMP/err"
-    then pass "1bitllm ffn 320: serve (the vindex) answers a chat completion"; else fail "1bitllm ffn 320: serve answers a chat completion" "$(head -c 300 "$T_TMP/chat")"; fi
-    kill "$PID" 2>/dev/null
-else
-    fail "1bitllm ffn 320: serve starts"
-fi
+serve_chat "1bitllm ffn 320 (the inference vindex)" "$T_TMP/ffn320.vi"
 python3 "$FAM_DIR/corrupt.py" "$M" "$T_TMP/b.gguf" truncate blk.1.ffn_down.weight
 check_fails "1bitllm ffn 320: a truncated flat-packed ffn_down refused" "blk.1.ffn_down.weight.*past end of file" "$LARQL" info "$T_TMP/b.gguf"
 # the 3B's own shape (make-model --preset 3b), one layer, in C only: the reference would take
