@@ -90,6 +90,12 @@ static void test_nbytes(void)
     CHECK_STR_CONTAINS(err.msg, "row length 48 is not a multiple of the block size 32");
     CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_I2_S, 100, 100, &n, &err), LQ_EFORMAT);
     CHECK_STR_CONTAINS(err.msg, "100 elements is not a multiple of 128");
+    /* 1bitLLM 3B's ffn_down: rows of 8640 are fine for I2_S (blocks over the flat tensor) but
+     * not for llama.cpp's TQ types, whose blocks are per row (its quantiser refuses them too) */
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_I2_S, 8640, 8640 * 3200, &n, &err), LQ_OK);
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_TQ2_0, 8640, 8640 * 3200, &n, &err), LQ_EFORMAT);
+    CHECK_STR_CONTAINS(err.msg, "TQ2_0: row length 8640 is not a multiple of the block size 256");
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_TQ1_0, 8640, 8640 * 3200, &n, &err), LQ_EFORMAT);
     CHECK_EQ_INT(lq_ggml_nbytes(99, 1, 1, &n, &err), LQ_EUNSUPPORTED);
     CHECK_STR_CONTAINS(err.msg, "99");
     CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_F64, 1, UINT64_MAX / 4, &n, &err), LQ_EFORMAT);
