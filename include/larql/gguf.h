@@ -184,6 +184,15 @@ int lq_i2s_pack(const int8_t *trits, uint64_t n, float scale, uint8_t *out);
  * (type): n/256 blocks of 66 or 54 bytes, block b with the f16 scale d[b] (d NULL: 1 for
  * every block). out must hold n/256 blocks. Returns 0 or LQ_EINVAL. */
 int lq_tq_pack(int type, const int8_t *trits, uint64_t n, const float *d, uint8_t *out);
+/* microsoft's x86 quantize_i2_s packs 128-element blocks over the FLATTENED tensor (n % 128
+ * == 0), so a row whose length is not a multiple of 128 (1bitLLM 3B's ffn_down: 8640) starts
+ * inside a block. The engine's kernels take rows of whole blocks: lq_i2s_repack_rows copies
+ * such a tensor [rows, cols] (flat: its n/4 packed bytes) into rows of
+ * lq_i2s_padded_cols(cols) elements, each row's tail zero trits (dst: rows * padded / 4
+ * bytes). lq_i2s_flatten_rows is the inverse (flat: n/4 bytes; the padding is dropped). */
+uint64_t lq_i2s_padded_cols(uint64_t cols);
+void lq_i2s_repack_rows(const uint8_t *flat, uint64_t rows, uint64_t cols, uint8_t *dst);
+void lq_i2s_flatten_rows(const uint8_t *padded, uint64_t rows, uint64_t cols, uint8_t *flat);
 /* Trit of element i (0-based, row-major) of a packed I2_S buffer; code 3 reads as 0. */
 int lq_i2s_get(const uint8_t *packed, uint64_t i);
 

@@ -9,7 +9,7 @@
 #include "larql/vindex.h"
 
 static const char *USAGE =
-    "larql make-model --out FILE [--preset tiny|demo|2b|8b] [--arch bitnet-b1.58|bitnet|llama]\n"
+    "larql make-model --out FILE [--preset tiny|demo|2b|3b|8b] [--arch bitnet-b1.58|bitnet|llama]\n"
     "       [--family 2b4t|1bitllm|hf1bitllm|falcon3|falcon-e] (that family's file layout; README)\n"
     "       [--dim N] [--ffn N] [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N]\n"
     "       [--rope-theta X] [--eps X] [--emb-type f32|f16] [--proj-type f32|f16 (llama) | i2s|tq2_0|tq1_0 (bitnet)] [--seed N] [--wscale X] [--corpus-file F]\n"

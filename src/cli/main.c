@@ -18,7 +18,7 @@ static const struct {
     {"chat-template", lq_cli_chat_template, "TEMPLATE VARS.json      render a Jinja chat template (as chat does)"},
     {"tokenize", lq_cli_tokenize, "SOURCE TEXT [--special]  text -> ids (JSON)"},
     {"detokenize", lq_cli_detokenize, "SOURCE 1,2,3            ids -> text (JSON)"},
-    {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|demo|2b|8b] random BitNet GGUF fixture"},
+    {"make-model", lq_cli_make_model, "--out FILE [--preset tiny|demo|2b|3b|8b] random BitNet GGUF fixture"},
     {"convert", lq_cli_convert, "gguf-to-vindex|safetensors-to-gguf|safetensors-to-vindex IN --output OUT"},
     {"extract-index", lq_cli_extract_index, "HF_DIR -o DIR [--level ...]  LARQL's name: HF folder -> vindex"},
     {"describe", lq_cli_describe, "DIR ENTITY [--band B] [--limit N] what the model knows about ENTITY"},

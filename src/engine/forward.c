@@ -22,7 +22,8 @@ int lq_scratch_init(lq_scratch *sc, const lq_model *m)
 {
     memset(sc, 0, sizeof *sc);
     size_t B = LQ_MAX_BATCH;
-    size_t max_in = (size_t)max3(m->n_embd, m->q_dim, m->n_ff);
+    /* inputs of a row-padded I2_S matrix are zero-padded to whole 128-blocks (project) */
+    size_t max_in = ((size_t)max3(m->n_embd, m->q_dim, m->n_ff) + 127) / 128 * 128;
     sc->n_threads = lq_pool_threads(m->pool);
     sc->x = malloc(B * (size_t)m->n_embd * sizeof(float));
     sc->h = malloc(B * max_in * sizeof(float));
@@ -198,29 +199,43 @@ static void mm_fn(void *ctx, int64_t start, int64_t end, int tid)
 
 /* Prepares the input x [T, cols] of a projection: for a BitLinear in INT8 mode, quantise each
  * row once (the result is shared by every matrix of this input); dense weights under INT8
- * mode get the dequantised values q * inv_scale, which is the same product. */
+ * mode get the dequantised values q * inv_scale, which is the same product. ldx > cols: an
+ * I2_S matrix of this input has rows padded to whole blocks with zero trits (model.c
+ * load_wmat): the input rows are padded with zeros to ldx, so the padding adds nothing, and
+ * the int8 scale is still the absmax of the cols real values. */
 static void mm_prepare(const lq_model *m, lq_scratch *sc, mm_job *j, const float *x, int cols,
-                       int T, int bitlinear, int any_dense)
+                       size_t ldx, int T, int bitlinear, int any_dense)
 {
     memset(j, 0, sizeof *j);
     j->kern = m->kern;
     j->T = T;
-    j->ldx = (size_t)cols;
+    j->ldx = ldx;
     j->x = x;
     j->in_mode = IN_F32;
-    if (!bitlinear || m->act_mode != LQ_ACT_INT8)
+    const size_t pad = ldx - (size_t)cols;
+    if (!bitlinear || m->act_mode != LQ_ACT_INT8) {
+        if (pad) {
+            for (int t = 0; t < T; t++) {
+                memcpy(sc->xdq + (size_t)t * ldx, x + (size_t)t * cols, (size_t)cols * sizeof *x);
+                memset(sc->xdq + (size_t)t * ldx + cols, 0, pad * sizeof *x);
+            }
+            j->x = sc->xdq;
+        }
         return;
+    }
     j->in_mode = IN_I8;
-    for (int t = 0; t < T; t++)
-        m->kern->quant_i8(x + (size_t)t * cols, cols, sc->xq + (size_t)t * cols, &sc->xinv[t],
+    for (int t = 0; t < T; t++) {
+        m->kern->quant_i8(x + (size_t)t * cols, cols, sc->xq + (size_t)t * ldx, &sc->xinv[t],
                           &sc->xsum[t]);
+        memset(sc->xq + (size_t)t * ldx + cols, 0, pad);
+    }
     j->xq = sc->xq;
     j->xinv = sc->xinv;
     j->xsum = sc->xsum;
     if (any_dense) {
         for (int t = 0; t < T; t++)
             for (int c = 0; c < cols; c++)
-                sc->xdq[(size_t)t * cols + c] = sc->xq[(size_t)t * cols + c] * sc->xinv[t];
+                sc->xdq[(size_t)t * ldx + c] = sc->xq[(size_t)t * ldx + c] * sc->xinv[t];
         j->x = sc->xdq;
     }
 }
@@ -239,10 +254,14 @@ static void project(const lq_model *m, lq_scratch *sc, const float *x, int cols,
 {
     int bitlinear = m->bitlinear; /* BitNet archs, and llama files carrying I2_S */
     int any_dense = 0;
-    for (int p = 0; p < n; p++)
+    size_t ldx = (size_t)cols;
+    for (int p = 0; p < n; p++) {
         any_dense |= w[p]->kind == LQ_WK_DENSE;
+        if (w[p]->kind == LQ_WK_I2S && (size_t)w[p]->i2s.cols > ldx)
+            ldx = (size_t)w[p]->i2s.cols;
+    }
     mm_job j;
-    mm_prepare(m, sc, &j, x, cols, T, bitlinear, any_dense);
+    mm_prepare(m, sc, &j, x, cols, ldx, T, bitlinear, any_dense);
     j.n = n;
     for (int p = 0; p < n; p++) {
         j.w[p] = w[p];

@@ -207,6 +207,63 @@ int lq_i2s_get(const uint8_t *packed, uint64_t i)
     return map[(b >> (6 - 2 * (j / 32))) & 3];
 }
 
+/* Rows padded to whole blocks (see larql/gguf.h). A row starting at a multiple of 32 elements
+ * (every row when cols % 32 == 0, as for 1bitLLM 3B's 8640) is gathered a byte at a time:
+ * with the row starting 32*s elements into source block b, the destination byte p of a block
+ * holds groups s..3 of block b's byte p and groups 0..s-1 of block b+1's byte p, in order,
+ * i.e. (src_b[p] << 2s | src_b+1[p] >> (8 - 2s)). Everything else goes element by element. */
+static uint8_t i2s_code(const uint8_t *packed, uint64_t i)
+{
+    uint64_t j = i % I2S_BLOCK;
+    return (uint8_t)((packed[(i / I2S_BLOCK) * 32 + j % 32] >> (6 - 2 * (j / 32))) & 3);
+}
+
+uint64_t lq_i2s_padded_cols(uint64_t cols)
+{
+    return (cols + I2S_BLOCK - 1) / I2S_BLOCK * I2S_BLOCK;
+}
+
+void lq_i2s_repack_rows(const uint8_t *flat, uint64_t rows, uint64_t cols, uint8_t *dst)
+{
+    const uint64_t pc = lq_i2s_padded_cols(cols);
+    for (uint64_t r = 0; r < rows; r++) {
+        const uint64_t base = r * cols;
+        uint8_t *out = dst + r * (pc / 4);
+        memset(out, 0x55, pc / 4); /* code 1 = trit 0 in every slot of the padding */
+        uint64_t e = 0;
+        if (base % 32 == 0) {
+            const unsigned s = (unsigned)(base % I2S_BLOCK / 32);
+            const uint8_t *src = flat + base / I2S_BLOCK * 32;
+            for (; e + I2S_BLOCK <= cols; e += I2S_BLOCK, src += 32, out += 32) {
+                if (s == 0) {
+                    memcpy(out, src, 32);
+                    continue;
+                }
+                for (int p = 0; p < 32; p++)
+                    out[p] = (uint8_t)(src[p] << (2 * s) | src[32 + p] >> (8 - 2 * s));
+            }
+            out = dst + r * (pc / 4);
+        }
+        for (; e < cols; e++) { /* the row's last partial block, or an unaligned row */
+            uint64_t j = e % I2S_BLOCK;
+            uint8_t *b = out + (e / I2S_BLOCK) * 32 + j % 32;
+            const unsigned sh = 6 - 2 * (unsigned)(j / 32);
+            *b = (uint8_t)((*b & ~(3u << sh)) | (unsigned)i2s_code(flat, base + e) << sh);
+        }
+    }
+}
+
+void lq_i2s_flatten_rows(const uint8_t *padded, uint64_t rows, uint64_t cols, uint8_t *flat)
+{
+    const uint64_t pc = lq_i2s_padded_cols(cols), n = rows * cols;
+    memset(flat, 0, n / 4);
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t e = 0; e < cols; e++) {
+            uint64_t i = r * cols + e, j = i % I2S_BLOCK;
+            flat[(i / I2S_BLOCK) * 32 + j % 32] |= (uint8_t)(i2s_code(padded, r * pc + e) << (6 - 2 * (j / 32)));
+        }
+}
+
 /* ---- decoders ---- */
 
 int lq_gguf_tq_mult(const lq_gguf *g, const char *wname, float *mult, lq_err *err)

@@ -289,6 +289,22 @@ static int packed_to_i2s(hf_ctx *x, const lq_st_tensor *t, uint64_t rows, uint64
                               2 * i + 1);
         }
     }
+    if (cols % 128) {
+        /* rows that are not whole blocks (1bitLLM 3B's down_proj, 8640 wide): microsoft's
+         * quantize_i2_s packs over the flattened tensor, so pack the trits that way */
+        int8_t *trits = malloc((size_t)n);
+        if (!trits)
+            return lq_err_set(x->err, LQ_ENOMEM, "%s: out of memory", t->name);
+        for (uint64_t o = 0; o < rows; o++) {
+            unsigned sh = 2 * (unsigned)(o / P);
+            const uint8_t *src = t->data + (o % P) * cols;
+            for (uint64_t c = 0; c < cols; c++)
+                trits[o * cols + c] = (int8_t)(((src[c] >> sh) & 3) - 1);
+        }
+        lq_i2s_pack(trits, n, scale, out);
+        free(trits);
+        return LQ_OK;
+    }
     for (uint64_t o = 0; o < rows; o++) {
         unsigned sh = 2 * (unsigned)(o / P);
         const uint8_t *src = t->data + (o % P) * cols;
@@ -329,9 +345,12 @@ static int absmean_trits(hf_ctx *x, const lq_st_tensor *t, uint64_t n, int8_t *t
 static int add_bitnet(hf_ctx *x, const lq_st_tensor *t, const char *gg, uint64_t rows, uint64_t cols)
 {
     int rc;
-    if (cols % 128)
-        return lq_err_set(x->err, LQ_EFORMAT, "%s: row length %llu is not a multiple of 128 (I2_S blocks)", t->name,
-                          (unsigned long long)cols);
+    /* I2_S blocks run over the flattened tensor (rows may start inside one: the loaders pad
+     * them); the tensor must be whole blocks, and rows whole bytes for a vindex */
+    if (rows * cols % 128 || cols % 4)
+        return lq_err_set(x->err, LQ_EFORMAT,
+                          "%s: [%llu, %llu] is not whole I2_S blocks (rows x cols a multiple of 128, "
+                          "cols of 4)", t->name, (unsigned long long)rows, (unsigned long long)cols);
     uint64_t n = rows * cols, ne[2] = {cols, rows};
     uint8_t *out = keep(x, n / 4 + 32);
     if (!out)

@@ -254,7 +254,8 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
     w->cols = cols;
     w->src_type = t->type;
     if (t->type == LQ_GGML_I2_S) {
-        if (cols % 128 != 0)
+        /* lm_head reads its input unpadded (the one I2_S matrix outside project()) */
+        if (cols % 128 != 0 && !bitlinear)
             return lq_err_set(err, LQ_EFORMAT,
                               "%s: I2_S row length %lld is not a multiple of 128", name,
                               (long long)cols);
@@ -272,7 +273,21 @@ static int load_wmat(lq_model *m, const char *name, int64_t rows, int64_t cols, 
         w->i2s.rows = rows;
         w->i2s.cols = cols;
         w->i2s.scale = scale;
-        w->bytes = (uint64_t)rows * (uint64_t)cols / 4;
+        if (cols % 128 != 0) {
+            /* microsoft's blocks run over the flattened tensor, so these rows start inside
+             * a block (1bitLLM 3B's ffn_down, 8640 wide): one copy with every row padded to
+             * whole blocks by zero trits; the engine zero-pads this matrix's input to match
+             * (forward.c project), which leaves every product unchanged */
+            uint64_t pc = lq_i2s_padded_cols((uint64_t)cols);
+            uint8_t *p = owned_alloc(m, (size_t)((uint64_t)rows * pc / 4));
+            if (!p)
+                return lq_err_set(err, LQ_ENOMEM, "%s: cannot allocate the row-padded I2_S copy",
+                                  name);
+            lq_i2s_repack_rows(t->data, (uint64_t)rows, (uint64_t)cols, p);
+            w->i2s.data = p;
+            w->i2s.cols = (int64_t)pc;
+        }
+        w->bytes = (uint64_t)rows * (uint64_t)w->i2s.cols / 4;
         return LQ_OK;
     }
     if (t->type == LQ_GGML_TQ1_0 || t->type == LQ_GGML_TQ2_0) {
@@ -707,6 +722,9 @@ static const char *family_name(const lq_model *m)
         return "bitnet-b1.58 (microsoft 2B-4T layout): relu², sub-norms, int8 activations";
     if (m->arch == LQ_ARCH_BITNET)
         return "bitnet (1bitLLM bitnet_b1_58 layout): SiLU, sub-norms, int8 activations";
+    if (!m->bitlinear && m->n_layer > 0 &&
+        (m->layers[0].q.src_type == LQ_GGML_TQ1_0 || m->layers[0].q.src_type == LQ_GGML_TQ2_0))
+        return "llama + TQ (TriLM-style): SiLU, ternary projections decoded to f32, float activations";
     if (!m->bitlinear)
         return "llama: SiLU, dense projections, float activations";
     const char *pre = NULL;

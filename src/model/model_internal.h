@@ -34,7 +34,9 @@ typedef struct lq_wmat {
     int kind;            /* LQ_WK_I2S / LQ_WK_TQ (packed ternary, in the mapping) or LQ_WK_DENSE */
     int src_type;        /* lq_ggml_type as stored in the file */
     int64_t rows, cols;  /* W: [rows, cols] */
-    lq_i2s_mat i2s;      /* kind == LQ_WK_I2S: zero-copy view + per-tensor scale */
+    lq_i2s_mat i2s;      /* kind == LQ_WK_I2S: zero-copy view + per-tensor scale; when cols is
+                            not a multiple of 128, an owned copy whose rows are padded with zero
+                            trits (i2s.cols = cols rounded up to 128; the engine pads the input) */
     lq_tq_mat tq;        /* kind == LQ_WK_TQ: TQ1_0/TQ2_0 zero-copy view (int8 activations only:
                             the loader makes this kind only for BitLinear projections under
                             LQ_ACT_INT8, and decodes to f32 otherwise) */

@@ -74,7 +74,10 @@ static int add_wmat(save_ctx *c, const char *name, const lq_wmat *x)
     uint8_t *p = keep(c, nb);
     if (!p)
         return lq_err_set(c->err, LQ_ENOMEM, "out of memory for %s", name);
-    memcpy(p, x->i2s.data, n / 4);
+    if (x->i2s.cols != x->cols) /* rows padded at load (model.c): back to the file's flat blocks */
+        lq_i2s_flatten_rows(x->i2s.data, (uint64_t)x->rows, (uint64_t)x->cols, p);
+    else
+        memcpy(p, x->i2s.data, n / 4);
     memcpy(p + n / 4, &x->i2s.scale, 4);
     uint64_t ne[2] = {(uint64_t)x->cols, (uint64_t)x->rows};
     return put(c, name, 2, ne, LQ_GGML_I2_S, p, nb);

@@ -136,7 +136,8 @@ int lq_vx_tokenizer_from_unigram(const char *path, lq_tokenizer **out, lq_err *e
 
 /* LARQL kernel-layout trits (row-major, column 4b+s of a row in bits 2s of byte b, 01 = +1,
  * 10 = -1, 00/11 = 0) -> microsoft I2_S (128-element blocks of 32 bytes, element j at byte
- * j%32, shift 6-2*(j/32), codes 0/1/2 = -1/0/+1). src, dst: rows*cols/4 bytes; cols % 128 == 0. */
+ * j%32, shift 6-2*(j/32), codes 0/1/2 = -1/0/+1). src: rows*cols/4 bytes, cols % 4 == 0; dst:
+ * rows*lq_i2s_padded_cols(cols)/4 bytes, each row padded to whole 128-blocks with zero trits. */
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols);
 
 /* ---- prefilter sketches (kernels/kernels.h defines the codes and the arithmetic) ---- */

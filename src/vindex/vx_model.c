@@ -14,7 +14,8 @@
  * 2s..2s+1, 01 = +1, 10 = -1, 00 = 0, 11 reserved = 0); the engine's kernels read microsoft's
  * strided I2_S layout (128-element blocks of 32 bytes, element j at byte j%32, shift
  * 6-2*(j/32), codes 0/1/2 = -1/0/+1). Choice: repack at load, one pass per tensor, into a
- * heap buffer of exactly the packed size (rows*cols/4 bytes: ~521 MB for 2B-4T); the .i2s
+ * heap buffer of exactly the packed size (rows*cols/4 bytes: ~521 MB for 2B-4T; rows that are
+ * not whole 128-blocks are padded to them with zero trits, as the GGUF loader does); the .i2s
  * mapping is dropped right after. The directory stays byte-identical to what LARQL writes
  * (no second copy on disk); the price is that this memory is private to the process instead
  * of shared page cache. The repack is table driven (~1 GB/s), well under a second for 2B.
@@ -145,22 +146,38 @@ static void init_lut(void)
     }
 }
 
+/* One 128-column block: LARQL bytes 0..31 hold columns 4a+s (byte a, slot s).
+ * microsoft byte j (j = 4a+s) holds columns j, j+32, j+64, j+96 at shifts 6, 4, 2, 0,
+ * i.e. LARQL bytes a, 8+a, 16+a, 24+a at the same slot s: four LUT words OR'ed with
+ * shifts give four output bytes at once (codes <= 2, so no carries between bytes). */
+static void larql_block_to_ms(const uint8_t *in, uint8_t *out)
+{
+    for (int a = 0; a < 8; a++) {
+        uint32_t w = larql_lut[in[a]] << 6 | larql_lut[in[8 + a]] << 4 |
+                     larql_lut[in[16 + a]] << 2 | larql_lut[in[24 + a]];
+        memcpy(out + 4 * a, &w, 4); /* little-endian: byte s of w -> out[4a+s] */
+    }
+}
+
 void lq_vx_i2s_larql_to_ms(const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols)
 {
     pthread_once(&larql_lut_once, init_lut);
-    /* Per 128-column block: LARQL bytes 0..31 hold columns 4a+s (byte a, slot s).
-     * microsoft byte j (j = 4a+s) holds columns j, j+32, j+64, j+96 at shifts 6, 4, 2, 0,
-     * i.e. LARQL bytes a, 8+a, 16+a, 24+a at the same slot s: four LUT words OR'ed with
-     * shifts give four output bytes at once (codes <= 2, so no carries between bytes). */
-    size_t nblk = (size_t)rows * (size_t)(cols / 128);
-    for (size_t b = 0; b < nblk; b++) {
-        const uint8_t *in = src + b * 32;
-        uint8_t *out = dst + b * 32;
-        for (int a = 0; a < 8; a++) {
-            uint32_t w = larql_lut[in[a]] << 6 | larql_lut[in[8 + a]] << 4 |
-                         larql_lut[in[16 + a]] << 2 | larql_lut[in[24 + a]];
-            memcpy(out + 4 * a, &w, 4); /* little-endian: byte s of w -> out[4a+s] */
-        }
+    const size_t full = (size_t)(cols / 128), tail = (size_t)(cols % 128) / 4;
+    if (!tail) { /* rows of whole blocks: the rows are contiguous blocks in both layouts */
+        for (size_t b = 0; b < (size_t)rows * full; b++)
+            larql_block_to_ms(src + b * 32, dst + b * 32);
+        return;
+    }
+    /* a row's last partial block is converted from a copy with LARQL's zero (00) after the
+     * row's bytes: the padding becomes zero trits */
+    const size_t sb = (size_t)cols / 4, db = (full + 1) * 32;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *in = src + (size_t)r * sb;
+        uint8_t *out = dst + (size_t)r * db, last[32] = {0};
+        for (size_t b = 0; b < full; b++)
+            larql_block_to_ms(in + b * 32, out + b * 32);
+        memcpy(last, in + full * 32, tail);
+        larql_block_to_ms(last, out + full * 32);
     }
 }
 
@@ -329,10 +346,9 @@ static int load_proj(vx_src *s, const char *dir, const json_t *tensors, const fl
         return lq_err_set(err, LQ_EFORMAT,
                           "index.json bitnet_layout: tensor '%s' is [%lld, %lld], the model needs "
                           "[%lld, %lld]", name, r, c, (long long)rows, (long long)cols);
-    if (cols % 128)
-        return lq_err_set(err, LQ_EUNSUPPORTED,
-                          "bitnet/%s.i2s: %lld columns is not a multiple of 128 (the engine's I2_S "
-                          "kernels need 128-column blocks)", name, c);
+    if (cols % 4)
+        return lq_err_set(err, LQ_EFORMAT,
+                          "bitnet/%s.i2s: %lld columns is not a multiple of 4 (4 trits a byte)", name, c);
     if ((uint64_t)so > n_scales || (uint64_t)r > n_scales - (uint64_t)so)
         return lq_err_set(err, LQ_EFORMAT,
                           "bitnet/scales.f32: tensor '%s' scales [%lld, %lld) past the %llu scales",
@@ -358,10 +374,13 @@ static int load_proj(vx_src *s, const char *dir, const json_t *tensors, const fl
     if (!rc && mf.size != want)
         rc = lq_err_set(err, LQ_EFORMAT, "%s: %zu bytes, expected rows %lld x cols %lld / 4 = %llu",
                         path, mf.size, r, c, (unsigned long long)want);
+    /* rows that are not whole 128-blocks (1bitLLM 3B's ffn_down) are padded with zero trits
+     * as the GGUF loader pads them (model.c load_wmat; the engine pads the input to match) */
+    const uint64_t pc = lq_i2s_padded_cols((uint64_t)c), held = (uint64_t)r * pc / 4;
     uint8_t *dst = NULL;
-    if (!rc && !(dst = vx_alloc(s, (size_t)want)))
+    if (!rc && !(dst = vx_alloc(s, (size_t)held)))
         rc = lq_err_set(err, LQ_ENOMEM, "%s: cannot allocate %llu bytes for the repacked tensor", path,
-                        (unsigned long long)want);
+                        (unsigned long long)held);
     if (!rc)
         lq_vx_i2s_larql_to_ms(mf.data, dst, rows, cols);
     lq_mapfile_close(&mf);
@@ -375,9 +394,9 @@ static int load_proj(vx_src *s, const char *dir, const json_t *tensors, const fl
     w->cols = cols;
     w->i2s.data = dst;
     w->i2s.rows = rows;
-    w->i2s.cols = cols;
+    w->i2s.cols = (int64_t)pc;
     w->i2s.scale = scale;
-    w->bytes = want;
+    w->bytes = held;
     return LQ_OK;
 }
 

@@ -39,6 +39,23 @@ for form in packed master f16; do
     cmp -s "$T_TMP/ta" "$T_TMP/tb" && pass "$form: same tokens" || fail "$form: same tokens" "$(cat "$T_TMP/tb")"
 done
 
+# an FFN width that is not a multiple of 128 (1bitLLM 3B's 8640; 320 has the same property:
+# down_proj rows start inside an I2_S block): written in microsoft's flat packing, as the
+# GGUF route holds it, and the vindex loads it
+for form in packed master; do
+    F="$T_TMP/w320$form"
+    if "$LARQL" make-model --out "$F.src.gguf" --emb-type f16 --seed 7 --layers 2 --ffn 320 >/dev/null 2>&1 &&
+        $TWIN twin $form "$F.src.gguf" "$F/larql-fixture" "$F.ref.gguf"; then
+        check "ffn 320 $form: safetensors-to-gguf" "$LARQL" convert safetensors-to-gguf "$F/larql-fixture" --output "$F.out.gguf"
+        check "ffn 320 $form: same tensors as the GGUF route" $TWIN compare "$F.ref.gguf" "$F.out.gguf"
+        same_logits "ffn 320 $form: same logits" "$F.ref.gguf" "$F.out.gguf"
+        check "ffn 320 $form: safetensors-to-vindex" "$LARQL" convert safetensors-to-vindex "$F/larql-fixture" --output "$F.vx" --level inference --keep-quant
+        same_logits "ffn 320 $form: the vindex's logits" "$F.ref.gguf" "$F.vx"
+    else
+        fail "ffn 320 $form: write the HF folder"
+    fi
+done
+
 # the chat template of tokenizer_config.json is carried
 if python3 -c "
 import sys; sys.path.insert(0, '$(dirname "$0")/../safetensors')

@@ -62,6 +62,14 @@ check_fails "make-model: TQ needs 256-multiples" "TQ2_0 projections: dim, ffn an
     "$LARQL" make-model --out "$T_TMP/x.gguf" --proj-type tq2_0
 check_fails "make-model: unknown --proj-type" "expected f32, f16, i2s, tq2_0 or tq1_0" \
     "$LARQL" make-model --out "$T_TMP/x.gguf" --proj-type tq3_0
-check_fails "make-model: TQ is for BitNet archs" "llama takes F32 or F16" \
-    "$LARQL" make-model --out "$T_TMP/x.gguf" --arch llama --dim 256 --ffn 512 --proj-type tq1_0
+# llama-arch files in TQ (a TriLM-style model through llama-quantize): decoded to f32 at load,
+# float activations (TriLM trains ternary weights against float activations); ref_family.py
+# applies the same rule from the file (no I2_S projection, not a bitnet arch)
+for ty in tq2_0 tq1_0; do
+    M="$T_TMP/llama_$ty.gguf"
+    check "llama $ty: make-model" "$LARQL" make-model --out "$M" --arch llama --dim 256 --ffn 512 --proj-type $ty --seed 3
+    check "llama $ty: info" "$LARQL" info "$M"
+    if grep -q "family:          llama + TQ" "$T_TMP/out"; then pass "llama $ty: info names it"; else fail "llama $ty: info names it" "$(grep family "$T_TMP/out")"; fi
+    check "llama $ty: logits and 32 greedy tokens match the reference" python3 "$FAM_DIR/compare.py" "$LARQL" "$M" --gen 32
+done
 done_tests

@@ -6,6 +6,7 @@ also prints how many activations were quantised close to a rounding tie (ref_fam
 them): one such tie decided the other way moves later logits by ~0.05 on these models.
 
   compare.py LARQL MODEL.gguf [--ids 1,2,3] [--gen 36] [--act int8|float] [--tol 2e-3]
+             [--kernels scalar|avx2|avx512] (larql's kernel set; default: the CPU's best)
 Prints one line "max_delta=... positions=... greedy=ok" and exits 0 on a match, 1 otherwise."""
 import argparse
 import json
@@ -20,6 +21,7 @@ ap.add_argument("--ids", default="1,40,41,42")
 ap.add_argument("--gen", type=int, default=36)
 ap.add_argument("--act", choices=("int8", "float"), default="int8")
 ap.add_argument("--tol", type=float, default=2e-3)
+ap.add_argument("--kernels")
 a = ap.parse_args()
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +33,8 @@ V = len(rl[0])
 cmd = [a.larql, "logits", a.model, "--ids", ",".join(map(str, seq)), "--top", str(V), "--threads", "1"]
 if a.act == "float":
     cmd += ["--act", "float"]
+if a.kernels:
+    cmd += ["--kernels", a.kernels]
 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 lines = [json.loads(l) for l in out.splitlines() if l.strip()]
 if len(lines) != len(seq):

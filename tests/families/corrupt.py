@@ -5,6 +5,9 @@
   corrupt.py IN OUT shape NAME DIM N   ne[DIM] of a tensor's info set to N (a wrong shape)
   corrupt.py IN OUT scale NAME nan|0   an I2_S tensor's f32 scale (at byte n/4) overwritten,
                                        or the f16 d of a TQ1_0/TQ2_0 tensor's block 1
+  corrupt.py IN OUT truncate NAME      the file cut 64 bytes into the last quarter of an I2_S
+                                       tensor's packed bytes (the tensor that ends the file:
+                                       its bytes and its scale no longer all there)
 """
 import struct
 import sys
@@ -74,6 +77,15 @@ elif op == "scale":
     for x in ne:
         n *= x
     struct.pack_into("<f", d, base + off + n // 4, v)
+elif op == "truncate":
+    name = sys.argv[4]
+    _, _, ne, typ, off = infos[name]
+    assert typ == 36
+    assert off == max(v[4] for v in infos.values()), "truncate: %s is not the file's last tensor" % name
+    n = 1
+    for x in ne:
+        n *= x
+    del d[base + off + n // 4 - n // 16 + 64:]
 else:
     sys.exit("unknown operation " + op)
 open(dst, "wb").write(d)

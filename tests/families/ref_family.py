@@ -120,8 +120,12 @@ def f32_rows(data, off, rows, cols):
 
 def i2s_rows(data, off, rows, cols):
     """I2_S (x86): 128-element blocks of 32 bytes; element j of a block in byte j % 32 at
-    shift 6 - 2 * (j // 32); code 0/1/2 = -1/0/+1; one f32 scale at byte n/4."""
+    shift 6 - 2 * (j // 32); code 0/1/2 = -1/0/+1; one f32 scale at byte n/4. The blocks run
+    over the flattened tensor (microsoft's quantize_i2_s): a row whose length is not a
+    multiple of 128 (1bitLLM 3B's ffn_down, 8640) starts inside a block."""
     n = rows * cols
+    assert n % 128 == 0, "I2_S tensor of %d elements: not whole blocks" % n
+    assert off + n // 4 + 4 <= len(data), "I2_S tensor past the end of the file"
     packed = data[off:off + n // 4]
     scale = struct.unpack_from("<f", data, off + n // 4)[0]
     flat = [0] * n
@@ -206,6 +210,14 @@ class Model:
             for k in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
                 lay[k] = self.mat(p + k + ".weight")
             self.layers.append(lay)
+        # Which projections are BitLinear (int8 activations): every bitnet* arch, and a llama
+        # file whose projections are I2_S (bitnet.cpp's converter for HF1BitLLM / Falcon3 /
+        # Falcon-E, trained as BitLinear). A llama file in TQ1_0/TQ2_0 (a TriLM-style model
+        # through llama-quantize; TriLM trains ternary weights against float activations) and
+        # a dense llama run float activations.
+        if not self.arch.startswith("bitnet") and not any(
+                lay["attn_q"][0] == "t" for lay in self.layers):
+            self.act = "float"
 
     def vec(self, name):
         ne, typ, off = self.t[name]

@@ -90,6 +90,12 @@ static void test_nbytes(void)
     CHECK_STR_CONTAINS(err.msg, "row length 48 is not a multiple of the block size 32");
     CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_I2_S, 100, 100, &n, &err), LQ_EFORMAT);
     CHECK_STR_CONTAINS(err.msg, "100 elements is not a multiple of 128");
+    /* 1bitLLM 3B's ffn_down: rows of 8640 are fine for I2_S (blocks over the flat tensor) but
+     * not for llama.cpp's TQ types, whose blocks are per row (its quantiser refuses them too) */
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_I2_S, 8640, 8640 * 3200, &n, &err), LQ_OK);
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_TQ2_0, 8640, 8640 * 3200, &n, &err), LQ_EFORMAT);
+    CHECK_STR_CONTAINS(err.msg, "TQ2_0: row length 8640 is not a multiple of the block size 256");
+    CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_TQ1_0, 8640, 8640 * 3200, &n, &err), LQ_EFORMAT);
     CHECK_EQ_INT(lq_ggml_nbytes(99, 1, 1, &n, &err), LQ_EUNSUPPORTED);
     CHECK_STR_CONTAINS(err.msg, "99");
     CHECK_EQ_INT(lq_ggml_nbytes(LQ_GGML_F64, 1, UINT64_MAX / 4, &n, &err), LQ_EFORMAT);
@@ -144,6 +150,43 @@ static void test_i2s_two_rows(void)
     CHECK_EQ_INT((out[64] >> 6) & 3, w[256] + 1);
     for (int i = 0; i < 512; i++)
         CHECK_EQ_INT(lq_i2s_get(out, (uint64_t)i), w[i]);
+}
+
+/* Rows that are not whole 128-blocks, packed flat (microsoft's quantize_i2_s): the repack to
+ * row-padded blocks keeps every trit, pads with zero trits (code 1), and flattens back to the
+ * same bytes. cols 8640 is 1bitLLM 3B's ffn width (rows start 64 elements into a block every
+ * other row: the byte-shift path), 200 and 196 rows start at any multiple of 8 or 4 (the
+ * element path), 384 is aligned (a plain copy). */
+static void test_i2s_flat_rows_repack(void)
+{
+    static const uint64_t shapes[][2] = {{8640, 4}, {320, 8}, {200, 16}, {196, 32}, {384, 3}, {96, 4}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        uint64_t cols = shapes[k][0], rows = shapes[k][1], n = cols * rows;
+        uint64_t pc = lq_i2s_padded_cols(cols);
+        CHECK_EQ_INT((int)(pc % 128), 0);
+        CHECK(pc >= cols && pc < cols + 128);
+        int8_t *w = malloc(n);
+        uint8_t *flat = malloc(n / 4 + 32), *pad = malloc(rows * pc / 4), *back = malloc(n / 4);
+        for (uint64_t i = 0; i < n; i++)
+            w[i] = (int8_t)((i * 7 + i / 5 + k) % 3 - 1);
+        CHECK_EQ_INT(lq_i2s_pack(w, n, 1.0f, flat), LQ_OK);
+        lq_i2s_repack_rows(flat, rows, cols, pad);
+        int bad = 0;
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t c = 0; c < pc; c++) {
+                uint64_t i = r * pc + c, j = i % 128;
+                int code = (pad[(i / 128) * 32 + j % 32] >> (6 - 2 * (j / 32))) & 3;
+                int want = c < cols ? w[r * cols + c] + 1 : 1;
+                bad += code != want;
+            }
+        CHECK_MSG(bad == 0, "cols %llu: %d trits differ", (unsigned long long)cols, bad);
+        lq_i2s_flatten_rows(pad, rows, cols, back);
+        CHECK(memcmp(back, flat, n / 4) == 0);
+        free(w);
+        free(flat);
+        free(pad);
+        free(back);
+    }
 }
 
 /* ---- metadata round trip ---- */
@@ -989,6 +1032,7 @@ int main(void)
     RUN(test_nbytes);
     RUN(test_i2s_worked_example);
     RUN(test_i2s_two_rows);
+    RUN(test_i2s_flat_rows_repack);
     RUN(test_meta_roundtrip_buffer);
     RUN(test_getter_conversions);
     RUN(test_tensor_roundtrip);

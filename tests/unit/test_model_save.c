@@ -74,7 +74,9 @@ static void check_keys(const char *path)
     lq_gguf_close(g);
 }
 
-static void test_roundtrip(void)
+/* ffn 0: the tiny preset's; otherwise rows of that many columns, not whole I2_S blocks (held
+ * row-padded: written back flat, byte for byte the source's) */
+static void roundtrip(int ffn)
 {
     const char *dir = scratch_dir("model_save", 0);
     snprintf(g_src, sizeof g_src, "%s/src.gguf", dir);
@@ -83,6 +85,8 @@ static void test_roundtrip(void)
     lq_err err = {0};
     CHECK(lq_fixture_preset(&fo, "tiny", &err) == 0);
     fo.seed = 11;
+    if (ffn)
+        fo.ffn = ffn;
     CHECK(lq_fixture_write(&fo, g_src, &err) == 0);
     lq_vindex_build_opts bo;
     lq_vindex_build_opts_init(&bo);
@@ -106,8 +110,23 @@ static void test_roundtrip(void)
     CHECK_MSG(!memcmp(a, c, (size_t)V * sizeof *a), "a vindex model written as GGUF: other logits");
     check_keys(from_gguf);
     check_keys(from_vx);
+    if (ffn) {
+        lq_gguf *g0 = NULL, *g1 = NULL;
+        CHECK(lq_gguf_open(g_src, &g0, &err) == 0 && lq_gguf_open(from_vx, &g1, &err) == 0);
+        const lq_gguf_tensor *t0 = g0 ? lq_gguf_find_tensor(g0, "blk.1.ffn_down.weight") : NULL;
+        const lq_gguf_tensor *t1 = g1 ? lq_gguf_find_tensor(g1, "blk.1.ffn_down.weight") : NULL;
+        CHECK(t0 && t1 && t0->ne[0] == (uint64_t)ffn);
+        if (t0 && t1)
+            CHECK_MSG(t0->n_elements == t1->n_elements && !memcmp(t0->data, t1->data, t0->n_elements / 4 + 4),
+                      "ffn_down from the vindex: other bytes than the source's");
+        lq_gguf_close(g0);
+        lq_gguf_close(g1);
+    }
     free(a), free(b), free(c);
 }
+
+static void test_roundtrip(void) { roundtrip(0); }
+static void test_roundtrip_unaligned_ffn(void) { roundtrip(320); }
 
 static void test_bad_args(void)
 {
@@ -186,6 +205,7 @@ static void test_carried_bad(void)
 int main(void)
 {
     RUN(test_roundtrip);
+    RUN(test_roundtrip_unaligned_ffn);
     RUN(test_bad_args);
     RUN(test_carried_bad);
     return harness_done();

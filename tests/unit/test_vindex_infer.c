@@ -50,6 +50,40 @@ static void test_repack(void)
     CHECK(memcmp(ref, ms, sizeof ms) == 0);
 }
 
+/* Rows that are not whole 128-blocks (1bitLLM 3B's ffn_down, 8640): each row padded to
+ * whole blocks with zero trits, what the GGUF loader makes of microsoft's flat packing. */
+static void test_repack_padded_rows(void)
+{
+    static const int shapes[][2] = {{320, 5}, {200, 3}, {8640, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int cols = shapes[k][0], rows = shapes[k][1], pc = (int)lq_i2s_padded_cols((uint64_t)cols);
+        int8_t *tr = malloc((size_t)rows * cols);
+        uint8_t *larql = calloc((size_t)rows * cols / 4, 1), *ms = malloc((size_t)rows * pc / 4);
+        uint8_t *flat = malloc((size_t)rows * cols / 4 + 32), *ref = malloc((size_t)rows * pc / 4);
+        for (int i = 0; i < rows * cols; i++) {
+            tr[i] = (int8_t)((int)(rnd() % 3) - 1);
+            larql[i / 4] |= (uint8_t)((tr[i] > 0 ? 1 : tr[i] < 0 ? 2 : 0) << (2 * (i % 4)));
+        }
+        lq_vx_i2s_larql_to_ms(larql, ms, rows, cols);
+        int bad = 0;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < pc; c++)
+                bad += lq_i2s_get(ms, (uint64_t)r * pc + c) != (c < cols ? tr[r * cols + c] : 0);
+        CHECK_MSG(bad == 0, "cols %d: %d trits differ", cols, bad);
+        /* byte for byte what the GGUF loader holds for the same trits packed flat */
+        if ((size_t)rows * cols % 128 == 0) {
+            CHECK(lq_i2s_pack(tr, (uint64_t)rows * cols, 1.0f, flat) >= 0);
+            lq_i2s_repack_rows(flat, (uint64_t)rows, (uint64_t)cols, ref);
+            CHECK(memcmp(ref, ms, (size_t)rows * pc / 4) == 0);
+        }
+        free(tr);
+        free(larql);
+        free(ms);
+        free(flat);
+        free(ref);
+    }
+}
+
 static int build(const char *gguf, const char *dir, int level, int dense_only, int f16, lq_err *err)
 {
     lq_vindex_build_opts bo;
@@ -1119,6 +1153,7 @@ static void test_forward_cancel(void)
 int main(void)
 {
     RUN(test_repack);
+    RUN(test_repack_padded_rows);
     RUN(test_forward_cancel);
     RUN(test_fixture_equal);
     RUN(test_huge_repack);
