@@ -3,7 +3,11 @@
 its own fact templates (tools/train/facts.py): counterfactual edits of the facts it knows
 (France -> capital -> Rome) and new entities with targets of one and several tokens. The
 paraphrases and chat questions are not the phrasings an edit is written with ("The {r} of
-{e} is", "{e}'s {r} is", "What is the {r} of {e}?"). Usage: make_edit_suite.py > FILE"""
+{e} is", "{e}'s {r} is", "What is the {r} of {e}?"). Usage: make_edit_suite.py [--many N] > FILE
+
+--many N writes N cases for a batch of many edits (eval-edits --together N): the suite's first
+68 (half the countries' facts changed, every new entity) and then invented countries, each with
+an invented capital and language, until N."""
 import json
 import os
 import sys
@@ -47,6 +51,28 @@ def case(e, rel, target, old, neighbours):
     return c
 
 
+SYL = ["ka", "lo", "mi", "ra", "ven", "dor", "sel", "tu", "bri", "nar", "zen", "qua", "fel", "mor", "tis", "lan",
+       "gor", "pa", "ve", "shan"]
+
+
+def invented(k):
+    """The k-th invented country (three syllables and -ia), its capital and its language."""
+    a, b, c = SYL[k % 20], SYL[(k // 20) % 20], SYL[(k // 400 + k) % 20]
+    root = a + b + c
+    return root.capitalize() + "ia", (c + a).capitalize() + " " + (b + "ton").capitalize(), root.capitalize() + "ic"
+
+
+def many(out, count):
+    n = len(COUNTRIES)
+    k = 0
+    while len(out) < count:
+        e, cap, lang = invented(k)
+        neigh = [(COUNTRIES[(k + j) % n][0], COUNTRIES[(k + j) % n][1]) for j in (3, 8, 14)]
+        out.append(case(e, "capital" if k % 2 == 0 else "language", cap if k % 2 == 0 else lang, None, neigh))
+        k += 1
+    return out[:count]
+
+
 def main():
     n = len(COUNTRIES)
     cap, lan, new = [], [], []
@@ -67,6 +93,10 @@ def main():
     # the first 68 cases edit half the countries and every new entity, so that a batch of them
     # applied together (eval-edits --together 68) leaves 16 countries to be its neighbourhood
     out = cap[:16] + lan[:16] + new + cap[16:] + lan[16:]
+    if len(sys.argv) == 3 and sys.argv[1] == "--many":
+        out = many(out[:68], int(sys.argv[2]))
+    elif len(sys.argv) > 1:
+        raise SystemExit(__doc__)
     for c in out:
         sys.stdout.write(json.dumps(c, ensure_ascii=False) + "\n")
 
