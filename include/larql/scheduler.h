@@ -127,6 +127,10 @@ int lq_scheduler_warm(lq_scheduler *s, const int32_t *toks, size_t n, lq_err *er
 int lq_scheduler_cache_save(lq_scheduler *s, int slot, const char *path, size_t *n_tokens, size_t *n_bytes,
                             lq_err *err);
 int lq_scheduler_cache_restore(lq_scheduler *s, const char *path, size_t *n_tokens, size_t *n_bytes, lq_err *err);
+/* Erase (llama-server's action=erase): the cache's entry `slot` (numbered as for save) is
+ * dropped, its memory freed; later requests prefill its tokens again. n_tokens (may be NULL):
+ * the tokens it held. No such slot -> LQ_ENOTFOUND. */
+int lq_scheduler_cache_erase(lq_scheduler *s, int slot, size_t *n_tokens, lq_err *err);
 /* Asks the request to stop: it finishes with LQ_FINISH_CANCELED before its next token is
  * delivered (also while queued or prefilling), and its session is freed. Any thread. */
 void lq_sched_cancel(lq_sched_req *r);

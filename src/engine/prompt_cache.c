@@ -63,22 +63,38 @@ lq_session *pcache_evict_lru(pcache *c)
     return remove_at(c, lru);
 }
 
-lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n)
+/* The index of the entry with key that has exactly rank newer entries of that key, or -1. */
+static int rank_index(const pcache *c, uint64_t key, int rank)
 {
-    /* the rank-th newest: the entry with exactly rank newer ones of the same key */
     for (int i = 0; c && rank >= 0 && i < c->n; i++) {
         if (c->e[i].key != key)
             continue;
         int newer = 0;
         for (int j = 0; j < c->n; j++)
             newer += c->e[j].key == key && c->e[j].tick > c->e[i].tick;
-        if (newer == rank) {
-            *toks = c->e[i].toks;
-            *n = c->e[i].n;
-            return c->e[i].sess;
-        }
+        if (newer == rank)
+            return i;
     }
-    return NULL;
+    return -1;
+}
+
+lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n)
+{
+    int i = rank_index(c, key, rank);
+    if (i < 0)
+        return NULL;
+    *toks = c->e[i].toks;
+    *n = c->e[i].n;
+    return c->e[i].sess;
+}
+
+lq_session *pcache_remove(pcache *c, uint64_t key, int rank, size_t *n)
+{
+    int i = rank_index(c, key, rank);
+    if (i < 0)
+        return NULL;
+    *n = c->e[i].n;
+    return remove_at(c, i);
 }
 
 void pcache_free(pcache *c)

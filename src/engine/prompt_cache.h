@@ -32,6 +32,9 @@ void pcache_put(pcache *c, lq_session *s, const int32_t *toks, size_t n, uint64_
 /* The entry with key that is the rank-th most recently used of them (0: the last one), left
  * in the cache: its session (position *n) and tokens. NULL when there are not that many. */
 lq_session *pcache_peek(const pcache *c, uint64_t key, int rank, const int32_t **toks, size_t *n);
+/* The entry pcache_peek names, out of the cache: its session (the caller drops it) and its
+ * token count *n. NULL when there are not that many. */
+lq_session *pcache_remove(pcache *c, uint64_t key, int rank, size_t *n);
 /* The least recently used entry's session, out of the cache (NULL when empty). */
 lq_session *pcache_evict_lru(pcache *c);
 

@@ -30,7 +30,7 @@
 #include "engine/prompt_cache.h"
 
 enum { RS_QUEUED = 0, RS_PREFILL, RS_DECODE, RS_DONE };
-enum { OP_NONE = 0, OP_SAVE, OP_RESTORE };
+enum { OP_NONE = 0, OP_SAVE, OP_RESTORE, OP_ERASE };
 
 struct lq_sched_req {
     lq_scheduler *S;
@@ -62,7 +62,7 @@ struct lq_sched_req {
     size_t share;
     int warm;                /* lq_scheduler_warm: prefill into the prompt cache, no generation */
     int urgent;              /* warm, and a request waits to copy its KV: fed like any prompt */
-    int op;                  /* OP_SAVE / OP_RESTORE: a prompt-cache operation, run by the loop
+    int op;                  /* OP_SAVE / _RESTORE / _ERASE: a prompt-cache operation, run by the loop
                               * when admitted (the cache is the loop's alone) */
     int op_slot;
     int32_t *op_toks;        /* save: filled by the loop; restore: given */
@@ -381,6 +381,22 @@ static int op_restore(lq_scheduler *S, lq_sched_req *r)
         return rc;
     }
     pcache_put(S->cache, s, r->op_toks, r->op_n, 0, drop_session, S);
+    pthread_mutex_lock(&S->mu);
+    S->st.cache_entries = pcache_count(S->cache);
+    pthread_mutex_unlock(&S->mu);
+    return LQ_OK;
+}
+
+/* Erase: the slot's entry out of the cache, its session dropped; op_n = its tokens. */
+static int op_erase(lq_scheduler *S, lq_sched_req *r)
+{
+    size_t n = 0;
+    lq_session *s = pcache_remove(S->cache, 0, r->op_slot, &n);
+    if (!s)
+        return lq_err_set(&r->err, LQ_ENOTFOUND, "no cached prompt at slot %d (the cache holds %d)", r->op_slot,
+                          pcache_count(S->cache));
+    drop_session(S, s);
+    r->op_n = n;
     pthread_mutex_lock(&S->mu);
     S->st.cache_entries = pcache_count(S->cache);
     pthread_mutex_unlock(&S->mu);
@@ -756,7 +772,7 @@ static void *loop_main(void *arg)
                 continue;
             }
             if (r->op) {
-                finish(S, r, r->op == OP_SAVE ? op_save(S, r) : op_restore(S, r));
+                finish(S, r, r->op == OP_SAVE ? op_save(S, r) : r->op == OP_ERASE ? op_erase(S, r) : op_restore(S, r));
             } else if (!r->sess && r->warm) {
                 if (!warm_session(S, r))
                     finish(S, r, LQ_OK);
@@ -1094,6 +1110,24 @@ int lq_scheduler_cache_restore(lq_scheduler *S, const char *path, size_t *n_toke
         if (n_bytes)
             *n_bytes = got;
     }
+    lq_sched_release(r);
+    return rc;
+}
+
+int lq_scheduler_cache_erase(lq_scheduler *S, int slot, size_t *n_tokens, lq_err *err)
+{
+    if (!S || slot < 0)
+        return lq_err_set(err, LQ_EINVAL, "scheduler: cache_erase needs a scheduler and a slot >= 0");
+    lq_sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return lq_err_set(err, LQ_ENOMEM, "scheduler: out of memory");
+    r->op = OP_ERASE;
+    r->op_slot = slot;
+    int rc = run_op(S, r, &r, err);
+    if (!r)
+        return rc;
+    if (!rc && n_tokens)
+        *n_tokens = r->op_n;
     lq_sched_release(r);
     return rc;
 }

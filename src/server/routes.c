@@ -128,12 +128,13 @@ static const route ROUTES[] = {
       OBJ("\"object\":" STR ",\"data\":" ARR(OBJ("\"embedding\":" ARR(NUM) ",\"index\":" INT)) ",\"model\":" STR),
       NULL}},
     {"/slots/{id}", M_POST, route_slots, OPENAI | RT_WRITE,
-     {"llama-server's slot save/restore (needs --slot-save-path DIR): action=save writes the prompt cache's "
-      "entry {id} (0 = the most recently used) to DIR/filename; action=restore reads such a file back into the "
-      "cache ({id} is only echoed), for requests starting with its tokens",
+     {"llama-server's slot save/restore/erase: action=save writes the prompt cache's entry {id} (0 = the most "
+      "recently used) to DIR/filename; action=restore reads such a file back into the cache ({id} is only "
+      "echoed), for requests starting with its tokens (both need --slot-save-path DIR); action=erase (no body) "
+      "drops entry {id} from the cache",
       "action:string!", OBJ("\"filename\":" STR), NULL,
       OBJ("\"id_slot\":" INT ",\"filename\":" STR ",\"n_saved\":" INT ",\"n_written\":" INT
-          ",\"n_restored\":" INT ",\"n_read\":" INT ",\"timings\":" ANY_OBJ),
+          ",\"n_restored\":" INT ",\"n_read\":" INT ",\"n_erased\":" INT ",\"timings\":" ANY_OBJ),
       NULL}},
     /* not gated: a tar of a large vindex streams for long */
     {"/v1/shard/{model_id}/{range}", M_GET, route_shard, 0,

@@ -1,6 +1,7 @@
-/* POST /slots/{id}?action=save|restore {"filename": NAME}: llama-server's slot save/restore
- * over the prompt cache (lq_scheduler_cache_save / _restore). This server has no fixed slots:
- * for save, {id} is the rank of a cached prompt by recency (0 = the conversation served last);
+/* POST /slots/{id}?action=save|restore {"filename": NAME} and POST /slots/{id}?action=erase:
+ * llama-server's slot save/restore/erase over the prompt cache (lq_scheduler_cache_save /
+ * _restore / _erase). This server has no fixed slots: for save and erase, {id} is the rank of a
+ * cached prompt by recency (0 = the conversation served last);
  * a restored file becomes the newest entry ({id} is echoed, as llama-server's reply has it).
  * Files live in --slot-save-path only: a name is one plain file name. */
 #include <stdio.h>
@@ -28,15 +29,11 @@ static int plain_name(const char *f, size_t len)
 
 void route_slots(lq_server *s, req *q, reply *r)
 {
-    if (!s->slot_dir) {
-        reply_oai_err(r, 501, NULL, "slot save/restore is off: start the server with --slot-save-path DIR");
-        return;
-    }
     const char *action = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "action");
-    int save = action && !strcmp(action, "save");
-    if (!save && !(action && !strcmp(action, "restore"))) {
-        reply_oai_err(r, 400, "action", action ? "unknown action '%s': save or restore" : "%smissing query parameter "
-                                                                                          "'action' (save or restore)",
+    int save = action && !strcmp(action, "save"), erase = action && !strcmp(action, "erase");
+    if (!save && !erase && !(action && !strcmp(action, "restore"))) {
+        reply_oai_err(r, 400, "action", action ? "unknown action '%s': save, restore or erase"
+                                               : "%smissing query parameter 'action' (save, restore or erase)",
                       action ? action : "");
         return;
     }
@@ -44,6 +41,26 @@ void route_slots(lq_server *s, req *q, reply *r)
     long id = q->path_arg_long ? -1 : strtol(q->path_arg, &end, 10);
     if (id < 0 || id > 65535 || !end || *end || end == q->path_arg) {
         reply_oai_err(r, 400, "id_slot", "slot id '%s' is not an integer 0..65535", q->path_arg);
+        return;
+    }
+    if (erase) { /* no body, as llama-server's */
+        lq_err err = {0};
+        lq_model *m = NULL;
+        size_t nt = 0;
+        int rc = srv_model(s, &m, &err);
+        if (rc) {
+            reply_oai_err(r, 503, NULL, "%s", err.msg);
+            return;
+        }
+        rc = lq_scheduler_cache_erase(srv_sched(s), (int)id, &nt, &err);
+        if (rc)
+            reply_oai_err(r, status_from_lq(rc), rc == LQ_ENOTFOUND ? "id_slot" : NULL, "%s", err.msg);
+        else
+            reply_json(r, 200, json_pack("{s:i,s:I}", "id_slot", (int)id, "n_erased", (json_int_t)nt));
+        return;
+    }
+    if (!s->slot_dir) {
+        reply_oai_err(r, 501, NULL, "slot save/restore is off: start the server with --slot-save-path DIR");
         return;
     }
     json_t *j = req_json_body(q, r);

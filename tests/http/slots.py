@@ -107,7 +107,7 @@ elif MODE == "save":
     for path in ("/slots/x?action=save", "/slots/-1?action=save", "/slots/99999999?action=save"):
         st, b = call("POST", path, {"filename": "x.bin"})
         ok("%s: 400" % path, st == 400 and b["error"].get("param") == "id_slot", b)
-    st, b = call("POST", "/slots/0?action=erase", {"filename": "x.bin"})
+    st, b = call("POST", "/slots/0?action=delete", {"filename": "x.bin"})
     ok("unknown action: 400", st == 400 and b["error"].get("param") == "action", b)
     st, b = call("POST", "/slots/0", {"filename": "x.bin"})
     ok("no action: 400", st == 400, b)
@@ -129,9 +129,23 @@ elif MODE == "restore":
     ok("the next turn after a restart reuses the restored prompt",
        c1.get("reused_tokens", 0) - c0.get("reused_tokens", 0) >= saved["n"] - 12, (c0, c1, saved["n"]))
     ok("... and answers as with cache_prompt false", t is not None and t == complete(conv, cache_prompt=False))
+    # erase (llama-server's action=erase, no body): the newest entry goes, its tokens prefilled again
+    e0 = cache().get("entries", 0)
+    st, b = call("POST", "/slots/0?action=erase")
+    ok("erase slot 0: 200 with n_erased and the id", st == 200 and b.get("id_slot") == 0 and
+       b.get("n_erased", 0) >= saved["n"], b)
+    ok("... one entry fewer in the cache", cache().get("entries", 0) == e0 - 1, (e0, cache()))
+    st, b = call("POST", "/slots/40?action=erase")
+    ok("erase an empty slot: 404 naming it", st == 404 and "slot 40" in b["error"]["message"] and
+       b["error"].get("param") == "id_slot", b)
+    st, b = call("POST", "/slots/x?action=erase")
+    ok("erase slot x: 400", st == 400 and b["error"].get("param") == "id_slot", b)
 elif MODE == "foreign":
     st, b = call("POST", "/slots/0?action=restore", {"filename": "chat.bin"})
     ok("another model's file: 400 naming it", st == 400 and "model" in b["error"]["message"], b)
 elif MODE == "off":
     st, b = call("POST", "/slots/0?action=save", {"filename": "x.bin"})
     ok("without --slot-save-path: 501", st == 501 and "--slot-save-path" in b["error"]["message"], b)
+    complete("Once upon a time there was a cat named Tom who liked to sleep in the sun.")
+    st, b = call("POST", "/slots/0?action=erase")
+    ok("erase needs no --slot-save-path: 200", st == 200 and b.get("n_erased", 0) > 8, b)
