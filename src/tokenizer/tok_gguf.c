@@ -61,7 +61,8 @@ static int load(const lq_gguf *g, lq_tokenizer **out, lq_err *err)
             return rc;
         /* falcon3 and falcon_e (tiiuae's Falcon3-*-1.58bit and Falcon-E files) name their own
          * vocabularies but split text with the Llama 3 regex: llama.cpp's llama-vocab maps
-         * falcon3 to LLAMA_VOCAB_PRE_TYPE_LLAMA3, ik_llama.cpp falcon_e too (README). */
+         * falcon3 to LLAMA_VOCAB_PRE_TYPE_LLAMA3, and bitnet.cpp's llama.cpp fork maps falcon_e
+         * there too, with ignore_merges and add_bos, as for llama3 here (README). */
         static const char *const l3[] = {"llama-bpe", "llama3", "llama-v3", "llama3.1", "llama-3",
                                          "falcon3", "falcon_e", NULL};
         static const char *const g2[] = {"gpt2", "gpt-2", "default", NULL};
