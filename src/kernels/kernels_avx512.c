@@ -571,10 +571,21 @@ AI __m512 hsum16(const __m512 *v)
                          _mm512_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
+/* Asks for the KV row at p (bytes of it) ahead of its use: the K/V stream then overlaps the
+ * arithmetic of the block before it instead of following it (pfd = 0: nothing to ask for). */
+AI void att_prefetch(const uint8_t *p, size_t pfd, size_t bytes)
+{
+    if (!pfd)
+        return;
+    for (size_t i = 0; i < bytes; i += 64)
+        _mm_prefetch((const char *)(p + pfd + i), _MM_HINT_T1);
+}
+
 /* Scores of one head over a block's nb positions into s (scaled q in qv): 16 positions at a
  * time, one transposing reduction for the 16 dot products instead of 16 horizontal sums
  * (which cost as much as the products). */
-AI void att_scores1(const __m512 *qv, const uint8_t *k, size_t ld, int T, int nb, int NV, float *s)
+AI void att_scores1(const __m512 *qv, const uint8_t *k, size_t ld, int T, int nb, int NV, float *s,
+                    size_t pfd)
 {
     for (int b0 = 0; b0 < nb; b0 += 16) {
         const int n16 = nb - b0 < 16 ? nb - b0 : 16;
@@ -585,6 +596,7 @@ AI void att_scores1(const __m512 *qv, const uint8_t *k, size_t ld, int T, int nb
                 continue;
             }
             const uint8_t *kr = k + (size_t)(b0 + j) * ld;
+            att_prefetch(kr, pfd, lq_kv_head_bytes(T, 16 * NV));
             __m512 d0 = _mm512_mul_ps(qv[0], kvrow(kr, T, NV, 0)), d1 = _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int u = 1; u < NV; u++) {
@@ -602,7 +614,7 @@ AI void att_scores1(const __m512 *qv, const uint8_t *k, size_t ld, int T, int nb
 /* The same for two heads at once, 8 positions a reduction: each K row is loaded (and
  * converted) once for both, every dot product computed in exactly att_scores1's order. */
 AI void att_scores2(const __m512 *qa, const __m512 *qb, const uint8_t *k, size_t ld, int T, int nb,
-                    int NV, float *sa, float *sb)
+                    int NV, float *sa, float *sb, size_t pfd)
 {
     for (int b0 = 0; b0 < nb; b0 += 8) {
         const int n8 = nb - b0 < 8 ? nb - b0 : 8;
@@ -613,6 +625,7 @@ AI void att_scores2(const __m512 *qa, const __m512 *qb, const uint8_t *k, size_t
                 continue;
             }
             const uint8_t *kr = k + (size_t)(b0 + j) * ld;
+            att_prefetch(kr, pfd, lq_kv_head_bytes(T, 16 * NV));
             const __m512 k0 = kvrow(kr, T, NV, 0);
             __m512 a0 = _mm512_mul_ps(qa[0], k0), a1 = _mm512_setzero_ps();
             __m512 c0 = _mm512_mul_ps(qb[0], k0), c1 = _mm512_setzero_ps();
@@ -671,7 +684,7 @@ AI void att_softmax(float *s, int nb, int NV, float *mx, float *sum, float *og)
  * whether it goes alone or paired. */
 AI void att_block(const float *q, size_t ldq, float scale, const uint8_t *kb, const uint8_t *vb,
                   size_t ld, int T, int nb, int NV, int NH, float *mx, float *sum, float *o,
-                  size_t ldo, float *sa, float *sb)
+                  size_t ldo, float *sa, float *sb, size_t pfd)
 {
     float *const s[2] = {sa, sb};
     {
@@ -682,9 +695,9 @@ AI void att_block(const float *q, size_t ldq, float scale, const uint8_t *kb, co
             for (int u = 0; u < NV; u++)
                 qv[h][u] = _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)h * ldq + 16 * u), _mm512_set1_ps(scale));
         if (NH == 2)
-            att_scores2(qv[0], qv[1], kb, ld, T, nb, NV, sa, sb);
+            att_scores2(qv[0], qv[1], kb, ld, T, nb, NV, sa, sb, pfd);
         else
-            att_scores1(qv[0], kb, ld, T, nb, NV, sa);
+            att_scores1(qv[0], kb, ld, T, nb, NV, sa, pfd);
     }
     __m512 acc[2][8];
 #pragma GCC unroll 2
@@ -696,6 +709,7 @@ AI void att_block(const float *q, size_t ldq, float scale, const uint8_t *kb, co
     }
     for (int b = 0; b < nb; b++) {
         const uint8_t *vr = vb + (size_t)b * ld;
+        att_prefetch(vr, pfd, lq_kv_head_bytes(T, 16 * NV));
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++) {
             const __m512 x = kvrow(vr, T, NV, u);
@@ -736,13 +750,15 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
         const int nb = npos - p0 < LQ_ATT_BLOCK ? npos - p0 : LQ_ATT_BLOCK;
         const uint8_t *kb = (const uint8_t *)k + (size_t)p0 * ld;
         const uint8_t *vb = (const uint8_t *)v + (size_t)p0 * ld;
+        /* the first pass over the block asks for the next block's rows */
+        const size_t pfd = p0 + LQ_ATT_BLOCK < npos ? (size_t)LQ_ATT_BLOCK * ld : 0;
         int g = 0;
         for (; g + 2 <= nq; g += 2)
             att_block(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, 2, mx + g, sum + g,
-                      out + (size_t)g * ldo, ldo, sa, sb);
+                      out + (size_t)g * ldo, ldo, sa, sb, g ? 0 : pfd);
         if (g < nq)
             att_block(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, 1, mx + g, sum + g,
-                      out + (size_t)g * ldo, ldo, sa, sb);
+                      out + (size_t)g * ldo, ldo, sa, sb, g ? 0 : pfd);
     }
     for (int g = 0; g < nq; g++) {
         float *og = out + (size_t)g * ldo;
