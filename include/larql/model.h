@@ -101,9 +101,11 @@ typedef struct lq_model_info {
     double load_ms;
     int lm_head_q8;              /* the lm_head in use is the int8 per-row copy */
     int kv_type;                 /* lq_kv_type of the sessions' KV cache */
-    int lm_head_bounded;         /* generation uses the bounded lm_head (lm_head_mode) */
+    int lm_head_bounded;         /* generation uses the bounded lm_head (lm_head_mode; the
+                                    default builds its copy on the first generation) */
     uint64_t lm_bound_bytes;     /* bytes of its compact copy read per bounded token */
-    uint64_t repack_bytes;       /* bytes allocated at load for repacked weights (q8 lm_head) */
+    uint64_t repack_bytes;       /* bytes allocated for repacked weights (q8 lm_head, the
+                                    bounded head's copy even before it is built) */
     const char *ffn_url;         /* the remote FFN server (lq_model_opts.ffn_url), or NULL */
     double repack_ms;            /* time spent building them (part of load_ms) */
     /* Which family's block the forward pass runs (what it assumed from the architecture, the
@@ -158,8 +160,11 @@ typedef struct lq_head_stats {
     uint64_t exact_bytes;   /* the exact lm_head, for comparison */
 } lq_head_stats;
 void lq_model_head_stats(const lq_model *m, lq_head_stats *out);
-/* 1 when the model has the bounded lm_head's copy (built before the open returns), 0 when it
- * has none. (It used to wait for a background build; the name stays for callers.) */
+/* 1 when the model generates with the bounded lm_head and its copy is ready, 0 when it has
+ * none. The default mode builds the copy on the first generation; this call builds it now if
+ * it is not built yet (once, whoever calls first; safe from several threads), so that a
+ * benchmark or server can take that cost before its first request. --lm-head bounded builds
+ * it at open. */
 int lq_model_head_wait(lq_model *m);
 
 /* Token embedding rows: out [n, n_embd] receives row ids[i] of the model's embedding as f32

@@ -198,7 +198,7 @@ static int setup_bounded(lq_gen_state *g, lq_model *m, const lq_generate_params 
 {
     const lq_sampler_params *sp = &p->sampling;
     int32_t n = g->n_vocab;
-    if (!m || !m->lmb.q8.data || p->full_logits || (p->hook && p->hook->on_logits))
+    if (!m || !m->lmb.wanted || p->full_logits || (p->hook && p->hook->on_logits))
         return LQ_OK;
     int k = 1;
     float window = 0;
@@ -213,6 +213,8 @@ static int setup_bounded(lq_gen_state *g, lq_model *m, const lq_generate_params 
             window = sp->temperature * (float)(log(1e6) + log((double)n));
         }
     }
+    if (!lq_model_head_wait(m))
+        return LQ_OK; /* the copy could not be made: the exact head */
     size_t words = ((size_t)n + 31) / 32;
     g->head.cap = n / 4 + 1;
     g->head.k = k;

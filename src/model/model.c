@@ -519,14 +519,60 @@ static int build_lm_q8(lq_model *m, lq_err *err)
 
 /* ---- the bounded lm_head's compact copy (lq_model_opts.lm_head_mode) ---- */
 
-/* Chooses the lm_head mode (opts, then LQ_LM_HEAD=exact|bounded in the environment for AUTO)
- * and builds the compact copy when bounded applies (a dense lm_head: f16/bf16/f32, and no q8
- * lm_head), on the pool before the open returns. It used to be built by a thread beside the
- * first forward passes; with the SIMD q8_bound kernels it costs ~0.1 s of the pool for the
- * 2B-4T head (reading the head's pages, which the first token would fault in anyway, is most
- * of an open's extra time), where the background build left a run's first 20-40 tokens on the
- * whole head and took a core from them (BENCHMARKS.md "No slow start"). */
-static int build_lm_bound(lq_model *m, lq_err *err)
+/* Builds the compact copy into m->lmb (the mode chose it). An allocation failure is an
+ * error when the bounded head was asked for by name (asked), else the model keeps generating
+ * on the exact head (lmb.failed). Callers serialise (open, or lmb.mu). */
+static int lm_bound_build(lq_model *m, int asked, lq_err *err)
+{
+    const lq_wmat *w = &m->lm_head;
+    lq_lm_bound *b = &m->lmb;
+    double t0 = lq_now_ms();
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    size_t qbytes = (n + 63) / 64 * 64, fl = (size_t)w->rows * sizeof(float);
+    size_t total = qbytes + 3 * fl;
+    /* cppcheck-suppress invalidFunctionArg */
+    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        __atomic_store_n(&b->failed, 1, __ATOMIC_RELEASE);
+        return asked ? lq_err_set(err, LQ_ENOMEM, "lm_head bounded: cannot map %zu bytes for [%lld, %lld] "
+                                  "(--lm-head exact runs without the copy)",
+                                  total, (long long)w->rows, (long long)w->cols)
+                     : LQ_OK;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(map, total, MADV_HUGEPAGE); /* as the q8 lm_head: fewer faults and TLB misses */
+#endif
+    float *sc = (float *)((uint8_t *)map + qbytes);
+    /* under the weights' read lock: a 2 MB-page copy may be running (its pointers move under
+     * the write lock) */
+    int held = lq_model_weights_enter(m);
+    lq_dense_mat src = w->dense;
+    q8_job j = {m->kern, &src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
+    lq_pool_for_dyn(m->pool, w->rows, 256, q8_fn, &j);
+    lq_model_weights_leave(m, held);
+    if (j.failed) {
+        munmap(map, total);
+        __atomic_store_n(&b->failed, 1, __ATOMIC_RELEASE);
+        return asked ? lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer") : LQ_OK;
+    }
+    b->map = map;
+    b->map_size = total;
+    b->q8 = (lq_q8_mat){map, sc, w->rows, w->cols};
+    b->err = sc + w->rows;
+    b->norm = sc + 2 * w->rows;
+    b->build_ms = lq_now_ms() - t0;
+    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
+    return LQ_OK;
+}
+
+/* Chooses the lm_head mode (opts, then LQ_LM_HEAD=exact|bounded in the environment for AUTO).
+ * The bounded head applies to a dense lm_head (f16/bf16/f32) without the q8 lm_head. Its copy
+ * costs ~0.5 s of the pool and 330 MB on the 2B-4T head, so the default builds it on the first
+ * generation, not here: opens that never generate (describe-only LQL and pg_infer sessions,
+ * eval-edits, diag) pay nothing. --lm-head bounded builds it here, so that a failure is the
+ * open's error and the first token's time has no build in it (BENCHMARKS.md "No slow start":
+ * a background build beside the first tokens cost more than it saved). */
+static int choose_lm_bound(lq_model *m, lq_err *err)
 {
     int mode = m->opts.lm_head_mode, asked = mode == LQ_LM_HEAD_BOUNDED;
     if (mode == LQ_LM_HEAD_AUTO) {
@@ -536,59 +582,26 @@ static int build_lm_bound(lq_model *m, lq_err *err)
     const lq_wmat *w = &m->lm_head;
     if (mode != LQ_LM_HEAD_BOUNDED || m->opts.lm_head_q8 || w->kind != LQ_WK_DENSE)
         return LQ_OK;
-    double t0 = lq_now_ms();
-    size_t n = (size_t)w->rows * (size_t)w->cols;
-    size_t qbytes = (n + 63) / 64 * 64, fl = (size_t)w->rows * sizeof(float);
-    size_t total = qbytes + 3 * fl;
-    /* cppcheck-suppress invalidFunctionArg */
-    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED && !asked)
-        return LQ_OK; /* the default without room for the copy: the exact head */
-    if (map == MAP_FAILED)
-        return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: cannot map %zu bytes for [%lld, %lld] "
-                          "(--lm-head exact runs without the copy)",
-                          total, (long long)w->rows, (long long)w->cols);
-#ifdef MADV_HUGEPAGE
-    madvise(map, total, MADV_HUGEPAGE); /* as the q8 lm_head: fewer faults and TLB misses */
-#endif
-    lq_lm_bound *b = &m->lmb;
-    b->map = map;
-    b->map_size = total;
-    float *sc = (float *)((uint8_t *)map + qbytes);
-    b->q8 = (lq_q8_mat){map, sc, w->rows, w->cols};
-    b->err = sc + w->rows;
-    b->norm = sc + 2 * w->rows;
+    m->lmb.wanted = 1;
     m->info.lm_head_bounded = 1;
-    m->info.lm_bound_bytes = (uint64_t)n + (uint64_t)fl;
-    m->info.repack_bytes += total;
-    /* under the weights' read lock: a 2 MB-page copy may be running (its pointers move under
-     * the write lock) */
-    int held = lq_model_weights_enter(m);
-    lq_dense_mat src = w->dense;
-    q8_job j = {m->kern, &src, map, sc, sc + w->rows, sc + 2 * w->rows, 0};
-    lq_pool_for_dyn(m->pool, w->rows, 256, q8_fn, &j);
-    lq_model_weights_leave(m, held);
-    if (j.failed && !asked) { /* as above: the exact head */
-        munmap(map, total);
-        memset(b, 0, sizeof *b);
-        m->info.lm_head_bounded = 0;
-        m->info.lm_bound_bytes = 0;
-        m->info.repack_bytes -= total;
-        return LQ_OK;
-    }
-    if (j.failed)
-        return lq_err_set(err, LQ_ENOMEM, "lm_head bounded: out of memory for a row buffer");
-    m->info.repack_ms += lq_now_ms() - t0;
-    __atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
-    return LQ_OK;
+    m->info.lm_bound_bytes = (uint64_t)w->rows * (uint64_t)w->cols + (uint64_t)w->rows * sizeof(float);
+    /* counted now, built or not: a server sizes its KV caches from what stays resident */
+    m->info.repack_bytes += ((uint64_t)w->rows * (uint64_t)w->cols + 63) / 64 * 64 + 3 * (uint64_t)w->rows * sizeof(float);
+    return asked ? lm_bound_build(m, 1, err) : LQ_OK;
 }
 
-/* 1 when the bounded copy is ready (it is built at open), 0 when the model has none. */
 int lq_model_head_wait(lq_model *m)
 {
-    if (!m || !m->lmb.q8.data)
+    if (!m || !m->lmb.wanted)
         return 0;
-    return lq_lmb_ready(&m->lmb);
+    lq_lm_bound *b = &m->lmb;
+    if (lq_lmb_ready(b))
+        return 1;
+    pthread_mutex_lock(&b->mu);
+    if (!lq_lmb_ready(b) && !__atomic_load_n(&b->failed, __ATOMIC_ACQUIRE))
+        (void)lm_bound_build(m, 0, NULL); /* the default: a failure means the exact head */
+    pthread_mutex_unlock(&b->mu);
+    return lq_lmb_ready(b);
 }
 
 void lq_model_head_stats(const lq_model *m, lq_head_stats *out)
@@ -597,7 +610,7 @@ void lq_model_head_stats(const lq_model *m, lq_head_stats *out)
     if (!m)
         return;
     const lq_lm_bound *b = &m->lmb;
-    out->enabled = b->q8.data != NULL;
+    out->enabled = b->wanted && !__atomic_load_n(&b->failed, __ATOMIC_ACQUIRE);
     out->ready = lq_lmb_ready(b);
     out->tokens = __atomic_load_n(&b->n_tokens, __ATOMIC_RELAXED);
     out->rows_exact = __atomic_load_n(&b->n_exact, __ATOMIC_RELAXED);
@@ -676,6 +689,7 @@ int lq_model_new(const lq_model_opts *opts, lq_model **out, lq_err *err)
         pthread_rwlockattr_destroy(&ra);
     }
     pthread_mutex_init(&m->memo_mu, NULL);
+    pthread_mutex_init(&m->lmb.mu, NULL);
     m->t_open = t0;
     m->kern = kern;
     m->act_mode = o.act_mode;
@@ -785,8 +799,7 @@ int lq_model_finish(lq_model *m, lq_err *err)
     }
     m->opts.ffn_url = NULL;
     /* the weight copy's state is set before any other thread of this model exists (the
-     * bounded head's background builder reads it, and takes the weights lock while a copy
-     * runs) */
+     * bounded head's build reads it, and takes the weights lock while a copy runs) */
     if (m->copy_path) {
         in->weights_copied = 1; /* chosen; lq_model_weights_copied says when it is in use */
         __atomic_store_n(&m->copy_state, LQ_COPY_RUNNING, __ATOMIC_RELEASE);
@@ -795,7 +808,7 @@ int lq_model_finish(lq_model *m, lq_err *err)
         else
             __atomic_store_n(&m->copy_state, LQ_COPY_FAILED, __ATOMIC_RELEASE);
     }
-    if ((rc = build_lm_bound(m, err)) != 0)
+    if ((rc = choose_lm_bound(m, err)) != 0)
         return rc;
     in->load_ms = lq_now_ms() - m->t_open;
     return LQ_OK;
@@ -1015,6 +1028,7 @@ void lq_model_close(lq_model *m)
     pthread_rwlock_destroy(&m->wlock);
     lq_model_memo_clear(m);
     pthread_mutex_destroy(&m->memo_mu);
+    pthread_mutex_destroy(&m->lmb.mu);
     free(m->copy_path);
     lq_pool_free(m->pool);
     if (!m->tok_borrowed)

@@ -79,9 +79,16 @@ typedef struct lq_lm_bound {
     uint64_t n_gen_rescored; /* rows rescored after the sampler's transforms (penalties, ...) */
     uint64_t n_gen_full;     /* steps the generator finished with the whole vocabulary */
     double max_uncovered;    /* largest relative mass bound left out by a sampling step */
-    /* Built at load, before the open returns. ready is set (release) once every row of
-     * q8/err/norm is written; the forward pass reads it (acquire) before using them. */
+    /* wanted: generation will use the copy (set at open, never changed). The copy is built
+     * once, by the first generation (lq_model_head_wait) under mu, or at open when the
+     * caller asked for the bounded head by name. ready is set (release) once every row of
+     * q8/err/norm is written; the forward pass reads it (acquire) before using them. failed:
+     * the default could not get the memory and generates on the exact head (atomic). */
+    int wanted;
     int ready;
+    int failed;
+    double build_ms; /* how long the build took (set before ready) */
+    pthread_mutex_t mu;
 } lq_lm_bound;
 
 static inline int lq_lmb_ready(const lq_lm_bound *b)

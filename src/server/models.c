@@ -69,6 +69,9 @@ int srv_model_load(lq_server *s, lq_err *err)
                        "base model)", s->model_path, n);
         }
     }
+    /* the bounded lm_head's copy, which the default mode builds on the first generation:
+     * a server generates, so it is built here rather than in the first request's time */
+    lq_model_head_wait(m);
     s->load_ms = (lq_now() - t) * 1000.0;
     /* Every generation request goes through one scheduler, so that concurrent streams
      * decode together (one batched step per token). Its slots match --max-concurrent: the

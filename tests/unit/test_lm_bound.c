@@ -14,6 +14,7 @@
  *    greedy under logit_bias / penalties / a grammar (which move tokens past the bound and
  *    exercise the generator's rescoring). */
 #include "harness.h"
+#include <pthread.h>
 
 #include "core/f16.h"
 #include "engine/engine_internal.h"
@@ -606,22 +607,33 @@ static void test_variants_fixture(void)
         compare_variants(p);
 }
 
-/* The default mode builds the copy in the background: generation is exact (and equal) before
- * it is ready and bounded after; closing while it builds is safe. */
-static void test_auto_background(void)
+/* The default mode builds the copy on the first generation, not at open: an open that never
+ * generates has none; the first generation is bounded from its first token, exact-equal to
+ * the exact model; closing an unused model is safe. --lm-head bounded builds it at open. */
+static void test_auto_lazy(void)
 {
     const char *path = fixture_path();
     CHECK(path != NULL);
     if (!path)
         return;
     unsetenv("LQ_LM_HEAD");
-    lq_model *ma = NULL, *me = NULL, *mc = NULL;
+    lq_model *ma = NULL, *me = NULL, *mc = NULL, *mb = NULL;
     if (open_mode(path, LQ_LM_HEAD_AUTO, &ma) || open_mode(path, LQ_LM_HEAD_EXACT, &me) ||
-        open_mode(path, LQ_LM_HEAD_AUTO, &mc)) {
+        open_mode(path, LQ_LM_HEAD_AUTO, &mc) || open_mode(path, LQ_LM_HEAD_BOUNDED, &mb)) {
         CHECK(0);
     } else {
-        lq_model_close(mc); /* at once, while its builder may still run */
+        lq_head_stats hs;
+        lq_model_head_stats(mc, &hs);
+        CHECK(hs.enabled == 1 && hs.ready == 0); /* chosen, not built */
+        CHECK(lq_model_get_info(mc)->lm_head_bounded == 1);
+        lq_model_close(mc); /* never generated: nothing was built */
         mc = NULL;
+        lq_model_head_stats(mb, &hs);
+        CHECK(hs.enabled == 1 && hs.ready == 1); /* asked by name: built at open */
+        lq_model_head_stats(me, &hs);
+        CHECK(hs.enabled == 0 && hs.ready == 0);
+        lq_model_head_stats(ma, &hs);
+        CHECK(hs.ready == 0);
         lq_generate_params p;
         lq_generate_defaults(&p);
         p.max_tokens = 32;
@@ -633,15 +645,71 @@ static void test_auto_background(void)
         CHECK(gen(ma, prompt, 3, &p, &ra, &r1) == 0);
         CHECK(gen(me, prompt, 3, &p, &re, &r2) == 0);
         CHECK(ra.n == re.n && memcmp(ra.ids, re.ids, (size_t)re.n * sizeof(int32_t)) == 0);
+        CHECK(r1.lm_steps > 0 && r1.lm_full == 0); /* bounded from the first token */
+        lq_model_head_stats(ma, &hs);
+        CHECK(hs.enabled == 1 && hs.ready == 1 && hs.tokens > 0);
         CHECK_EQ_INT(lq_model_head_wait(ma), 1);
         CHECK_EQ_INT(lq_model_head_wait(me), 0);
-        CHECK(gen(ma, prompt, 3, &p, &ra, &r1) == 0);
-        CHECK(ra.n == re.n && memcmp(ra.ids, re.ids, (size_t)re.n * sizeof(int32_t)) == 0);
-        CHECK(r1.lm_steps > 0 && r1.lm_full == 0);
     }
     lq_model_close(ma);
     lq_model_close(me);
     lq_model_close(mc);
+    lq_model_close(mb);
+}
+
+typedef struct race_arg {
+    lq_model *m;
+    rec r;
+    lq_generate_result res;
+    int rc;
+} race_arg;
+
+static void *race_gen(void *arg)
+{
+    race_arg *a = arg;
+    lq_generate_params p;
+    lq_generate_defaults(&p);
+    p.max_tokens = 24;
+    p.sampling.temperature = 0;
+    p.ignore_eos = 1;
+    int32_t prompt[3] = {1, 70, 80};
+    a->rc = gen(a->m, prompt, 3, &p, &a->r, &a->res);
+    return NULL;
+}
+
+/* Two first generations at once on a fresh default model: one builds the copy, the other
+ * waits for it; both are bounded and give the exact model's tokens (TSan runs this). */
+static void test_auto_lazy_race(void)
+{
+    const char *path = fixture_path();
+    CHECK(path != NULL);
+    if (!path)
+        return;
+    unsetenv("LQ_LM_HEAD");
+    lq_model *ma = NULL, *me = NULL;
+    if (open_mode(path, LQ_LM_HEAD_AUTO, &ma) || open_mode(path, LQ_LM_HEAD_EXACT, &me)) {
+        CHECK(0);
+    } else {
+        static race_arg a[2], e;
+        pthread_t th[2];
+        a[0].m = a[1].m = ma;
+        e.m = me;
+        int started[2];
+        for (int i = 0; i < 2; i++)
+            started[i] = pthread_create(&th[i], NULL, race_gen, &a[i]) == 0;
+        race_gen(&e);
+        for (int i = 0; i < 2; i++) {
+            if (started[i])
+                pthread_join(th[i], NULL);
+            CHECK(started[i] && a[i].rc == 0 && a[i].res.lm_steps > 0 && a[i].res.lm_full == 0);
+            CHECK(a[i].r.n == e.r.n && memcmp(a[i].r.ids, e.r.ids, (size_t)e.r.n * sizeof(int32_t)) == 0);
+        }
+        lq_head_stats hs;
+        lq_model_head_stats(ma, &hs);
+        CHECK(hs.ready == 1);
+    }
+    lq_model_close(ma);
+    lq_model_close(me);
 }
 
 /* Batched decode: several requests through the scheduler (their rows share each step's head,
@@ -717,7 +785,8 @@ int main(void)
     RUN(test_greedy_fixture);
     RUN(test_variants_trained);
     RUN(test_variants_fixture);
-    RUN(test_auto_background);
+    RUN(test_auto_lazy);
+    RUN(test_auto_lazy_race);
     RUN(test_scheduler_batched);
     return harness_done();
 }
