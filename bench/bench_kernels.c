@@ -572,7 +572,7 @@ int main(void)
      * head) its own rows) against the read bandwidth, and the same work on one item's rows
      * that stay in L2 (the kernel's compute rate: if it is near the DRAM time, the two do not
      * overlap and attention cannot reach the roofline) */
-    if (want("attn") && sets[2]) {
+    if (want("attn") && (sets[1] || sets[2])) {
         const int items = 150, npos = 4096, hd = 128, group = 4, l2pos = 512;
         float *q = malloc(sizeof(float) * (size_t)items * group * hd);
         float *out = malloc(sizeof(float) * (size_t)items * group * hd);
@@ -605,23 +605,24 @@ int main(void)
             for (size_t i = 0; i < (size_t)items * group * hd; i++)
                 q[i] = (float)((int)(rnd64() % 2001) - 1000) / 1000.0f;
             double mb = 2.0 * per * items / 1e6;
-            for (int nt = 1; nt <= 2; nt++) {
+            for (int si = 0; si < 3; si++) /* the scalar set: what the AVX2 set ran before its kernel */
+            for (int nt = 1; nt <= 2 && sets[si]; nt++) {
                 double vd[MAX_RUNS], vc2[MAX_RUNS];
                 for (int r = 0; r < runs; r++) {
-                    attn_ctx c = {sets[2], kc, vc, per, hb, kt, npos, hd, group, q, out};
+                    attn_ctx c = {sets[si], kc, vc, per, hb, kt, npos, hd, group, q, out};
                     double t0 = now_s();
                     lq_pool_for(pools[nt], items, 1, attn_fn, &c);
                     vd[r] = now_s() - t0;
                     /* the same positions' work on l2pos rows kept in L2, scaled to npos */
-                    attn_ctx h = {sets[2], kc, vc, 0, hb, kt, l2pos, hd, group, q, out};
+                    attn_ctx h = {sets[si], kc, vc, 0, hb, kt, l2pos, hd, group, q, out};
                     lq_pool_for(pools[nt], items, 1, attn_fn, &h); /* warm */
                     t0 = now_s();
                     lq_pool_for(pools[nt], items, 1, attn_fn, &h);
                     vc2[r] = (now_s() - t0) * npos / l2pos;
                 }
                 stat3 d = stats(vd, runs), cst = stats(vc2, runs);
-                printf("  %-3s %d thr: %5.0f MB K/V: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s", 
-                       kt == LQ_KVT_F32 ? "f32" : kt == LQ_KVT_F16 ? "f16" : "q8", nt, mb, d.med * 1e3,
+                printf("  %-3s %-6s %d thr: %5.0f MB K/V: %6.2f ms (min %.2f, max %.2f) = %5.1f GB/s",
+                       kt == LQ_KVT_F32 ? "f32" : kt == LQ_KVT_F16 ? "f16" : "q8", set_names[si], nt, mb, d.med * 1e3,
                        d.min * 1e3, d.max * 1e3, mb / 1e3 / d.med);
                 if (bw[nt] > 0)
                     printf(" = %3.0f%% of read bandwidth (%.2f ms)", 100 * mb / 1e3 / d.med / bw[nt],

@@ -1,6 +1,7 @@
 /* AVX2/FMA/F16C gate scoring (lq_gate_scores_fn): 4 queries per pass over a row so each
  * row is loaded once per group of queries; f16 rows are widened in registers (no decoded
- * copy). */
+ * copy). Every (row, query) score is accumulated in the same order whatever the call's shape,
+ * as in gate_avx512.c. */
 #include <immintrin.h>
 
 #include "kernels/kernels_internal.h"
@@ -21,6 +22,37 @@ static inline __m256 load_row(const uint8_t *p, int f16, size_t i)
     return _mm256_loadu_ps((const float *)(p + 4 * i));
 }
 
+/* Row p against NQ (1..4) queries at x, x + d, ...: two accumulators per (row, query) (even
+ * and odd 8-wide chunks, so one query alone is not bound by the FMA latency), combined the
+ * same way whatever NQ is, so a score's sum is the same whether its query went in a group of
+ * four or alone (the prefilter re-scores rows alone and compares them with the full scan's). */
+static inline __attribute__((always_inline)) void row_scores(const uint8_t *p, int f16, size_t d, size_t d8,
+                                                             const float *x, int NQ, float *out, size_t os)
+{
+    __m256 a[4][2];
+    for (int q = 0; q < NQ; q++)
+        a[q][0] = a[q][1] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= d8; i += 16) {
+        __m256 w0 = load_row(p, f16, i), w1 = load_row(p, f16, i + 8);
+        for (int q = 0; q < NQ; q++) {
+            a[q][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)q * d + i), a[q][0]);
+            a[q][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + (size_t)q * d + i + 8), a[q][1]);
+        }
+    }
+    if (i < d8) {
+        __m256 w0 = load_row(p, f16, i);
+        for (int q = 0; q < NQ; q++)
+            a[q][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)q * d + i), a[q][0]);
+    }
+    for (int q = 0; q < NQ; q++) {
+        float sc = hsum(_mm256_add_ps(a[q][0], a[q][1]));
+        for (size_t k = d8; k < d; k++)
+            sc += lq_gate_elem(p, f16, k) * x[(size_t)q * d + k];
+        out[(size_t)q * os] = sc;
+    }
+}
+
 void lq_gate_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t r1,
                          const float *Q, size_t nq, float *out, size_t out_stride)
 {
@@ -28,40 +60,13 @@ void lq_gate_scores_avx2(const void *rows, int f16, size_t d, size_t r0, size_t 
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *p = (const uint8_t *)rows + r * d * esz;
         size_t q = 0;
-        for (; q + 4 <= nq; q += 4) {
-            const float *x0 = Q + q * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (size_t i = 0; i < d8; i += 8) {
-                __m256 w = load_row(p, f16, i);
-                a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x0 + i), a0);
-                a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + i), a1);
-                a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x2 + i), a2);
-                a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x3 + i), a3);
-            }
-            float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
-            for (size_t i = d8; i < d; i++) {
-                float w = lq_gate_elem(p, f16, i);
-                s0 += w * x0[i], s1 += w * x1[i], s2 += w * x2[i], s3 += w * x3[i];
-            }
-            out[q * out_stride + r] = s0;
-            out[(q + 1) * out_stride + r] = s1;
-            out[(q + 2) * out_stride + r] = s2;
-            out[(q + 3) * out_stride + r] = s3;
-        }
-        for (; q < nq; q++) {
-            const float *x = Q + q * d;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-            size_t i = 0;
-            for (; i + 16 <= d8; i += 16) {
-                a0 = _mm256_fmadd_ps(load_row(p, f16, i), _mm256_loadu_ps(x + i), a0);
-                a1 = _mm256_fmadd_ps(load_row(p, f16, i + 8), _mm256_loadu_ps(x + i + 8), a1);
-            }
-            for (; i < d8; i += 8)
-                a0 = _mm256_fmadd_ps(load_row(p, f16, i), _mm256_loadu_ps(x + i), a0);
-            float s = hsum(_mm256_add_ps(a0, a1));
-            for (; i < d; i++)
-                s += lq_gate_elem(p, f16, i) * x[i];
-            out[q * out_stride + r] = s;
+        for (; q + 4 <= nq; q += 4)
+            row_scores(p, f16, d, d8, Q + q * d, 4, out + q * out_stride + r, out_stride);
+        switch (nq - q) {
+        case 3: row_scores(p, f16, d, d8, Q + q * d, 3, out + q * out_stride + r, out_stride); break;
+        case 2: row_scores(p, f16, d, d8, Q + q * d, 2, out + q * out_stride + r, out_stride); break;
+        case 1: row_scores(p, f16, d, d8, Q + q * d, 1, out + q * out_stride + r, out_stride); break;
+        default: break;
         }
     }
 }

@@ -213,27 +213,7 @@ AI float load1(const void *w, int type, int64_t i)
     return ((const float *)w)[i];
 }
 
-/* One row (offset `base` elements into w), one token (decode): four independent accumulators
- * so the FMA latency does not cap the streaming rate. */
-AI float dense_row1_avx2(const void *w, int type, int64_t base, int64_t cols, const float *x)
-{
-    int64_t c = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; c + 32 <= cols; c += 32) {
-        a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
-        a1 = _mm256_fmadd_ps(load8(w, type, base + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(w, type, base + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(w, type, base + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-    }
-    for (; c + 8 <= cols; c += 8)
-        a0 = _mm256_fmadd_ps(load8(w, type, base + c), _mm256_loadu_ps(x + c), a0);
-    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; c < cols; c++)
-        s += load1(w, type, base + c) * x[c];
-    return s;
-}
-
-/* R <= 2 rows x TT <= 4 tokens (batched decode, prefill): each (row, token) pair keeps one
+/* R <= 2 rows x TT <= 4 tokens (decode, batched decode, prefill): each (row, token) pair keeps one
  * accumulator over columns c, c+8, ..., so its sum does not depend on the tile's shape. Two
  * rows share every activation load and give 2-8 independent FMA chains (one row alone left
  * T=2 latency bound at ~1/4 of the FMA rate). The rows two tiles ahead (contiguous with these)
@@ -283,11 +263,9 @@ AI void dense_tile_avx2(const void *w, int type, int64_t base, int64_t cols, con
 AI void dense_rows_avx2(const lq_dense_mat *w, int type, const float *x, size_t ldx, int T,
                         float *y, size_t ldy, int64_t r0, int64_t r1)
 {
-    if (T == 1) {
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = dense_row1_avx2(w->data, type, r * w->cols, w->cols, x);
-        return;
-    }
+    /* one token too: a (row, token) pair's sum is then the same at every T, as the bounded
+     * lm_head (rows rescored alone, checked against the batch) and batch-invariant decoding
+     * need; two rows give the decode's DRAM stream enough independent FMA chains */
     for (int64_t r = r0; r < r1; r += 2) {
         const int R = r1 - r < 2 ? 1 : 2;
         for (int t = 0; t < T; t += 4) {
@@ -386,7 +364,7 @@ const lq_kernels lq_kernels_avx2 = {
     .tq_i8 = lq_tq_i8_avx2,
     .dense = dense_avx2,
     .q8_i16 = q8_i16_avx2,
-    .attn = lq_attn_group_scalar, /* the AVX-512 machines this targets use attn_avx512 */
+    .attn = lq_attn_avx2,
     .gate_scores = lq_gate_scores_avx2,
     .sketch_row = lq_sketch_row_avx2,
     .sketch_scores = lq_sketch_scores_avx2,

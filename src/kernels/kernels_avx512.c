@@ -649,6 +649,51 @@ AI void att_scores2(const __m512 *qa, const __m512 *qb, const uint8_t *k, size_t
     }
 }
 
+/* The same for four heads at once, 4 positions a reduction: each K row is loaded and converted
+ * once for the four (into registers; the scaled queries are read from qs, L1), every dot
+ * product computed in exactly att_scores1's order, so a head's scores do not depend on the
+ * heads beside it. */
+AI void att_scores4(const float *qs, const uint8_t *k, size_t ld, int T, int nb, int NV, float *const *s,
+                    size_t pfd)
+{
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int n4 = nb - b0 < 4 ? nb - b0 : 4;
+        __m512 dv[16];
+        for (int j = 0; j < 4; j++) {
+            if (j >= n4) {
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    dv[4 * h + j] = _mm512_setzero_ps();
+                continue;
+            }
+            const uint8_t *kr = k + (size_t)(b0 + j) * ld;
+            att_prefetch(kr, pfd, lq_kv_head_bytes(T, 16 * NV));
+            __m512 kv[8];
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++)
+                kv[u] = kvrow(kr, T, NV, u);
+#pragma GCC unroll 4
+            for (int h = 0; h < 4; h++) {
+                const float *q = qs + (size_t)h * 16 * NV;
+                __m512 d0 = _mm512_mul_ps(_mm512_load_ps(q), kv[0]), d1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+                for (int u = 1; u < NV; u++) {
+                    if (u & 1)
+                        d1 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * u), kv[u], d1);
+                    else
+                        d0 = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * u), kv[u], d0);
+                }
+                dv[4 * h + j] = _mm512_add_ps(d0, d1);
+            }
+        }
+        const __m512 r = hsum16(dv);
+        _mm_store_ps(s[0] + b0, _mm512_castps512_ps128(r));
+        _mm_store_ps(s[1] + b0, _mm512_extractf32x4_ps(r, 1));
+        _mm_store_ps(s[2] + b0, _mm512_extractf32x4_ps(r, 2));
+        _mm_store_ps(s[3] + b0, _mm512_extractf32x4_ps(r, 3));
+    }
+}
+
 /* The block's softmax step of one head: its running max and sum move to the block, the
  * accumulated output row og is rescaled when the max grew, and s becomes exp(s - max). */
 AI void att_softmax(float *s, int nb, int NV, float *mx, float *sum, float *og)
@@ -725,6 +770,52 @@ AI void att_block(const float *q, size_t ldq, float scale, const uint8_t *kb, co
             _mm512_storeu_ps(o + (size_t)h * ldo + 16 * u, acc[h][u]);
 }
 
+/* att_block for four heads of a group (queries at q + h*ldq, outputs at o + h*ldo): each K and
+ * V row is loaded and converted once for the four. The values go in chunks of 4 vectors so
+ * that the 16 accumulators stay in registers; a head's operations are att_block's. */
+AI void att_block4(const float *q, size_t ldq, float scale, const uint8_t *kb, const uint8_t *vb, size_t ld,
+                   int T, int nb, int NV, float *mx, float *sum, float *o, size_t ldo, float *const *s,
+                   size_t pfd)
+{
+    float qs[4 * 128] __attribute__((aligned(64)));
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++)
+            _mm512_store_ps(qs + (size_t)h * 16 * NV + 16 * u,
+                            _mm512_mul_ps(_mm512_loadu_ps(q + (size_t)h * ldq + 16 * u), _mm512_set1_ps(scale)));
+    att_scores4(qs, kb, ld, T, nb, NV, s, pfd);
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+        att_softmax(s[h], nb, NV, &mx[h], &sum[h], o + (size_t)h * ldo);
+    for (int u0 = 0; u0 < NV; u0 += 4) {
+        const int nu = NV - u0 < 4 ? NV - u0 : 4;
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++)
+#pragma GCC unroll 4
+            for (int uu = 0; uu < 4; uu++)
+                acc[h][uu] = uu < nu ? _mm512_loadu_ps(o + (size_t)h * ldo + 16 * (u0 + uu)) : _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *vr = vb + (size_t)b * ld;
+            if (u0 == 0)
+                att_prefetch(vr, pfd, lq_kv_head_bytes(T, 16 * NV));
+#pragma GCC unroll 4
+            for (int uu = 0; uu < nu; uu++) {
+                const __m512 x = kvrow(vr, T, NV, u0 + uu);
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    acc[h][uu] = _mm512_fmadd_ps(_mm512_set1_ps(s[h][b]), x, acc[h][uu]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++)
+#pragma GCC unroll 4
+            for (int uu = 0; uu < nu; uu++)
+                _mm512_storeu_ps(o + (size_t)h * ldo + 16 * (u0 + uu), acc[h][uu]);
+    }
+}
+
 /* NV = head_dim / 16 vectors. The heads of a group take turns on each block of positions,
  * so that the block's K and V rows come from memory once and from L1/L2 for the other heads
  * (the whole cache no longer fits L2 past a few hundred positions); two heads at a time share
@@ -739,6 +830,9 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
     float mx[LQ_ATT_MAX_GROUP], sum[LQ_ATT_MAX_GROUP];
     float sa[LQ_ATT_BLOCK] __attribute__((aligned(64)));
     float sb[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    float sc[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    float sd[LQ_ATT_BLOCK] __attribute__((aligned(64)));
+    float *const s4[4] = {sa, sb, sc, sd};
     for (int g = 0; g < nq; g++) {
         mx[g] = -INFINITY;
         sum[g] = 0;
@@ -753,6 +847,9 @@ AI void attn_nv_avx512(const float *q, size_t ldq, int nq, const void *k, const 
         /* the first pass over the block asks for the next block's rows */
         const size_t pfd = p0 + LQ_ATT_BLOCK < npos ? (size_t)LQ_ATT_BLOCK * ld : 0;
         int g = 0;
+        for (; g + 4 <= nq; g += 4)
+            att_block4(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, mx + g, sum + g,
+                       out + (size_t)g * ldo, ldo, s4, g ? 0 : pfd);
         for (; g + 2 <= nq; g += 2)
             att_block(q + (size_t)g * ldq, ldq, scale, kb, vb, ld, T, nb, NV, 2, mx + g, sum + g,
                       out + (size_t)g * ldo, ldo, sa, sb, g ? 0 : pfd);

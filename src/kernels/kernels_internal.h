@@ -306,6 +306,9 @@ void lq_attn_scalar(const float *q, const void *k, const void *v, size_t ld, int
 void lq_attn_group_scalar(const float *q, size_t ldq, int nq, const void *k, const void *v,
                           size_t ld, int kv_type, int npos, int hd, float scale, float *out,
                           size_t ldo, float *ml);
+/* attn_avx2.c: the AVX2 set's grouped attention (the reference for what it does not take) */
+void lq_attn_avx2(const float *q, size_t ldq, int nq, const void *k, const void *v, size_t ld, int kv_type,
+                  int npos, int hd, float scale, float *out, size_t ldo, float *ml);
 
 extern const lq_kernels lq_kernels_avx2;
 extern const lq_kernels lq_kernels_avx512;
