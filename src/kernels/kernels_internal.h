@@ -288,6 +288,22 @@ int lq_gate_prefetch(void);
 #define LQ_ATT_MAX_HD 1024
 #define LQ_ATT_MAX_GROUP 16 /* heads per pass of a grouped attention kernel */
 
+/* The attention kernels' e^x (Cephes expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
+ * polynomial in r, then 2^n), shared by the AVX2 and AVX-512 sets so that both compute the
+ * same function: the clamp (below -87 gives ~0, as softmax wants), log2(e), ln2 in two parts,
+ * and the coefficients from the highest degree down. */
+#define LQ_EXP_HI 88.3f
+#define LQ_EXP_LO (-87.3f)
+#define LQ_EXP_LOG2E 1.44269504088896341f
+#define LQ_EXP_LN2_HI 0.693359375f
+#define LQ_EXP_LN2_LO (-2.12194440e-4f)
+#define LQ_EXP_P0 1.9875691500E-4f
+#define LQ_EXP_P1 1.3981999507E-3f
+#define LQ_EXP_P2 8.3334519073E-3f
+#define LQ_EXP_P3 4.1665795894E-2f
+#define LQ_EXP_P4 1.6666665459E-1f
+#define LQ_EXP_P5 5.0000001201E-1f
+
 /* Element i of one head's KV row of hd values stored as kv_type (kernels.h). */
 static inline float lq_kv_elem(const void *row, int kv_type, int hd, int i)
 {
