@@ -369,6 +369,9 @@ void lq_sketch_scores_avx512(const uint8_t *codes, const float *scale, size_t dp
 void lq_dm_block_avx512(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
                         int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
                         int Kc, uint32_t *ids, float *vals);
+void lq_dm_block_avx2(const uint8_t *Ep, const float *escale, const uint8_t *keep, int V,
+                        int v0, int nv, const int8_t *Bt, const int32_t *colsum, int Fp, int D4,
+                        int Kc, uint32_t *ids, float *vals);
 
 uint64_t lq_read_sum_scalar(const uint8_t *p, size_t bytes);
 uint64_t lq_read_sum_avx2(const uint8_t *p, size_t bytes);
